@@ -1,0 +1,211 @@
+//! The 9P2000.L message table. Everything else about messages is generated from it.
+//!
+//! Field order is wire order. Type numbers are Linux's (`include/net/9p/9p.h`); each reply is
+//! its request's number plus one.
+
+use crate::codec::{DecodeError, Field, Reader};
+use crate::types::{Data, Fid, Qid, Tag};
+
+macro_rules! messages {
+    (
+        $enum:ident, $what:literal {
+            $( $(#[$doc:meta])* $variant:ident($name:ident = $num:literal) { $( $field:ident : $ty:ty ),* $(,)? } )*
+        }
+    ) => {
+        $(
+            $(#[$doc])*
+            #[derive(Clone, Debug, PartialEq, Eq)]
+            #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+            #[allow(missing_docs)]
+            pub struct $name { $( pub $field: $ty, )* }
+
+            impl $name {
+                /// This message's type number on the wire.
+                pub const TYPE: u8 = $num;
+            }
+
+            impl From<$name> for $enum {
+                fn from(m: $name) -> Self { $enum::$variant(m) }
+            }
+        )*
+
+        #[doc = concat!("Any 9P2000.L ", $what, ".")]
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+        #[allow(missing_docs)]
+        pub enum $enum { $( $variant($name), )* }
+
+        impl $enum {
+            /// The type number on the wire.
+            pub fn msg_type(&self) -> u8 {
+                match self { $( $enum::$variant(_) => $num, )* }
+            }
+
+            /// The protocol name ("Twalk", "Rread", ...), as used in counters and logs.
+            pub fn name(&self) -> &'static str {
+                match self { $( $enum::$variant(_) => stringify!($name), )* }
+            }
+
+            /// The name of a type number of this direction, if it is one.
+            pub fn name_of(ty: u8) -> Option<&'static str> {
+                match ty { $( $num => Some(stringify!($name)), )* _ => None }
+            }
+
+            pub(crate) fn encode_body(&self, out: &mut Vec<u8>) {
+                match self {
+                    $( $enum::$variant(_m) => { $( _m.$field.encode(out); )* } )*
+                }
+            }
+
+            pub(crate) fn decode_body(ty: u8, r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+                Ok(match ty {
+                    $( $num => $enum::$variant($name { $( $field: <$ty>::decode(r)?, )* }), )*
+                    other => return Err(DecodeError::UnknownType(other)),
+                })
+            }
+        }
+    };
+}
+
+messages! { Tmessage, "request" {
+    /// Negotiate the protocol version and the largest message (msize).
+    Version(Tversion = 100) { msize: u32, version: Vec<u8> }
+    /// Open an authentication file.
+    Auth(Tauth = 102) { afid: Fid, uname: Vec<u8>, aname: Vec<u8>, n_uname: u32 }
+    /// Attach `fid` to the root of the export named `aname`.
+    Attach(Tattach = 104) { fid: Fid, afid: Fid, uname: Vec<u8>, aname: Vec<u8>, n_uname: u32 }
+    /// Abort the request with tag `oldtag`.
+    Flush(Tflush = 108) { oldtag: Tag }
+    /// Walk from `fid` through `wnames`, binding the result to `newfid`.
+    Walk(Twalk = 110) { fid: Fid, newfid: Fid, wnames: Vec<Vec<u8>> }
+    /// Read `count` bytes at `offset` from an open fid.
+    Read(Tread = 116) { fid: Fid, offset: u64, count: u32 }
+    /// Write `data` at `offset` to an open fid.
+    Write(Twrite = 118) { fid: Fid, offset: u64, data: Data }
+    /// Forget a fid.
+    Clunk(Tclunk = 120) { fid: Fid }
+    /// Remove the file and clunk the fid.
+    Remove(Tremove = 122) { fid: Fid }
+    /// File system statistics.
+    Statfs(Tstatfs = 8) { fid: Fid }
+    /// Open the file behind a fid.
+    Lopen(Tlopen = 12) { fid: Fid, flags: u32 }
+    /// Create and open `name` in directory `fid`; `fid` then names the new file.
+    Lcreate(Tlcreate = 14) { fid: Fid, name: Vec<u8>, flags: u32, mode: u32, gid: u32 }
+    /// Create a symbolic link `name` in directory `fid` pointing at `symtgt`.
+    Symlink(Tsymlink = 16) { fid: Fid, name: Vec<u8>, symtgt: Vec<u8>, gid: u32 }
+    /// Create a device node, fifo or socket.
+    Mknod(Tmknod = 18) { dfid: Fid, name: Vec<u8>, mode: u32, major: u32, minor: u32, gid: u32 }
+    /// Rename the file behind `fid` to `name` in directory `dfid`.
+    Rename(Trename = 20) { fid: Fid, dfid: Fid, name: Vec<u8> }
+    /// Read a symbolic link's target.
+    Readlink(Treadlink = 22) { fid: Fid }
+    /// Attributes, limited to `request_mask`.
+    Getattr(Tgetattr = 24) { fid: Fid, request_mask: u64 }
+    /// Change the attributes selected by `valid`.
+    Setattr(Tsetattr = 26) {
+        fid: Fid, valid: u32, mode: u32, uid: u32, gid: u32, size: u64,
+        atime_sec: u64, atime_nsec: u64, mtime_sec: u64, mtime_nsec: u64,
+    }
+    /// Prepare to read extended attribute `name` (or the list, when empty) through `newfid`.
+    Xattrwalk(Txattrwalk = 30) { fid: Fid, newfid: Fid, name: Vec<u8> }
+    /// Prepare to write extended attribute `name` through `fid`.
+    Xattrcreate(Txattrcreate = 32) { fid: Fid, name: Vec<u8>, attr_size: u64, flags: u32 }
+    /// Read directory entries from `offset` (a cookie from a previous entry, or 0).
+    Readdir(Treaddir = 40) { fid: Fid, offset: u64, count: u32 }
+    /// Flush a file to stable storage (`datasync` != 0: data only).
+    Fsync(Tfsync = 50) { fid: Fid, datasync: u32 }
+    /// Take or release a POSIX byte-range lock (never blocks the server).
+    Lock(Tlock = 52) {
+        fid: Fid, ty: u8, flags: u32, start: u64, length: u64, proc_id: u32, client_id: Vec<u8>,
+    }
+    /// Test for a conflicting POSIX lock.
+    Getlock(Tgetlock = 54) { fid: Fid, ty: u8, start: u64, length: u64, proc_id: u32, client_id: Vec<u8> }
+    /// Create hard link `name` in `dfid` to the file behind `fid`.
+    Link(Tlink = 70) { dfid: Fid, fid: Fid, name: Vec<u8> }
+    /// Create directory `name` in `dfid`.
+    Mkdir(Tmkdir = 72) { dfid: Fid, name: Vec<u8>, mode: u32, gid: u32 }
+    /// Rename `oldname` in `olddirfid` to `newname` in `newdirfid`.
+    Renameat(Trenameat = 74) { olddirfid: Fid, oldname: Vec<u8>, newdirfid: Fid, newname: Vec<u8> }
+    /// Remove `name` from `dirfd` (`flags` may hold AT_REMOVEDIR).
+    Unlinkat(Tunlinkat = 76) { dirfd: Fid, name: Vec<u8>, flags: u32 }
+}}
+
+messages! { Rmessage, "reply" {
+    /// An error: a Linux errno.
+    Lerror(Rlerror = 7) { ecode: u32 }
+    /// The server's version and msize (never larger than the client's).
+    Version(Rversion = 101) { msize: u32, version: Vec<u8> }
+    /// The authentication file's qid.
+    Auth(Rauth = 103) { aqid: Qid }
+    /// The export root's qid.
+    Attach(Rattach = 105) { qid: Qid }
+    /// The flushed request is finished or forgotten.
+    Flush(Rflush = 109) {}
+    /// One qid per name walked (fewer than asked: the walk stopped there).
+    Walk(Rwalk = 111) { wqids: Vec<Qid> }
+    /// Bytes read.
+    Read(Rread = 117) { data: Data }
+    /// Bytes written.
+    Write(Rwrite = 119) { count: u32 }
+    /// The fid is forgotten.
+    Clunk(Rclunk = 121) {}
+    /// The file is removed and the fid forgotten.
+    Remove(Rremove = 123) {}
+    /// statfs(2) of the file system behind the fid.
+    Statfs(Rstatfs = 9) {
+        ty: u32, bsize: u32, blocks: u64, bfree: u64, bavail: u64,
+        files: u64, ffree: u64, fsid: u64, namelen: u32,
+    }
+    /// The opened file's qid and the largest I/O the server advises (0: msize - 24).
+    Lopen(Rlopen = 13) { qid: Qid, iounit: u32 }
+    /// The created file's qid and advised I/O size.
+    Lcreate(Rlcreate = 15) { qid: Qid, iounit: u32 }
+    /// The new symlink's qid.
+    Symlink(Rsymlink = 17) { qid: Qid }
+    /// The new node's qid.
+    Mknod(Rmknod = 19) { qid: Qid }
+    /// Renamed.
+    Rename(Rrename = 21) {}
+    /// The link's target.
+    Readlink(Rreadlink = 23) { target: Vec<u8> }
+    /// Attributes; `valid` says which fields are meaningful.
+    Getattr(Rgetattr = 25) {
+        valid: u64, qid: Qid, mode: u32, uid: u32, gid: u32, nlink: u64, rdev: u64,
+        size: u64, blksize: u64, blocks: u64,
+        atime_sec: u64, atime_nsec: u64, mtime_sec: u64, mtime_nsec: u64,
+        ctime_sec: u64, ctime_nsec: u64, btime_sec: u64, btime_nsec: u64,
+        gen: u64, data_version: u64,
+    }
+    /// Attributes changed.
+    Setattr(Rsetattr = 27) {}
+    /// The attribute's (or the list's) size; read it from the new fid.
+    Xattrwalk(Rxattrwalk = 31) { size: u64 }
+    /// Ready for the attribute's value to be written.
+    Xattrcreate(Rxattrcreate = 33) {}
+    /// Packed directory entries (see [`crate::DirEntry`]).
+    Readdir(Rreaddir = 41) { data: Data }
+    /// Flushed to stable storage.
+    Fsync(Rfsync = 51) {}
+    /// One of the `lock::STATUS_*` values.
+    Lock(Rlock = 53) { status: u8 }
+    /// The conflicting lock, or `ty` = unlocked.
+    Getlock(Rgetlock = 55) { ty: u8, start: u64, length: u64, proc_id: u32, client_id: Vec<u8> }
+    /// Linked.
+    Link(Rlink = 71) {}
+    /// The new directory's qid.
+    Mkdir(Rmkdir = 73) { qid: Qid }
+    /// Renamed.
+    Renameat(Rrenameat = 75) {}
+    /// Removed.
+    Unlinkat(Runlinkat = 77) {}
+}}
+
+impl Rmessage {
+    /// An error reply carrying `errno`.
+    pub fn error(errno: i32) -> Self {
+        Rmessage::Lerror(Rlerror {
+            ecode: errno as u32,
+        })
+    }
+}

@@ -1,0 +1,149 @@
+//! Protocol identifiers and the constants 9P2000.L gives meaning to.
+
+/// A file identifier chosen by the client, naming a file on the server for one connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+pub struct Fid(pub u32);
+
+/// "No fid": the afid of an unauthenticated attach, for example.
+pub const NOFID: Fid = Fid(!0);
+
+/// A request tag: matches a reply to its request on one connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+pub struct Tag(pub u16);
+
+/// The tag of Tversion/Rversion, which precede tag allocation.
+pub const NOTAG: Tag = Tag(!0);
+
+/// The server's unique identity of a file: type bits, version, and a path that no other file
+/// on the export shares.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+pub struct Qid {
+    /// One of the `QID_TYPE_*` bits.
+    pub ty: u8,
+    /// Changes when the file changes (servers may leave it 0).
+    pub version: u32,
+    /// Unique per file on the export (the server derives it from device and inode).
+    pub path: u64,
+}
+
+/// Qid type bits.
+pub const QID_TYPE_DIR: u8 = 0x80;
+/// Qid type: append-only file.
+pub const QID_TYPE_APPEND: u8 = 0x40;
+/// Qid type: exclusive-use file.
+pub const QID_TYPE_EXCL: u8 = 0x20;
+/// Qid type: mounted channel.
+pub const QID_TYPE_MOUNT: u8 = 0x10;
+/// Qid type: authentication file.
+pub const QID_TYPE_AUTH: u8 = 0x08;
+/// Qid type: temporary file.
+pub const QID_TYPE_TMP: u8 = 0x04;
+/// Qid type: symbolic link.
+pub const QID_TYPE_SYMLINK: u8 = 0x02;
+/// Qid type: hard link (unused by Linux).
+pub const QID_TYPE_LINK: u8 = 0x01;
+/// Qid type: plain file.
+pub const QID_TYPE_FILE: u8 = 0x00;
+
+/// Bytes whose length is a 32-bit count on the wire (read, write and readdir payloads), as
+/// opposed to strings, which carry a 16-bit length.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+pub struct Data(pub Vec<u8>);
+
+/// Most names one Twalk may carry (MAXWELEM in every implementation).
+pub const MAX_WALK_ELEMENTS: usize = 16;
+
+/// The only protocol version crossfs speaks.
+pub const VERSION_9P2000_L: &[u8] = b"9P2000.L";
+
+/// Flags of Tlopen and Tlcreate. 9P2000.L defines its own values; they equal Linux's generic
+/// ones, but a server must translate them rather than pass them through.
+pub mod open_flags {
+    #![allow(missing_docs)]
+    pub const RDONLY: u32 = 0o0;
+    pub const WRONLY: u32 = 0o1;
+    pub const RDWR: u32 = 0o2;
+    pub const ACCMODE: u32 = 0o3;
+    pub const CREATE: u32 = 0o100;
+    pub const EXCL: u32 = 0o200;
+    pub const NOCTTY: u32 = 0o400;
+    pub const TRUNC: u32 = 0o1000;
+    pub const APPEND: u32 = 0o2000;
+    pub const NONBLOCK: u32 = 0o4000;
+    pub const DSYNC: u32 = 0o10000;
+    pub const FASYNC: u32 = 0o20000;
+    pub const DIRECT: u32 = 0o40000;
+    pub const LARGEFILE: u32 = 0o100000;
+    pub const DIRECTORY: u32 = 0o200000;
+    pub const NOFOLLOW: u32 = 0o400000;
+    pub const NOATIME: u32 = 0o1000000;
+    pub const CLOEXEC: u32 = 0o2000000;
+    pub const SYNC: u32 = 0o4000000;
+}
+
+/// Bits of Tgetattr's request mask and Rgetattr's valid mask.
+pub mod getattr {
+    #![allow(missing_docs)]
+    pub const MODE: u64 = 0x1;
+    pub const NLINK: u64 = 0x2;
+    pub const UID: u64 = 0x4;
+    pub const GID: u64 = 0x8;
+    pub const RDEV: u64 = 0x10;
+    pub const ATIME: u64 = 0x20;
+    pub const MTIME: u64 = 0x40;
+    pub const CTIME: u64 = 0x80;
+    pub const INO: u64 = 0x100;
+    pub const SIZE: u64 = 0x200;
+    pub const BLOCKS: u64 = 0x400;
+    pub const BTIME: u64 = 0x800;
+    pub const GEN: u64 = 0x1000;
+    pub const DATA_VERSION: u64 = 0x2000;
+    /// Everything a stat(2) reports.
+    pub const BASIC: u64 = 0x7ff;
+    /// Every bit defined.
+    pub const ALL: u64 = 0x3fff;
+}
+
+/// Bits of Tsetattr's valid mask.
+pub mod setattr {
+    #![allow(missing_docs)]
+    pub const MODE: u32 = 0x1;
+    pub const UID: u32 = 0x2;
+    pub const GID: u32 = 0x4;
+    pub const SIZE: u32 = 0x8;
+    pub const ATIME: u32 = 0x10;
+    pub const MTIME: u32 = 0x20;
+    pub const CTIME: u32 = 0x40;
+    /// Set atime to the given value rather than to "now".
+    pub const ATIME_SET: u32 = 0x80;
+    /// Set mtime to the given value rather than to "now".
+    pub const MTIME_SET: u32 = 0x100;
+}
+
+/// Values of Tlock / Tgetlock.
+pub mod lock {
+    #![allow(missing_docs)]
+    pub const TYPE_RDLCK: u8 = 0;
+    pub const TYPE_WRLCK: u8 = 1;
+    pub const TYPE_UNLCK: u8 = 2;
+    pub const STATUS_SUCCESS: u8 = 0;
+    pub const STATUS_BLOCKED: u8 = 1;
+    pub const STATUS_ERROR: u8 = 2;
+    pub const STATUS_GRACE: u8 = 3;
+    pub const FLAGS_BLOCK: u32 = 1;
+    pub const FLAGS_RECLAIM: u32 = 2;
+}
+
+/// Tunlinkat flag: remove a directory (Linux AT_REMOVEDIR).
+pub const AT_REMOVEDIR: u32 = 0x200;
+
+/// Txattrcreate flags (Linux XATTR_CREATE / XATTR_REPLACE).
+pub mod xattr_flags {
+    #![allow(missing_docs)]
+    pub const CREATE: u32 = 1;
+    pub const REPLACE: u32 = 2;
+}
