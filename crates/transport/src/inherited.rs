@@ -1,0 +1,294 @@
+//! `fd:N`: adopting socket descriptors inherited from the parent process.
+//!
+//! A process-wide registry makes sure each number is adopted by at most one
+//! [`Stream`](crate::Stream) or [`Listener`](crate::Listener) at a time, so
+//! naming the same `fd:N` twice fails cleanly instead of closing the
+//! descriptor twice.
+
+use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
+use std::sync::{Mutex, MutexGuard};
+
+use rustix::io::{Errno, FdFlags};
+use rustix::net::{sockopt, SocketType};
+
+use crate::addr::Addr;
+use crate::error::TransportError;
+use crate::sys;
+
+/// Descriptor numbers currently adopted through `fd:N`.
+static CLAIMED: Mutex<Vec<RawFd>> = Mutex::new(Vec::new());
+
+fn claimed() -> MutexGuard<'static, Vec<RawFd>> {
+    // The list stays consistent even if a holder panicked.
+    CLAIMED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Reserves an adopted descriptor number until dropped.
+#[derive(Debug)]
+pub(crate) struct FdClaim(RawFd);
+
+impl Drop for FdClaim {
+    fn drop(&mut self) {
+        claimed().retain(|&fd| fd != self.0);
+    }
+}
+
+/// What an inherited stream socket is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FdState {
+    /// Listening: accept connections on it.
+    Listening,
+    /// Connected: it is itself the one connection.
+    Connected,
+}
+
+/// An adopted inherited socket.
+#[derive(Debug)]
+pub(crate) struct Adopted {
+    pub(crate) fd: OwnedFd,
+    pub(crate) claim: FdClaim,
+    pub(crate) state: FdState,
+}
+
+/// Adopts `fd:N` if it is an open stream socket that is listening (only if
+/// `allow_listening`) or connected. On error the descriptor is left open
+/// and unowned. The adopted descriptor is made close-on-exec.
+pub(crate) fn adopt(raw: RawFd, allow_listening: bool) -> Result<Adopted, TransportError> {
+    let addr = Addr::Fd(raw);
+    let mut claimed = claimed();
+    if claimed.contains(&raw) {
+        return Err(TransportError::FdInUse {
+            addr: addr.to_string(),
+        });
+    }
+    let check = |fd: BorrowedFd<'_>| {
+        let state = inspect(fd, &addr)?;
+        if state == FdState::Listening && !allow_listening {
+            return Err(TransportError::FdIsListening {
+                addr: addr.to_string(),
+            });
+        }
+        Ok(state)
+    };
+    let Some((fd, state)) = sys::adopt_fd(raw, check)? else {
+        return Err(TransportError::FdNotOpen {
+            addr: addr.to_string(),
+        });
+    };
+    claimed.push(raw);
+    let claim = FdClaim(raw);
+    rustix::io::fcntl_setfd(&fd, FdFlags::CLOEXEC)
+        .map_err(|e| TransportError::sys(&addr, "fcntl(F_SETFD, FD_CLOEXEC)", e))?;
+    Ok(Adopted { fd, claim, state })
+}
+
+/// Describes the far end of an inherited connected socket, e.g.
+/// `fd:3 (tcp:10.0.0.2:40022)` or `fd:3 (pid 812, uid 1000)`.
+pub(crate) fn peer(fd: BorrowedFd<'_>, raw: RawFd) -> String {
+    let me = Addr::Fd(raw);
+    let name = crate::socket::peer_name(fd, &me);
+    if name.starts_with(&me.to_string()) {
+        name
+    } else {
+        format!("{me} ({name})")
+    }
+}
+
+fn inspect(fd: BorrowedFd<'_>, addr: &Addr) -> Result<FdState, TransportError> {
+    let not_stream = |what: String| TransportError::FdNotStreamSocket {
+        addr: addr.to_string(),
+        what,
+    };
+    match sockopt::socket_type(fd) {
+        Ok(SocketType::STREAM) => {}
+        Ok(other) => return Err(not_stream(format!("socket type {}", other.as_raw()))),
+        Err(Errno::NOTSOCK) => return Err(not_stream("not a socket".into())),
+        Err(e) => return Err(TransportError::sys(addr, "getsockopt(SO_TYPE)", e)),
+    }
+    let listening = sockopt::socket_acceptconn(fd)
+        .map_err(|e| TransportError::sys(addr, "getsockopt(SO_ACCEPTCONN)", e))?;
+    if listening {
+        return Ok(FdState::Listening);
+    }
+    match rustix::net::getpeername(fd) {
+        Ok(_) => Ok(FdState::Connected),
+        Err(Errno::NOTCONN) => Err(TransportError::FdNotConnected {
+            addr: addr.to_string(),
+        }),
+        Err(e) => Err(TransportError::sys(addr, "getpeername", e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::{AsRawFd, IntoRawFd};
+
+    use rustix::net::{socketpair, AddressFamily, SocketFlags};
+
+    use crate::testutil::echo;
+    use crate::{connect, ListenOptions, Listener, SocketOptions, Stream};
+
+    /// A connected pair: one end handed off as a raw number (as if
+    /// inherited, without close-on-exec), the other wrapped as a Stream.
+    fn inherited_pair() -> (RawFd, Stream) {
+        let (a, b) = socketpair(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::empty(),
+            None,
+        )
+        .unwrap();
+        let other = Stream::new(b, Addr::Unix("socketpair".into()), "pair".into(), None);
+        (a.into_raw_fd(), other)
+    }
+
+    #[test]
+    fn connected_fd_listener_yields_one_stream_then_ends() {
+        let (raw, mut other) = inherited_pair();
+        let addr = Addr::Fd(raw);
+        let listener = Listener::bind(&addr, &ListenOptions::default()).unwrap();
+        assert_eq!(listener.local_addr(), &addr);
+        let mut stream = listener.accept().unwrap();
+        assert_eq!(stream.as_raw_fd(), raw);
+        let pid = std::process::id();
+        assert!(
+            stream
+                .peer()
+                .starts_with(&format!("fd:{raw} (pid {pid}, uid ")),
+            "{}",
+            stream.peer()
+        );
+        echo(&mut stream, &mut other);
+        let flags = rustix::io::fcntl_getfd(&stream).unwrap();
+        assert!(
+            flags.contains(FdFlags::CLOEXEC),
+            "adopted descriptors become close-on-exec"
+        );
+
+        let err = listener.accept().unwrap_err();
+        assert!(
+            matches!(err, TransportError::NoMoreConnections { .. }),
+            "{err}"
+        );
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "fd:{raw}: no more connections (the inherited connection was already accepted)"
+            )
+        );
+        // The stream outlives the listener, and keeps its claim on the number.
+        drop(listener);
+        echo(&mut stream, &mut other);
+        let err = connect(&addr, &SocketOptions::default()).unwrap_err();
+        assert!(matches!(err, TransportError::FdInUse { .. }), "{err}");
+    }
+
+    #[test]
+    fn listening_fd_accepts_connections() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        let raw = std::os::unix::net::UnixListener::bind(&path)
+            .unwrap()
+            .into_raw_fd();
+        let listener = Listener::bind(&Addr::Fd(raw), &ListenOptions::default()).unwrap();
+        for _ in 0..2 {
+            let mut client = connect(&Addr::Unix(path.clone()), &SocketOptions::default()).unwrap();
+            let mut server = listener.accept().unwrap();
+            assert!(
+                server.peer().starts_with(&format!("fd:{raw} (pid ")),
+                "{}",
+                server.peer()
+            );
+            echo(&mut client, &mut server);
+        }
+        // Naming the same descriptor twice is refused, not a double close.
+        let err = Listener::bind(&Addr::Fd(raw), &ListenOptions::default()).unwrap_err();
+        assert!(matches!(err, TransportError::FdInUse { .. }), "{err}");
+    }
+
+    #[test]
+    fn connect_adopts_connected_fd() {
+        let (raw, mut other) = inherited_pair();
+        let mut stream = connect(&Addr::Fd(raw), &SocketOptions::default()).unwrap();
+        echo(&mut stream, &mut other);
+        drop(stream);
+        // Dropping the stream closed the descriptor: the peer sees EOF.
+        let mut buf = [0u8; 1];
+        assert_eq!(std::io::Read::read(&mut other, &mut buf).unwrap(), 0);
+    }
+
+    #[test]
+    fn connect_refuses_listening_fd_and_leaves_it_open() {
+        let listening = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let err = connect(&Addr::Fd(listening.as_raw_fd()), &SocketOptions::default()).unwrap_err();
+        assert!(matches!(err, TransportError::FdIsListening { .. }), "{err}");
+        // Still ours and still listening.
+        let port = listening.local_addr().unwrap().port();
+        let _c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        listening.accept().unwrap();
+    }
+
+    #[test]
+    fn rejects_non_sockets_without_closing_them() {
+        let file = tempfile::tempfile().unwrap();
+        let raw = file.as_raw_fd();
+        let err = adopt(raw, true).unwrap_err();
+        assert!(
+            matches!(err, TransportError::FdNotStreamSocket { ref what, .. } if what == "not a socket"),
+            "{err}"
+        );
+        assert_eq!(
+            err.to_string(),
+            format!("fd:{raw}: file descriptor is not a stream socket (not a socket)")
+        );
+        // Still open and usable: the failed adoption did not close it.
+        file.metadata().unwrap();
+    }
+
+    #[test]
+    fn rejects_closed_and_negative_descriptors() {
+        // Far above any open descriptor (closing a real one would race with
+        // other tests reusing the number).
+        let err = adopt(RawFd::MAX, true).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("fd:{}: file descriptor is not open", RawFd::MAX)
+        );
+        assert!(matches!(
+            adopt(-1, true),
+            Err(TransportError::FdNotOpen { .. })
+        ));
+    }
+
+    #[test]
+    fn rejects_datagram_and_unconnected_sockets() {
+        use rustix::net::{socket_with, AddressFamily, SocketFlags};
+        let dgram = socket_with(
+            AddressFamily::UNIX,
+            SocketType::DGRAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        let err = adopt(dgram.as_raw_fd(), true).unwrap_err();
+        assert!(
+            matches!(err, TransportError::FdNotStreamSocket { .. }),
+            "{err}"
+        );
+        let fresh = socket_with(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        let err = adopt(fresh.as_raw_fd(), true).unwrap_err();
+        assert!(
+            matches!(err, TransportError::FdNotConnected { .. }),
+            "{err}"
+        );
+    }
+}
