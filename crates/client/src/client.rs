@@ -1,0 +1,303 @@
+//! The public face of a connection: connecting, and sending requests blocking or not.
+//!
+//! Requests are written whole under one writer lock by the calling thread, so frames never
+//! interleave and no writer thread is needed. Replies are read by one reader thread (see
+//! `conn.rs`), which looks the tag up, frees it, and runs the request's completion. A blocking
+//! call is a completion that wakes the caller.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::io::{BufReader, Read, Write};
+use std::sync::{mpsc, Arc};
+
+use crossfs_wire::{CounterSnapshot, Fid, MessageCounters, Rmessage, Tmessage, IOHDRSZ};
+
+use crate::conn::{self, Shared};
+use crate::request::{Completion, Done, Request};
+use crate::version::negotiate;
+use crate::{ClientConfig, ClientError, MsizeNegotiation};
+
+/// Buffer between the socket and the reader thread. Small frames (most replies) are read
+/// from it; large Rread payloads bypass it and land in their own Vec.
+const READ_BUFFER: usize = 64 * 1024;
+
+/// A 9P2000.L client over one connection. Share it as `Arc<Client>`; every method takes
+/// `&self` and may be called from any thread.
+pub struct Client {
+    shared: Arc<Shared>,
+}
+
+impl Client {
+    /// Negotiates the protocol version and msize over `reader`/`writer` (two halves of one
+    /// connected stream), then starts the reader thread.
+    ///
+    /// Blocks until the server answers Tversion; a transport that may never answer should
+    /// carry its own timeout. Without a closer (see [`Client::connect_with_closer`]),
+    /// [`Client::shutdown`] fails every call but the reader thread lingers until the server
+    /// closes the stream.
+    ///
+    /// # Errors
+    /// [`ClientError::Disconnected`] if the stream fails, [`ClientError::Protocol`] if the
+    /// server does not speak 9P2000.L or offers an msize below 4096,
+    /// [`ClientError::InvalidConfig`] for an msize below 4096 in `config`.
+    pub fn connect<R, W>(
+        reader: R,
+        writer: W,
+        config: &ClientConfig,
+    ) -> Result<Arc<Client>, ClientError>
+    where
+        R: Read + Send + 'static,
+        W: Write + Send + 'static,
+    {
+        Self::connect_with_closer(reader, writer, config, || {})
+    }
+
+    /// As [`Client::connect`], with `closer` run once when the connection ends (shutdown,
+    /// drop, or failure), typically `move || stream.shutdown(Both)`: it wakes the reader
+    /// thread so it exits, and tells the server at once.
+    ///
+    /// # Errors
+    /// As [`Client::connect`]; `closer` has run when it fails.
+    pub fn connect_with_closer<R, W, F>(
+        reader: R,
+        writer: W,
+        config: &ClientConfig,
+        closer: F,
+    ) -> Result<Arc<Client>, ClientError>
+    where
+        R: Read + Send + 'static,
+        W: Write + Send + 'static,
+        F: FnOnce() + Send + 'static,
+    {
+        let mut reader = BufReader::with_capacity(READ_BUFFER, reader);
+        let mut writer = writer;
+        let counters = MessageCounters::default();
+        let negotiation = match negotiate(&mut reader, &mut writer, config, &counters) {
+            Ok(n) => n,
+            Err(e) => {
+                closer();
+                return Err(e);
+            }
+        };
+        tracing::info!(
+            requested = negotiation.requested,
+            transport_max = negotiation.transport_max,
+            server = negotiation.server,
+            effective = negotiation.effective,
+            "9P msize negotiated"
+        );
+        let shared = Shared::new(
+            config,
+            Box::new(writer),
+            counters,
+            negotiation,
+            Box::new(closer),
+        );
+        if let Err(e) = conn::start_reader(&shared, reader) {
+            let reason = format!("cannot start the reader thread: {e}");
+            shared.kill(reason.clone(), false);
+            return Err(ClientError::Disconnected(reason));
+        }
+        Ok(Arc::new(Client { shared }))
+    }
+
+    /// How the msize was negotiated.
+    pub fn negotiation(&self) -> MsizeNegotiation {
+        self.shared.negotiation
+    }
+
+    /// The msize in force.
+    pub fn msize(&self) -> u32 {
+        self.shared.negotiation.effective
+    }
+
+    /// The largest read or write payload (and readdir count) one request may carry:
+    /// msize - IOHDRSZ, as Linux asks.
+    pub fn max_io(&self) -> u32 {
+        self.msize() - IOHDRSZ as u32
+    }
+
+    /// A fid no one else holds. It returns to the pool once a Tclunk or Tremove of it is
+    /// answered (through any method), or through [`Client::free_fid`] if it was never bound.
+    /// Every fid used with this client must come from here.
+    pub fn alloc_fid(&self) -> Fid {
+        self.shared.fids.alloc()
+    }
+
+    /// Returns a fid that the server does not hold (an attach or walk that failed, or a
+    /// partial walk) to the pool. Never pass a bound fid: clunk it instead.
+    pub fn free_fid(&self, fid: Fid) {
+        self.shared.fids.release(fid);
+    }
+
+    /// Sends `msg` and waits for the reply.
+    ///
+    /// # Errors
+    /// [`ClientError::Errno`] for Rlerror, [`ClientError::Protocol`] for a reply of the wrong
+    /// type, [`ClientError::Disconnected`] if the connection is or goes down,
+    /// [`ClientError::TooLarge`] for a request beyond msize, and
+    /// [`ClientError::BlockingOnReaderThread`] when called from a completion callback.
+    pub fn call(&self, msg: Tmessage) -> Result<Rmessage, ClientError> {
+        self.blocking(|done| self.call_async(msg, done))
+    }
+
+    /// Sends `msg`; `done` gets the reply (Rlerror already turned into
+    /// [`ClientError::Errno`]). Returns once the request is written, after waiting for a free
+    /// tag if all are in use.
+    ///
+    /// `done` runs exactly once: normally on the reader thread, so it must be quick and must
+    /// not make blocking calls on this client (those fail with
+    /// [`ClientError::BlockingOnReaderThread`]); it may issue async requests. If the
+    /// connection is already down, or dies while the request is pending, `done` gets
+    /// [`ClientError::Disconnected`] on whichever thread notices, possibly the caller's
+    /// before this returns.
+    pub fn call_async(
+        &self,
+        msg: Tmessage,
+        done: Box<dyn FnOnce(Result<Rmessage, ClientError>) + Send>,
+    ) {
+        let release_fid = match &msg {
+            Tmessage::Clunk(c) => Some(c.fid),
+            Tmessage::Remove(r) => Some(r.fid),
+            // Renegotiating mid-connection would invalidate every tag and fid.
+            Tmessage::Version(_) => {
+                return done(Err(ClientError::Protocol(
+                    "Tversion is sent by connect only".into(),
+                )))
+            }
+            _ => None,
+        };
+        self.shared
+            .submit(Request::Msg(msg), release_fid, Completion::Msg(done));
+    }
+
+    /// As [`Client::call`], for a Tclunk that must not return its fid to the pool (the caller
+    /// keeps the number).
+    pub(crate) fn call_keep_fid(&self, msg: Tmessage) -> Result<Rmessage, ClientError> {
+        self.blocking(|done| {
+            self.shared
+                .submit(Request::Msg(msg), None, Completion::Msg(done))
+        })
+    }
+
+    /// Writes `data` at `offset` through the open `fid`; `done` gets the count written. The
+    /// payload is copied once, into the frame. At most [`Client::max_io`] bytes. `done` runs
+    /// as for [`Client::call_async`].
+    pub fn write_async(
+        &self,
+        fid: Fid,
+        offset: u64,
+        data: &[u8],
+        done: Box<dyn FnOnce(Result<u32, ClientError>) + Send>,
+    ) {
+        let len = data.len();
+        let done: Done = Box::new(move |reply| {
+            done(reply.and_then(|m| match m {
+                Rmessage::Write(w) if w.count as usize <= len => Ok(w.count),
+                Rmessage::Write(w) => Err(ClientError::Protocol(format!(
+                    "Rwrite claims {} bytes of a {len}-byte write",
+                    w.count
+                ))),
+                other => Err(unexpected(other)),
+            }))
+        });
+        let request = Request::Write {
+            fid,
+            offset,
+            data: Cow::Borrowed(data),
+        };
+        self.shared.submit(request, None, Completion::Msg(done));
+    }
+
+    /// Reads up to `count` bytes (at most [`Client::max_io`]) at `offset` from the open
+    /// `fid`; `done` gets the Rread payload, read from the socket straight into the Vec it
+    /// receives. `done` runs as for [`Client::call_async`].
+    pub fn read_async(
+        &self,
+        fid: Fid,
+        offset: u64,
+        count: u32,
+        done: Box<dyn FnOnce(Result<Vec<u8>, ClientError>) + Send>,
+    ) {
+        let msg = Tmessage::Read(crossfs_wire::Tread { fid, offset, count });
+        self.shared
+            .submit(Request::Msg(msg), None, Completion::Read(done));
+    }
+
+    /// Blocking [`Client::read_async`].
+    ///
+    /// # Errors
+    /// As [`Client::call`].
+    pub fn read(&self, fid: Fid, offset: u64, count: u32) -> Result<Vec<u8>, ClientError> {
+        self.blocking(|done| self.read_async(fid, offset, count, done))
+    }
+
+    /// Blocking [`Client::write_async`].
+    ///
+    /// # Errors
+    /// As [`Client::call`].
+    pub fn write(&self, fid: Fid, offset: u64, data: &[u8]) -> Result<u32, ClientError> {
+        self.blocking(|done| self.write_async(fid, offset, data, done))
+    }
+
+    /// Counts of every message sent and received, by type, with bytes and Rlerror counts.
+    pub fn counters(&self) -> CounterSnapshot {
+        self.shared.counters.snapshot()
+    }
+
+    /// False once the connection has died or been shut down; it never comes back.
+    pub fn is_connected(&self) -> bool {
+        self.shared.is_connected()
+    }
+
+    /// Requests currently waiting for a reply.
+    pub fn in_flight(&self) -> usize {
+        self.shared.in_flight()
+    }
+
+    /// Ends the connection: every pending call fails with [`ClientError::Disconnected`] (their
+    /// completions run on this thread), later calls fail at once, and the closer given to
+    /// [`Client::connect_with_closer`] runs so the reader thread exits.
+    pub fn shutdown(&self) {
+        self.shared.kill("client shut down".into(), false);
+    }
+
+    /// Starts a request with a completion that sends its result to this thread, and waits.
+    fn blocking<T: Send + 'static>(
+        &self,
+        start: impl FnOnce(Box<dyn FnOnce(Result<T, ClientError>) + Send>),
+    ) -> Result<T, ClientError> {
+        if self.shared.on_reader_thread() {
+            return Err(ClientError::BlockingOnReaderThread);
+        }
+        let (tx, rx) = mpsc::sync_channel(1);
+        start(Box::new(move |result| {
+            // The receiver only goes away if this thread unwound; nothing to tell then.
+            let _ = tx.send(result);
+        }));
+        rx.recv().unwrap_or_else(|_| {
+            Err(ClientError::Disconnected(
+                "request dropped without a reply".into(),
+            ))
+        })
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.shared.kill("client dropped".into(), false);
+    }
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("msize", &self.msize())
+            .field("connected", &self.is_connected())
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn unexpected(m: Rmessage) -> ClientError {
+    ClientError::Protocol(format!("unexpected reply {}", m.name()))
+}

@@ -1,0 +1,42 @@
+//! A pipelined 9P2000.L client over one connection.
+//!
+//! What it owns: one connection's protocol state. It negotiates the version and msize
+//! (`min(requested, transport max, server)`, logged and kept in [`MsizeNegotiation`]), hands
+//! out tags from a fixed table (callers wait when all are in flight: back-pressure), allocates
+//! and recycles fids, writes whole frames under one lock, and runs a reader thread that
+//! matches each reply to its request. Many requests may be in flight at once from any number
+//! of threads; [`Client::call_async`], [`Client::read_async`] and [`Client::write_async`] let
+//! a FUSE thread hand a request over and return, the reply finishing it on the reader thread.
+//!
+//! What it does not do: no FUSE, no caching, no opening of sockets (it takes a connected
+//! reader and writer, so it is tested over socket pairs and loopback TCP alike), and no
+//! retrying: when the connection dies, every pending and later request fails with
+//! [`ClientError::Disconnected`] and the caller decides what to do.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use crossfs_client::{Client, ClientConfig};
+//! let stream = std::net::TcpStream::connect("127.0.0.1:5640")?;
+//! let client = Client::connect(stream.try_clone()?, stream, &ClientConfig::default())?;
+//! let (root, _qid) = client.attach(b"root", b"/srv/export", 0)?;
+//! let newfid = client.alloc_fid();
+//! let qids = client.walk(root, newfid, &[b"src", b"main.rs"])?;
+//! # Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod client;
+mod config;
+mod conn;
+mod error;
+mod fids;
+mod ops;
+mod request;
+mod tags;
+mod version;
+
+pub use client::Client;
+pub use config::{ClientConfig, MsizeNegotiation};
+pub use crossfs_wire::{CounterSnapshot, DirEntry, Fid, Qid, Rgetattr, Rmessage, Tmessage};
+pub use error::ClientError;

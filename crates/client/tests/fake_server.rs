@@ -1,0 +1,463 @@
+//! The client against a hand-written fake server over a socket pair: the error paths a real
+//! server will not produce on demand (dying mid-call, unknown tags, oversized replies, wrong
+//! reply types), back-pressure, and requests made from completions.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread;
+use std::time::Duration;
+
+use crossfs_client::{Client, ClientConfig, ClientError};
+use crossfs_wire::{
+    decode_tframe, Data, Fid, Qid, Rclunk, Rgetattr, Rlerror, Rmessage, Rread, Rversion, Rwalk,
+    Tag, Tframe, Tmessage, NOTAG,
+};
+
+/// Long enough for anything that should happen "at once"; only a failing test waits it out.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// The server end of a socket pair, speaking frames by hand.
+struct Fake {
+    stream: UnixStream,
+}
+
+impl Fake {
+    fn read_request(&mut self) -> Option<Tframe> {
+        let mut size = [0u8; 4];
+        self.stream.read_exact(&mut size).ok()?;
+        let mut frame = size.to_vec();
+        frame.resize(u32::from_le_bytes(size) as usize, 0);
+        self.stream.read_exact(&mut frame[4..]).ok()?;
+        Some(decode_tframe(&frame).expect("client sent a bad frame"))
+    }
+
+    fn reply(&mut self, tag: Tag, msg: Rmessage) {
+        let mut out = Vec::new();
+        msg.encode(tag, &mut out);
+        self.stream.write_all(&out).unwrap();
+    }
+
+    fn send_raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).unwrap();
+    }
+
+    /// Answers Tversion with `msize`.
+    fn handshake(&mut self, msize: u32) {
+        let f = self.read_request().unwrap();
+        assert_eq!(f.tag, NOTAG);
+        let Ok(Tmessage::Version(v)) = f.msg else {
+            panic!("expected Tversion, got {f:?}")
+        };
+        self.reply(
+            NOTAG,
+            Rmessage::Version(Rversion {
+                msize: msize.min(v.msize),
+                version: v.version,
+            }),
+        );
+    }
+}
+
+/// A client connected to a fake that has answered Tversion with `msize`.
+fn pair(config: &ClientConfig, msize: u32) -> (Arc<Client>, Fake) {
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    let server = thread::spawn(move || {
+        let mut fake = Fake { stream: theirs };
+        fake.handshake(msize);
+        fake
+    });
+    let closer = ours.try_clone().unwrap();
+    let client = Client::connect_with_closer(ours.try_clone().unwrap(), ours, config, move || {
+        let _ = closer.shutdown(std::net::Shutdown::Both);
+    })
+    .unwrap();
+    (client, server.join().unwrap())
+}
+
+fn getattr_reply() -> Rmessage {
+    Rmessage::Getattr(Rgetattr {
+        valid: 0,
+        qid: Qid::default(),
+        mode: 0,
+        uid: 0,
+        gid: 0,
+        nlink: 0,
+        rdev: 0,
+        size: 42,
+        blksize: 0,
+        blocks: 0,
+        atime_sec: 0,
+        atime_nsec: 0,
+        mtime_sec: 0,
+        mtime_nsec: 0,
+        ctime_sec: 0,
+        ctime_nsec: 0,
+        btime_sec: 0,
+        btime_nsec: 0,
+        gen: 0,
+        data_version: 0,
+    })
+}
+
+/// Starts `n` blocking getattr calls on their own threads; their results arrive on the
+/// returned channel.
+fn pending_getattrs(client: &Arc<Client>, n: usize) -> mpsc::Receiver<Result<u64, ClientError>> {
+    let (tx, rx) = mpsc::channel();
+    for i in 0..n {
+        let client = client.clone();
+        let tx = tx.clone();
+        thread::spawn(move || {
+            let _ = tx.send(client.getattr(Fid(i as u32), 0x7ff).map(|a| a.size));
+        });
+    }
+    rx
+}
+
+/// Error events seen by a process-wide subscriber: (level, reason field).
+fn logged_errors() -> &'static Mutex<Vec<String>> {
+    static LOG: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
+    LOG.get_or_init(|| {
+        tracing::subscriber::set_global_default(ErrorRecorder).unwrap();
+        Mutex::new(Vec::new())
+    })
+}
+
+/// Records the `reason` of every ERROR event. Tests run in parallel, so each test looks for
+/// its own unique reason.
+struct ErrorRecorder;
+
+impl tracing::Subscriber for ErrorRecorder {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        if *event.metadata().level() != tracing::Level::ERROR {
+            return;
+        }
+        struct Reason(String);
+        impl tracing::field::Visit for Reason {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "reason" {
+                    self.0 = format!("{value:?}");
+                }
+            }
+        }
+        let mut reason = Reason(String::new());
+        event.record(&mut reason);
+        logged_errors().lock().unwrap().push(reason.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+fn errors_mentioning(needle: &str) -> usize {
+    logged_errors()
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.contains(needle))
+        .count()
+}
+
+#[test]
+fn pending_calls_fail_when_the_server_dies_and_later_calls_too() {
+    let (client, mut fake) = pair(&ClientConfig::default(), 8192);
+    let results = pending_getattrs(&client, 8);
+    for _ in 0..8 {
+        fake.read_request().unwrap();
+    }
+    assert_eq!(client.in_flight(), 8);
+    drop(fake);
+    for _ in 0..8 {
+        let r = results.recv_timeout(PATIENCE).expect("a call hung");
+        assert!(matches!(r, Err(ClientError::Disconnected(_))), "{r:?}");
+    }
+    assert!(!client.is_connected());
+    assert!(matches!(
+        client.getattr(Fid(0), 1),
+        Err(ClientError::Disconnected(_))
+    ));
+    let (tx, rx) = mpsc::channel();
+    client.read_async(Fid(0), 0, 10, Box::new(move |r| tx.send(r).unwrap()));
+    assert!(matches!(
+        rx.recv_timeout(PATIENCE).unwrap(),
+        Err(ClientError::Disconnected(_))
+    ));
+    assert_eq!(ClientError::Disconnected(String::new()).errno(), libc::EIO);
+}
+
+#[test]
+fn a_reply_with_an_unknown_tag_kills_the_connection_and_is_logged_once() {
+    logged_errors();
+    let (client, mut fake) = pair(&ClientConfig::default(), 8192);
+    let results = pending_getattrs(&client, 3);
+    for _ in 0..3 {
+        fake.read_request().unwrap();
+    }
+    fake.reply(Tag(177), getattr_reply());
+    for _ in 0..3 {
+        let r = results.recv_timeout(PATIENCE).expect("a call hung");
+        let Err(ClientError::Disconnected(why)) = r else {
+            panic!("{r:?}")
+        };
+        assert!(why.contains("unknown tag 177"), "{why}");
+    }
+    assert!(matches!(
+        client.clunk(Fid(1)),
+        Err(ClientError::Disconnected(_))
+    ));
+    drop(fake);
+    client.shutdown();
+    assert_eq!(errors_mentioning("unknown tag 177"), 1);
+}
+
+#[test]
+fn a_reply_as_large_as_msize_kills_the_connection() {
+    let (client, mut fake) = pair(&ClientConfig::default(), 8192);
+    let results = pending_getattrs(&client, 1);
+    let req = fake.read_request().unwrap();
+    // Only the size field is needed: the client must refuse before reading on.
+    let mut frame = 8192u32.to_le_bytes().to_vec();
+    frame.extend_from_slice(&[25, req.tag.0 as u8, (req.tag.0 >> 8) as u8]);
+    fake.send_raw(&frame);
+    let r = results.recv_timeout(PATIENCE).expect("the call hung");
+    let Err(ClientError::Disconnected(why)) = r else {
+        panic!("{r:?}")
+    };
+    assert!(why.contains("8192"), "{why}");
+}
+
+#[test]
+fn a_reply_of_the_wrong_type_fails_only_its_call() {
+    let (client, mut fake) = pair(&ClientConfig::default(), 8192);
+    let results = pending_getattrs(&client, 1);
+    let req = fake.read_request().unwrap();
+    fake.reply(req.tag, Rmessage::Clunk(Rclunk {}));
+    let r = results.recv_timeout(PATIENCE).unwrap();
+    assert!(matches!(r, Err(ClientError::Protocol(_))), "{r:?}");
+    assert!(client.is_connected());
+
+    let results = pending_getattrs(&client, 1);
+    let req = fake.read_request().unwrap();
+    fake.reply(req.tag, getattr_reply());
+    assert_eq!(results.recv_timeout(PATIENCE).unwrap(), Ok(42));
+}
+
+#[test]
+fn rlerror_maps_to_errno_and_zero_to_eio() {
+    let (client, mut fake) = pair(&ClientConfig::default(), 8192);
+    for (ecode, expect) in [(libc::ENOENT as u32, libc::ENOENT), (0, libc::EIO)] {
+        let results = pending_getattrs(&client, 1);
+        let req = fake.read_request().unwrap();
+        fake.reply(req.tag, Rmessage::Lerror(Rlerror { ecode }));
+        let r = results.recv_timeout(PATIENCE).unwrap();
+        assert_eq!(r, Err(ClientError::Errno(expect)));
+    }
+    assert_eq!(client.counters().messages["Tgetattr"].errors, 2);
+}
+
+#[test]
+fn shutdown_fails_pending_calls_and_runs_the_closer() {
+    let (client, mut fake) = pair(&ClientConfig::default(), 8192);
+    let results = pending_getattrs(&client, 2);
+    fake.read_request().unwrap();
+    fake.read_request().unwrap();
+    client.shutdown();
+    for _ in 0..2 {
+        assert!(matches!(
+            results.recv_timeout(PATIENCE).unwrap(),
+            Err(ClientError::Disconnected(_))
+        ));
+    }
+    // The closer shut the socket down: the fake sees end of stream.
+    assert!(fake.read_request().is_none());
+    assert!(!client.is_connected());
+}
+
+#[test]
+fn callers_wait_for_a_free_tag() {
+    let config = ClientConfig {
+        max_in_flight: 2,
+        ..ClientConfig::default()
+    };
+    let (client, mut fake) = pair(&config, 8192);
+    let results = pending_getattrs(&client, 3);
+    let first = fake.read_request().unwrap();
+    let second = fake.read_request().unwrap();
+    assert_ne!(first.tag, second.tag);
+    // The third caller is blocked on the tag table, not on the socket.
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(client.in_flight(), 2);
+    fake.reply(first.tag, getattr_reply());
+    let third = fake.read_request().unwrap();
+    assert_eq!(third.tag, first.tag, "the freed tag is the only one");
+    fake.reply(second.tag, getattr_reply());
+    fake.reply(third.tag, getattr_reply());
+    for _ in 0..3 {
+        assert_eq!(results.recv_timeout(PATIENCE).unwrap(), Ok(42));
+    }
+}
+
+#[test]
+fn completions_may_issue_requests_but_not_block() {
+    let (client, mut fake) = pair(&ClientConfig::default(), 8192);
+    let (blocked_tx, blocked_rx) = mpsc::channel();
+    let (read_tx, read_rx) = mpsc::channel();
+    let c = client.clone();
+    client.call_async(
+        Tmessage::Clunk(crossfs_wire::Tclunk { fid: Fid(5) }),
+        Box::new(move |r| {
+            assert!(r.is_ok());
+            // A blocking call here would wait for this very thread to read its reply.
+            blocked_tx.send(c.getattr(Fid(1), 1).map(|_| ())).unwrap();
+            c.read_async(Fid(2), 0, 5, Box::new(move |r| read_tx.send(r).unwrap()));
+        }),
+    );
+    let req = fake.read_request().unwrap();
+    fake.reply(req.tag, Rmessage::Clunk(Rclunk {}));
+    assert_eq!(
+        blocked_rx.recv_timeout(PATIENCE).unwrap(),
+        Err(ClientError::BlockingOnReaderThread)
+    );
+    let req = fake.read_request().unwrap();
+    assert!(matches!(req.msg, Ok(Tmessage::Read(_))));
+    fake.reply(
+        req.tag,
+        Rmessage::Read(Rread {
+            data: Data(b"hello".to_vec()),
+        }),
+    );
+    assert_eq!(
+        read_rx.recv_timeout(PATIENCE).unwrap(),
+        Ok(b"hello".to_vec())
+    );
+}
+
+#[test]
+fn a_request_from_a_completion_queues_when_every_tag_is_taken() {
+    let config = ClientConfig {
+        max_in_flight: 2,
+        ..ClientConfig::default()
+    };
+    let (client, mut fake) = pair(&config, 8192);
+    let results = pending_getattrs(&client, 1);
+    let blocker = fake.read_request().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let c = client.clone();
+    client.call_async(
+        Tmessage::Clunk(crossfs_wire::Tclunk { fid: Fid(5) }),
+        Box::new(move |_| {
+            // The clunk's tag is free again: the first walk takes it; the getattr holds the
+            // other, so the second walk must queue (this thread cannot wait for a tag: only
+            // it frees them).
+            for newfid in [9, 10] {
+                let tx = tx.clone();
+                let walk = crossfs_wire::Twalk {
+                    fid: Fid(0),
+                    newfid: Fid(newfid),
+                    wnames: vec![],
+                };
+                c.call_async(
+                    walk.into(),
+                    Box::new(move |r| tx.send((newfid, r)).unwrap()),
+                );
+            }
+        }),
+    );
+    let clunk = fake.read_request().unwrap();
+    fake.reply(clunk.tag, Rmessage::Clunk(Rclunk {}));
+    for newfid in [9, 10] {
+        let walk = fake.read_request().unwrap();
+        let Ok(Tmessage::Walk(w)) = &walk.msg else {
+            panic!("{walk:?}")
+        };
+        assert_eq!(w.newfid, Fid(newfid), "requests go out in order");
+        assert_eq!(walk.tag, clunk.tag, "the queued walk reuses the freed tag");
+        assert_eq!(client.in_flight(), 2);
+        fake.reply(walk.tag, Rmessage::Walk(Rwalk { wqids: vec![] }));
+        assert_eq!(
+            rx.recv_timeout(PATIENCE).unwrap(),
+            (newfid, Ok(Rmessage::Walk(Rwalk { wqids: vec![] })))
+        );
+    }
+    fake.reply(blocker.tag, getattr_reply());
+    assert_eq!(results.recv_timeout(PATIENCE).unwrap(), Ok(42));
+}
+
+#[test]
+fn oversized_requests_are_refused_before_sending() {
+    let (client, mut fake) = pair(&ClientConfig::default(), 8192);
+    assert_eq!(client.max_io(), 8192 - 24);
+    let data = vec![0u8; 8192];
+    let r = client.write(Fid(1), 0, &data);
+    assert!(matches!(r, Err(ClientError::TooLarge { .. })), "{r:?}");
+    let r = client.read(Fid(1), 0, 8192);
+    assert!(matches!(r, Err(ClientError::TooLarge { .. })), "{r:?}");
+    let r = client.walk(Fid(0), Fid(1), &[&[b'x'; 9000]]);
+    assert!(matches!(r, Err(ClientError::TooLarge { .. })), "{r:?}");
+    // Nothing reached the server, and the connection is fine.
+    assert!(client.is_connected());
+    assert_eq!(client.counters().messages.get("Twrite"), None);
+    let results = pending_getattrs(&client, 1);
+    let req = fake.read_request().unwrap();
+    assert!(matches!(req.msg, Ok(Tmessage::Getattr(_))));
+    fake.reply(req.tag, getattr_reply());
+    assert_eq!(results.recv_timeout(PATIENCE).unwrap(), Ok(42));
+}
+
+#[test]
+fn version_negotiation_takes_the_smallest_limit() {
+    let config = ClientConfig {
+        msize: 1 << 20,
+        transport_max: 256 * 1024,
+        max_in_flight: 4,
+    };
+    let (client, _fake) = pair(&config, u32::MAX);
+    let n = client.negotiation();
+    assert_eq!((n.requested, n.transport_max), (1 << 20, 256 * 1024));
+    // The fake echoes min(its max, what was asked): the client asked no more than the
+    // transport carries.
+    assert_eq!((n.server, n.effective), (256 * 1024, 256 * 1024));
+}
+
+#[test]
+fn a_server_that_is_not_9p2000l_is_refused() {
+    let (ours, mut theirs) = UnixStream::pair().unwrap();
+    let server = thread::spawn(move || {
+        let mut fake = Fake {
+            stream: theirs.try_clone().unwrap(),
+        };
+        fake.read_request().unwrap();
+        fake.reply(
+            NOTAG,
+            Rmessage::Version(Rversion {
+                msize: 8192,
+                version: b"unknown".to_vec(),
+            }),
+        );
+        let mut rest = Vec::new();
+        let _ = theirs.read_to_end(&mut rest);
+    });
+    let r = Client::connect(ours.try_clone().unwrap(), ours, &ClientConfig::default());
+    assert!(matches!(r, Err(ClientError::Protocol(_))), "{r:?}");
+    drop(r);
+    server.join().unwrap();
+}
+
+#[test]
+fn a_tiny_msize_is_refused() {
+    let (ours, _theirs) = UnixStream::pair().unwrap();
+    let config = ClientConfig {
+        msize: 1000,
+        ..ClientConfig::default()
+    };
+    let r = Client::connect(ours.try_clone().unwrap(), ours, &config);
+    assert!(matches!(r, Err(ClientError::InvalidConfig(_))), "{r:?}");
+}
