@@ -1,0 +1,44 @@
+//! What a server exports and the limits it enforces.
+
+use std::path::PathBuf;
+
+/// Configuration of a [`crate::Server`]. `Default` gives sane limits and an empty export path,
+/// which the caller must fill in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// The directory to export. Nothing outside it is reachable.
+    pub export: PathBuf,
+    /// The largest msize the server accepts; the negotiated msize is the smaller of this and
+    /// the client's. At least [`crossfs_wire::MIN_MSIZE`].
+    pub max_msize: u32,
+    /// Refuse every mutation with `EROFS`.
+    pub read_only: bool,
+    /// Allow Tmknod of character and block devices, and opening existing ones (otherwise
+    /// `EPERM`): a device node in the export would give the client the device.
+    pub allow_devices: bool,
+    /// Threads that execute requests, per connection.
+    pub workers_per_connection: usize,
+    /// Requests accepted but not yet answered, per connection. When reached, the server stops
+    /// reading from that connection until a reply has been sent (back-pressure).
+    pub max_in_flight: usize,
+    /// Fids one connection may hold; past it, requests that create fids get `EMFILE`.
+    pub max_fids: usize,
+    /// Largest extended attribute value (or list) read or written, in bytes.
+    pub max_xattr_size: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            export: PathBuf::new(),
+            max_msize: 1024 * 1024,
+            read_only: false,
+            allow_devices: false,
+            workers_per_connection: 4,
+            max_in_flight: 64,
+            max_fids: 65536,
+            // Linux's XATTR_SIZE_MAX.
+            max_xattr_size: 64 * 1024,
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! The fid table of one connection, and what a fid holds.
+//!
+//! A file fid owns an `O_PATH|O_NOFOLLOW` handle on its inode (shared with clones), the
+//! location it was reached by (parent directory handle and name, for Trename and Tremove), and
+//! once opened, an open descriptor. Handlers take an `Arc` of the fid, so a Tclunk racing a
+//! Tread only drops the table's reference; the read finishes on its own.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use crossfs_wire::{Fid, Qid};
+
+use crate::error::{OpError, OpResult};
+
+/// Where a fid's file was found: its directory and its name there.
+#[derive(Clone)]
+pub(crate) struct Location {
+    /// `O_PATH` handle on the parent directory.
+    pub parent: Arc<OwnedFd>,
+    /// The name in that directory.
+    pub name: Vec<u8>,
+}
+
+/// An open file behind a fid (after Tlopen or Tlcreate).
+pub(crate) struct OpenFile {
+    /// The open descriptor.
+    pub fd: OwnedFd,
+    /// Serialises readdir, which moves the descriptor's position.
+    pub dir_cursor: Mutex<()>,
+}
+
+/// A fid that names a file.
+pub(crate) struct FileFid {
+    /// `O_PATH|O_NOFOLLOW` handle on the inode.
+    pub handle: Arc<OwnedFd>,
+    /// The qid when the fid was made (type and path of an inode never change).
+    pub qid: Qid,
+    /// The device the inode lies on, for readdir qids.
+    pub dev: u64,
+    /// Where it was found; `None` for the export root.
+    pub location: Mutex<Option<Location>>,
+    /// Set once by Tlopen.
+    pub open: OnceLock<OpenFile>,
+    /// The attach's numeric user, inherited through walks (see the crate's Identity section).
+    pub n_uname: u32,
+}
+
+impl FileFid {
+    /// A fid for a handle that is not open.
+    pub(crate) fn new(
+        handle: Arc<OwnedFd>,
+        qid: Qid,
+        dev: u64,
+        location: Option<Location>,
+        n_uname: u32,
+    ) -> Self {
+        FileFid {
+            handle,
+            qid,
+            dev,
+            location: Mutex::new(location),
+            open: OnceLock::new(),
+            n_uname,
+        }
+    }
+
+    /// The `O_PATH` handle.
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.handle.as_fd()
+    }
+
+    /// The open file, or `EBADF` when the fid was never opened.
+    pub(crate) fn opened(&self) -> OpResult<&OpenFile> {
+        self.open.get().ok_or(OpError::Os(rustix::io::Errno::BADF))
+    }
+
+    /// Where the fid was found.
+    pub(crate) fn location(&self) -> Option<Location> {
+        lock(&self.location).clone()
+    }
+
+    /// Records a new location after a rename.
+    pub(crate) fn set_location(&self, loc: Location) {
+        *lock(&self.location) = Some(loc);
+    }
+}
+
+/// A fid made by Txattrcreate: collects the value through Twrite until Tclunk sets it.
+pub(crate) struct XattrWrite {
+    /// The file whose attribute is set.
+    pub handle: Arc<OwnedFd>,
+    /// The attribute's name.
+    pub name: std::ffi::CString,
+    /// The size announced by Txattrcreate.
+    pub size: usize,
+    /// `XATTR_CREATE`/`XATTR_REPLACE`.
+    pub flags: u32,
+    /// The value written so far.
+    pub value: Mutex<Vec<u8>>,
+}
+
+/// What a fid stands for.
+pub(crate) enum FidState {
+    /// A file, directory, symlink or special file.
+    File(FileFid),
+    /// The value (or name list) fetched by Txattrwalk, read with Tread.
+    XattrRead(Vec<u8>),
+    /// An attribute being written (Txattrcreate).
+    XattrWrite(XattrWrite),
+}
+
+impl FidState {
+    /// The file this fid names, or `EBADF` for an xattr fid.
+    pub(crate) fn file(&self) -> OpResult<&FileFid> {
+        match self {
+            FidState::File(f) => Ok(f),
+            _ => Err(OpError::Os(rustix::io::Errno::BADF)),
+        }
+    }
+}
+
+/// The fids of one connection, bounded.
+pub(crate) struct FidTable {
+    fids: Mutex<HashMap<u32, Arc<FidState>>>,
+    max: usize,
+}
+
+impl FidTable {
+    /// An empty table holding at most `max` fids.
+    pub(crate) fn new(max: usize) -> Self {
+        FidTable {
+            fids: Mutex::new(HashMap::new()),
+            max,
+        }
+    }
+
+    /// The fid's state, or `EBADF`.
+    pub(crate) fn get(&self, fid: Fid) -> OpResult<Arc<FidState>> {
+        lock(&self.fids)
+            .get(&fid.0)
+            .cloned()
+            .ok_or(OpError::UnknownFid(fid))
+    }
+
+    /// Whether `fid` is bound.
+    pub(crate) fn contains(&self, fid: Fid) -> bool {
+        lock(&self.fids).contains_key(&fid.0)
+    }
+
+    /// Binds a fid that must be free; `EMFILE` past the limit.
+    pub(crate) fn insert_new(&self, fid: Fid, state: FidState) -> OpResult<()> {
+        let mut fids = lock(&self.fids);
+        if fids.contains_key(&fid.0) {
+            return Err(OpError::FidInUse(fid));
+        }
+        if fids.len() >= self.max {
+            return Err(OpError::TooManyFids);
+        }
+        fids.insert(fid.0, Arc::new(state));
+        Ok(())
+    }
+
+    /// Rebinds a fid that is bound (a walk onto itself, Tlcreate, Txattrcreate).
+    pub(crate) fn replace(&self, fid: Fid, state: FidState) -> OpResult<()> {
+        match lock(&self.fids).get_mut(&fid.0) {
+            Some(slot) => {
+                *slot = Arc::new(state);
+                Ok(())
+            }
+            None => Err(OpError::UnknownFid(fid)),
+        }
+    }
+
+    /// Unbinds a fid, returning what it held.
+    pub(crate) fn remove(&self, fid: Fid) -> OpResult<Arc<FidState>> {
+        lock(&self.fids)
+            .remove(&fid.0)
+            .ok_or(OpError::UnknownFid(fid))
+    }
+
+    /// Unbinds every fid (Tversion, end of connection).
+    pub(crate) fn clear(&self) {
+        let old = std::mem::take(&mut *lock(&self.fids));
+        // Dropped outside the lock: closing thousands of descriptors takes a while.
+        drop(old);
+    }
+
+    /// Fids bound.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.fids).len()
+    }
+}
+
+/// Locks a mutex, ignoring poisoning: every critical section here leaves the data consistent
+/// (plain inserts and removals), so a panic elsewhere does not make it unusable.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_enforces_uniqueness_and_limit() {
+        let t = FidTable::new(2);
+        assert!(t.insert_new(Fid(1), FidState::XattrRead(vec![])).is_ok());
+        assert!(matches!(
+            t.insert_new(Fid(1), FidState::XattrRead(vec![])),
+            Err(OpError::FidInUse(_))
+        ));
+        assert!(t.insert_new(Fid(2), FidState::XattrRead(vec![])).is_ok());
+        assert!(matches!(
+            t.insert_new(Fid(3), FidState::XattrRead(vec![])),
+            Err(OpError::TooManyFids)
+        ));
+        assert!(t.remove(Fid(1)).is_ok());
+        assert!(matches!(t.remove(Fid(1)), Err(OpError::UnknownFid(_))));
+        assert_eq!(t.len(), 1);
+        t.clear();
+        assert_eq!(t.len(), 0);
+    }
+}

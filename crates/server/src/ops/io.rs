@@ -1,0 +1,222 @@
+//! Opening, creating, reading, writing and syncing files.
+
+use std::os::fd::AsFd;
+use std::sync::{Arc, Mutex};
+
+use crossfs_wire::{
+    encode_rread_with, open_flags as of, Rfsync, Rlcreate, Rlopen, Rmessage, Rwrite, Tag, Tfsync,
+    Tlcreate, Tlopen, Tread, Twrite, RREAD_HEADER_LEN,
+};
+use rustix::fs::OFlags;
+use rustix::io::Errno;
+
+use crate::error::{OpError, OpResult};
+use crate::fid::{lock, FidState, FileFid, Location, OpenFile};
+use crate::names;
+use crate::ops::dir::finish_create;
+use crate::server::dev_of;
+use crate::session::Conn;
+use crate::sys;
+
+/// 9P2000.L open flags that carry over to the host, each translated explicitly (the values
+/// happen to match Linux's, but a server must not rely on that). NOCTTY, FASYNC and CLOEXEC
+/// from the client are dropped: they describe the client's descriptor, not the file.
+const CARRIED: [(u32, OFlags); 8] = [
+    (of::TRUNC, OFlags::TRUNC),
+    (of::APPEND, OFlags::APPEND),
+    (of::NONBLOCK, OFlags::NONBLOCK),
+    (of::DSYNC, OFlags::DSYNC),
+    (of::DIRECT, OFlags::DIRECT),
+    (of::DIRECTORY, OFlags::DIRECTORY),
+    (of::NOATIME, OFlags::NOATIME),
+    (of::SYNC, OFlags::SYNC),
+];
+
+/// Host flags for a 9P2000.L open: access mode plus [`CARRIED`]. Creation flags are not
+/// included; Tlcreate adds its own.
+pub(crate) fn host_flags(flags: u32) -> OpResult<OFlags> {
+    let mut host = match flags & of::ACCMODE {
+        of::RDONLY => OFlags::RDONLY,
+        of::WRONLY => OFlags::WRONLY,
+        of::RDWR => OFlags::RDWR,
+        _ => return Err(OpError::Invalid("access mode 3")),
+    };
+    for (wire, flag) in CARRIED {
+        if flags & wire != 0 {
+            host |= flag;
+        }
+    }
+    Ok(host)
+}
+
+/// Whether an open with these 9P2000.L flags could change the file.
+fn mutates(flags: u32) -> bool {
+    flags & of::ACCMODE != of::RDONLY || flags & (of::TRUNC | of::CREATE) != 0
+}
+
+/// Tlopen: opens the fid's inode through `/proc/self/fd/N`. The fid must not be a symlink
+/// (`ELOOP`, as `O_NOFOLLOW` gives locally) nor, unless allowed, a device (`EPERM`).
+///
+/// `O_NOFOLLOW` cannot be passed here: it would refuse the magic link itself. It is not
+/// needed either: the magic link lands on the fid's inode and is never followed further.
+pub(crate) fn lopen(conn: &Conn, m: Tlopen) -> OpResult<Rmessage> {
+    if mutates(m.flags) {
+        conn.server.check_writable()?;
+    }
+    let state = conn.fids.get(m.fid)?;
+    let f = state.file()?;
+    if f.open.get().is_some() {
+        return Err(OpError::Invalid("fid already open"));
+    }
+    let flags = host_flags(m.flags)?;
+    let st = sys::stat(f.fd())?;
+    match u32::from(st.stx_mode) & libc::S_IFMT {
+        libc::S_IFLNK => return Err(Errno::LOOP.into()),
+        libc::S_IFCHR | libc::S_IFBLK if !conn.server.config.allow_devices => {
+            return Err(OpError::NotPermitted("device nodes are not exported"))
+        }
+        _ => {}
+    }
+    let fd = sys::reopen(conn.server.proc_fd(), f.fd(), flags)?;
+    f.open
+        .set(OpenFile {
+            fd,
+            dir_cursor: Mutex::new(()),
+        })
+        .map_err(|_| OpError::Invalid("fid already open"))?;
+    Ok(Rmessage::Lopen(Rlopen {
+        qid: conn.server.qid(&st),
+        iounit: conn.iounit(),
+    }))
+}
+
+/// Tlcreate: creates `name` in the directory `fid` with `O_CREAT|O_NOFOLLOW` (and the
+/// client's `O_EXCL`), then rebinds `fid` to the new, open file.
+pub(crate) fn lcreate(conn: &Conn, m: Tlcreate) -> OpResult<Rmessage> {
+    conn.server.check_writable()?;
+    let name = names::component(&m.name)?;
+    let state = conn.fids.get(m.fid)?;
+    let dir = state.file()?;
+    let flags = host_flags(m.flags)?;
+    let perm = m.mode & 0o7777;
+    // Try an exclusive create first, so that only a file this call made gets its mode and
+    // owner adjusted; without the client's O_EXCL an existing file is then simply opened.
+    let (fd, created) =
+        match sys::create_at(dir.fd(), &name, flags | OFlags::CREATE | OFlags::EXCL, perm) {
+            Ok(fd) => (fd, true),
+            Err(Errno::EXIST) if m.flags & of::EXCL == 0 => {
+                (sys::create_at(dir.fd(), &name, flags, perm)?, false)
+            }
+            Err(e) => return Err(e.into()),
+        };
+    if created {
+        finish_create(conn, fd.as_fd(), perm, m.gid, dir.n_uname)?;
+    }
+    let handle = sys::path_handle(conn.server.proc_fd(), fd.as_fd())?;
+    let st = sys::stat(handle.as_fd())?;
+    let qid = conn.server.qid(&st);
+    let new = FileFid::new(
+        Arc::new(handle),
+        qid,
+        dev_of(&st),
+        Some(Location {
+            parent: dir.handle.clone(),
+            name: m.name,
+        }),
+        dir.n_uname,
+    );
+    // A fresh OnceLock cannot be set already.
+    let _ = new.open.set(OpenFile {
+        fd,
+        dir_cursor: Mutex::new(()),
+    });
+    conn.fids.replace(m.fid, FidState::File(new))?;
+    Ok(Rmessage::Lcreate(Rlcreate {
+        qid,
+        iounit: conn.iounit(),
+    }))
+}
+
+/// Tread: from an open file straight into the reply buffer, or from an xattr fid. The count
+/// is clamped so the reply stays strictly below msize.
+pub(crate) fn read(conn: &Conn, tag: Tag, m: Tread, out: &mut Vec<u8>) -> OpResult<()> {
+    let room = (conn.msize() as usize).saturating_sub(RREAD_HEADER_LEN + 1);
+    let max = (m.count as usize).min(room);
+    let state = conn.fids.get(m.fid)?;
+    match &*state {
+        FidState::File(f) => {
+            let open = f.opened()?;
+            encode_rread_with(tag, max, out, |buf| {
+                sys::pread(open.fd.as_fd(), buf, m.offset)
+            })?;
+        }
+        FidState::XattrRead(value) => {
+            let start = usize::try_from(m.offset)
+                .unwrap_or(usize::MAX)
+                .min(value.len());
+            let part = &value[start..value.len().min(start.saturating_add(max))];
+            encode_rread_with(tag, part.len(), out, |buf| {
+                buf.copy_from_slice(part);
+                Ok::<_, OpError>(part.len())
+            })?;
+        }
+        FidState::XattrWrite(_) => return Err(Errno::BADF.into()),
+    }
+    Ok(())
+}
+
+/// Twrite: to an open file (`pwrite`; an `O_APPEND` file appends), or the next chunk of an
+/// xattr value (chunks must arrive in order and not exceed the announced size).
+pub(crate) fn write(conn: &Conn, m: Twrite) -> OpResult<Rmessage> {
+    conn.server.check_writable()?;
+    let state = conn.fids.get(m.fid)?;
+    let count = match &*state {
+        FidState::File(f) => {
+            let open = f.opened()?;
+            sys::pwrite(open.fd.as_fd(), &m.data.0, m.offset)?
+        }
+        FidState::XattrWrite(x) => {
+            let mut value = lock(&x.value);
+            if m.offset != value.len() as u64 {
+                return Err(OpError::Invalid("xattr value written out of order"));
+            }
+            if value.len() + m.data.0.len() > x.size {
+                return Err(OpError::Invalid("xattr value longer than announced"));
+            }
+            value.extend_from_slice(&m.data.0);
+            m.data.0.len()
+        }
+        FidState::XattrRead(_) => return Err(Errno::BADF.into()),
+    };
+    Ok(Rmessage::Write(Rwrite {
+        count: count as u32,
+    }))
+}
+
+/// Tfsync: `fsync`/`fdatasync` of the fid's open file.
+pub(crate) fn fsync(conn: &Conn, m: Tfsync) -> OpResult<Rmessage> {
+    let state = conn.fids.get(m.fid)?;
+    let f: &FileFid = state.file()?;
+    sys::fsync(f.opened()?.fd.as_fd(), m.datasync != 0)?;
+    Ok(Rmessage::Fsync(Rfsync {}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_are_translated_and_client_only_bits_dropped() {
+        let f =
+            host_flags(of::RDWR | of::TRUNC | of::APPEND | of::CLOEXEC | of::NOCTTY | of::FASYNC)
+                .unwrap();
+        assert_eq!(f, OFlags::RDWR | OFlags::TRUNC | OFlags::APPEND);
+        assert_eq!(
+            host_flags(of::WRONLY | of::DIRECT).unwrap(),
+            OFlags::WRONLY | OFlags::DIRECT
+        );
+        assert!(host_flags(3).is_err());
+        assert!(mutates(of::RDONLY | of::TRUNC));
+        assert!(!mutates(of::RDONLY | of::DIRECTORY));
+    }
+}

@@ -1,0 +1,88 @@
+//! Request handlers: one function per message, grouped by what they touch. [`handle`] runs one
+//! request and leaves its encoded reply (or Rlerror) in a buffer.
+
+mod attr;
+mod dir;
+mod io;
+mod lock;
+mod walk;
+mod xattr;
+
+use crossfs_wire::{DecodeError, Rclunk, Rmessage, Tag, Tmessage};
+
+use crate::error::{OpError, OpResult};
+use crate::fid::FidState;
+use crate::session::Conn;
+
+/// Executes one request and appends exactly one reply frame to `out`.
+pub(crate) fn handle(
+    conn: &Conn,
+    tag: Tag,
+    msg_type: u8,
+    msg: Result<Tmessage, DecodeError>,
+    out: &mut Vec<u8>,
+) {
+    let result = match msg {
+        Ok(Tmessage::Read(m)) => io::read(conn, tag, m, out).map(|()| None),
+        Ok(m) => dispatch(conn, m).map(Some),
+        Err(DecodeError::UnknownType(_)) => Err(OpError::NotSupported),
+        Err(_) => Err(OpError::Invalid("malformed message body")),
+    };
+    match result {
+        Ok(Some(reply)) => reply.encode(tag, out),
+        Ok(None) => {}
+        Err(e) => {
+            tracing::debug!(
+                id = conn.stats.id,
+                request = crossfs_wire::message_name(msg_type).unwrap_or("unknown"),
+                tag = tag.0,
+                "Rlerror: {e}"
+            );
+            out.clear();
+            Rmessage::error(e.errno()).encode(tag, out);
+        }
+    }
+}
+
+fn dispatch(conn: &Conn, msg: Tmessage) -> OpResult<Rmessage> {
+    use Tmessage as T;
+    match msg {
+        T::Attach(m) => walk::attach(conn, m),
+        T::Walk(m) => walk::walk(conn, m),
+        T::Clunk(m) => clunk(conn, m.fid),
+        T::Lopen(m) => io::lopen(conn, m),
+        T::Lcreate(m) => io::lcreate(conn, m),
+        T::Write(m) => io::write(conn, m),
+        T::Fsync(m) => io::fsync(conn, m),
+        T::Readdir(m) => dir::readdir(conn, m),
+        T::Mkdir(m) => dir::mkdir(conn, m),
+        T::Symlink(m) => dir::symlink(conn, m),
+        T::Mknod(m) => dir::mknod(conn, m),
+        T::Link(m) => dir::link(conn, m),
+        T::Rename(m) => dir::rename(conn, m),
+        T::Renameat(m) => dir::renameat(conn, m),
+        T::Unlinkat(m) => dir::unlinkat(conn, m),
+        T::Remove(m) => dir::remove(conn, m),
+        T::Getattr(m) => attr::getattr(conn, m),
+        T::Setattr(m) => attr::setattr(conn, m),
+        T::Statfs(m) => attr::statfs(conn, m),
+        T::Readlink(m) => attr::readlink(conn, m),
+        T::Xattrwalk(m) => xattr::xattrwalk(conn, m),
+        T::Xattrcreate(m) => xattr::xattrcreate(conn, m),
+        T::Lock(m) => lock::lock(conn, m),
+        T::Getlock(m) => lock::getlock(conn, m),
+        // No authentication: identity is the server's own (see the crate's Identity section).
+        T::Auth(_) => Err(OpError::NotSupported),
+        // Handled by the session before dispatch; never queued.
+        T::Read(_) | T::Version(_) | T::Flush(_) => Err(OpError::Invalid("not dispatched")),
+    }
+}
+
+/// Tclunk: forgets the fid; an xattr being written is set now.
+fn clunk(conn: &Conn, fid: crossfs_wire::Fid) -> OpResult<Rmessage> {
+    let state = conn.fids.remove(fid)?;
+    if let FidState::XattrWrite(x) = &*state {
+        xattr::commit(conn, x)?;
+    }
+    Ok(Rmessage::Clunk(Rclunk {}))
+}

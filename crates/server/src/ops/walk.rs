@@ -1,0 +1,89 @@
+//! Tattach and Twalk: making fids, one confined step at a time.
+
+use std::os::fd::AsFd;
+use std::sync::Arc;
+
+use crossfs_wire::{Rattach, Rmessage, Rwalk, Tattach, Twalk, NOFID};
+
+use crate::error::{OpError, OpResult};
+use crate::fid::{FidState, FileFid, Location};
+use crate::names;
+use crate::server::dev_of;
+use crate::session::Conn;
+use crate::sys;
+
+/// Tattach: binds `fid` to the export root. The unames are recorded and logged; they grant
+/// nothing (see the crate's Identity section). `aname` is ignored: the export is the root.
+pub(crate) fn attach(conn: &Conn, m: Tattach) -> OpResult<Rmessage> {
+    if m.afid != NOFID {
+        // Tauth is never granted, so no afid can be valid.
+        return Err(OpError::Invalid("authentication is not supported"));
+    }
+    tracing::info!(
+        id = conn.stats.id,
+        peer = %conn.stats.peer,
+        uname = %String::from_utf8_lossy(&m.uname),
+        n_uname = m.n_uname,
+        aname = %String::from_utf8_lossy(&m.aname),
+        "attach"
+    );
+    let root = conn.server.root.clone();
+    let st = sys::stat(root.as_fd())?;
+    let qid = conn.server.qid(&st);
+    let fid = FileFid::new(root, qid, dev_of(&st), None, m.n_uname);
+    conn.fids.insert_new(m.fid, FidState::File(fid))?;
+    Ok(Rmessage::Attach(Rattach { qid }))
+}
+
+/// Twalk. Every name is checked before any is used ("", ".", "..", "/" or NUL: `EINVAL` for
+/// the whole walk). Each step opens one name beneath the previous directory with
+/// `O_PATH|O_NOFOLLOW`, so a symlink can end a walk (the fid then names the link) but never
+/// be passed through. A failure at the first name is an Rlerror; a later one gives a short
+/// Rwalk, and `newfid` is not bound.
+pub(crate) fn walk(conn: &Conn, m: Twalk) -> OpResult<Rmessage> {
+    let state = conn.fids.get(m.fid)?;
+    let from = state.file()?;
+    if m.newfid != m.fid && conn.fids.contains(m.newfid) {
+        return Err(OpError::FidInUse(m.newfid));
+    }
+    let names = m
+        .wnames
+        .iter()
+        .map(|n| names::component(n))
+        .collect::<OpResult<Vec<_>>>()?;
+
+    let mut handle = from.handle.clone();
+    let mut location = from.location();
+    let mut qid = from.qid;
+    let mut dev = from.dev;
+    let mut wqids = Vec::with_capacity(names.len());
+    for (name, raw) in names.iter().zip(&m.wnames) {
+        let step = sys::walk_one(handle.as_fd(), name, conn.server.openat2)
+            .and_then(|fd| sys::stat(fd.as_fd()).map(|st| (fd, st)));
+        let (fd, st) = match step {
+            Ok(found) => found,
+            Err(e) if wqids.is_empty() => return Err(e.into()),
+            Err(_) => return Ok(Rmessage::Walk(Rwalk { wqids })),
+        };
+        qid = conn.server.qid(&st);
+        dev = dev_of(&st);
+        wqids.push(qid);
+        location = Some(Location {
+            parent: handle,
+            name: raw.clone(),
+        });
+        handle = Arc::new(fd);
+    }
+
+    if m.newfid == m.fid && names.is_empty() {
+        // Cloning a fid onto itself changes nothing (and keeps it open if it was).
+        return Ok(Rmessage::Walk(Rwalk { wqids }));
+    }
+    let fid = FileFid::new(handle, qid, dev, location, from.n_uname);
+    if m.newfid == m.fid {
+        conn.fids.replace(m.newfid, FidState::File(fid))?;
+    } else {
+        conn.fids.insert_new(m.newfid, FidState::File(fid))?;
+    }
+    Ok(Rmessage::Walk(Rwalk { wqids }))
+}

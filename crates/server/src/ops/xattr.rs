@@ -1,0 +1,88 @@
+//! Extended attributes: Txattrwalk (+ Tread) to get or list, Txattrcreate (+ Twrite, Tclunk)
+//! to set or remove. Values are bounded by `max_xattr_size` in both directions.
+
+use std::sync::Mutex;
+
+use crossfs_wire::{xattr_flags, Rmessage, Rxattrcreate, Rxattrwalk, Txattrcreate, Txattrwalk};
+use rustix::io::Errno;
+
+use crate::error::{OpError, OpResult};
+use crate::fid::{lock, FidState, XattrWrite};
+use crate::names;
+use crate::session::Conn;
+use crate::sys;
+
+/// Txattrwalk: fetches the value of `name` (or, for an empty name, the NUL-separated list of
+/// names) and binds it to `newfid`, from which the client reads it.
+pub(crate) fn xattrwalk(conn: &Conn, m: Txattrwalk) -> OpResult<Rmessage> {
+    let state = conn.fids.get(m.fid)?;
+    let f = state.file()?;
+    if m.newfid != m.fid && conn.fids.contains(m.newfid) {
+        return Err(OpError::FidInUse(m.newfid));
+    }
+    let max = conn.server.config.max_xattr_size;
+    let value = if m.name.is_empty() {
+        sys::list_xattr(f.fd(), max)?
+    } else {
+        sys::get_xattr(f.fd(), &names::c_string(&m.name)?, max)?
+    };
+    let size = value.len() as u64;
+    if m.newfid == m.fid {
+        conn.fids.replace(m.newfid, FidState::XattrRead(value))?;
+    } else {
+        conn.fids.insert_new(m.newfid, FidState::XattrRead(value))?;
+    }
+    Ok(Rmessage::Xattrwalk(Rxattrwalk { size }))
+}
+
+/// Txattrcreate: turns `fid` into a buffer for the value of `name`, `attr_size` bytes
+/// (refused with `E2BIG` above `max_xattr_size`, as setxattr(2) refuses values above its
+/// limit). The attribute is set when the fid is clunked.
+pub(crate) fn xattrcreate(conn: &Conn, m: Txattrcreate) -> OpResult<Rmessage> {
+    conn.server.check_writable()?;
+    if m.name.is_empty() {
+        return Err(OpError::Invalid("empty xattr name"));
+    }
+    if m.flags & !(xattr_flags::CREATE | xattr_flags::REPLACE) != 0 {
+        return Err(OpError::Invalid("unknown xattr flags"));
+    }
+    let size = usize::try_from(m.attr_size)
+        .ok()
+        .filter(|&s| s <= conn.server.config.max_xattr_size)
+        .ok_or(Errno::TOOBIG)?;
+    let name = names::c_string(&m.name)?;
+    let state = conn.fids.get(m.fid)?;
+    let handle = state.file()?.handle.clone();
+    conn.fids.replace(
+        m.fid,
+        FidState::XattrWrite(XattrWrite {
+            handle,
+            name,
+            size,
+            flags: m.flags,
+            // Bounded above; reserving up front spares regrowth while chunks arrive.
+            value: Mutex::new(Vec::with_capacity(size)),
+        }),
+    )?;
+    Ok(Rmessage::Xattrcreate(Rxattrcreate {}))
+}
+
+/// Applies an xattr written through Txattrcreate, at Tclunk.
+///
+/// Linux sends removexattr(2) as a Txattrcreate of size 0 with `XATTR_REPLACE` (the VFS
+/// passes a NULL value with that flag), so exactly that combination removes the attribute;
+/// any other size-0 create sets an empty value. A value shorter than announced is `EINVAL`.
+pub(crate) fn commit(conn: &Conn, x: &XattrWrite) -> OpResult<()> {
+    conn.server.check_writable()?;
+    let value = lock(&x.value);
+    if value.len() != x.size {
+        return Err(OpError::Invalid("xattr value shorter than announced"));
+    }
+    let fd = rustix::fd::AsFd::as_fd(&*x.handle);
+    if x.size == 0 && x.flags == xattr_flags::REPLACE {
+        sys::remove_xattr(fd, &x.name)?;
+    } else {
+        sys::set_xattr(fd, &x.name, &value, x.flags)?;
+    }
+    Ok(())
+}

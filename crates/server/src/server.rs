@@ -1,0 +1,229 @@
+//! The server: the export, process-wide state, and statistics over connections.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+use crossfs_wire::{
+    CounterSnapshot, MessageCounters, Qid, MIN_MSIZE, QID_TYPE_DIR, QID_TYPE_FILE, QID_TYPE_SYMLINK,
+};
+use rustix::fs::Statx;
+use serde_json::{json, Map, Value};
+
+use crate::config::ServerConfig;
+use crate::error::{OpError, OpResult, ServerError};
+use crate::fid::lock;
+use crate::stats::{add_counters, ConnStats};
+use crate::{session, sys};
+
+/// A directory exported over 9P2000.L. Create one with [`Server::new`], then hand each
+/// accepted connection to [`Server::serve_connection`] on its own thread.
+pub struct Server {
+    pub(crate) config: ServerConfig,
+    /// The export as given, for logs and stats.
+    export: PathBuf,
+    /// `O_PATH` handle on the export root; every fid descends from it.
+    pub(crate) root: Arc<OwnedFd>,
+    root_dev: u64,
+    /// `O_PATH` handle on `/proc/self/fd`, through which fids are reopened.
+    proc_fd: OwnedFd,
+    /// Whether walks use `openat2(RESOLVE_BENEATH|...)`.
+    pub(crate) openat2: bool,
+    /// Whether the server runs as root (then created files are given to the caller).
+    pub(crate) is_root: bool,
+    /// Devices other than the root's met so far, numbered from 1 (qid path mixing).
+    devices: Mutex<HashMap<u64, u64>>,
+    /// Counters over every connection, closed ones included.
+    totals: MessageCounters,
+    connections: Mutex<BTreeMap<u64, Arc<ConnStats>>>,
+    next_connection: AtomicU64,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("export", &self.export)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// Opens the export root and `/proc/self/fd`, and raises the open-file limit to its hard
+    /// maximum (every fid holds a descriptor).
+    ///
+    /// # Errors
+    /// [`ServerError::Config`] for an empty export or limits that make no sense,
+    /// [`ServerError::Export`] when the export cannot be opened as a directory,
+    /// [`ServerError::NoProc`] when `/proc/self/fd` is not procfs.
+    pub fn new(config: ServerConfig) -> Result<Arc<Server>, ServerError> {
+        if config.export.as_os_str().is_empty() {
+            return Err(ServerError::Config("the export path is empty"));
+        }
+        if config.max_msize < MIN_MSIZE {
+            return Err(ServerError::Config("max_msize is below 4096"));
+        }
+        if config.workers_per_connection == 0 || config.max_in_flight == 0 {
+            return Err(ServerError::Config(
+                "workers_per_connection and max_in_flight must be at least 1",
+            ));
+        }
+        let root = sys::open_root(&config.export).map_err(|e| ServerError::Export {
+            path: config.export.clone(),
+            source: e.into(),
+        })?;
+        let proc_fd = sys::open_proc_fd_dir().map_err(|e| ServerError::NoProc(e.into()))?;
+        let st = sys::stat(root.as_fd()).map_err(|e| ServerError::Export {
+            path: config.export.clone(),
+            source: e.into(),
+        })?;
+        let openat2 = sys::has_openat2(root.as_fd());
+        let fd_limit = sys::raise_fd_limit();
+        tracing::info!(
+            export = %config.export.display(),
+            openat2,
+            fd_limit,
+            read_only = config.read_only,
+            "export opened"
+        );
+        Ok(Arc::new(Server {
+            export: config.export.clone(),
+            config,
+            root: Arc::new(root),
+            root_dev: dev_of(&st),
+            proc_fd,
+            openat2,
+            is_root: sys::euid() == 0,
+            devices: Mutex::new(HashMap::new()),
+            totals: MessageCounters::default(),
+            connections: Mutex::new(BTreeMap::new()),
+            next_connection: AtomicU64::new(1),
+        }))
+    }
+
+    /// Serves one connection on the calling thread until the client disconnects or sends a
+    /// frame that cannot be framed (then the connection is closed with a warning).
+    ///
+    /// `reader` and `writer` are the two directions of one byte stream (for a socket, the
+    /// socket and a clone of it). Requests run on `workers_per_connection` threads; replies
+    /// are written whole, one at a time. Returns when every request read has been answered
+    /// or abandoned; dropping `reader` and `writer` then closes the stream.
+    ///
+    /// A write to a peer that has gone must fail with `EPIPE` rather than kill the process:
+    /// Rust programs ignore `SIGPIPE` by default, and a caller that changes that must keep it
+    /// ignored (or hand in a writer that sends with `MSG_NOSIGNAL`).
+    pub fn serve_connection(
+        self: &Arc<Self>,
+        reader: impl Read + Send + 'static,
+        writer: impl Write + Send + 'static,
+        peer: String,
+    ) {
+        let id = self.next_connection.fetch_add(1, Relaxed);
+        let stats = Arc::new(ConnStats::new(id, peer));
+        lock(&self.connections).insert(id, stats.clone());
+        session::run(self, &stats, reader, Box::new(writer));
+        lock(&self.connections).remove(&id);
+    }
+
+    /// Counters over all connections, closed ones included.
+    pub fn message_totals(&self) -> CounterSnapshot {
+        self.totals.snapshot()
+    }
+
+    /// Statistics as JSON:
+    /// `{"role":"server","export":"/path","total":{"Twalk":{"count":N,"bytes":N,"errors":N},
+    /// ...,"bytes_in":N,"bytes_out":N},"connections":[{"id":1,"peer":"...","msize":N,
+    /// "Twalk":{...},...,"bytes_in":N,"bytes_out":N}]}`. `total` includes closed connections;
+    /// `connections` lists the live ones.
+    pub fn stats_json(&self) -> Value {
+        let mut total = Map::new();
+        add_counters(&mut total, &self.totals.snapshot());
+        let connections: Vec<Value> = lock(&self.connections)
+            .values()
+            .map(|c| c.to_json())
+            .collect();
+        json!({
+            "role": "server",
+            "export": self.export.to_string_lossy(),
+            "total": Value::Object(total),
+            "connections": connections,
+        })
+    }
+
+    /// Counts a message on a connection and in the totals.
+    pub(crate) fn record(&self, conn: &ConnStats, ty: u8, bytes: usize) {
+        conn.counters.record(ty, bytes);
+        self.totals.record(ty, bytes);
+    }
+
+    /// Counts an Rlerror answer to a request of type `request_ty`.
+    pub(crate) fn record_error(&self, conn: &ConnStats, request_ty: u8) {
+        conn.counters.record_error(request_ty);
+        self.totals.record_error(request_ty);
+    }
+
+    /// The descriptor of `/proc/self/fd`.
+    pub(crate) fn proc_fd(&self) -> BorrowedFd<'_> {
+        self.proc_fd.as_fd()
+    }
+
+    /// Refuses a mutation on a read-only export.
+    pub(crate) fn check_writable(&self) -> OpResult<()> {
+        if self.config.read_only {
+            Err(OpError::ReadOnly)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The qid of a file from its attributes. Version is always 0: the qid names the inode,
+    /// and a version that changed with every write would make Linux's v9fs treat a modified
+    /// file as a different inode; freshness comes from Tgetattr instead.
+    pub(crate) fn qid(&self, st: &Statx) -> Qid {
+        let ty = match u32::from(st.stx_mode) & libc::S_IFMT {
+            libc::S_IFDIR => QID_TYPE_DIR,
+            libc::S_IFLNK => QID_TYPE_SYMLINK,
+            _ => QID_TYPE_FILE,
+        };
+        Qid {
+            ty,
+            version: 0,
+            path: self.qid_path(dev_of(st), st.stx_ino),
+        }
+    }
+
+    /// The qid of a directory entry (`d_type` is a DT_* value) on device `dev`.
+    pub(crate) fn entry_qid(&self, dev: u64, ino: u64, d_type: u8) -> Qid {
+        let ty = match d_type {
+            libc::DT_DIR => QID_TYPE_DIR,
+            libc::DT_LNK => QID_TYPE_SYMLINK,
+            _ => QID_TYPE_FILE,
+        };
+        Qid {
+            ty,
+            version: 0,
+            path: self.qid_path(dev, ino),
+        }
+    }
+
+    /// The inode number, unique across devices: inodes on the export root's device keep their
+    /// number; those on other devices (mounts inside the export) get the device's index (from
+    /// 1) XORed into bits 48..63, where real inode numbers do not reach in practice.
+    fn qid_path(&self, dev: u64, ino: u64) -> u64 {
+        if dev == self.root_dev {
+            return ino;
+        }
+        let mut devices = lock(&self.devices);
+        let next = devices.len() as u64 + 1;
+        let index = *devices.entry(dev).or_insert(next);
+        ino ^ (index << 48)
+    }
+}
+
+/// The device number of a statx result.
+pub(crate) fn dev_of(st: &Statx) -> u64 {
+    rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor)
+}

@@ -1,0 +1,441 @@
+//! One connection: a reader, a bounded pool of workers, and one writer lock.
+//!
+//! The calling thread reads frames. Tversion and Tflush are handled by the reader itself;
+//! every other request is recorded in the in-flight table under its tag and queued for the
+//! workers. When `max_in_flight` requests are outstanding the reader stops reading, so a client
+//! that sends faster than it is served (or never reads its replies, leaving the writer blocked)
+//! is held back by the socket, and memory stays bounded.
+//!
+//! Ordering rules, and how they hold:
+//! - Replies never interleave: a reply is written whole while holding the writer lock.
+//! - Rflush follows the flushed reply: a request leaves the in-flight table only while its
+//!   worker holds the writer lock, and that worker then writes its reply and the Rflush of
+//!   every Tflush that named it. A Tflush for a tag no longer in flight is answered at once,
+//!   but only after taking the writer lock, hence after the reply written under it.
+//! - A flushed request that had not started is dropped unanswered; its Rflush is still sent.
+//! - A tag becomes free (in the table) no earlier than its reply is on the wire, so a client
+//!   that reuses a tag as soon as it has the reply is never mistaken for a duplicate.
+//! - A request whose tag is already in flight is a protocol violation: the connection is
+//!   closed, since any reply would be ambiguous.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{ErrorKind, Read, Write};
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::{Arc, Condvar, Mutex};
+
+use crossfs_wire::{
+    check_frame_size, decode_tframe, DecodeError, Rflush, Rmessage, Rversion, Tag, Tframe,
+    Tmessage, Tversion, MIN_MSIZE, VERSION_9P2000_L,
+};
+
+use crate::fid::{lock, FidTable};
+use crate::server::Server;
+use crate::stats::ConnStats;
+
+/// What the request handlers see of a connection.
+pub(crate) struct Conn {
+    pub server: Arc<Server>,
+    pub stats: Arc<ConnStats>,
+    pub fids: FidTable,
+    /// The negotiated msize; 0 until a Tversion succeeds.
+    msize: AtomicU32,
+}
+
+impl Conn {
+    /// The negotiated msize (every reply must be strictly smaller).
+    pub(crate) fn msize(&self) -> u32 {
+        self.msize.load(Relaxed)
+    }
+
+    /// The iounit advertised by Rlopen/Rlcreate: what Linux asks per read or write anyway.
+    pub(crate) fn iounit(&self) -> u32 {
+        self.msize().saturating_sub(crossfs_wire::IOHDRSZ as u32)
+    }
+}
+
+/// A request waiting for or under execution.
+struct Entry {
+    /// Flushed before a worker took it: drop it unanswered.
+    cancelled: bool,
+    /// A worker has taken it (or it is a Tflush waiting for its target).
+    started: bool,
+    /// Tags of Tflush requests waiting for this one, in arrival order.
+    flushers: Vec<Tag>,
+}
+
+struct Job {
+    tag: Tag,
+    msg_type: u8,
+    msg: Result<Tmessage, DecodeError>,
+}
+
+#[derive(Default)]
+struct State {
+    in_flight: HashMap<u16, Entry>,
+    queue: VecDeque<Job>,
+    /// The reader has stopped: workers finish the queue and exit.
+    closing: bool,
+}
+
+struct Output {
+    writer: Box<dyn Write + Send>,
+    /// A write failed: the peer is gone, later replies are dropped.
+    broken: bool,
+}
+
+struct Session {
+    conn: Conn,
+    state: Mutex<State>,
+    /// Signalled when an entry leaves the in-flight table.
+    reader_wake: Condvar,
+    /// Signalled when a job is queued or the session closes.
+    worker_wake: Condvar,
+    out: Mutex<Output>,
+}
+
+/// Why the reader stopped.
+enum Stop {
+    /// The peer closed the stream between frames.
+    Eof,
+    /// The connection must be closed; the reason is logged.
+    Close(String),
+}
+
+/// Runs a connection to completion.
+pub(crate) fn run(
+    server: &Arc<Server>,
+    stats: &Arc<ConnStats>,
+    mut reader: impl Read,
+    writer: Box<dyn Write + Send>,
+) {
+    let session = Session {
+        conn: Conn {
+            server: server.clone(),
+            stats: stats.clone(),
+            fids: FidTable::new(server.config.max_fids),
+            msize: AtomicU32::new(0),
+        },
+        state: Mutex::new(State::default()),
+        reader_wake: Condvar::new(),
+        worker_wake: Condvar::new(),
+        out: Mutex::new(Output {
+            writer,
+            broken: false,
+        }),
+    };
+    tracing::debug!(id = stats.id, peer = %stats.peer, "connection opened");
+    std::thread::scope(|s| {
+        for _ in 0..server.config.workers_per_connection {
+            s.spawn(|| session.worker());
+        }
+        let stop = session.read_loop(&mut reader);
+        match stop {
+            Stop::Eof => {
+                tracing::debug!(id = stats.id, peer = %stats.peer, "connection closed by peer")
+            }
+            Stop::Close(why) => {
+                tracing::warn!(id = stats.id, peer = %stats.peer, "closing connection: {why}")
+            }
+        }
+        lock(&session.state).closing = true;
+        session.worker_wake.notify_all();
+    });
+    session.conn.fids.clear();
+}
+
+impl Session {
+    fn read_loop(&self, reader: &mut impl Read) -> Stop {
+        let mut buf = Vec::new();
+        loop {
+            let mut head = [0u8; 4];
+            match read_head(reader, &mut head) {
+                Ok(true) => {}
+                Ok(false) => return Stop::Eof,
+                Err(e) => return Stop::Close(format!("reading a frame: {e}")),
+            }
+            let size = u32::from_le_bytes(head);
+            let limit = match self.conn.msize() {
+                0 => self.conn.server.config.max_msize,
+                m => m,
+            };
+            // Checked before allocating: the buffer never exceeds the msize in force.
+            let len = match check_frame_size(size, limit) {
+                Ok(len) => len,
+                Err(e) => return Stop::Close(e.to_string()),
+            };
+            buf.clear();
+            buf.extend_from_slice(&head);
+            buf.resize(len, 0);
+            if let Err(e) = reader.read_exact(&mut buf[4..]) {
+                return Stop::Close(format!("truncated frame of {len} bytes: {e}"));
+            }
+            let frame = match decode_tframe(&buf) {
+                Ok(f) => f,
+                Err(e) => return Stop::Close(e.to_string()),
+            };
+            self.conn
+                .server
+                .record(&self.conn.stats, frame.msg_type, len);
+            if let Err(stop) = self.dispatch(frame) {
+                return stop;
+            }
+        }
+    }
+
+    fn dispatch(&self, frame: Tframe) -> Result<(), Stop> {
+        let Tframe { tag, msg_type, msg } = frame;
+        match msg {
+            Ok(Tmessage::Version(v)) => {
+                self.version(tag, msg_type, v);
+                Ok(())
+            }
+            Ok(Tmessage::Flush(f)) if self.conn.msize() != 0 => self.flush(tag, f.oldtag),
+            _ if self.conn.msize() == 0 => {
+                // Nothing is in flight before negotiation, so answering here keeps the rules.
+                let mut out = Vec::new();
+                Rmessage::error(libc::EPROTO).encode(tag, &mut out);
+                self.write_reply(msg_type, &out);
+                Ok(())
+            }
+            msg => self.enqueue(Job { tag, msg_type, msg }),
+        }
+    }
+
+    /// Tversion: waits for every outstanding request, clunks every fid, then negotiates.
+    ///
+    /// A client asking for less than [`MIN_MSIZE`] is refused with version "unknown" (its
+    /// msize echoed): Linux itself never asks for less and fails a mount given less, so no
+    /// client that could work is turned away.
+    fn version(&self, tag: Tag, msg_type: u8, v: Tversion) {
+        {
+            let mut st = lock(&self.state);
+            while !st.in_flight.is_empty() {
+                st = self.reader_wake.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+        }
+        self.conn.fids.clear();
+        let max = self.conn.server.config.max_msize;
+        let ok = v.version.starts_with(VERSION_9P2000_L) && v.msize >= MIN_MSIZE;
+        let reply = if ok {
+            let msize = v.msize.min(max);
+            self.conn.msize.store(msize, Relaxed);
+            self.conn.stats.msize.store(msize, Relaxed);
+            tracing::info!(
+                id = self.conn.stats.id,
+                peer = %self.conn.stats.peer,
+                requested = v.msize,
+                msize,
+                "negotiated 9P2000.L"
+            );
+            Rversion {
+                msize,
+                version: VERSION_9P2000_L.to_vec(),
+            }
+        } else {
+            self.conn.msize.store(0, Relaxed);
+            self.conn.stats.msize.store(0, Relaxed);
+            tracing::info!(
+                id = self.conn.stats.id,
+                peer = %self.conn.stats.peer,
+                version = %String::from_utf8_lossy(&v.version),
+                requested = v.msize,
+                "refused protocol version"
+            );
+            Rversion {
+                msize: v.msize.min(max),
+                version: b"unknown".to_vec(),
+            }
+        };
+        let mut out = Vec::new();
+        Rmessage::Version(reply).encode(tag, &mut out);
+        self.write_reply(msg_type, &out);
+    }
+
+    fn flush(&self, tag: Tag, oldtag: Tag) -> Result<(), Stop> {
+        let mut st = lock(&self.state);
+        if st.in_flight.contains_key(&tag.0) {
+            return Err(Stop::Close(format!("tag {} reused while in flight", tag.0)));
+        }
+        // Flushes do not wait for in-flight capacity: they free it. Their number is bounded
+        // by the tag space, since each holds a distinct tag.
+        match st.in_flight.get_mut(&oldtag.0) {
+            Some(target) => {
+                target.flushers.push(tag);
+                if !target.started {
+                    target.cancelled = true;
+                }
+                st.in_flight.insert(
+                    tag.0,
+                    Entry {
+                        cancelled: false,
+                        started: true,
+                        flushers: Vec::new(),
+                    },
+                );
+            }
+            None => {
+                drop(st);
+                // Taking the writer lock orders this after any reply being written now.
+                let mut out = Vec::new();
+                Rmessage::Flush(Rflush {}).encode(tag, &mut out);
+                self.write_reply(crossfs_wire::Tflush::TYPE, &out);
+            }
+        }
+        Ok(())
+    }
+
+    fn enqueue(&self, job: Job) -> Result<(), Stop> {
+        let max = self.conn.server.config.max_in_flight;
+        let mut st = lock(&self.state);
+        // Back-pressure: stop reading until a request has been answered.
+        while st.in_flight.len() >= max {
+            st = self.reader_wake.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        if st.in_flight.contains_key(&job.tag.0) {
+            return Err(Stop::Close(format!(
+                "tag {} reused while in flight",
+                job.tag.0
+            )));
+        }
+        st.in_flight.insert(
+            job.tag.0,
+            Entry {
+                cancelled: false,
+                started: false,
+                flushers: Vec::new(),
+            },
+        );
+        st.queue.push_back(job);
+        drop(st);
+        self.worker_wake.notify_one();
+        Ok(())
+    }
+
+    fn worker(&self) {
+        let mut out = Vec::new();
+        loop {
+            // Taking a job and marking it started happen under one lock, so a Tflush sees
+            // either a queued request (and cancels it) or a started one (and waits for it).
+            let (job, cancelled) = {
+                let mut st = lock(&self.state);
+                let job = loop {
+                    if let Some(job) = st.queue.pop_front() {
+                        break job;
+                    }
+                    if st.closing {
+                        return;
+                    }
+                    st = self.worker_wake.wait(st).unwrap_or_else(|e| e.into_inner());
+                };
+                let cancelled = match st.in_flight.get_mut(&job.tag.0) {
+                    Some(e) if !e.cancelled => {
+                        e.started = true;
+                        false
+                    }
+                    _ => true,
+                };
+                (job, cancelled)
+            };
+            out.clear();
+            if !cancelled {
+                let (tag, msg_type) = (job.tag, job.msg_type);
+                let run = AssertUnwindSafe(|| {
+                    crate::ops::handle(&self.conn, tag, msg_type, job.msg, &mut out)
+                });
+                // A bug in a handler must not leave its tag in flight forever (the reader
+                // would eventually wait on it): answer EIO and carry on.
+                if std::panic::catch_unwind(run).is_err() {
+                    tracing::error!(
+                        id = self.conn.stats.id,
+                        tag = tag.0,
+                        "request handler panicked"
+                    );
+                    out.clear();
+                    Rmessage::error(libc::EIO).encode(tag, &mut out);
+                }
+            }
+            self.complete(job.tag, job.msg_type, (!cancelled).then_some(&out[..]));
+        }
+    }
+
+    /// Retires `tag`: under the writer lock, removes it (and the Tflush requests waiting for
+    /// it) from the in-flight table, writes its reply if any, then the Rflush replies.
+    fn complete(&self, tag: Tag, msg_type: u8, reply: Option<&[u8]>) {
+        let mut out = lock(&self.out);
+        let flushed = {
+            let mut st = lock(&self.state);
+            let mut done = Vec::new();
+            let mut pending = VecDeque::from([tag]);
+            while let Some(t) = pending.pop_front() {
+                if let Some(entry) = st.in_flight.remove(&t.0) {
+                    if t != tag {
+                        done.push(t);
+                    }
+                    pending.extend(entry.flushers);
+                }
+            }
+            done
+        };
+        self.reader_wake.notify_all();
+        if let Some(bytes) = reply {
+            self.write_locked(&mut out, msg_type, bytes);
+        }
+        let mut frame = Vec::new();
+        for t in flushed {
+            frame.clear();
+            Rmessage::Flush(Rflush {}).encode(t, &mut frame);
+            self.write_locked(&mut out, crossfs_wire::Tflush::TYPE, &frame);
+        }
+    }
+
+    fn write_reply(&self, request_ty: u8, frame: &[u8]) {
+        let mut out = lock(&self.out);
+        self.write_locked(&mut out, request_ty, frame);
+    }
+
+    /// Writes one whole reply frame and counts it (and, for Rlerror, an error against the
+    /// request type).
+    fn write_locked(&self, out: &mut Output, request_ty: u8, frame: &[u8]) {
+        let Some(&reply_ty) = frame.get(4) else {
+            return;
+        };
+        let msize = self.conn.msize() as usize;
+        debug_assert!(
+            msize == 0 || frame.len() < msize,
+            "reply of {} bytes",
+            frame.len()
+        );
+        let server = &self.conn.server;
+        server.record(&self.conn.stats, reply_ty, frame.len());
+        if reply_ty == crossfs_wire::Rlerror::TYPE {
+            server.record_error(&self.conn.stats, request_ty);
+        }
+        if out.broken {
+            return;
+        }
+        if let Err(e) = out
+            .writer
+            .write_all(frame)
+            .and_then(|()| out.writer.flush())
+        {
+            tracing::debug!(id = self.conn.stats.id, "reply not delivered: {e}");
+            out.broken = true;
+        }
+    }
+}
+
+/// Reads the 4-byte size field. `Ok(false)`: clean end of stream before the first byte.
+fn read_head(reader: &mut impl Read, head: &mut [u8; 4]) -> std::io::Result<bool> {
+    let mut got = 0;
+    while got < head.len() {
+        match reader.read(&mut head[got..]) {
+            Ok(0) if got == 0 => return Ok(false),
+            Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}

@@ -1,0 +1,477 @@
+//! Sessions: negotiation, framing, bad input, tags and flush, limits, back-pressure, stats.
+
+mod common;
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+
+use common::{errno::*, Harness, ROOT};
+use crossfs_wire::*;
+
+#[test]
+fn version_negotiation() {
+    let h = Harness::new();
+    let mut c = h.connect_raw();
+    assert_eq!(c.version(8 << 20, b"9P2000.L").msize, 1 << 20);
+    assert_eq!(c.version(64 << 10, b"9P2000.L").msize, 64 << 10);
+    let v = c.version(64 << 10, b"9P2000.L.extension");
+    assert_eq!(v.version, b"9P2000.L");
+    let v = c.version(64 << 10, b"9P2000.u");
+    assert_eq!(v.version, b"unknown");
+    // Below Linux's own minimum: refused, not negotiated.
+    let v = c.version(1000, b"9P2000.L");
+    assert_eq!(v.version, b"unknown");
+    // Not negotiated: requests are refused.
+    c.msize = 0;
+    assert_eq!(c.err(Tclunk { fid: ROOT }), EPROTO);
+    let v = c.version(4096, b"9P2000.L");
+    assert_eq!((v.msize, &v.version[..]), (4096, &b"9P2000.L"[..]));
+    c.close();
+}
+
+#[test]
+fn server_max_msize_is_configurable() {
+    let h = Harness::with(|c| c.max_msize = 256 * 1024);
+    let mut c = h.connect_raw();
+    assert_eq!(c.version(1 << 20, b"9P2000.L").msize, 256 * 1024);
+    let stats = h.server.stats_json();
+    assert_eq!(stats["connections"][0]["msize"], 256 * 1024);
+    c.close();
+}
+
+#[test]
+fn tversion_clunks_every_fid() {
+    let h = Harness::new();
+    let mut c = h.connect();
+    assert!(c.getattr(ROOT).is_ok());
+    c.version(1 << 20, b"9P2000.L");
+    assert_eq!(c.getattr(ROOT).unwrap_err(), EBADF);
+    c.attach(ROOT);
+    assert!(c.getattr(ROOT).is_ok());
+    c.close();
+}
+
+#[test]
+fn attach_walk_clunk() {
+    let h = Harness::new();
+    std::fs::create_dir(h.path("a")).unwrap();
+    std::fs::write(h.path("a/f"), b"x").unwrap();
+    let mut c = h.connect();
+    let qids = c.walk(ROOT, Fid(1), &["a", "f"]).unwrap();
+    assert_eq!(qids.len(), 2);
+    assert_eq!(qids[0].ty, QID_TYPE_DIR);
+    assert_eq!(qids[1].ty, QID_TYPE_FILE);
+    assert!(c.getattr(Fid(1)).is_ok());
+    c.clunk(Fid(1)).unwrap();
+    assert_eq!(c.clunk(Fid(1)).unwrap_err(), EBADF);
+    // A fid never attached.
+    assert_eq!(c.getattr(Fid(77)).unwrap_err(), EBADF);
+    assert_eq!(c.walk(Fid(77), Fid(78), &[]).unwrap_err(), EBADF);
+    // newfid in use.
+    c.walk(ROOT, Fid(2), &[]).unwrap();
+    assert_eq!(c.walk(ROOT, Fid(2), &["a"]).unwrap_err(), EBADF);
+    // Walking a fid onto itself.
+    c.walk(Fid(2), Fid(2), &["a"]).unwrap();
+    assert_eq!(c.getattr(Fid(2)).unwrap().qid.ty, QID_TYPE_DIR);
+    // attach with an afid is refused (no auth).
+    let e = c.err(Tattach {
+        fid: Fid(9),
+        afid: Fid(5),
+        uname: vec![],
+        aname: vec![],
+        n_uname: 0,
+    });
+    assert_eq!(e, EINVAL);
+    assert_eq!(
+        c.err(Tauth {
+            afid: Fid(5),
+            uname: vec![],
+            aname: vec![],
+            n_uname: 0
+        }),
+        EOPNOTSUPP
+    );
+    c.close();
+}
+
+#[test]
+fn partial_walk_does_not_bind_newfid() {
+    let h = Harness::new();
+    std::fs::create_dir(h.path("a")).unwrap();
+    let mut c = h.connect();
+    let qids = c.walk(ROOT, Fid(1), &["a", "missing", "x"]).unwrap();
+    assert_eq!(qids.len(), 1);
+    assert_eq!(c.getattr(Fid(1)).unwrap_err(), EBADF);
+    assert_eq!(c.walk(ROOT, Fid(1), &["missing"]).unwrap_err(), ENOENT);
+    assert_eq!(c.getattr(Fid(1)).unwrap_err(), EBADF);
+    c.close();
+}
+
+fn raw_frame(ty: u8, tag: u16, body: &[u8]) -> Vec<u8> {
+    let mut f = ((7 + body.len()) as u32).to_le_bytes().to_vec();
+    f.push(ty);
+    f.extend_from_slice(&tag.to_le_bytes());
+    f.extend_from_slice(body);
+    f
+}
+
+#[test]
+fn unknown_type_gets_eopnotsupp_with_its_tag() {
+    let h = Harness::new();
+    let mut c = h.connect();
+    c.send_raw(&raw_frame(200, 4242, &[1, 2, 3]));
+    let r = c.recv();
+    assert_eq!(r.tag, Tag(4242));
+    assert_eq!(r.msg, Rmessage::error(EOPNOTSUPP));
+    // The connection carries on.
+    assert!(c.getattr(ROOT).is_ok());
+    let totals = h.server.message_totals();
+    assert_eq!(totals.messages["unknown"].errors, 1);
+    c.close();
+}
+
+#[test]
+fn malformed_bodies_get_einval_and_the_connection_survives() {
+    let h = Harness::new();
+    let mut c = h.connect();
+    // Twalk whose name claims 60000 bytes but the frame holds 3.
+    let mut body = 0u32.to_le_bytes().to_vec();
+    body.extend_from_slice(&1u32.to_le_bytes());
+    body.extend_from_slice(&1u16.to_le_bytes());
+    body.extend_from_slice(&60000u16.to_le_bytes());
+    body.extend_from_slice(b"abc");
+    c.send_raw(&raw_frame(Twalk::TYPE, 7, &body));
+    let r = c.recv();
+    assert_eq!((r.tag, r.msg), (Tag(7), Rmessage::error(EINVAL)));
+    // Twrite whose count exceeds the frame.
+    let mut body = 0u32.to_le_bytes().to_vec();
+    body.extend_from_slice(&0u64.to_le_bytes());
+    body.extend_from_slice(&u32::MAX.to_le_bytes());
+    c.send_raw(&raw_frame(Twrite::TYPE, 8, &body));
+    let r = c.recv();
+    assert_eq!((r.tag, r.msg), (Tag(8), Rmessage::error(EINVAL)));
+    // A walk of 17 names.
+    let mut body = 0u32.to_le_bytes().to_vec();
+    body.extend_from_slice(&1u32.to_le_bytes());
+    body.extend_from_slice(&17u16.to_le_bytes());
+    for _ in 0..17 {
+        body.extend_from_slice(&[1, 0, b'a']);
+    }
+    c.send_raw(&raw_frame(Twalk::TYPE, 9, &body));
+    assert_eq!(c.recv().msg, Rmessage::error(EINVAL));
+    // Trailing bytes after a valid body.
+    let mut body = 0u32.to_le_bytes().to_vec();
+    body.push(0);
+    c.send_raw(&raw_frame(Tclunk::TYPE, 10, &body));
+    assert_eq!(c.recv().msg, Rmessage::error(EINVAL));
+    assert!(c.getattr(ROOT).is_ok());
+    c.close();
+}
+
+#[test]
+fn frame_smaller_than_header_closes() {
+    let h = Harness::new();
+    let mut c = h.connect();
+    c.send_raw(&[6, 0, 0, 0, 0, 0]);
+    c.expect_closed();
+}
+
+#[test]
+fn frame_larger_than_msize_closes() {
+    let h = Harness::new();
+    let mut c = h.connect_msize(8192);
+    c.send_raw(&8193u32.to_le_bytes());
+    c.expect_closed();
+    // Before negotiation the server's maximum applies.
+    let mut c = h.connect_raw();
+    c.send_raw(&((1u32 << 20) + 1).to_le_bytes());
+    c.expect_closed();
+    // A huge size never allocates: closed at once.
+    let mut c = h.connect_raw();
+    c.send_raw(&u32::MAX.to_le_bytes());
+    c.expect_closed();
+}
+
+#[test]
+fn truncated_frame_closes() {
+    let h = Harness::new();
+    let mut c = h.connect();
+    c.send_raw(&[100, 0, 0, 0, Tclunk::TYPE, 1, 0, 0]);
+    c.stream.shutdown(std::net::Shutdown::Write).unwrap();
+    c.expect_closed();
+    // A size field cut short.
+    let mut c = h.connect();
+    c.send_raw(&[100, 0]);
+    c.stream.shutdown(std::net::Shutdown::Write).unwrap();
+    c.expect_closed();
+}
+
+/// A request that blocks until the test lets it go: opening a fifo for reading.
+fn blocking_fifo(h: &Harness) -> std::path::PathBuf {
+    let p = h.path("fifo");
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &p,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+    p
+}
+
+fn release_fifo(p: &std::path::Path) -> std::fs::File {
+    // Blocks until the server's reader has opened it.
+    std::fs::OpenOptions::new().write(true).open(p).unwrap()
+}
+
+#[test]
+fn flush_answers_after_the_flushed_reply_and_slow_requests_do_not_block_others() {
+    let h = Harness::new();
+    let fifo = blocking_fifo(&h);
+    let mut c = h.connect();
+    c.walk_path(Fid(1), "fifo").unwrap();
+    c.send(
+        Tag(100),
+        &Tmessage::Lopen(Tlopen {
+            fid: Fid(1),
+            flags: open_flags::RDONLY,
+        }),
+    );
+    // Other requests are served while that one blocks.
+    assert!(c.getattr(ROOT).is_ok());
+    // Flush of a tag not in flight: answered at once.
+    c.send(Tag(101), &Tmessage::Flush(Tflush { oldtag: Tag(999) }));
+    assert_eq!(
+        c.recv(),
+        Rframe {
+            tag: Tag(101),
+            msg: Rmessage::Flush(Rflush {})
+        }
+    );
+    // Flush of the blocked request: the Rflush must come after its reply.
+    c.send(Tag(102), &Tmessage::Flush(Tflush { oldtag: Tag(100) }));
+    assert!(c.getattr(ROOT).is_ok(), "a pending flush blocks nothing");
+    let writer = release_fifo(&fifo);
+    let first = c.recv();
+    assert_eq!(first.tag, Tag(100));
+    assert!(matches!(first.msg, Rmessage::Lopen(_)));
+    let second = c.recv();
+    assert_eq!(
+        second,
+        Rframe {
+            tag: Tag(102),
+            msg: Rmessage::Flush(Rflush {})
+        }
+    );
+    drop(writer);
+    c.close();
+}
+
+#[test]
+fn flushed_request_that_had_not_started_is_dropped() {
+    // One worker, busy with a blocked open: the next request waits in the queue.
+    let h = Harness::with(|c| c.workers_per_connection = 1);
+    let fifo = blocking_fifo(&h);
+    let mut c = h.connect();
+    c.walk_path(Fid(1), "fifo").unwrap();
+    c.send(
+        Tag(1),
+        &Tmessage::Lopen(Tlopen {
+            fid: Fid(1),
+            flags: open_flags::RDONLY,
+        }),
+    );
+    c.send(
+        Tag(2),
+        &Tmessage::Mkdir(Tmkdir {
+            dfid: ROOT,
+            name: b"never".to_vec(),
+            mode: 0o755,
+            gid: 0,
+        }),
+    );
+    c.send(Tag(3), &Tmessage::Flush(Tflush { oldtag: Tag(2) }));
+    // The reader answers a flush of an unknown tag itself, in order: once that Rflush is
+    // here, the flush of tag 2 has been taken while its request still waited in the queue.
+    c.send(Tag(4), &Tmessage::Flush(Tflush { oldtag: Tag(999) }));
+    assert_eq!(c.recv().tag, Tag(4));
+    let writer = release_fifo(&fifo);
+    let mut tags = vec![];
+    for _ in 0..2 {
+        tags.push(c.recv().tag);
+    }
+    assert_eq!(tags[0], Tag(1));
+    assert_eq!(tags[1], Tag(3), "Tmkdir was dropped unanswered");
+    assert!(!h.path("never").exists());
+    drop(writer);
+    c.close();
+}
+
+#[test]
+fn duplicate_tag_in_flight_closes_the_connection() {
+    let h = Harness::new();
+    let fifo = blocking_fifo(&h);
+    let mut c = h.connect();
+    c.walk_path(Fid(1), "fifo").unwrap();
+    c.send(
+        Tag(5),
+        &Tmessage::Lopen(Tlopen {
+            fid: Fid(1),
+            flags: open_flags::RDONLY,
+        }),
+    );
+    c.send(
+        Tag(5),
+        &Tmessage::Getattr(Tgetattr {
+            fid: ROOT,
+            request_mask: 0,
+        }),
+    );
+    let fifo2 = fifo.clone();
+    let t = std::thread::spawn(move || release_fifo(&fifo2));
+    let mut buf = Vec::new();
+    std::io::Read::read_to_end(&mut c.stream, &mut buf).unwrap();
+    // At most the blocked request's reply came before the close.
+    assert!(buf.len() < 64);
+    drop(t.join().unwrap());
+    c.thread.take().unwrap().join().unwrap();
+}
+
+#[test]
+fn ten_thousand_fids_then_a_lower_limit_gives_emfile() {
+    let h = Harness::new();
+    std::fs::write(h.path("f"), b"x").unwrap();
+    let mut c = h.connect();
+    for i in 1..=10_000u32 {
+        let names: &[&str] = if i % 2 == 0 { &["f"] } else { &[] };
+        c.walk(ROOT, Fid(i), names).unwrap();
+    }
+    assert!(c.getattr(Fid(9_999)).is_ok());
+    assert!(c.getattr(Fid(10_000)).is_ok());
+    c.close();
+
+    let h = Harness::with(|c| c.max_fids = 10);
+    let mut c = h.connect();
+    for i in 1..10 {
+        c.walk(ROOT, Fid(i), &[]).unwrap();
+    }
+    assert_eq!(c.walk(ROOT, Fid(10), &[]).unwrap_err(), EMFILE);
+    c.clunk(Fid(1)).unwrap();
+    c.walk(ROOT, Fid(10), &[]).unwrap();
+    c.close();
+}
+
+#[test]
+fn replies_stay_below_msize() {
+    let h = Harness::new();
+    let big = vec![7u8; 3 << 20];
+    std::fs::write(h.path("big"), &big).unwrap();
+    for i in 0..200 {
+        std::fs::write(h.path(&format!("{:0>200}", i)), b"").unwrap();
+    }
+    for msize in [4096u32, 1 << 20] {
+        let mut c = h.connect_msize(msize);
+        c.open(Fid(1), "big", open_flags::RDONLY);
+        // The client asks for more than fits: the server clamps (recv asserts size < msize).
+        let data = c.read(Fid(1), 0, u32::MAX).unwrap();
+        assert_eq!(data.len(), msize as usize - 12);
+        let data = c.read(Fid(1), 0, msize - 24).unwrap();
+        assert_eq!(data.len(), msize as usize - 24);
+        assert_eq!(c.read_all(Fid(1)), big);
+        c.open(Fid(2), "", open_flags::RDONLY | open_flags::DIRECTORY);
+        let all = c.readdir_all(Fid(2), u32::MAX);
+        assert_eq!(all.len(), 200 + 1 + 2);
+        c.close();
+    }
+}
+
+#[test]
+fn client_that_never_reads_stays_bounded_and_others_carry_on() {
+    let h = Harness::with(|c| c.max_in_flight = 4);
+    std::fs::write(h.path("big"), vec![1u8; 1 << 20]).unwrap();
+    let mut hog = h.connect();
+    hog.open(Fid(1), "big", open_flags::RDONLY);
+    let mut stream = hog.stream.try_clone().unwrap();
+    // 100,000 reads of 1 MiB: were they all read and answered into memory, that would be
+    // 100 GB. The sender must instead block once socket buffers and the in-flight limit fill.
+    let sender = std::thread::spawn(move || {
+        let mut frame = Vec::new();
+        for i in 0..100_000u32 {
+            frame.clear();
+            Tmessage::Read(Tread {
+                fid: Fid(1),
+                offset: 0,
+                count: 1 << 20,
+            })
+            .encode(Tag((i % 60_000) as u16), &mut frame);
+            if stream.write_all(&frame).is_err() {
+                return i;
+            }
+        }
+        100_000
+    });
+    // Another connection is served normally meanwhile.
+    let mut other = h.connect();
+    for _ in 0..20 {
+        other.open(Fid(1), "big", open_flags::RDONLY);
+        assert_eq!(other.read(Fid(1), 0, 4096).unwrap().len(), 4096);
+        other.clunk(Fid(1)).unwrap();
+    }
+    assert!(
+        !sender.is_finished(),
+        "the server kept reading from a client that never reads"
+    );
+    other.close();
+    // Closing the hog ends its connection.
+    hog.close();
+    assert!(sender.join().unwrap() < 100_000);
+    assert_eq!(
+        h.server.stats_json()["connections"]
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
+}
+
+#[test]
+fn stats_json_shape_and_totals_include_closed_connections() {
+    let h = Harness::new();
+    let mut c = h.connect();
+    c.walk(ROOT, Fid(1), &["nope"]).unwrap_err();
+    let live = h.server.stats_json();
+    assert_eq!(live["role"], "server");
+    assert_eq!(live["export"], h.root().to_string_lossy().as_ref());
+    let conn = &live["connections"][0];
+    assert_eq!(conn["id"], 1);
+    assert_eq!(conn["peer"], "test-peer");
+    assert_eq!(conn["msize"], 1 << 20);
+    assert_eq!(conn["Twalk"]["count"], 1);
+    assert_eq!(conn["Twalk"]["errors"], 1);
+    assert_eq!(conn["Rlerror"]["count"], 1);
+    assert!(conn["bytes_in"].as_u64().unwrap() > 0);
+    assert!(conn["bytes_out"].as_u64().unwrap() > 0);
+    c.close();
+    let after = h.server.stats_json();
+    assert_eq!(after["connections"].as_array().unwrap().len(), 0);
+    assert_eq!(after["total"]["Twalk"]["count"], 1);
+    assert_eq!(after["total"]["Tversion"]["count"], 1);
+    assert_eq!(after["total"]["Rattach"]["count"], 1);
+    let totals = h.server.message_totals();
+    assert_eq!(totals.messages["Twalk"].errors, 1);
+    assert_eq!(after["total"]["bytes_in"], totals.bytes_in);
+}
+
+#[test]
+fn fifo_helper_sanity() {
+    // The fifo trick used above depends on a writer open blocking until a reader appears.
+    let h = Harness::new();
+    let p = blocking_fifo(&h);
+    let e = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&p)
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENXIO));
+}
