@@ -1,0 +1,296 @@
+//! What to run: [`BenchConfig`], the [`WorkloadId`]s, and the [`Sizes`] they imply.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::Serialize;
+
+/// The eight workloads, in the order the issue lists them and the report shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(into = "&'static str")]
+pub enum WorkloadId {
+    SeqRead,
+    SeqWrite,
+    Random,
+    Meta,
+    Negative,
+    Symlink,
+    Build,
+    Git,
+}
+
+impl WorkloadId {
+    pub const ALL: [WorkloadId; 8] = [
+        Self::SeqRead,
+        Self::SeqWrite,
+        Self::Random,
+        Self::Meta,
+        Self::Negative,
+        Self::Symlink,
+        Self::Build,
+        Self::Git,
+    ];
+
+    /// The name used on the command line, in the JSON and in directory names.
+    pub fn name(self) -> &'static str {
+        WORKLOAD_NAMES[self as usize]
+    }
+
+    /// 1-based number, as in the issue's list.
+    pub fn number(self) -> usize {
+        self as usize + 1
+    }
+
+    /// One line for `--help`.
+    pub fn summary(self) -> &'static str {
+        match self {
+            Self::SeqRead => "sequential read, 1 MiB blocks, client cache dropped (MiB/s)",
+            Self::SeqWrite => "sequential write, 1 MiB blocks, then fsync (MiB/s)",
+            Self::Random => "random 4 KiB O_DIRECT reads and writes, 1 and 8 threads (IOPS)",
+            Self::Meta => "stat, open+close, readdir, create, rename, unlink (ops/s)",
+            Self::Negative => "include-path probing: 40 dirs, headers in the last (lookups/s)",
+            Self::Symlink => "stat through file and directory symlinks (ops/s)",
+            Self::Build => "generated C project, make -j2 with gcc (seconds)",
+            Self::Git => "git status and checkout on a generated repository (seconds)",
+        }
+    }
+}
+
+const WORKLOAD_NAMES: [&str; 8] = [
+    "seq-read",
+    "seq-write",
+    "random",
+    "meta",
+    "negative",
+    "symlink",
+    "build",
+    "git",
+];
+
+/// Workload names in report order, for `--help` and `--workloads` validation.
+pub fn workload_names() -> &'static [&'static str] {
+    &WORKLOAD_NAMES
+}
+
+impl fmt::Display for WorkloadId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl From<WorkloadId> for &'static str {
+    fn from(id: WorkloadId) -> Self {
+        id.name()
+    }
+}
+
+/// The string was neither a workload name nor a number 1..=8.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown workload {given:?}; expected one of {} or 1..=8", WORKLOAD_NAMES.join(", "))]
+pub struct UnknownWorkload {
+    pub given: String,
+}
+
+impl FromStr for WorkloadId {
+    type Err = UnknownWorkload;
+
+    /// Accepts a name (`"negative"`) or the issue's number (`"5"`).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        let by_name = Self::ALL.iter().find(|w| w.name().eq_ignore_ascii_case(s));
+        let by_number = || {
+            s.parse::<usize>()
+                .ok()
+                .and_then(|n| n.checked_sub(1))
+                .and_then(|i| Self::ALL.get(i))
+        };
+        by_name
+            .or_else(by_number)
+            .copied()
+            .ok_or_else(|| UnknownWorkload {
+                given: s.to_owned(),
+            })
+    }
+}
+
+/// How to run the bench. The CLI fills it from its flags.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BenchConfig {
+    /// Smaller sizes, for a run under a minute.
+    pub quick: bool,
+    /// Repetitions of every workload on every target; the report gives the median.
+    pub runs: usize,
+    /// Which workloads to run, in report order; empty means all.
+    pub workloads: Vec<WorkloadId>,
+    /// Multiplies every size (bytes, files, operations, passes) after `quick` is
+    /// applied, with small floors so each workload still does real work. 1.0 is
+    /// the documented size; tests use about 0.05 to finish in seconds.
+    pub scale: f64,
+    /// Parallel jobs of the build workload (`make -jN`).
+    pub build_jobs: usize,
+}
+
+impl Default for BenchConfig {
+    fn default() -> Self {
+        Self {
+            quick: false,
+            runs: 3,
+            workloads: Vec::new(),
+            scale: 1.0,
+            build_jobs: 2,
+        }
+    }
+}
+
+impl BenchConfig {
+    /// The workloads this config selects, deduplicated, in report order.
+    pub fn selected_workloads(&self) -> Vec<WorkloadId> {
+        if self.workloads.is_empty() {
+            return WorkloadId::ALL.to_vec();
+        }
+        let mut ids = self.workloads.clone();
+        ids.sort();
+        ids.dedup();
+        ids
+    }
+
+    pub fn sizes(&self) -> Sizes {
+        Sizes {
+            build_jobs: self.build_jobs.max(1),
+            ..Sizes::new(self.quick, self.scale)
+        }
+    }
+}
+
+const MIB: u64 = 1 << 20;
+
+/// Every size the workloads use, derived from `quick` and `scale` in one place
+/// so that the report can state them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Sizes {
+    /// Sequential read and write: file size in bytes, moved in 1 MiB blocks.
+    pub seq_bytes: u64,
+    /// Random I/O: size of the file the 4 KiB operations land in.
+    pub random_file_bytes: u64,
+    /// Random I/O: operations of the one-thread figures.
+    pub random_ops_one_thread: u64,
+    /// Random I/O: operations of the 8-thread figures, over all threads.
+    pub random_ops_eight_threads: u64,
+    /// Random I/O: a figure stops early after this long, so a slow target
+    /// still finishes; the figure is over the operations actually done.
+    pub random_time_cap_ms: u64,
+    /// Metadata: files in the directory that is stat'ed, opened and listed.
+    pub meta_files: usize,
+    /// Metadata: files created, then renamed, then unlinked. Fewer than
+    /// `meta_files` because creating an inode is slow on some disks (about
+    /// 1.5 ms on ext4 here), and it is the same cost for every target.
+    pub meta_creates: usize,
+    /// Negative lookups: include directories probed in order.
+    pub negative_dirs: usize,
+    /// Negative lookups: headers, all in the last directory.
+    pub negative_headers: usize,
+    /// Negative lookups: passes over all headers (the first is reported apart).
+    pub negative_passes: usize,
+    /// Symlinks: file symlinks, each to its own file.
+    pub symlink_files: usize,
+    /// Symlinks: directory symlinks to the directory of real files.
+    pub symlink_dirs: usize,
+    /// Symlinks: files stat'ed through each directory symlink.
+    pub symlink_files_per_dir: usize,
+    /// Symlinks: passes over all paths (the first is reported apart).
+    pub symlink_passes: usize,
+    /// Build: .c files (plus main.c).
+    pub build_sources: usize,
+    /// Build: -I directories; every fourth is a symlink.
+    pub build_include_dirs: usize,
+    /// Build: headers in each include directory.
+    pub build_headers_per_dir: usize,
+    /// Build: parallel jobs (`make -jN`), from [`BenchConfig::build_jobs`].
+    pub build_jobs: usize,
+    /// Git: files in the generated repository.
+    pub git_files: usize,
+}
+
+impl Sizes {
+    pub fn new(quick: bool, scale: f64) -> Self {
+        // (full, quick) pairs; the issue fixes the full sizes and most quick ones.
+        let pick = |full: u64, quick_size: u64| if quick { quick_size } else { full };
+        let scaled = |n: u64, floor: u64| ((n as f64 * scale).round() as u64).max(floor);
+        let count = |full: u64, q: u64, floor: u64| scaled(pick(full, q), floor) as usize;
+        let mib = |full: u64, q: u64| scaled(pick(full, q), 1) * MIB;
+        Self {
+            seq_bytes: mib(512, 64),
+            random_file_bytes: mib(128, 16),
+            random_ops_one_thread: scaled(pick(5_000, 1_000), 16),
+            random_ops_eight_threads: scaled(pick(16_000, 2_000), 64),
+            random_time_cap_ms: pick(10_000, 1_500),
+            meta_files: count(10_000, 2_000, 10),
+            meta_creates: count(2_000, 200, 5),
+            negative_dirs: count(40, 40, 3),
+            negative_headers: count(300, 300, 5),
+            negative_passes: count(5, 2, 2),
+            symlink_files: count(1_000, 200, 5),
+            symlink_dirs: count(20, 10, 2),
+            symlink_files_per_dir: count(50, 20, 3),
+            symlink_passes: count(5, 3, 2),
+            build_sources: count(200, 20, 3),
+            build_include_dirs: count(40, 8, 4),
+            build_headers_per_dir: count(8, 5, 2),
+            build_jobs: 2,
+            git_files: count(10_000, 1_000, 20),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_numbers_parse() {
+        for (i, id) in WorkloadId::ALL.iter().enumerate() {
+            assert_eq!(id.name().parse::<WorkloadId>().unwrap(), *id);
+            assert_eq!((i + 1).to_string().parse::<WorkloadId>().unwrap(), *id);
+            assert_eq!(id.number(), i + 1);
+        }
+        assert_eq!(
+            "Negative".parse::<WorkloadId>().unwrap(),
+            WorkloadId::Negative
+        );
+        assert!("0".parse::<WorkloadId>().is_err());
+        assert!("9".parse::<WorkloadId>().is_err());
+        let err = "fio".parse::<WorkloadId>().unwrap_err();
+        assert!(err.to_string().contains("seq-read"), "{err}");
+        assert_eq!(workload_names().len(), WorkloadId::ALL.len());
+    }
+
+    #[test]
+    fn selection_is_deduplicated_in_report_order() {
+        let config = BenchConfig {
+            workloads: vec![WorkloadId::Git, WorkloadId::SeqRead, WorkloadId::Git],
+            ..BenchConfig::default()
+        };
+        assert_eq!(
+            config.selected_workloads(),
+            vec![WorkloadId::SeqRead, WorkloadId::Git]
+        );
+        assert_eq!(BenchConfig::default().selected_workloads().len(), 8);
+    }
+
+    #[test]
+    fn sizes_follow_the_issue() {
+        let full = Sizes::new(false, 1.0);
+        assert_eq!(full.seq_bytes, 512 * MIB);
+        assert_eq!(full.meta_files, 10_000);
+        assert_eq!((full.negative_dirs, full.negative_headers), (40, 300));
+        assert_eq!(full.git_files, 10_000);
+        let quick = Sizes::new(true, 1.0);
+        assert_eq!(quick.seq_bytes, 64 * MIB);
+        assert_eq!(quick.meta_files, 2_000);
+        assert_eq!(quick.build_sources, 20);
+        assert_eq!(quick.git_files, 1_000);
+        let tiny = Sizes::new(true, 0.001);
+        assert_eq!(tiny.seq_bytes, MIB);
+        assert!(tiny.meta_files >= 10 && tiny.build_sources >= 3);
+    }
+}

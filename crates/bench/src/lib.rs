@@ -1,0 +1,82 @@
+//! `crossfs-bench`: the workloads, statistics and reporting behind `crossfs bench`.
+//!
+//! What this crate owns:
+//! - the eight workloads of the issue ([`WorkloadId`], `workloads/`): sequential
+//!   read and write, random O_DIRECT I/O, metadata, include-path negative
+//!   lookups, symlink resolution, a generated C build, and git;
+//! - the run loop ([`run`]): targets interleaved A B A B for every run, each
+//!   (workload, target, run) in its own fresh directory, removed afterwards;
+//!   only the measured operations are timed and counted;
+//! - statistics ([`Summary`], [`ratio_to_native`]): median, min and max over
+//!   runs, and one ratio convention, "x native", where 1.00 = native and higher
+//!   is always better (durations are inverted);
+//! - reporting ([`Report`]): the terminal table, JSON with every raw run, and
+//!   an SVG bar chart per workload; progress on the terminal ([`Progress`]).
+//!
+//! | # | workload  | figures | full | `--quick` |
+//! |---|-----------|---------|------|-----------|
+//! | 1 | seq-read  | MiB/s | 512 MiB, 1 MiB blocks | 64 MiB |
+//! | 2 | seq-write | MiB/s (fsync timed) | 512 MiB | 64 MiB |
+//! | 3 | random    | IOPS, 4 KiB O_DIRECT read/write x 1 and 8 threads | 128 MiB file, 5,000 / 16,000 ops, 10 s cap | 16 MiB, 1,000 / 2,000 ops, 1.5 s cap |
+//! | 4 | meta      | ops/s: stat first/repeat, open+close, readdir (entries/s), create, rename, unlink | 10,000 entries, 2,000 creates | 2,000 / 200 |
+//! | 5 | negative  | lookups/s, first pass and repeats | 40 dirs x 300 headers, 5 passes | 40 x 300, 2 passes |
+//! | 6 | symlink   | ops/s, first pass and repeats | 1,000 links + 20 dir links x 50, 5 passes | 200 + 10 x 20, 3 passes |
+//! | 7 | build     | seconds | 200 .c, 40 -I dirs (10 symlinked) | 20 .c, 8 -I dirs |
+//! | 8 | git       | seconds: status first/repeat, checkout | 10,000 files | 1,000 files |
+//!
+//! [`BenchConfig::scale`] shrinks all of these for tests; [`Sizes`] is the
+//! authority and is recorded in every report.
+//!
+//! What it must not touch: serving, mounting, and finding processes. The CLI
+//! creates [`Target`]s (a directory, its kind, a hook reading the server's 9P
+//! message counters, pids to report memory of) and tears them down; this
+//! crate only runs workloads in their directories. It never drops the
+//! system's caches either: for a mount it drops only that file's client cache
+//! (`posix_fadvise(DONTNEED)` through the mount) before cold reads.
+//!
+//! Where input files are prepared (untimed): once per workload, in a pool
+//! directory that every run gets a hard-linked replica of, so each run sees
+//! fresh names at the cost of one link per file. Pools and replicas are made
+//! natively in the directory behind a mount when the run can find it (a probe
+//! file written through the mount that appears in a native target's
+//! directory), otherwise through the target itself. Timed operations always
+//! go through the target. See the `workloads` module.
+//!
+//! ```no_run
+//! use crossfs_bench::{run, BenchConfig, Target, TerminalProgress};
+//! let targets = [
+//!     Target::native("native", "/srv/export"),
+//!     Target::mount("crossfs", "/mnt/crossfs").with_pid("client", 4242),
+//! ];
+//! let config = BenchConfig { quick: true, ..BenchConfig::default() };
+//! let report = run(&config, &targets, &mut TerminalProgress::new())?;
+//! print!("{}", report.table());
+//! # Ok::<(), crossfs_bench::BenchError>(())
+//! ```
+
+#![forbid(unsafe_code)]
+
+mod config;
+mod error;
+mod memory;
+mod progress;
+mod report;
+mod runner;
+mod stats;
+mod svg;
+mod table;
+mod target;
+mod workloads;
+
+pub use config::{workload_names, BenchConfig, Sizes, UnknownWorkload, WorkloadId};
+pub use error::{BenchError, WorkloadError};
+pub use memory::{read_process_memory, ProcessMemory};
+pub use progress::{NoProgress, Progress, Step, TerminalProgress};
+pub use report::{
+    Figure, Report, RunRecord, TargetReport, TargetResult, WorkloadReport, RATIO_CONVENTION,
+    SCHEMA_VERSION,
+};
+pub use runner::run;
+pub use stats::{ratio_to_native, Summary, Unit};
+pub use target::{CounterFn, MessageCounts, Target, TargetKind};
+pub use workloads::{MetricDef, Sample};

@@ -1,0 +1,266 @@
+//! The run loop: validate targets, find where to prepare input, interleave
+//! targets (A B A B ...) for every run of every workload, collect memory.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::config::{BenchConfig, Sizes, WorkloadId};
+use crate::error::{BenchError, WorkloadError};
+use crate::memory::read_process_memory;
+use crate::progress::{Progress, Step};
+use crate::report::{RawResults, Report, RunRecord, TargetReport};
+use crate::target::{Target, TargetKind};
+use crate::workloads::pool::{self, Pools};
+use crate::workloads::{self, cmd, Ctx};
+
+/// Run the selected workloads on every target and summarise them.
+///
+/// Order: for each workload, for each run, every target in turn, so that
+/// drift over time (thermal, background load, page cache growth) spreads
+/// evenly over targets instead of favouring whichever ran first. A failure of
+/// one (workload, target, run) is recorded in the report and the run goes on;
+/// only invalid input stops it.
+///
+/// # Errors
+/// Invalid config or targets: no targets, zero runs, a scale that is not a
+/// positive number, duplicate names, a directory that does not exist.
+pub fn run(
+    config: &BenchConfig,
+    targets: &[Target],
+    progress: &mut dyn Progress,
+) -> Result<Report, BenchError> {
+    validate(config, targets)?;
+    let started = Instant::now();
+    let sizes = config.sizes();
+    let ids = config.selected_workloads();
+    let nonce = nonce();
+
+    let prep_dirs: Vec<PathBuf> = targets
+        .iter()
+        .enumerate()
+        .map(|(ti, t)| {
+            let found = native_backing(ti, t, targets, &nonce);
+            if let Some(dir) = &found {
+                progress.note(&format!(
+                    "{}: input is prepared natively in {} (the same tree)",
+                    t.name,
+                    dir.display()
+                ));
+            }
+            found.unwrap_or_else(|| t.dir.clone())
+        })
+        .collect();
+
+    let total = ids.len() * config.runs * targets.len();
+    progress.begin(total);
+    let mut cells = Vec::with_capacity(ids.len());
+    let mut warnings = Vec::new();
+    let mut index = 0;
+    for &id in &ids {
+        let missing = workloads::required_tools(id)
+            .iter()
+            .find(|tool| !cmd::on_path(tool));
+        let mut pools = Pools::new(id, &nonce);
+        let mut per_target: Vec<Vec<RunRecord>> = vec![Vec::new(); targets.len()];
+        for run in 0..config.runs {
+            for (ti, target) in targets.iter().enumerate() {
+                let step = Step {
+                    index,
+                    total,
+                    workload: id,
+                    target: &target.name,
+                    run,
+                    runs: config.runs,
+                };
+                progress.step_started(&step);
+                let record = match missing {
+                    Some(tool) => failed(
+                        run,
+                        WorkloadError::ToolMissing {
+                            tool: (*tool).into(),
+                        },
+                    ),
+                    None => {
+                        let cell = Cell {
+                            id,
+                            target_index: ti,
+                            run,
+                            target,
+                            prep_root: &prep_dirs[ti],
+                            sizes: &sizes,
+                            nonce: &nonce,
+                        };
+                        run_cell(&cell, &mut pools)
+                    }
+                };
+                let outcome = match &record.error {
+                    Some(e) => Err(e.as_str()),
+                    None => Ok(Duration::from_secs_f64(record.wall_s)),
+                };
+                progress.step_finished(&step, outcome);
+                per_target[ti].push(record);
+                index += 1;
+            }
+        }
+        // A pool can be large (the sequential file): gone before the next workload.
+        warnings.extend(pools.remove_all());
+        cells.push(per_target);
+    }
+    progress.end();
+
+    let target_reports = targets
+        .iter()
+        .zip(prep_dirs)
+        .map(|(t, prepared_in)| TargetReport {
+            name: t.name.clone(),
+            kind: t.kind,
+            dir: t.dir.clone(),
+            prepared_in,
+            counters: t.counters.is_some(),
+            memory: t
+                .pids
+                .iter()
+                .map(|(role, pid)| read_process_memory(role, *pid))
+                .collect(),
+        })
+        .collect();
+    let raw = RawResults {
+        workloads: ids,
+        cells,
+    };
+    let mut report = Report::assemble(config, target_reports, raw, started.elapsed().as_secs_f64());
+    report.warnings = warnings;
+    Ok(report)
+}
+
+fn validate(config: &BenchConfig, targets: &[Target]) -> Result<(), BenchError> {
+    if targets.is_empty() {
+        return Err(BenchError::NoTargets);
+    }
+    if config.runs == 0 {
+        return Err(BenchError::NoRuns);
+    }
+    if !(config.scale.is_finite() && config.scale > 0.0) {
+        return Err(BenchError::BadScale(config.scale));
+    }
+    for (i, t) in targets.iter().enumerate() {
+        if targets[..i].iter().any(|o| o.name == t.name) {
+            return Err(BenchError::DuplicateTarget(t.name.clone()));
+        }
+        if !t.dir.is_dir() {
+            return Err(BenchError::TargetDir {
+                name: t.name.clone(),
+                dir: t.dir.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Distinguishes this bench run's directories from any earlier run's, so a
+/// mount that cached an old name (negative or positive) cannot be confused.
+fn nonce() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("{:x}{:04x}", std::process::id(), nanos & 0xffff)
+}
+
+/// For a mount, the native target whose directory is the same tree, found by
+/// writing a probe file through the mount and looking for it natively.
+/// Preparing input there keeps the mount's caches cold for the first timed
+/// pass and makes setup fast. Native targets prepare in place.
+fn native_backing(ti: usize, target: &Target, all: &[Target], nonce: &str) -> Option<PathBuf> {
+    if target.kind == TargetKind::Native {
+        return None;
+    }
+    let name = format!(".crossfs-bench-probe-{nonce}-t{ti}");
+    let through = target.dir.join(&name);
+    let token = format!("crossfs bench probe {nonce} {ti}\n");
+    let written = fs::File::create(&through).and_then(|mut f| {
+        use std::io::Write;
+        f.write_all(token.as_bytes())?;
+        f.sync_all()
+    });
+    let found = written.ok().and_then(|()| {
+        all.iter()
+            .filter(|o| o.kind == TargetKind::Native)
+            .find(|o| fs::read(o.dir.join(&name)).ok().as_deref() == Some(token.as_bytes()))
+            .map(|o| o.dir.clone())
+    });
+    // Best effort: a probe left behind is a small hidden file, not a wrong figure.
+    let _ = fs::remove_file(&through);
+    found
+}
+
+struct Cell<'a> {
+    id: WorkloadId,
+    target_index: usize,
+    run: usize,
+    target: &'a Target,
+    prep_root: &'a Path,
+    sizes: &'a Sizes,
+    nonce: &'a str,
+}
+
+fn failed(run: usize, error: WorkloadError) -> RunRecord {
+    RunRecord {
+        run,
+        samples: Vec::new(),
+        error: Some(error.to_string()),
+        warnings: Vec::new(),
+        wall_s: 0.0,
+    }
+}
+
+/// One workload on one target, in a fresh directory that is removed afterwards.
+fn run_cell(cell: &Cell<'_>, pools: &mut Pools) -> RunRecord {
+    let started = Instant::now();
+    let name = format!(
+        "crossfs-bench-{}-w{}-{}-t{}-r{}",
+        cell.nonce,
+        cell.id.number(),
+        cell.id,
+        cell.target_index,
+        cell.run
+    );
+    let work = cell.target.dir.join(&name);
+    let prep = cell.prep_root.join(&name);
+    let mut ctx = Ctx {
+        target: cell.target,
+        work: work.clone(),
+        sizes: cell.sizes,
+        samples: Vec::new(),
+        warnings: Vec::new(),
+    };
+    let outcome = fs::create_dir(&prep)
+        .map_err(|e| WorkloadError::io(format!("mkdir {}", prep.display()), e))
+        .and_then(|()| {
+            if workloads::has_input(cell.id) {
+                let pool = pools.get(cell.prep_root, cell.sizes)?;
+                pool::replicate(&pool, &prep, &workloads::copy_if(cell.id))?;
+            }
+            workloads::run(cell.id, &mut ctx)
+        });
+    // Cleanup goes through the target, the way the files were written, so a
+    // client with cached state sees its own removals; natively only if that fails.
+    if let Err(e) = fs::remove_dir_all(&work) {
+        let left = if prep == work {
+            Some(e)
+        } else {
+            fs::remove_dir_all(&prep).err()
+        };
+        if let Some(e) = left.filter(|e| e.kind() != std::io::ErrorKind::NotFound) {
+            ctx.warnings
+                .push(format!("cleaning up {}: {e}", work.display()));
+        }
+    }
+    RunRecord {
+        run: cell.run,
+        samples: ctx.samples,
+        error: outcome.err().map(|e| e.to_string()),
+        warnings: ctx.warnings,
+        wall_s: started.elapsed().as_secs_f64(),
+    }
+}

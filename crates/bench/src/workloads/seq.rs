@@ -1,0 +1,123 @@
+//! Workloads 1 and 2: sequential read and write in 1 MiB blocks.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::Path;
+
+use super::rng::Rng;
+use super::{mib, Ctx, MetricDef, Work};
+use crate::config::Sizes;
+use crate::error::{IoContext, WorkloadError};
+use crate::stats::Unit;
+
+const BLOCK: usize = 1 << 20;
+
+pub(crate) const READ_METRICS: &[MetricDef] = &[MetricDef {
+    id: "read",
+    label: "sequential read",
+    unit: Unit::MibPerSec,
+    key_messages: &["Tread"],
+}];
+
+pub(crate) const WRITE_METRICS: &[MetricDef] = &[MetricDef {
+    id: "write",
+    label: "sequential write + fsync",
+    unit: Unit::MibPerSec,
+    key_messages: &["Twrite", "Tfsync"],
+}];
+
+pub(crate) fn read_title(s: &Sizes) -> String {
+    format!(
+        "sequential read, {} file, 1 MiB blocks, client cache dropped, server cache warm",
+        mib(s.seq_bytes)
+    )
+}
+
+pub(crate) fn write_title(s: &Sizes) -> String {
+    format!(
+        "sequential write, {} file, 1 MiB blocks, then fsync (inside the timing)",
+        mib(s.seq_bytes)
+    )
+}
+
+/// Incompressible-looking bytes, so no layer can shortcut zeros or holes.
+fn block() -> Vec<u8> {
+    let mut rng = Rng::new(0x5e9);
+    (0..BLOCK / 8)
+        .flat_map(|_| rng.next_u64().to_le_bytes())
+        .collect()
+}
+
+/// Write `bytes` of `block` repeated to `file`.
+fn write_blocks(file: &mut File, block: &[u8], bytes: u64) -> std::io::Result<()> {
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(block.len() as u64) as usize;
+        file.write_all(&block[..n])?;
+        left -= n as u64;
+    }
+    Ok(())
+}
+
+pub(crate) fn prepare_read(pool: &Path, sizes: &Sizes) -> Result<(), WorkloadError> {
+    let path = pool.join("seq-read.dat");
+    let mut f = File::create(&path).ctx(|| format!("creating {}", path.display()))?;
+    write_blocks(&mut f, &block(), sizes.seq_bytes)
+        .ctx(|| format!("writing {}", path.display()))?;
+    // Flushed so that background writeback of the input does not land in a
+    // measured window; the data stays in the page cache (the server's, for a mount).
+    f.sync_all().ctx(|| format!("fsync {}", path.display()))
+}
+
+pub(crate) fn run_read(ctx: &mut Ctx<'_>) -> Result<(), WorkloadError> {
+    let bytes = ctx.sizes.seq_bytes;
+    let path = ctx.work.join("seq-read.dat");
+    let mut file = File::open(&path).ctx(|| format!("opening {}", path.display()))?;
+    // Every run reads the same inode (the pool's, hard-linked), so a mount may
+    // still hold it from an earlier run: this is what makes the read cold.
+    ctx.drop_client_cache(&file)?;
+    let mut buf = vec![0u8; BLOCK];
+    let mut total = 0u64;
+    ctx.measure(&READ_METRICS[0], || {
+        loop {
+            let n = file
+                .read(&mut buf)
+                .ctx(|| format!("reading {}", path.display()))?;
+            if n == 0 {
+                break;
+            }
+            total += n as u64;
+        }
+        Ok(Work::Bytes(total))
+    })?;
+    if total != bytes {
+        return Err(WorkloadError::Check(format!(
+            "read {total} bytes of a {bytes}-byte file"
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn run_write(ctx: &mut Ctx<'_>) -> Result<(), WorkloadError> {
+    let bytes = ctx.sizes.seq_bytes;
+    let path = ctx.work.join("seq-write.dat");
+    let data = block();
+    // Opening is setup; the writes and the fsync that makes them durable are the figure.
+    let mut file = File::create(&path).ctx(|| format!("creating {}", path.display()))?;
+    ctx.measure(&WRITE_METRICS[0], || {
+        write_blocks(&mut file, &data, bytes).ctx(|| format!("writing {}", path.display()))?;
+        file.sync_all()
+            .ctx(|| format!("fsync {}", path.display()))?;
+        Ok(Work::Bytes(bytes))
+    })?;
+    let len = file
+        .metadata()
+        .ctx(|| format!("fstat {}", path.display()))?
+        .len();
+    if len != bytes {
+        return Err(WorkloadError::Check(format!(
+            "wrote {bytes} bytes but the file has {len}"
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,144 @@
+//! End to end: the whole `run` on local directories, at a tiny scale.
+//! Checks shape and completeness only, never speed.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crossfs_bench::{run, BenchConfig, MessageCounts, NoProgress, Target, WorkloadId};
+
+fn tiny(runs: usize) -> BenchConfig {
+    BenchConfig {
+        quick: true,
+        runs,
+        scale: 0.03,
+        ..BenchConfig::default()
+    }
+}
+
+#[test]
+fn every_workload_gives_a_figure_on_every_target() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let targets = [
+        Target::native("native", a.path()),
+        Target::native("other", b.path()).with_pid("self", std::process::id()),
+    ];
+    let report = run(&tiny(2), &targets, &mut NoProgress).unwrap();
+
+    assert_eq!(report.workloads.len(), WorkloadId::ALL.len());
+    for w in &report.workloads {
+        assert_eq!(w.results.len(), 2, "{}", w.id);
+        for r in &w.results {
+            assert!(r.ok, "{} on {}: {:?}", w.id, r.target, r.errors);
+            assert_eq!(r.runs.len(), 2);
+            for f in &r.figures {
+                let s = f
+                    .summary
+                    .unwrap_or_else(|| panic!("{} {} {}", w.id, r.target, f.metric));
+                assert_eq!(s.runs, 2);
+                assert!(s.min <= s.median && s.median <= s.max && s.min > 0.0);
+                assert!(f.ratio_to_native.is_some());
+                assert!(f.messages.is_none(), "native targets have no counters");
+            }
+        }
+        // The reference is exactly 1.0 against itself.
+        assert!(w.results[0]
+            .figures
+            .iter()
+            .all(|f| f.ratio_to_native == Some(1.0)));
+    }
+    // Every workload cleaned up after itself.
+    for dir in [a.path(), b.path()] {
+        let left: Vec<_> = std::fs::read_dir(dir).unwrap().collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    let json = report.to_json();
+    assert_eq!(json["workloads"].as_array().unwrap().len(), 8);
+    assert_eq!(json["targets"][1]["memory"][0]["role"], "self");
+    assert!(
+        json["targets"][1]["memory"][0]["vm_hwm_kib"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    let table = report.table();
+    for name in crossfs_bench::workload_names() {
+        assert!(
+            table.contains(&format!("] {name}:")),
+            "{name} missing in\n{table}"
+        );
+    }
+    assert!(table.contains("memory (KiB)"));
+    let dir = tempfile::tempdir().unwrap();
+    report.write_svg(&dir.path().join("bench.svg")).unwrap();
+}
+
+/// A "mount" that is really the native directory: exercises the mount code
+/// paths (finding the native tree behind it, dropping the client cache) and
+/// the counter plumbing, with a fake counter that ticks on every read.
+#[test]
+fn mount_targets_find_their_native_tree_and_report_message_deltas() {
+    let dir = tempfile::tempdir().unwrap();
+    let ticks = Arc::new(AtomicU64::new(0));
+    let counter = {
+        let ticks = ticks.clone();
+        move || -> std::io::Result<MessageCounts> {
+            let n = ticks.fetch_add(3, Ordering::Relaxed) + 3;
+            Ok([("Twalk".to_owned(), n)].into())
+        }
+    };
+    let targets = [
+        Target::native("native", dir.path()),
+        Target::mount("loop", dir.path()).with_counters(counter),
+    ];
+    let config = BenchConfig {
+        workloads: vec![WorkloadId::SeqRead, WorkloadId::Negative],
+        ..tiny(1)
+    };
+    let report = run(&config, &targets, &mut NoProgress).unwrap();
+    assert_eq!(report.targets[1].prepared_in, dir.path());
+    for w in &report.workloads {
+        let r = &w.results[1];
+        assert!(r.ok, "{:?}", r.errors);
+        for f in &r.figures {
+            // Each figure is bracketed by two snapshots, 3 apart.
+            assert_eq!(f.messages.as_ref().unwrap()["Twalk"], 3, "{}", f.metric);
+        }
+    }
+    assert!(report.table().contains("Twalk 3"));
+}
+
+#[test]
+fn failing_counters_are_an_explicit_error_not_a_silent_gap() {
+    let dir = tempfile::tempdir().unwrap();
+    let targets = [
+        Target::native("native", dir.path()),
+        Target::mount("broken", dir.path())
+            .with_counters(|| Err(std::io::Error::other("stats socket gone"))),
+    ];
+    let config = BenchConfig {
+        workloads: vec![WorkloadId::Meta],
+        ..tiny(1)
+    };
+    let report = run(&config, &targets, &mut NoProgress).unwrap();
+    let r = &report.workloads[0].results[1];
+    assert!(!r.ok);
+    assert!(r.errors[0].contains("stats socket gone"), "{:?}", r.errors);
+    assert!(report.table().contains("stats socket gone"));
+}
+
+#[test]
+fn invalid_input_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = tiny(1);
+    assert!(run(&cfg, &[], &mut NoProgress).is_err());
+    let twice = [
+        Target::native("x", dir.path()),
+        Target::native("x", dir.path()),
+    ];
+    assert!(run(&cfg, &twice, &mut NoProgress).is_err());
+    let missing = [Target::native("x", dir.path().join("nope"))];
+    assert!(run(&cfg, &missing, &mut NoProgress).is_err());
+    let zero = BenchConfig { runs: 0, ..tiny(1) };
+    assert!(run(&zero, &[Target::native("x", dir.path())], &mut NoProgress).is_err());
+}
