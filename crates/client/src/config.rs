@@ -17,7 +17,7 @@ pub struct ClientConfig {
 impl Default for ClientConfig {
     fn default() -> Self {
         ClientConfig {
-            msize: 1 << 20,
+            msize: crossfs_wire::DEFAULT_MSIZE,
             transport_max: u32::MAX,
             max_in_flight: 256,
         }

@@ -144,7 +144,7 @@ fn msize_is_the_smallest_of_every_layer() {
     let n = client.negotiation();
     assert_eq!(
         (n.requested, n.transport_max, n.server, n.effective),
-        (1 << 20, u32::MAX, 65536, 65536),
+        (crossfs_wire::DEFAULT_MSIZE, u32::MAX, 65536, 65536),
         "diod caps msize at 64 KiB"
     );
     assert_eq!(client.msize(), 65536);

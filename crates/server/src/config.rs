@@ -31,7 +31,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             export: PathBuf::new(),
-            max_msize: 1024 * 1024,
+            max_msize: crossfs_wire::DEFAULT_MSIZE,
             read_only: false,
             allow_devices: false,
             workers_per_connection: 4,

@@ -12,6 +12,11 @@ pub const RREAD_HEADER_LEN: usize = HEADER_LEN + 4;
 pub const TWRITE_HEADER_LEN: usize = HEADER_LEN + 16;
 /// Linux's I/O header allowance: it never asks for more than msize - 24 bytes per read/write.
 pub const IOHDRSZ: usize = 24;
+/// crossfs's default msize: 1 MiB of payload per read or write plus one page for headers
+/// (a read or write carries at most msize - [`IOHDRSZ`] bytes, so an msize of exactly 1 MiB
+/// would cut every large request to 1 MiB - 24 and the FUSE side to 255 pages). The Linux
+/// kernel client caps itself at 1 MiB on socket transports and gets exactly that.
+pub const DEFAULT_MSIZE: u32 = (1 << 20) + 4096;
 /// The smallest msize worth negotiating: room for a header plus a useful payload. Linux's
 /// lower bound is 4096 as well.
 pub const MIN_MSIZE: u32 = 4096;

@@ -30,7 +30,8 @@ pub use counters::{CounterSnapshot, MessageCount, MessageCounters};
 pub use dirent::{DirEntry, DirEntryIter};
 pub use frame::{
     check_frame_size, decode_rframe, decode_tframe, encode_rread_with, encode_twrite, message_name,
-    Rframe, Tframe, HEADER_LEN, IOHDRSZ, MIN_MSIZE, RREAD_HEADER_LEN, TWRITE_HEADER_LEN,
+    Rframe, Tframe, DEFAULT_MSIZE, HEADER_LEN, IOHDRSZ, MIN_MSIZE, RREAD_HEADER_LEN,
+    TWRITE_HEADER_LEN,
 };
 pub use messages::*;
 pub use types::*;

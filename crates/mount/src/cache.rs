@@ -1,0 +1,221 @@
+//! Kernel cache policy: what the kernel may remember, and for how long.
+//!
+//! The FUSE kernel module caches names (dentries), attributes, file data (page cache), symlink
+//! targets and negative lookups on its own; this module decides the timeouts and flags that
+//! govern those caches. The modes follow virtiofsd's `--cache` option so the trade-offs read
+//! the same.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// "Long": a day, virtiofsd's timeout for its `metadata` and `always` modes.
+const LONG: Duration = Duration::from_secs(24 * 60 * 60);
+/// The `auto` timeout, as in virtiofsd.
+const AUTO: Duration = Duration::from_secs(1);
+/// "Forever" as far as the kernel is concerned: a century.
+const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
+/// How much the kernel may cache, and so how fresh what a program sees must be.
+///
+/// | mode       | names & attributes | file data                                  |
+/// |------------|--------------------|--------------------------------------------|
+/// | `never`    | not cached         | not cached (every open is `direct_io`)     |
+/// | `metadata` | cached for 24 h    | not cached (`direct_io`)                   |
+/// | `auto`     | cached for 1 s     | cached while mtime and size are unchanged  |
+/// | `always`   | cached for 24 h    | cached, kept across opens, writeback cache |
+///
+/// Changes made through this mount are always seen at once by this mount: the kernel
+/// updates its own caches for operations it performs. The modes differ in how long a change
+/// made elsewhere (on the host, or through another mount) may go unseen.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CacheMode {
+    /// Nothing is cached: every stat, lookup and read asks the server. Shared-writable mmap
+    /// is not available (all opens are `direct_io`).
+    Never,
+    /// Names and attributes are trusted for 24 hours; data is always read from the server.
+    /// For trees that only this mount changes, with files others may rewrite.
+    Metadata,
+    /// Names and attributes are trusted for 1 second; an open keeps the page cache only if
+    /// the file's mtime and size are what they were at the previous open, and the kernel
+    /// drops cached pages when it sees mtime change (`FUSE_AUTO_INVAL_DATA`).
+    #[default]
+    Auto,
+    /// Everything is trusted for 24 hours, cached pages are kept across opens, and writes
+    /// go to the page cache first (`FUSE_WRITEBACK_CACHE`). Only for trees nobody else
+    /// changes while mounted.
+    Always,
+}
+
+impl CacheMode {
+    /// How long the kernel may trust a name -> inode mapping.
+    pub fn entry_ttl(self) -> Duration {
+        match self {
+            CacheMode::Never => Duration::ZERO,
+            CacheMode::Auto => AUTO,
+            CacheMode::Metadata | CacheMode::Always => LONG,
+        }
+    }
+
+    /// How long the kernel may trust an inode's attributes.
+    pub fn attr_ttl(self) -> Duration {
+        self.entry_ttl()
+    }
+
+    /// Whether file opens bypass the page cache.
+    pub fn direct_io(self) -> bool {
+        matches!(self, CacheMode::Never | CacheMode::Metadata)
+    }
+
+    /// Whether readdir should also return attributes (one round trip fills many lookups).
+    /// Pointless when attributes expire at once.
+    pub fn readdirplus(self) -> bool {
+        self != CacheMode::Never
+    }
+
+    /// Whether the kernel may hold dirty pages and write them back later.
+    pub fn writeback(self) -> bool {
+        self == CacheMode::Always
+    }
+
+    /// The name used on the command line and in stats.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheMode::Never => "never",
+            CacheMode::Metadata => "metadata",
+            CacheMode::Auto => "auto",
+            CacheMode::Always => "always",
+        }
+    }
+}
+
+impl fmt::Display for CacheMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A cache mode name that is not one of never, metadata, auto, always.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown cache mode {0:?} (expected never, metadata, auto or always)")]
+pub struct UnknownCacheMode(pub String);
+
+impl FromStr for CacheMode {
+    type Err = UnknownCacheMode;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "never" | "none" => Ok(CacheMode::Never),
+            "metadata" => Ok(CacheMode::Metadata),
+            "auto" => Ok(CacheMode::Auto),
+            "always" => Ok(CacheMode::Always),
+            other => Err(UnknownCacheMode(other.to_string())),
+        }
+    }
+}
+
+/// How long the kernel may remember that a name does not exist.
+///
+/// A missing name is answered with an entry of inode 0 and this timeout; the kernel then
+/// answers further lookups of that name itself (no FUSE request, no 9P message) until the
+/// timeout passes or the name is created through this mount. A name created on the host is
+/// therefore invisible through this mount for up to the timeout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NegativeTtl {
+    /// Answer ENOENT: every lookup of a missing name costs a round trip (a Twalk).
+    Off,
+    /// Remember a missing name this long.
+    For(Duration),
+    /// Remember a missing name until it is created through this mount or the kernel
+    /// reclaims the dentry.
+    Forever,
+}
+
+impl Default for NegativeTtl {
+    /// One second, the same as the default cache mode's entry timeout: a missing name is
+    /// trusted exactly as long as an existing one.
+    fn default() -> Self {
+        NegativeTtl::For(AUTO)
+    }
+}
+
+/// A negative-timeout in milliseconds below -1.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("negative timeout {0} ms: expected -1 (forever), 0 (off) or a positive number of ms")]
+pub struct InvalidNegativeTtl(pub i64);
+
+impl NegativeTtl {
+    /// From milliseconds as given on the command line: 0 = off, -1 = forever.
+    ///
+    /// # Errors
+    /// [`InvalidNegativeTtl`] for values below -1.
+    pub fn from_millis(ms: i64) -> Result<Self, InvalidNegativeTtl> {
+        match ms {
+            0 => Ok(NegativeTtl::Off),
+            -1 => Ok(NegativeTtl::Forever),
+            ms if ms > 0 => Ok(NegativeTtl::For(Duration::from_millis(ms as u64))),
+            ms => Err(InvalidNegativeTtl(ms)),
+        }
+    }
+
+    /// The timeout to give the kernel, or None to answer ENOENT.
+    pub fn timeout(self) -> Option<Duration> {
+        match self {
+            NegativeTtl::Off => None,
+            NegativeTtl::For(d) if d.is_zero() => None,
+            NegativeTtl::For(d) => Some(d),
+            NegativeTtl::Forever => Some(FOREVER),
+        }
+    }
+
+    /// Milliseconds as in [`NegativeTtl::from_millis`], for stats.
+    pub fn as_millis(self) -> i64 {
+        match self {
+            NegativeTtl::Off => 0,
+            NegativeTtl::For(d) => d.as_millis().min(i64::MAX as u128) as i64,
+            NegativeTtl::Forever => -1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_mode_names_round_trip() {
+        for m in [
+            CacheMode::Never,
+            CacheMode::Metadata,
+            CacheMode::Auto,
+            CacheMode::Always,
+        ] {
+            assert_eq!(m.as_str().parse::<CacheMode>(), Ok(m));
+        }
+        assert!("sometimes".parse::<CacheMode>().is_err());
+        assert_eq!(CacheMode::default(), CacheMode::Auto);
+    }
+
+    #[test]
+    fn timeouts_grow_with_the_mode() {
+        assert_eq!(CacheMode::Never.entry_ttl(), Duration::ZERO);
+        assert_eq!(CacheMode::Auto.attr_ttl(), Duration::from_secs(1));
+        assert!(CacheMode::Always.entry_ttl() > CacheMode::Auto.entry_ttl());
+        assert!(CacheMode::Never.direct_io() && CacheMode::Metadata.direct_io());
+        assert!(!CacheMode::Auto.direct_io() && CacheMode::Always.writeback());
+    }
+
+    #[test]
+    fn negative_ttl_from_millis() {
+        assert_eq!(NegativeTtl::from_millis(0), Ok(NegativeTtl::Off));
+        assert_eq!(NegativeTtl::from_millis(-1), Ok(NegativeTtl::Forever));
+        assert_eq!(
+            NegativeTtl::from_millis(250).unwrap().timeout(),
+            Some(Duration::from_millis(250))
+        );
+        assert!(NegativeTtl::from_millis(-2).is_err());
+        assert_eq!(NegativeTtl::Off.timeout(), None);
+        assert!(NegativeTtl::Forever.timeout().unwrap() > Duration::from_secs(1 << 30));
+        assert_eq!(NegativeTtl::default().as_millis(), 1000);
+    }
+}

@@ -1,0 +1,165 @@
+//! Attributes: getattr, setattr (chmod, chown, truncate, utimens), statfs.
+
+use std::sync::Arc;
+
+use crossfs_wire::{setattr as valid, Tgetattr, Tmessage, Tsetattr, Tstatfs};
+use fuser::{FileHandle, INodeNo, ReplyAttr, ReplyStatfs, TimeOrNow};
+
+use super::{errno, wire_time, Shared};
+use crate::attr;
+use crate::fid::FidRef;
+use crate::remote::{expect_reply, ATTR_MASK};
+
+/// The attribute changes of one SETATTR.
+pub(crate) struct Change {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<TimeOrNow>,
+    pub mtime: Option<TimeOrNow>,
+    /// The kernel asks for ctime to be updated (it cannot be set to a value).
+    pub ctime: bool,
+}
+
+impl Change {
+    fn to_wire(&self, fid: crossfs_wire::Fid) -> Tsetattr {
+        let mut m = Tsetattr {
+            fid,
+            valid: 0,
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            size: 0,
+            atime_sec: 0,
+            atime_nsec: 0,
+            mtime_sec: 0,
+            mtime_nsec: 0,
+        };
+        if let Some(mode) = self.mode {
+            m.valid |= valid::MODE;
+            m.mode = mode & 0o7777;
+        }
+        if let Some(uid) = self.uid {
+            m.valid |= valid::UID;
+            m.uid = uid;
+        }
+        if let Some(gid) = self.gid {
+            m.valid |= valid::GID;
+            m.gid = gid;
+        }
+        if let Some(size) = self.size {
+            m.valid |= valid::SIZE;
+            m.size = size;
+        }
+        match self.atime {
+            Some(TimeOrNow::Now) => m.valid |= valid::ATIME,
+            Some(TimeOrNow::SpecificTime(t)) => {
+                m.valid |= valid::ATIME | valid::ATIME_SET;
+                (m.atime_sec, m.atime_nsec) = wire_time(t);
+            }
+            None => {}
+        }
+        match self.mtime {
+            Some(TimeOrNow::Now) => m.valid |= valid::MTIME,
+            Some(TimeOrNow::SpecificTime(t)) => {
+                m.valid |= valid::MTIME | valid::MTIME_SET;
+                (m.mtime_sec, m.mtime_nsec) = wire_time(t);
+            }
+            None => {}
+        }
+        if self.ctime {
+            m.valid |= valid::CTIME;
+        }
+        m
+    }
+}
+
+impl Shared {
+    /// The fid to stat or change through: the open handle's if there is one (an unlinked
+    /// but open file can still be reached through it), else the node's.
+    fn attr_fid(&self, ino: INodeNo, fh: Option<FileHandle>) -> Result<Arc<FidRef>, fuser::Errno> {
+        if let Some(file) = fh.and_then(|fh| self.handles.get(fh.0)) {
+            return Ok(file.fid.clone());
+        }
+        self.node(ino)
+    }
+
+    /// Fetches attributes and answers from the completion.
+    fn reply_attr(self: &Arc<Self>, ino: INodeNo, fid: Arc<FidRef>, reply: ReplyAttr) {
+        let shared = self.clone();
+        let msg = Tmessage::Getattr(Tgetattr {
+            fid: fid.fid(),
+            request_mask: ATTR_MASK,
+        });
+        self.client.call_async(
+            msg,
+            Box::new(move |r| {
+                drop(fid);
+                match expect_reply!(r, Getattr) {
+                    Ok(a) => {
+                        shared.inodes.observe(ino.0, attr::stamp(&a));
+                        let fa = attr::file_attr(ino.0, &a, shared.ids);
+                        reply.attr(&shared.attr_ttl(), &fa);
+                    }
+                    Err(e) => reply.error(errno(&e)),
+                }
+            }),
+        );
+    }
+
+    pub(super) fn getattr(
+        self: &Arc<Self>,
+        ino: INodeNo,
+        fh: Option<FileHandle>,
+        reply: ReplyAttr,
+    ) {
+        match self.attr_fid(ino, fh) {
+            Ok(fid) => self.reply_attr(ino, fid, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    pub(super) fn setattr(
+        self: &Arc<Self>,
+        ino: INodeNo,
+        fh: Option<FileHandle>,
+        change: Change,
+        reply: ReplyAttr,
+    ) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        let fid = match self.attr_fid(ino, fh) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        // The getattr must see the change, and a server may run two requests in either
+        // order: wait for Rsetattr before asking.
+        let msg = Tmessage::Setattr(change.to_wire(fid.fid()));
+        if let Err(e) = self.client.call(msg) {
+            return reply.error(errno(&e));
+        }
+        self.reply_attr(ino, fid, reply);
+    }
+
+    pub(super) fn statfs(&self, ino: INodeNo, reply: ReplyStatfs) {
+        let fid = match self.node(ino).or_else(|_| self.node(INodeNo::ROOT)) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let msg = Tmessage::Statfs(Tstatfs { fid: fid.fid() });
+        self.client.call_async(
+            msg,
+            Box::new(move |r| {
+                drop(fid);
+                match expect_reply!(r, Statfs) {
+                    Ok(s) => reply.statfs(
+                        s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
+                    ),
+                    Err(e) => reply.error(errno(&e)),
+                }
+            }),
+        );
+    }
+}

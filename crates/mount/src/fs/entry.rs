@@ -1,0 +1,284 @@
+//! Names: lookup (with negative entries), create-like requests, unlink, rename, links.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossfs_client::ClientError;
+use crossfs_wire::{
+    Qid, Rgetattr, Tlink, Tmessage, Tmkdir, Tmknod, Treadlink, Tremove, Trename, Trenameat,
+    Tsymlink, Tunlinkat,
+};
+use fuser::{Errno, FileType, Generation, INodeNo, RenameFlags, ReplyData, ReplyEmpty, ReplyEntry};
+
+use super::{errno, Shared};
+use crate::attr::{self, decode_dev};
+use crate::fid::FidRef;
+use crate::remote::{expect_reply, resolve_one};
+
+impl Shared {
+    /// Records a looked-up file (one more kernel reference) and builds its entry.
+    pub(super) fn remember(&self, fid: Arc<FidRef>, a: &Rgetattr) -> fuser::FileAttr {
+        let ino = self
+            .inodes
+            .remember(fid, a.qid, a.mode & libc::S_IFMT, attr::stamp(a));
+        attr::file_attr(ino, a, self.ids)
+    }
+
+    fn reply_entry(&self, reply: ReplyEntry, r: Result<(Arc<FidRef>, Rgetattr), ClientError>) {
+        match r {
+            Ok((fid, a)) => {
+                let fa = self.remember(fid, &a);
+                reply.entry_with_ttls(&self.attr_ttl(), &self.entry_ttl(), &fa, Generation(0));
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    pub(super) fn lookup(&self, parent: INodeNo, name: &[u8], reply: ReplyEntry) {
+        let dir = match self.node(parent) {
+            Ok(d) => d,
+            Err(e) => return reply.error(e),
+        };
+        match resolve_one(&self.client, &dir, name) {
+            Err(ClientError::Errno(libc::ENOENT)) => self.reply_missing(reply),
+            r => self.reply_entry(reply, r),
+        }
+    }
+
+    /// A missing name: an entry of node 0 that the kernel caches for the negative timeout,
+    /// answering further lookups of the name itself. The kernel replaces it when the name
+    /// is created through this mount.
+    fn reply_missing(&self, reply: ReplyEntry) {
+        use std::sync::atomic::Ordering::Relaxed;
+        match self.config.negative_ttl.timeout() {
+            Some(ttl) => {
+                self.stats
+                    .caches
+                    .negative_entries_sent
+                    .fetch_add(1, Relaxed);
+                let none = attr::placeholder(0, FileType::RegularFile);
+                reply.entry_with_ttls(&Duration::ZERO, &ttl, &none, Generation(0));
+            }
+            None => {
+                self.stats.caches.enoent_sent.fetch_add(1, Relaxed);
+                reply.error(Errno::ENOENT);
+            }
+        }
+    }
+
+    /// Sends a request that creates `name` in `parent`, then looks the new file up.
+    fn create_entry(
+        &self,
+        parent: INodeNo,
+        name: &[u8],
+        reply: ReplyEntry,
+        make: impl FnOnce(&FidRef) -> Tmessage,
+    ) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        let dir = match self.node(parent) {
+            Ok(d) => d,
+            Err(e) => return reply.error(e),
+        };
+        if let Err(e) = self.client.call(make(&dir)) {
+            return reply.error(errno(&e));
+        }
+        let r = resolve_one(&self.client, &dir, name);
+        self.reply_entry(reply, r);
+    }
+
+    pub(super) fn mkdir(
+        &self,
+        parent: INodeNo,
+        name: &[u8],
+        mode: u32,
+        gid: u32,
+        reply: ReplyEntry,
+    ) {
+        self.create_entry(parent, name, reply, |dir| {
+            Tmessage::Mkdir(Tmkdir {
+                dfid: dir.fid(),
+                name: name.to_vec(),
+                mode: mode & 0o7777,
+                gid,
+            })
+        });
+    }
+
+    pub(super) fn mknod(
+        &self,
+        parent: INodeNo,
+        name: &[u8],
+        mode: u32,
+        rdev: u32,
+        gid: u32,
+        reply: ReplyEntry,
+    ) {
+        let (major, minor) = decode_dev(rdev);
+        self.create_entry(parent, name, reply, |dir| {
+            Tmessage::Mknod(Tmknod {
+                dfid: dir.fid(),
+                name: name.to_vec(),
+                mode,
+                major,
+                minor,
+                gid,
+            })
+        });
+    }
+
+    pub(super) fn symlink(
+        &self,
+        parent: INodeNo,
+        name: &[u8],
+        target: &[u8],
+        gid: u32,
+        reply: ReplyEntry,
+    ) {
+        self.create_entry(parent, name, reply, |dir| {
+            Tmessage::Symlink(Tsymlink {
+                fid: dir.fid(),
+                name: name.to_vec(),
+                symtgt: target.to_vec(),
+                gid,
+            })
+        });
+    }
+
+    pub(super) fn link(&self, ino: INodeNo, newparent: INodeNo, name: &[u8], reply: ReplyEntry) {
+        let file = match self.node(ino) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        self.create_entry(newparent, name, reply, |dir| {
+            Tmessage::Link(Tlink {
+                dfid: dir.fid(),
+                fid: file.fid(),
+                name: name.to_vec(),
+            })
+        });
+    }
+
+    /// Sends a name-changing request, falling back to the older 9P2000.L form (Tremove,
+    /// Trename on a walked fid) for servers that answer EOPNOTSUPP, as Linux's v9fs does;
+    /// once a server has refused, the new form is not tried again.
+    fn change_name(
+        &self,
+        modern: Tmessage,
+        legacy: impl FnOnce() -> Result<(), ClientError>,
+    ) -> Result<(), Errno> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if !self.legacy_names.load(Relaxed) {
+            match self.client.call(modern) {
+                Err(ClientError::Errno(libc::EOPNOTSUPP)) => {
+                    self.legacy_names.store(true, Relaxed);
+                }
+                r => return r.map(|_| ()).map_err(|e| errno(&e)),
+            }
+        }
+        legacy().map_err(|e| errno(&e))
+    }
+
+    /// A fid for `name` in `dir`, without its attributes.
+    fn walk_name(&self, dir: &FidRef, name: &[u8]) -> Result<(Arc<FidRef>, Qid), ClientError> {
+        let newfid = self.client.alloc_fid();
+        match self.client.walk(dir.fid(), newfid, &[name]) {
+            Ok(q) if q.len() == 1 => Ok((FidRef::new(&self.client, newfid), q[0])),
+            Ok(_) => {
+                self.client.free_fid(newfid);
+                Err(ClientError::Errno(libc::ENOENT))
+            }
+            Err(e) => {
+                self.client.free_fid(newfid);
+                Err(e)
+            }
+        }
+    }
+
+    pub(super) fn unlink(&self, parent: INodeNo, name: &[u8], flags: u32, reply: ReplyEmpty) {
+        let run = || -> Result<(), Errno> {
+            self.writable()?;
+            let dir = self.node(parent)?;
+            let msg = Tmessage::Unlinkat(Tunlinkat {
+                dirfd: dir.fid(),
+                name: name.to_vec(),
+                flags,
+            });
+            self.change_name(msg, || {
+                let (fid, _) = self.walk_name(&dir, name)?;
+                // Tremove clunks the fid whatever the outcome.
+                let msg = Tmessage::Remove(Tremove { fid: fid.fid() });
+                fid.forget_clunked();
+                self.client.call(msg).map(|_| ())
+            })
+        };
+        match run() {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// RENAME_NOREPLACE and RENAME_EXCHANGE have no 9P2000.L form (a check-then-rename
+    /// would race), so they fail with EINVAL, as on file systems that lack them.
+    pub(super) fn rename(
+        &self,
+        parent: INodeNo,
+        name: &[u8],
+        newparent: INodeNo,
+        newname: &[u8],
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let run = || -> Result<(), Errno> {
+            self.writable()?;
+            if !flags.is_empty() {
+                return Err(Errno::EINVAL);
+            }
+            let (from, to) = (self.node(parent)?, self.node(newparent)?);
+            let msg = Tmessage::Renameat(Trenameat {
+                olddirfid: from.fid(),
+                oldname: name.to_vec(),
+                newdirfid: to.fid(),
+                newname: newname.to_vec(),
+            });
+            self.change_name(msg, || {
+                let (fid, qid) = self.walk_name(&from, name)?;
+                let msg = Tmessage::Rename(Trename {
+                    fid: fid.fid(),
+                    dfid: to.fid(),
+                    name: newname.to_vec(),
+                });
+                self.client.call(msg)?;
+                // Servers of this vintage name files by path (diod): the fid just renamed
+                // follows the file, the node's older fid does not.
+                self.inodes.refresh(qid.path, fid);
+                Ok(())
+            })
+        };
+        match run() {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// With FUSE_CACHE_SYMLINKS the kernel keeps the target in its page cache, so this runs
+    /// once per symlink while its attributes stay valid.
+    pub(super) fn readlink(&self, ino: INodeNo, reply: ReplyData) {
+        let fid = match self.node(ino) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let msg = Tmessage::Readlink(Treadlink { fid: fid.fid() });
+        self.client.call_async(
+            msg,
+            Box::new(move |r| {
+                drop(fid);
+                match expect_reply!(r, Readlink) {
+                    Ok(l) => reply.data(&l.target),
+                    Err(e) => reply.error(errno(&e)),
+                }
+            }),
+        );
+    }
+}

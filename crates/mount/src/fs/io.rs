@@ -1,0 +1,411 @@
+//! Open files: open, create, read, write, flush, fsync.
+//!
+//! Reads and writes are handed to the client and answered from their completions. A FUSE
+//! write never exceeds one Twrite (max_write is at most msize - 24, in whole pages); a read
+//! larger than one Tread can carry is split into concurrent Treads and reassembled.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crossfs_client::ClientError;
+use crossfs_wire::{open_flags as of, Tfsync, Tlcreate, Tlopen, Tmessage};
+use fuser::{
+    FileHandle, FopenFlags, Generation, INodeNo, ReplyCreate, ReplyData, ReplyEmpty, ReplyOpen,
+    ReplyWrite,
+};
+
+use super::{errno, Shared};
+use crate::cache::CacheMode;
+use crate::fid::FidRef;
+use crate::handle::lock;
+use crate::remote::{clone_fid, expect_reply, resolve_one};
+
+/// Tlopen/Tlcreate flags for a Linux open(2) `flags`.
+///
+/// With the writeback cache the kernel owns the file size and may read pages of a file
+/// opened write-only, so write-only becomes read-write and O_APPEND is left to the kernel
+/// (as libfuse's passthrough does). Without it, O_APPEND goes to the server, whose append
+/// ignores the offset: appends land at the true end even if the kernel's size is stale.
+/// O_DIRECT stays local (the server's buffers need no alignment); O_NOATIME, O_CLOEXEC and
+/// O_NOFOLLOW concern the local side only.
+pub(crate) fn wire_open_flags(flags: i32, writeback: bool) -> u32 {
+    let mut out = match flags & libc::O_ACCMODE {
+        libc::O_RDONLY => of::RDONLY,
+        libc::O_WRONLY if writeback => of::RDWR,
+        libc::O_WRONLY => of::WRONLY,
+        _ => of::RDWR,
+    };
+    let pairs = [
+        (libc::O_TRUNC, of::TRUNC),
+        (libc::O_EXCL, of::EXCL),
+        (libc::O_NONBLOCK, of::NONBLOCK),
+        (libc::O_DIRECTORY, of::DIRECTORY),
+        (libc::O_DSYNC, of::DSYNC),
+    ];
+    for (linux, wire) in pairs {
+        if flags & linux != 0 {
+            out |= wire;
+        }
+    }
+    if flags & libc::O_SYNC == libc::O_SYNC {
+        out |= of::SYNC;
+    }
+    if flags & libc::O_APPEND != 0 && !writeback {
+        out |= of::APPEND;
+    }
+    out
+}
+
+impl Shared {
+    /// FOPEN flags for a newly opened file.
+    fn fopen_flags(&self, ino: u64, flags: i32) -> FopenFlags {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mode = self.config.cache;
+        if mode.direct_io() || flags & libc::O_DIRECT != 0 {
+            return FopenFlags::FOPEN_DIRECT_IO;
+        }
+        let keep = match mode {
+            CacheMode::Always => true,
+            CacheMode::Auto => self.inodes.reopen_unchanged(ino),
+            CacheMode::Never | CacheMode::Metadata => false,
+        };
+        if keep {
+            self.stats.caches.keep_cache_opens.fetch_add(1, Relaxed);
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        }
+    }
+
+    /// Opens a fresh fid for node `ino`, promoting write-only to read-write for the
+    /// writeback cache if the server allows it.
+    fn open_fid(&self, node: &FidRef, flags: i32) -> Result<(Arc<FidRef>, u32), ClientError> {
+        let writeback = self.config.cache.writeback();
+        let fid = clone_fid(&self.client, node)?;
+        let lopen = |f: u32| {
+            expect_reply!(
+                self.client.call(Tmessage::Lopen(Tlopen {
+                    fid: fid.fid(),
+                    flags: f
+                })),
+                Lopen
+            )
+        };
+        let wanted = wire_open_flags(flags, writeback);
+        let r = match lopen(wanted) {
+            Err(ClientError::Errno(libc::EACCES))
+                if writeback && flags & libc::O_ACCMODE == libc::O_WRONLY =>
+            {
+                lopen(wire_open_flags(flags, false) & !of::APPEND)
+            }
+            r => r,
+        };
+        r.map(|o| (fid.clone(), o.iounit))
+    }
+
+    pub(super) fn open(&self, ino: INodeNo, flags: i32, reply: ReplyOpen) {
+        if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
+            if let Err(e) = self.writable() {
+                return reply.error(e);
+            }
+        }
+        let node = match self.node(ino) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        match self.open_fid(&node, flags) {
+            Ok((fid, _iounit)) => {
+                let fh = self.handles.insert(fid);
+                reply.opened(FileHandle(fh), self.fopen_flags(ino.0, flags));
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    pub(super) fn opendir(&self, ino: INodeNo, reply: ReplyOpen) {
+        let node = match self.node(ino) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        match self.open_fid(&node, libc::O_RDONLY | libc::O_DIRECTORY) {
+            Ok((fid, _)) => {
+                let fh = self.handles.insert(fid);
+                // Directory listings may stay in the page cache where names do too; the
+                // kernel drops them when the directory changes through this mount.
+                let flags = match self.config.cache {
+                    CacheMode::Metadata | CacheMode::Always => {
+                        FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
+                    }
+                    CacheMode::Never | CacheMode::Auto => FopenFlags::empty(),
+                };
+                reply.opened(FileHandle(fh), flags);
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    /// Tlcreate on a clone of the directory's fid (which then names the new, open file),
+    /// then a walk for the node's own fid and a getattr, in one round trip.
+    ///
+    /// The kernel sends CREATE only for a name it believes missing; with negative caching
+    /// the name may have appeared on the host since. Without O_EXCL that must open the
+    /// existing file, so EEXIST falls back to lookup + open.
+    pub(super) fn create(
+        &self,
+        parent: INodeNo,
+        name: &[u8],
+        mode: u32,
+        flags: i32,
+        gid: u32,
+        reply: ReplyCreate,
+    ) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        let dir = match self.node(parent) {
+            Ok(d) => d,
+            Err(e) => return reply.error(e),
+        };
+        let created = clone_fid(&self.client, &dir).and_then(|fid| {
+            let msg = Tmessage::Lcreate(Tlcreate {
+                fid: fid.fid(),
+                name: name.to_vec(),
+                flags: wire_open_flags(flags, self.config.cache.writeback()),
+                mode: mode & 0o7777,
+                gid,
+            });
+            expect_reply!(self.client.call(msg), Lcreate).map(|_| fid)
+        });
+        let opened = match created {
+            Ok(fid) => Ok(fid),
+            Err(ClientError::Errno(libc::EEXIST)) if flags & libc::O_EXCL == 0 => {
+                resolve_one(&self.client, &dir, name)
+                    .and_then(|(node, _)| self.open_fid(&node, flags & !libc::O_CREAT))
+                    .map(|(fid, _)| fid)
+            }
+            Err(e) => Err(e),
+        };
+        let fid = match opened {
+            Ok(f) => f,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        match resolve_one(&self.client, &dir, name) {
+            Ok((node, a)) => {
+                let fa = self.remember(node, &a);
+                let fh = self.handles.insert(fid);
+                let open_flags = self.fopen_flags(fa.ino.0, flags);
+                reply.created(
+                    &self.entry_ttl(),
+                    &fa,
+                    Generation(0),
+                    FileHandle(fh),
+                    open_flags,
+                );
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    pub(super) fn read(&self, fh: FileHandle, offset: u64, size: u32, reply: ReplyData) {
+        let file = match self.open_file(fh) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let fid = file.fid.fid();
+        let max = self.sizes.max_io;
+        if size <= max {
+            return self.client.read_async(
+                fid,
+                offset,
+                size,
+                Box::new(move |r| {
+                    drop(file);
+                    match r {
+                        Ok(data) => reply.data(&data),
+                        Err(e) => reply.error(errno(&e)),
+                    }
+                }),
+            );
+        }
+        self.stats
+            .caches
+            .split_reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let parts = size.div_ceil(max) as usize;
+        let gather = Arc::new(Gather {
+            parts: Mutex::new((0..parts).map(|_| None).collect()),
+            left: AtomicUsize::new(parts),
+            reply: Mutex::new(Some(reply)),
+            chunk: max as usize,
+        });
+        for i in 0..parts {
+            let start = i as u32 * max;
+            let count = max.min(size - start);
+            let (gather, file) = (gather.clone(), file.clone());
+            self.client.read_async(
+                fid,
+                offset + u64::from(start),
+                count,
+                Box::new(move |r| {
+                    drop(file);
+                    gather.done(i, r);
+                }),
+            );
+        }
+    }
+
+    pub(super) fn write(&self, fh: FileHandle, offset: u64, data: &[u8], reply: ReplyWrite) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        let file = match self.open_file(fh) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let max = self.sizes.max_io as usize;
+        if data.len() > max {
+            // max_write keeps the kernel below this; stay correct if it ever is not.
+            return self.write_split(file, offset, data, reply);
+        }
+        self.client.write_async(
+            file.fid.fid(),
+            offset,
+            data,
+            Box::new(move |r| {
+                drop(file);
+                match r {
+                    Ok(n) => reply.written(n),
+                    Err(e) => reply.error(errno(&e)),
+                }
+            }),
+        );
+    }
+
+    fn write_split(
+        &self,
+        file: Arc<crate::handle::OpenFile>,
+        offset: u64,
+        data: &[u8],
+        reply: ReplyWrite,
+    ) {
+        let max = self.sizes.max_io as usize;
+        let mut written = 0usize;
+        for chunk in data.chunks(max) {
+            match self
+                .client
+                .write(file.fid.fid(), offset + written as u64, chunk)
+            {
+                Ok(n) => {
+                    written += n as usize;
+                    if (n as usize) < chunk.len() {
+                        break;
+                    }
+                }
+                Err(e) if written == 0 => return reply.error(errno(&e)),
+                Err(_) => break,
+            }
+        }
+        reply.written(written as u32);
+    }
+
+    /// On close. Nothing is buffered here, but POSIX says closing any descriptor drops the
+    /// process's locks on the file: release those the closing owner took.
+    pub(super) fn flush(&self, fh: FileHandle, owner: fuser::LockOwner, reply: ReplyEmpty) {
+        let Ok(file) = self.open_file(fh) else {
+            return reply.ok();
+        };
+        if !lock(&file.lock_owners).remove(&owner.0) {
+            return reply.ok();
+        }
+        match self.unlock_all(&file, owner.0) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    pub(super) fn fsync(&self, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        let file = match self.open_file(fh) {
+            Ok(f) => f,
+            Err(e) => return reply.error(e),
+        };
+        let msg = Tmessage::Fsync(Tfsync {
+            fid: file.fid.fid(),
+            datasync: u32::from(datasync),
+        });
+        self.client.call_async(
+            msg,
+            Box::new(move |r| {
+                drop(file);
+                match r {
+                    Ok(_) => reply.ok(),
+                    Err(e) => reply.error(errno(&e)),
+                }
+            }),
+        );
+    }
+}
+
+/// One piece of a split read, once its Rread (or error) is in.
+type Part = Option<Result<Vec<u8>, ClientError>>;
+
+/// The pieces of one split read, answered when the last arrives.
+struct Gather {
+    parts: Mutex<Vec<Part>>,
+    left: AtomicUsize,
+    reply: Mutex<Option<ReplyData>>,
+    chunk: usize,
+}
+
+impl Gather {
+    fn done(&self, i: usize, r: Result<Vec<u8>, ClientError>) {
+        lock(&self.parts)[i] = Some(r);
+        if self.left.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        let Some(reply) = lock(&self.reply).take() else {
+            return;
+        };
+        let parts = std::mem::take(&mut *lock(&self.parts));
+        let mut out = Vec::new();
+        for (i, part) in parts.into_iter().enumerate() {
+            match part {
+                Some(Ok(data)) => {
+                    let short = data.len() < self.chunk;
+                    out.extend_from_slice(&data);
+                    if short {
+                        break;
+                    }
+                }
+                Some(Err(e)) if i == 0 => return reply.error(errno(&e)),
+                _ => break,
+            }
+        }
+        reply.data(&out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_flags_translate() {
+        assert_eq!(wire_open_flags(libc::O_RDONLY, false), of::RDONLY);
+        assert_eq!(
+            wire_open_flags(libc::O_WRONLY | libc::O_APPEND, false),
+            of::WRONLY | of::APPEND
+        );
+        assert_eq!(
+            wire_open_flags(libc::O_WRONLY | libc::O_APPEND, true),
+            of::RDWR
+        );
+        assert_eq!(
+            wire_open_flags(libc::O_RDWR | libc::O_DIRECT | libc::O_CLOEXEC, false),
+            of::RDWR
+        );
+        assert_eq!(
+            wire_open_flags(libc::O_WRONLY | libc::O_SYNC, false),
+            of::WRONLY | of::SYNC | of::DSYNC
+        );
+    }
+}

@@ -1,0 +1,535 @@
+//! The FUSE filesystem: kernel requests in, 9P requests out.
+//!
+//! [`CrossFs`] implements [`fuser::Filesystem`] by counting each request and handing it to
+//! [`Shared`], whose methods live beside the requests they serve: `entry.rs` (names),
+//! `io.rs` (open files), `dir.rs`, `attr.rs`, `xattr.rs`, `lock.rs`.
+//!
+//! Threading: fuser runs several worker threads, each on its own cloned `/dev/fuse` fd.
+//! Requests that need a single 9P message (read, write, getattr, readlink, fsync, unlink,
+//! rename, statfs) are sent with [`crossfs_client::Client::call_async`] and answered from
+//! the completion, so the worker is free at once and a slow reply holds up nothing else.
+//! Requests that need several dependent messages (lookup: walk, then getattr) run them on
+//! the worker, pipelining whatever is independent.
+
+mod attr;
+mod dir;
+mod entry;
+mod io;
+mod lock;
+mod xattr;
+
+use std::ffi::OsStr;
+use std::io as stdio;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crossfs_client::{Client, ClientError};
+use crossfs_wire::Qid;
+use fuser::{
+    AccessFlags, Errno, FileHandle, Filesystem, INodeNo, InitFlags, KernelConfig, LockOwner,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow, WriteFlags,
+};
+
+use crate::attr::IdMap;
+use crate::config::{MountConfig, RequestSize};
+use crate::fid::FidRef;
+use crate::handle::{HandleTable, OpenFile};
+use crate::inode::InodeTable;
+use crate::stats::{Op, Stats};
+
+/// The state every request handler shares (and the mount handle reads for stats).
+pub(crate) struct Shared {
+    pub client: Arc<Client>,
+    pub inodes: InodeTable,
+    pub handles: HandleTable,
+    pub config: MountConfig,
+    pub sizes: RequestSize,
+    pub ids: IdMap,
+    pub stats: Stats,
+    /// Names this mount as a lock holder to the server (with the lock owner appended).
+    pub lock_client: String,
+    /// The server lacks Tunlinkat/Trenameat (diod): use Tremove/Trename, as Linux does.
+    pub legacy_names: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    pub(crate) fn new(
+        client: Arc<Client>,
+        root: (crossfs_wire::Fid, Qid),
+        config: &MountConfig,
+        sizes: RequestSize,
+    ) -> Self {
+        let root_fid = FidRef::new(&client, root.0);
+        let host = rustix::system::uname()
+            .nodename()
+            .to_string_lossy()
+            .into_owned();
+        Shared {
+            inodes: InodeTable::new(root_fid, root.1),
+            handles: HandleTable::default(),
+            config: config.clone(),
+            sizes,
+            ids: IdMap {
+                uid: config.uid,
+                gid: config.gid,
+            },
+            stats: Stats::default(),
+            lock_client: format!("crossfs@{host}"),
+            legacy_names: std::sync::atomic::AtomicBool::new(false),
+            client,
+        }
+    }
+
+    /// The unopened fid of node `ino`.
+    fn node(&self, ino: INodeNo) -> Result<Arc<FidRef>, Errno> {
+        self.inodes.fid(ino.0).ok_or(Errno::ESTALE)
+    }
+
+    fn open_file(&self, fh: FileHandle) -> Result<Arc<OpenFile>, Errno> {
+        self.handles.get(fh.0).ok_or(Errno::EBADF)
+    }
+
+    fn entry_ttl(&self) -> Duration {
+        self.config.cache.entry_ttl()
+    }
+
+    fn attr_ttl(&self) -> Duration {
+        self.config.cache.attr_ttl()
+    }
+
+    fn writable(&self) -> Result<(), Errno> {
+        if self.config.read_only {
+            Err(Errno::EROFS)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// The errno the kernel gets for a failed 9P request (EIO once the connection is gone).
+pub(crate) fn errno(e: &ClientError) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+/// A time fuser decoded from the kernel, as 9P carries it (unsigned seconds holding Linux's
+/// signed ones).
+///
+/// fuser 0.18 decodes a kernel time (s, ns) before the epoch as `EPOCH - (|s| + ns)`
+/// (`system_time_from_time`, marked TODO there) rather than `EPOCH - |s| + ns`; this is the
+/// exact inverse of what it does, so pre-1970 times with nanoseconds survive. Revisit if
+/// fuser fixes its decoding.
+pub(crate) fn wire_time(t: SystemTime) -> (u64, u64) {
+    match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => (d.as_secs(), u64::from(d.subsec_nanos())),
+        Err(e) => {
+            let d = e.duration();
+            ((-(d.as_secs() as i64)) as u64, u64::from(d.subsec_nanos()))
+        }
+    }
+}
+
+fn bytes(name: &OsStr) -> &[u8] {
+    use std::os::unix::ffi::OsStrExt;
+    name.as_bytes()
+}
+
+/// The `fuser::Filesystem` over a 9P client.
+pub(crate) struct CrossFs {
+    pub shared: Arc<Shared>,
+}
+
+impl CrossFs {
+    fn s(&self, op: Op) -> &Arc<Shared> {
+        self.shared.stats.count(op);
+        &self.shared
+    }
+}
+
+/// Kernel features asked for in every mode.
+const ALWAYS_WANTED: InitFlags = InitFlags::FUSE_MAX_PAGES
+    .union(InitFlags::FUSE_CACHE_SYMLINKS)
+    .union(InitFlags::FUSE_POSIX_LOCKS)
+    .union(InitFlags::FUSE_PARALLEL_DIROPS)
+    .union(InitFlags::FUSE_ASYNC_DIO)
+    .union(InitFlags::FUSE_ASYNC_READ)
+    .union(InitFlags::FUSE_BIG_WRITES);
+
+impl Filesystem for CrossFs {
+    fn init(&mut self, _req: &Request, kc: &mut KernelConfig) -> stdio::Result<()> {
+        let s = &self.shared;
+        let sizes = s.sizes;
+        if let Err(max) = kc.set_max_write(sizes.max_write) {
+            let _ = kc.set_max_write(max);
+        }
+        // The kernel offers at most its default readahead here (128 KiB); the mount raises
+        // the bdi's read_ahead_kb once it is up.
+        if let Err(max) = kc.set_max_readahead(sizes.readahead) {
+            let _ = kc.set_max_readahead(max);
+        }
+        let _ = kc.set_max_background(64);
+        let mode = s.config.cache;
+        let mut wanted = ALWAYS_WANTED;
+        if mode.readdirplus() {
+            wanted |= InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO;
+        }
+        if mode.writeback() {
+            wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        if mode == crate::CacheMode::Auto {
+            wanted |= InitFlags::FUSE_AUTO_INVAL_DATA;
+        }
+        let missing = wanted & !kc.capabilities();
+        if !missing.is_empty() {
+            tracing::warn!(?missing, "the kernel lacks FUSE features crossfs asks for");
+        }
+        let _ = kc.add_capabilities(wanted & kc.capabilities());
+        tracing::info!(
+            max_write = sizes.max_write,
+            max_pages = sizes.max_pages,
+            cache = %mode,
+            "FUSE session initialised"
+        );
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.s(Op::Lookup).lookup(parent, bytes(name), reply);
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.s(Op::Forget).inodes.forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.s(Op::Getattr).getattr(ino, fh, reply);
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let change = attr::Change {
+            mode,
+            uid,
+            gid,
+            size,
+            atime,
+            mtime,
+            ctime: ctime.is_some(),
+        };
+        self.s(Op::Setattr).setattr(ino, fh, change, reply);
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.s(Op::Readlink).readlink(ino, reply);
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        self.s(Op::Mknod)
+            .mknod(parent, bytes(name), mode, rdev, req.gid(), reply);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        self.s(Op::Mkdir)
+            .mkdir(parent, bytes(name), mode, req.gid(), reply);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.s(Op::Unlink).unlink(parent, bytes(name), 0, reply);
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.s(Op::Rmdir)
+            .unlink(parent, bytes(name), crossfs_wire::AT_REMOVEDIR, reply);
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        self.s(Op::Symlink).symlink(
+            parent,
+            bytes(link_name),
+            bytes(target.as_os_str()),
+            req.gid(),
+            reply,
+        );
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.s(Op::Rename)
+            .rename(parent, bytes(name), newparent, bytes(newname), flags, reply);
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        self.s(Op::Link).link(ino, newparent, bytes(newname), reply);
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.s(Op::Open).open(ino, flags.0, reply);
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.s(Op::Read).read(fh, offset, size, reply);
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        self.s(Op::Write).write(fh, offset, data, reply);
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        self.s(Op::Flush).flush(fh, lock_owner, reply);
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.s(Op::Release).handles.remove(fh.0);
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.s(Op::Fsync).fsync(fh, datasync, reply);
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.s(Op::Opendir).opendir(ino, reply);
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectory,
+    ) {
+        self.s(Op::Readdir).readdir(ino, fh, offset, reply);
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: ReplyDirectoryPlus,
+    ) {
+        self.s(Op::Readdirplus).readdirplus(ino, fh, offset, reply);
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.s(Op::Releasedir).handles.remove(fh.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.s(Op::Fsyncdir).fsync(fh, datasync, reply);
+    }
+
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        self.s(Op::Statfs).statfs(ino, reply);
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        self.s(Op::Setxattr)
+            .setxattr(ino, bytes(name), value, flags, reply);
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.s(Op::Getxattr).getxattr(ino, bytes(name), size, reply);
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.s(Op::Listxattr).getxattr(ino, b"", size, reply);
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.s(Op::Removexattr).removexattr(ino, bytes(name), reply);
+    }
+
+    /// No 9P request answers access(2); the server checks permissions on every operation
+    /// instead. ENOSYS tells the kernel to stop asking (access(2) then succeeds for any file
+    /// that exists, as with other FUSE file systems without `default_permissions`).
+    fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        reply.error(Errno::ENOSYS);
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        self.s(Op::Create)
+            .create(parent, bytes(name), mode, flags, req.gid(), reply);
+    }
+
+    fn getlk(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        reply: ReplyLock,
+    ) {
+        let l = lock::Range {
+            owner: lock_owner.0,
+            start,
+            end,
+            typ,
+            pid,
+        };
+        self.s(Op::Getlk).getlk(fh, l, reply);
+    }
+
+    fn setlk(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let l = lock::Range {
+            owner: lock_owner.0,
+            start,
+            end,
+            typ,
+            pid,
+        };
+        self.s(Op::Setlk).setlk(fh, l, sleep, reply);
+    }
+}

@@ -1,0 +1,116 @@
+//! Extended attributes over Txattrwalk (read, list) and Txattrcreate (set, remove).
+
+use crossfs_client::ClientError;
+use crossfs_wire::{xattr_flags, Tmessage, Txattrcreate, Txattrwalk};
+use fuser::{Errno, INodeNo, ReplyEmpty, ReplyXattr};
+
+use super::{errno, Shared};
+use crate::fid::FidRef;
+use crate::remote::{clone_fid, expect_reply};
+
+/// Linux's XATTR_SIZE_MAX: no value or list is larger.
+const XATTR_SIZE_MAX: u64 = 64 * 1024;
+
+impl Shared {
+    /// Reads attribute `name` (the name list when empty). `size` 0 asks only for the length.
+    pub(super) fn getxattr(&self, ino: INodeNo, name: &[u8], size: u32, reply: ReplyXattr) {
+        let node = match self.node(ino) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
+        let newfid = self.client.alloc_fid();
+        let walk = Tmessage::Xattrwalk(Txattrwalk {
+            fid: node.fid(),
+            newfid,
+            name: name.to_vec(),
+        });
+        let len = match expect_reply!(self.client.call(walk), Xattrwalk) {
+            Ok(w) => w.size,
+            Err(e) => {
+                if !matches!(e, ClientError::Protocol(_)) {
+                    self.client.free_fid(newfid);
+                }
+                return reply.error(errno(&e));
+            }
+        };
+        let fid = FidRef::new(&self.client, newfid);
+        if len > XATTR_SIZE_MAX {
+            return reply.error(Errno::E2BIG);
+        }
+        if size == 0 {
+            return reply.size(len as u32);
+        }
+        if len > u64::from(size) {
+            return reply.error(Errno::ERANGE);
+        }
+        let mut value = Vec::with_capacity(len as usize);
+        while (value.len() as u64) < len {
+            let want = (len - value.len() as u64).min(u64::from(self.client.max_io())) as u32;
+            match self.client.read(fid.fid(), value.len() as u64, want) {
+                Ok(data) if data.is_empty() => break,
+                Ok(data) => value.extend_from_slice(&data),
+                Err(e) => return reply.error(errno(&e)),
+            }
+        }
+        reply.data(&value);
+    }
+
+    /// Txattrcreate on a clone of the file's fid, the value written through it; the
+    /// server sets the attribute when the fid is clunked, so the clunk's answer is the
+    /// answer.
+    fn write_xattr(
+        &self,
+        ino: INodeNo,
+        name: &[u8],
+        value: &[u8],
+        flags: u32,
+    ) -> Result<(), Errno> {
+        self.writable()?;
+        let node = self.node(ino)?;
+        let fid = clone_fid(&self.client, &node).map_err(|e| errno(&e))?;
+        let create = Tmessage::Xattrcreate(Txattrcreate {
+            fid: fid.fid(),
+            name: name.to_vec(),
+            attr_size: value.len() as u64,
+            flags,
+        });
+        expect_reply!(self.client.call(create), Xattrcreate).map_err(|e| errno(&e))?;
+        let max = self.client.max_io() as usize;
+        let mut done = 0;
+        while done < value.len() {
+            let chunk = &value[done..value.len().min(done + max)];
+            let n = self
+                .client
+                .write(fid.fid(), done as u64, chunk)
+                .map_err(|e| errno(&e))?;
+            if n == 0 {
+                return Err(Errno::EIO);
+            }
+            done += n as usize;
+        }
+        fid.clunk_now().map_err(|e| errno(&e))
+    }
+
+    pub(super) fn setxattr(
+        &self,
+        ino: INodeNo,
+        name: &[u8],
+        value: &[u8],
+        flags: i32,
+        reply: ReplyEmpty,
+    ) {
+        let flags = flags as u32 & (xattr_flags::CREATE | xattr_flags::REPLACE);
+        match self.write_xattr(ino, name, value, flags) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    /// As Linux's v9fs does it: an empty value with XATTR_REPLACE removes the attribute.
+    pub(super) fn removexattr(&self, ino: INodeNo, name: &[u8], reply: ReplyEmpty) {
+        match self.write_xattr(ino, name, &[], xattr_flags::REPLACE) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! Open files and directories: FUSE file handles -> opened fids.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crossfs_wire::DirEntry;
+
+use crate::fid::FidRef;
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One FUSE open (or opendir): a fid of its own, opened with Tlopen/Tlcreate.
+pub(crate) struct OpenFile {
+    pub fid: Arc<FidRef>,
+    /// Lock owners that took a POSIX lock through this handle: their locks are released
+    /// when they close it (FLUSH), as POSIX requires.
+    pub lock_owners: Mutex<HashSet<u64>>,
+    /// Directory entries read ahead of the kernel (directories only).
+    pub dir: Mutex<DirStream>,
+}
+
+/// Entries fetched by one Treaddir but not yet handed to the kernel, which asks for a page
+/// at a time while one Treaddir returns many pages' worth.
+#[derive(Default)]
+pub(crate) struct DirStream {
+    /// The cookie after which `entries` continue.
+    pub from: u64,
+    pub entries: VecDeque<DirEntry>,
+    /// The server said there is nothing after `from` + `entries`.
+    pub eof: bool,
+}
+
+impl DirStream {
+    /// Entries continuing after cookie `offset`: the buffer if it continues there, else
+    /// nothing (the caller fetches from `offset`).
+    pub(crate) fn seek(&mut self, offset: u64) {
+        if offset != self.from {
+            self.from = offset;
+            self.entries.clear();
+            self.eof = false;
+        }
+    }
+
+    /// Marks the first entry as handed to the kernel.
+    pub(crate) fn consume(&mut self) {
+        if let Some(e) = self.entries.pop_front() {
+            self.from = e.offset;
+        }
+    }
+}
+
+/// File handles in use.
+#[derive(Default)]
+pub(crate) struct HandleTable {
+    open: Mutex<HashMap<u64, Arc<OpenFile>>>,
+    next: AtomicU64,
+}
+
+impl HandleTable {
+    pub(crate) fn insert(&self, fid: Arc<FidRef>) -> u64 {
+        let fh = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        let file = Arc::new(OpenFile {
+            fid,
+            lock_owners: Mutex::default(),
+            dir: Mutex::default(),
+        });
+        lock(&self.open).insert(fh, file);
+        fh
+    }
+
+    pub(crate) fn get(&self, fh: u64) -> Option<Arc<OpenFile>> {
+        lock(&self.open).get(&fh).cloned()
+    }
+
+    /// Forgets `fh`; its fid is clunked when the last request using it is answered.
+    pub(crate) fn remove(&self, fh: u64) -> Option<Arc<OpenFile>> {
+        lock(&self.open).remove(&fh)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.open).len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossfs_wire::Qid;
+
+    fn entry(offset: u64) -> DirEntry {
+        DirEntry {
+            qid: Qid::default(),
+            offset,
+            ty: 8,
+            name: format!("f{offset}").into_bytes(),
+        }
+    }
+
+    #[test]
+    fn dir_stream_continues_or_restarts() {
+        let mut s = DirStream::default();
+        s.seek(0);
+        s.entries.extend([entry(10), entry(20), entry(30)]);
+        s.consume();
+        assert_eq!(s.from, 10);
+        s.seek(10);
+        assert_eq!(s.entries.len(), 2, "continuing keeps the buffer");
+        s.seek(0);
+        assert!(s.entries.is_empty(), "rewinding drops it");
+        assert_eq!(s.from, 0);
+    }
+}

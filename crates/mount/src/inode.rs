@@ -1,0 +1,185 @@
+//! The inode table: FUSE node ids, the fid behind each, and the kernel's lookup counts.
+//!
+//! Node ids are our own, handed out in order from 2 (1 is the export root); `st_ino` as seen
+//! through the mount is this id. Files are recognised by `qid.path`, so hard links and
+//! repeated lookups share one node id and the kernel keeps one page cache per file.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crossfs_wire::Qid;
+
+use crate::fid::FidRef;
+
+/// The root's node id (FUSE_ROOT_ID).
+pub(crate) const ROOT: u64 = 1;
+
+/// What an open in `auto` mode compares to decide whether cached pages are still good.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DataStamp {
+    pub mtime: (u64, u64),
+    pub size: u64,
+}
+
+struct Inode {
+    /// An unopened fid for the file: the base of walks, getattr, setattr, xattrs, opens.
+    fid: Arc<FidRef>,
+    qid_path: u64,
+    /// `S_IFMT` bits: a qid.path reused by a file of another type is another file.
+    format: u32,
+    /// Entries the kernel holds (each lookup reply adds one, FORGET takes them back).
+    nlookup: u64,
+    /// The newest attributes seen from the server.
+    seen: Option<DataStamp>,
+    /// The attributes seen when the file was last opened.
+    opened: Option<DataStamp>,
+}
+
+#[derive(Default)]
+struct Inner {
+    by_ino: HashMap<u64, Inode>,
+    by_path: HashMap<u64, u64>,
+    next: u64,
+}
+
+/// Node id <-> fid, deduplicated by `qid.path`, with lookup counts.
+pub(crate) struct InodeTable {
+    inner: Mutex<Inner>,
+}
+
+impl InodeTable {
+    /// A table holding the export root as node 1.
+    pub(crate) fn new(root: Arc<FidRef>, root_qid: Qid) -> Self {
+        let mut inner = Inner {
+            next: ROOT + 1,
+            ..Inner::default()
+        };
+        inner.by_ino.insert(
+            ROOT,
+            Inode {
+                fid: root,
+                qid_path: root_qid.path,
+                format: libc::S_IFDIR,
+                nlookup: 1,
+                seen: None,
+                opened: None,
+            },
+        );
+        inner.by_path.insert(root_qid.path, ROOT);
+        InodeTable {
+            inner: Mutex::new(inner),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The fid of node `ino`, if the kernel still holds it.
+    pub(crate) fn fid(&self, ino: u64) -> Option<Arc<FidRef>> {
+        self.lock().by_ino.get(&ino).map(|i| i.fid.clone())
+    }
+
+    /// The node id already given to the file with this `qid.path`, if any.
+    pub(crate) fn ino_of(&self, qid_path: u64) -> Option<u64> {
+        self.lock().by_path.get(&qid_path).copied()
+    }
+
+    /// Records one lookup of the file behind `fid` and returns its node id.
+    ///
+    /// A file already known keeps its node id and takes the fresher fid (the old one is
+    /// clunked once its last request is answered): a fid walked just now names the file
+    /// by its current path on servers that track paths.
+    pub(crate) fn remember(
+        &self,
+        fid: Arc<FidRef>,
+        qid: Qid,
+        format: u32,
+        stamp: DataStamp,
+    ) -> u64 {
+        let mut inner = self.lock();
+        if let Some(&ino) = inner.by_path.get(&qid.path) {
+            if let Some(node) = inner.by_ino.get_mut(&ino) {
+                if node.format == format {
+                    node.nlookup += 1;
+                    node.seen = Some(stamp);
+                    if ino != ROOT {
+                        node.fid = fid;
+                    }
+                    return ino;
+                }
+            }
+        }
+        let ino = inner.next;
+        inner.next += 1;
+        inner.by_ino.insert(
+            ino,
+            Inode {
+                fid,
+                qid_path: qid.path,
+                format,
+                nlookup: 1,
+                seen: Some(stamp),
+                opened: None,
+            },
+        );
+        inner.by_path.insert(qid.path, ino);
+        ino
+    }
+
+    /// Gives the node of `qid_path`, if known, a fresher fid for the same file.
+    pub(crate) fn refresh(&self, qid_path: u64, fid: Arc<FidRef>) {
+        let mut inner = self.lock();
+        if let Some(ino) = inner.by_path.get(&qid_path).copied() {
+            if let Some(node) = inner.by_ino.get_mut(&ino) {
+                if ino != ROOT {
+                    node.fid = fid;
+                }
+            }
+        }
+    }
+
+    /// The kernel dropped `n` of its references to `ino`; at zero the node goes.
+    pub(crate) fn forget(&self, ino: u64, n: u64) {
+        if ino == ROOT {
+            return;
+        }
+        let mut inner = self.lock();
+        let Some(node) = inner.by_ino.get_mut(&ino) else {
+            return;
+        };
+        node.nlookup = node.nlookup.saturating_sub(n);
+        if node.nlookup > 0 {
+            return;
+        }
+        let path = node.qid_path;
+        inner.by_ino.remove(&ino);
+        if inner.by_path.get(&path) == Some(&ino) {
+            inner.by_path.remove(&path);
+        }
+    }
+
+    /// Notes attributes fresh from the server.
+    pub(crate) fn observe(&self, ino: u64, stamp: DataStamp) {
+        if let Some(node) = self.lock().by_ino.get_mut(&ino) {
+            node.seen = Some(stamp);
+        }
+    }
+
+    /// For `auto` mode: true if the file looks unchanged since its previous open (so the
+    /// kernel may keep its cached pages), and remembers the current state for the next.
+    pub(crate) fn reopen_unchanged(&self, ino: u64) -> bool {
+        let mut inner = self.lock();
+        let Some(node) = inner.by_ino.get_mut(&ino) else {
+            return false;
+        };
+        let unchanged = node.seen.is_some() && node.opened == node.seen;
+        node.opened = node.seen;
+        unchanged
+    }
+
+    /// Nodes currently known (the root included).
+    pub(crate) fn len(&self) -> usize {
+        self.lock().by_ino.len()
+    }
+}

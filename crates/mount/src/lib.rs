@@ -1,0 +1,57 @@
+//! crossfs-mount: the FUSE view of a 9P2000.L export.
+//!
+//! [`mount`] takes a connected [`crossfs_client::Client`] and an attached root fid and serves
+//! the export at a mount point through the kernel's FUSE module (with `fuser`, no libfuse),
+//! until [`MountHandle::unmount`] or an outside `umount`.
+//!
+//! What it owns: the FUSE side of crossfs — node ids and the fid behind each (deduplicated by
+//! `qid.path`, clunked when the kernel forgets the node), open handles, and the kernel's
+//! cache policy: entry and attribute timeouts, page-cache keeping, readdirplus, writeback
+//! (see [`CacheMode`]); negative entries for missing names (see [`NegativeTtl`]); symlink
+//! targets cached by the kernel (`FUSE_CACHE_SYMLINKS`); and request size: `FUSE_MAX_PAGES`
+//! with writes up to 1 MiB (never more than one Twrite can carry) and the mount's readahead
+//! raised to match, so a large read or write is one 9P message.
+//!
+//! What it does not touch: sockets and transports (the CLI connects and hands over a client),
+//! 9P encoding (the wire and client crates), and the exported files themselves (the server).
+//!
+//! Semantics worth knowing, each a consequence of 9P2000.L or of FUSE:
+//! - `rename` with RENAME_NOREPLACE or RENAME_EXCHANGE fails with EINVAL: 9P has no atomic
+//!   form, and a check-then-rename would race.
+//! - POSIX locks go to the server (Tlock/Tgetlock; F_SETLKW polls with back-off). flock(2)
+//!   locks stay in the local kernel: they exclude processes on this mount, not on the host.
+//! - `access(2)` is not forwarded; the server checks permissions on each real operation.
+//! - `st_ino` is the mount's node id (stable while the kernel knows the file; hard links
+//!   share it), not the server's inode number.
+//! - With `uid`/`gid` set every file is shown as owned by them; the server's ownership is
+//!   unchanged and still decides access.
+//! - O_APPEND writes are appended by the server at its end of file (9P has no append
+//!   offset), except in `always` mode, where the writeback cache owns the file size.
+//! - Node ids hold one fid each, the one walked most recently. crossfs's server (and any
+//!   server whose fids name files) keeps it valid across renames and unlinks of other names.
+//!   On servers whose fids name paths (diod, QEMU's 9pfs), a node reached by a name that was
+//!   then renamed or removed answers ENOENT until the kernel looks it up again; Tremove and
+//!   Trename are used where a server lacks Tunlinkat and Trenameat.
+//! - New files are created with the requesting process's gid; `uid`/`gid` mapping does not
+//!   change what is sent.
+//! - When the connection is lost, every later request fails with EIO (the client logs the
+//!   cause once); nothing hangs.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod attr;
+mod cache;
+mod config;
+mod error;
+mod fid;
+mod fs;
+mod handle;
+mod inode;
+mod mount;
+mod remote;
+mod stats;
+
+pub use cache::{CacheMode, InvalidNegativeTtl, NegativeTtl, UnknownCacheMode};
+pub use config::MountConfig;
+pub use error::MountError;
+pub use mount::{mount, MountHandle};

@@ -1,0 +1,288 @@
+//! Mounting and unmounting: the FUSE session's life, request-size tuning after mount.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossfs_client::Client;
+use crossfs_wire::{Fid, Qid};
+use fuser::{MountOption, Notifier, Session, SessionACL, SessionUnmounter};
+
+use crate::config::{MountConfig, RequestSize, PAGE};
+use crate::error::MountError;
+use crate::fs::{CrossFs, Shared};
+use crate::stats::StatsContext;
+
+/// `fs.fuse.max_pages_limit`: the most pages one FUSE request may carry (Linux 6.18+; 256
+/// before, which is also the default).
+const MAX_PAGES_LIMIT: &str = "/proc/sys/fs/fuse/max_pages_limit";
+/// How long [`MountHandle::unmount`] lets a busy, detached mount drain before aborting it.
+const DETACH_GRACE: Duration = Duration::from_secs(2);
+
+fn kernel_max_pages() -> u32 {
+    fs::read_to_string(MAX_PAGES_LIMIT)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(256)
+}
+
+/// Mounts the 9P export behind `client` at `mountpoint`.
+///
+/// `root` is an attached fid of the export root and its qid; the mount owns it from now on
+/// and clunks it when it ends. The file system is served by background threads until
+/// [`MountHandle::unmount`], or until someone runs `umount` ([`MountHandle::wait`] returns
+/// then).
+///
+/// # Errors
+/// [`MountError::InvalidConfig`] for a config that cannot work (no threads, zero pages),
+/// [`MountError::Mount`] if the kernel refuses the mount.
+pub fn mount(
+    client: Arc<Client>,
+    root: (Fid, Qid),
+    mountpoint: &Path,
+    config: &MountConfig,
+) -> Result<MountHandle, MountError> {
+    if config.threads == 0 {
+        return Err(MountError::InvalidConfig(
+            "threads must be at least 1".into(),
+        ));
+    }
+    if config.max_pages == Some(0) || config.max_write < PAGE {
+        return Err(MountError::InvalidConfig(
+            "max_pages and max_write must allow at least one page".into(),
+        ));
+    }
+    let sizes = RequestSize::new(config, kernel_max_pages(), client.max_io());
+    let shared = Arc::new(Shared::new(client, root, config, sizes));
+    let fs = CrossFs {
+        shared: shared.clone(),
+    };
+
+    let mut options = vec![
+        MountOption::FSName(config.fs_name.clone()),
+        MountOption::Subtype("crossfs".into()),
+        MountOption::NoDev,
+        MountOption::NoSuid,
+    ];
+    if config.read_only {
+        options.push(MountOption::RO);
+    }
+    let mut fuse_config = fuser::Config::default();
+    fuse_config.mount_options = options;
+    fuse_config.acl = if config.allow_other {
+        SessionACL::All
+    } else {
+        SessionACL::Owner
+    };
+    fuse_config.n_threads = Some(config.threads);
+    fuse_config.clone_fd = true;
+
+    let mount_err = |source| MountError::Mount {
+        mountpoint: mountpoint.display().to_string(),
+        source,
+    };
+    let mut session = Session::new(fs, mountpoint, &fuse_config).map_err(mount_err)?;
+    let unmounter = session.unmount_callable();
+    let notifier = session.notifier();
+    let thread = std::thread::Builder::new()
+        .name("crossfs-fuse".into())
+        .spawn(move || session.run())
+        .map_err(mount_err)?;
+
+    let mut handle = MountHandle {
+        mountpoint: mountpoint.to_path_buf(),
+        shared,
+        unmounter: Some(unmounter),
+        thread: Some(thread),
+        notifier,
+        dev: None,
+        readahead_kb: None,
+    };
+    // The stat is answered by the session just started.
+    match rustix::fs::stat(mountpoint) {
+        Ok(st) => {
+            let dev = (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev));
+            handle.dev = Some(dev);
+            handle.readahead_kb = raise_readahead(dev, sizes.readahead);
+        }
+        Err(e) => tracing::warn!("cannot stat the new mount: {e}"),
+    }
+    tracing::info!(
+        mountpoint = %mountpoint.display(),
+        cache = %config.cache,
+        max_write = sizes.max_write,
+        readahead_kb = handle.readahead_kb,
+        "mounted"
+    );
+    Ok(handle)
+}
+
+/// Buffered reads are capped by the mount's readahead (128 KiB by default), whatever
+/// FUSE_MAX_PAGES allows; raise it to the request size so a sequential read is one
+/// max-size request after another. Returns the value in force.
+fn raise_readahead((major, minor): (u32, u32), bytes: u32) -> Option<u32> {
+    let path = format!("/sys/class/bdi/{major}:{minor}/read_ahead_kb");
+    let kb = bytes / 1024;
+    match fs::write(&path, format!("{kb}\n")) {
+        Ok(()) => Some(kb),
+        Err(e) => {
+            tracing::warn!("cannot set {path} to {kb}: {e}; buffered reads stay smaller");
+            fs::read_to_string(&path).ok()?.trim().parse().ok()
+        }
+    }
+}
+
+fn finishes_within<T>(thread: &JoinHandle<T>, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    while !thread.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    thread.is_finished()
+}
+
+/// A live mount. Dropping it unmounts (as [`MountHandle::unmount`], errors ignored).
+pub struct MountHandle {
+    mountpoint: PathBuf,
+    shared: Arc<Shared>,
+    unmounter: Option<SessionUnmounter>,
+    thread: Option<JoinHandle<io::Result<()>>>,
+    notifier: Notifier,
+    dev: Option<(u32, u32)>,
+    readahead_kb: Option<u32>,
+}
+
+impl MountHandle {
+    /// Where the file system is mounted.
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Sends invalidations to the kernel (for server-pushed change events).
+    pub fn notifier(&self) -> &Notifier {
+        &self.notifier
+    }
+
+    /// Blocks until the file system is unmounted from outside (`umount`).
+    ///
+    /// # Errors
+    /// [`MountError::Session`] if the FUSE session failed.
+    pub fn wait(mut self) -> Result<(), MountError> {
+        self.join()
+    }
+
+    /// Unmounts and waits for the session to end.
+    ///
+    /// A busy mount is detached instead (as `umount -l`): it disappears from the tree at
+    /// once, and programs still using it carry on until they close it. If it is still in
+    /// use after two seconds, its FUSE connection is aborted through fusectl when that is
+    /// mounted (users then get ENOTCONN); otherwise the session is left to end with its
+    /// last user, or with this process. Either way this returns without hanging.
+    ///
+    /// # Errors
+    /// [`MountError::Unmount`] if the kernel refuses even a lazy unmount.
+    pub fn unmount(mut self) -> Result<(), MountError> {
+        self.unmount_inner()
+    }
+
+    fn unmount_inner(&mut self) -> Result<(), MountError> {
+        let Some(thread) = self.thread.take() else {
+            return Ok(());
+        };
+        let plain = match self.unmounter.as_mut() {
+            Some(u) => u.unmount(),
+            None => Ok(()),
+        };
+        if let Err(e) = plain {
+            tracing::info!(
+                "unmount of {} failed ({e}); detaching",
+                self.mountpoint.display()
+            );
+            rustix::mount::unmount(&self.mountpoint, rustix::mount::UnmountFlags::DETACH).map_err(
+                |e| MountError::Unmount {
+                    mountpoint: self.mountpoint.display().to_string(),
+                    source: e.into(),
+                },
+            )?;
+            if !finishes_within(&thread, DETACH_GRACE) {
+                self.abort_connection();
+            }
+            if !finishes_within(&thread, DETACH_GRACE) {
+                tracing::warn!(
+                    "{} is detached but still in use; it ends when its last user closes it",
+                    self.mountpoint.display()
+                );
+                return Ok(());
+            }
+        }
+        self.thread = Some(thread);
+        self.join()
+    }
+
+    /// Ends the FUSE connection through fusectl (/sys/fs/fuse/connections, named by the
+    /// mount's device number): every pending and future request fails, the session exits.
+    fn abort_connection(&self) {
+        let Some((major, minor)) = self.dev else {
+            return;
+        };
+        let id = (major << 20) | minor;
+        let path = format!("/sys/fs/fuse/connections/{id}/abort");
+        if let Err(e) = fs::write(&path, "1") {
+            tracing::info!("cannot abort FUSE connection {path}: {e}");
+        }
+    }
+
+    fn join(&mut self) -> Result<(), MountError> {
+        let Some(thread) = self.thread.take() else {
+            return Ok(());
+        };
+        match thread.join() {
+            Ok(r) => r.map_err(MountError::Session),
+            Err(_) => Err(MountError::Session(io::Error::other(
+                "FUSE session panicked",
+            ))),
+        }
+    }
+
+    /// Counters of this mount and its 9P connection, as `crossfs stats` shows them.
+    pub fn stats_json(&self) -> serde_json::Value {
+        stats_json(&self.shared, &self.mountpoint, self.readahead_kb)
+    }
+
+    /// A function producing [`MountHandle::stats_json`] that stays usable while another
+    /// thread is in [`MountHandle::wait`] (for a control endpoint).
+    pub fn stats_reporter(&self) -> impl Fn() -> serde_json::Value + Send + Sync + 'static {
+        let (shared, mountpoint, readahead_kb) = (
+            self.shared.clone(),
+            self.mountpoint.clone(),
+            self.readahead_kb,
+        );
+        move || stats_json(&shared, &mountpoint, readahead_kb)
+    }
+}
+
+fn stats_json(s: &Shared, mountpoint: &Path, readahead_kb: Option<u32>) -> serde_json::Value {
+    let mountpoint = mountpoint.display().to_string();
+    let ctx = StatsContext {
+        mountpoint: &mountpoint,
+        cache: s.config.cache.as_str(),
+        negative_ttl_ms: s.config.negative_ttl.as_millis(),
+        max_pages: s.sizes.max_pages,
+        max_write: s.sizes.max_write,
+        readahead_kb,
+        inodes: s.inodes.len(),
+        handles: s.handles.len(),
+    };
+    s.stats
+        .to_json(&ctx, s.client.negotiation(), &s.client.counters())
+}
+
+impl Drop for MountHandle {
+    fn drop(&mut self) {
+        if let Err(e) = self.unmount_inner() {
+            tracing::warn!("{e}");
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! What the mount counts: FUSE requests by opcode and the work the caches saved.
+//!
+//! The 9P side is counted by the client ([`crossfs_client::Client::counters`]); this module
+//! puts both into one JSON document for `crossfs stats`.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crossfs_wire::CounterSnapshot;
+use serde_json::{json, Map, Value};
+
+macro_rules! ops {
+    ($($variant:ident = $name:literal,)*) => {
+        /// The FUSE requests the mount handles, by kernel opcode name.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[allow(missing_docs)]
+        pub(crate) enum Op { $($variant,)* }
+
+        const OP_NAMES: &[&str] = &[$($name,)*];
+        const OP_COUNT: usize = OP_NAMES.len();
+    };
+}
+
+ops! {
+    Lookup = "LOOKUP",
+    Forget = "FORGET",
+    Getattr = "GETATTR",
+    Setattr = "SETATTR",
+    Readlink = "READLINK",
+    Symlink = "SYMLINK",
+    Mknod = "MKNOD",
+    Mkdir = "MKDIR",
+    Unlink = "UNLINK",
+    Rmdir = "RMDIR",
+    Rename = "RENAME",
+    Link = "LINK",
+    Open = "OPEN",
+    Read = "READ",
+    Write = "WRITE",
+    Statfs = "STATFS",
+    Release = "RELEASE",
+    Fsync = "FSYNC",
+    Setxattr = "SETXATTR",
+    Getxattr = "GETXATTR",
+    Listxattr = "LISTXATTR",
+    Removexattr = "REMOVEXATTR",
+    Flush = "FLUSH",
+    Opendir = "OPENDIR",
+    Readdir = "READDIR",
+    Releasedir = "RELEASEDIR",
+    Fsyncdir = "FSYNCDIR",
+    Getlk = "GETLK",
+    Setlk = "SETLK",
+    Create = "CREATE",
+    Readdirplus = "READDIRPLUS",
+}
+
+/// Counters of cache behaviour, named as they appear under "caches".
+#[derive(Default)]
+pub(crate) struct CacheCounters {
+    /// Missing names answered with a cacheable inode-0 entry.
+    pub negative_entries_sent: AtomicU64,
+    /// Missing names answered with ENOENT (negative caching off).
+    pub enoent_sent: AtomicU64,
+    /// Opens that let the kernel keep its cached pages.
+    pub keep_cache_opens: AtomicU64,
+    /// Readdir requests answered from entries already fetched.
+    pub readdir_buffer_hits: AtomicU64,
+    /// Entries returned with attributes by readdirplus (each saves a LOOKUP).
+    pub readdirplus_entries: AtomicU64,
+    /// Reads the kernel asked for that were larger than one Tread may carry.
+    pub split_reads: AtomicU64,
+}
+
+/// All of the mount's own counters.
+pub(crate) struct Stats {
+    fuse: [AtomicU64; OP_COUNT],
+    pub caches: CacheCounters,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats {
+            fuse: std::array::from_fn(|_| AtomicU64::new(0)),
+            caches: CacheCounters::default(),
+        }
+    }
+}
+
+/// Figures fixed at mount time, reported beside the counters.
+pub(crate) struct StatsContext<'a> {
+    pub mountpoint: &'a str,
+    pub cache: &'a str,
+    pub negative_ttl_ms: i64,
+    pub max_pages: u32,
+    pub max_write: u32,
+    pub readahead_kb: Option<u32>,
+    pub inodes: usize,
+    pub handles: usize,
+}
+
+impl Stats {
+    pub(crate) fn count(&self, op: Op) {
+        self.fuse[op as usize].fetch_add(1, Relaxed);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn fuse_count(&self, op: Op) -> u64 {
+        self.fuse[op as usize].load(Relaxed)
+    }
+
+    /// The document `crossfs stats` prints for a mount.
+    pub(crate) fn to_json(
+        &self,
+        ctx: &StatsContext<'_>,
+        negotiation: crossfs_client::MsizeNegotiation,
+        ninep: &CounterSnapshot,
+    ) -> Value {
+        let mut fuse = Map::new();
+        for (i, name) in OP_NAMES.iter().enumerate() {
+            let n = self.fuse[i].load(Relaxed);
+            if n > 0 {
+                fuse.insert((*name).to_string(), json!({ "count": n }));
+            }
+        }
+        let mut p9 = Map::new();
+        for (name, c) in &ninep.messages {
+            p9.insert(
+                (*name).to_string(),
+                json!({ "count": c.count, "bytes": c.bytes, "errors": c.errors }),
+            );
+        }
+        // The client sends T-messages and receives R-messages.
+        p9.insert("bytes_out".into(), json!(ninep.bytes_in));
+        p9.insert("bytes_in".into(), json!(ninep.bytes_out));
+        let c = &self.caches;
+        json!({
+            "role": "client",
+            "mountpoint": ctx.mountpoint,
+            "msize": {
+                "requested": negotiation.requested,
+                "transport_max": negotiation.transport_max,
+                "server": negotiation.server,
+                "effective": negotiation.effective,
+            },
+            "max_pages": ctx.max_pages,
+            "max_write": ctx.max_write,
+            "read_ahead_kb": ctx.readahead_kb,
+            "cache": ctx.cache,
+            "negative_ttl_ms": ctx.negative_ttl_ms,
+            "inodes": ctx.inodes,
+            "open_handles": ctx.handles,
+            "fuse": fuse,
+            "9p": p9,
+            "caches": {
+                "negative_entries_sent": c.negative_entries_sent.load(Relaxed),
+                "enoent_sent": c.enoent_sent.load(Relaxed),
+                "keep_cache_opens": c.keep_cache_opens.load(Relaxed),
+                "readdir_buffer_hits": c.readdir_buffer_hits.load(Relaxed),
+                "readdirplus_entries": c.readdirplus_entries.load(Relaxed),
+                "split_reads": c.split_reads.load(Relaxed),
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn op_names_line_up() {
+        assert_eq!(OP_NAMES[Op::Lookup as usize], "LOOKUP");
+        assert_eq!(OP_NAMES[Op::Readdirplus as usize], "READDIRPLUS");
+        let s = Stats::default();
+        s.count(Op::Lookup);
+        s.count(Op::Lookup);
+        assert_eq!(s.fuse_count(Op::Lookup), 2);
+    }
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs on a fresh Debian machine (run as root): real peers and
+# tools the tests start for real — QEMU and busybox for the kernel-client guest, diod as a
+# second 9P server, inotify-tools, and the py9p client from PyPI. Idempotent.
+set -euo pipefail
+
+packages=(qemu-system-x86 busybox-static cpio kmod diod inotify-tools python3-venv git gcc make fuse3 socat)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    if [[ $(id -u) -ne 0 ]]; then
+        echo "install-test-deps: missing packages ${missing[*]} and not root; install them first" >&2
+        exit 1
+    fi
+    echo "install-test-deps: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 || {
+        apt-get update -q >/dev/null
+        apt-get install -y -q "${missing[@]}" >/dev/null
+    }
+fi
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+venv="$repo/target/py9p-venv"
+if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c 'import py9p' 2>/dev/null; then
+    echo "install-test-deps: installing p9fs (py9p) into $venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q p9fs==0.0.4
+fi
+
+# The kernel 9p client runs in a QEMU guest; build its kernel and initramfs once.
+"$repo/scripts/guest/build-image.sh"

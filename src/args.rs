@@ -1,0 +1,211 @@
+//! Command-line arguments: what the user typed, checked and turned into library configs.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use crossfs_transport::Addr;
+
+/// Share a host directory with a VM or container over 9P2000.L.
+///
+/// On the host, `crossfs serve` exports a directory on one or more transports (unix socket,
+/// TCP, vsock, or an inherited fd). In the guest, `crossfs mount` mounts it through FUSE with
+/// large requests and negative/symlink caching, or hands the connection to the kernel's own
+/// 9p client (`--kernel`). `crossfs bench` measures it all against native.
+#[derive(Parser, Debug)]
+#[command(name = "crossfs", version, propagate_version = true)]
+pub struct Cli {
+    /// More log output (-v debug, -vv trace). RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Only warnings and errors.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Export DIR over 9P2000.L on every --listen address until interrupted.
+    Serve(ServeArgs),
+    /// Mount a 9P2000.L export (crossfs serve, diod, ...) at MOUNTPOINT through FUSE.
+    Mount(MountArgs),
+    /// Print the counters of a running `crossfs serve` or `crossfs mount`.
+    Stats(StatsArgs),
+    /// Benchmark crossfs against native and other targets, and print the table.
+    Bench(Box<crossfs_bench_args::BenchArgs>),
+}
+
+/// Parses sizes like `1048576`, `64K`, `1M`, `1MiB`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size (examples: 65536, 64K, 1M)"))?;
+    let mult = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => {
+            return Err(format!(
+                "unknown size unit `{unit}` in `{s}` (use K, M or G)"
+            ))
+        }
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size `{s}` is too large"))
+}
+
+fn parse_msize(s: &str) -> Result<u32, String> {
+    let n = parse_size(s)?;
+    if !(u64::from(crossfs_wire::MIN_MSIZE)..=u64::from(u32::MAX)).contains(&n) {
+        return Err(format!(
+            "msize must be between {} and {} bytes",
+            crossfs_wire::MIN_MSIZE,
+            u32::MAX
+        ));
+    }
+    Ok(n as u32)
+}
+
+fn parse_buffer(s: &str) -> Result<usize, String> {
+    let n = parse_size(s)?;
+    usize::try_from(n).map_err(|_| format!("socket buffer `{s}` is too large"))
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// The directory to export. Nothing outside it is reachable by a client.
+    pub dir: PathBuf,
+    /// Where to listen: unix:PATH, tcp:HOST:PORT, vsock:CID:PORT (CID may be `any`), or fd:N
+    /// (an inherited socket: a listening one is accepted on, a connected one is served once).
+    /// Repeat for several transports at once.
+    #[arg(short, long = "listen", value_name = "ADDR", required = true)]
+    pub listen: Vec<Addr>,
+    /// Largest message the server accepts; clients get min(their request, this). The default
+    /// is 1 MiB of data plus a page for headers. Linux's own client caps itself at 1M on
+    /// tcp/unix/fd and at 512000 on virtio.
+    #[arg(long, value_name = "BYTES", default_value = "1052672", value_parser = parse_msize)]
+    pub msize: u32,
+    /// Socket send and receive buffer size (SO_SNDBUF/SO_RCVBUF), independent of msize.
+    /// Default: the kernel's autotuning.
+    #[arg(long, value_name = "BYTES", value_parser = parse_buffer)]
+    pub socket_buffer: Option<usize>,
+    /// Refuse every change with EROFS.
+    #[arg(long)]
+    pub read_only: bool,
+    /// Allow creating device nodes through mknod (refused by default).
+    #[arg(long)]
+    pub allow_devices: bool,
+    /// Serve TCP on an address other than loopback. Anyone who can reach it can read and
+    /// write the export: use only on a private network.
+    #[arg(long)]
+    pub allow_remote: bool,
+    /// Unix socket on which `crossfs stats` reads this server's counters.
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
+    /// Requests served at once per connection.
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub workers: u16,
+    /// Requests a connection may have in flight before the server stops reading from it.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    pub max_in_flight: u16,
+    /// Fids (open handles) one connection may hold.
+    #[arg(long, value_name = "N", default_value_t = 65536)]
+    pub max_fids: usize,
+}
+
+#[derive(Args, Debug)]
+pub struct MountArgs {
+    /// The export: unix:PATH, tcp:HOST:PORT, vsock:CID:PORT or fd:N.
+    pub addr: Addr,
+    /// Where to mount it (an existing directory).
+    pub mountpoint: PathBuf,
+    /// Export name sent in Tattach (diod wants the exported path; crossfs ignores it).
+    #[arg(long, default_value = "")]
+    pub aname: String,
+    /// Message size to ask for; the effective one is min(this, transport cap, server's). The
+    /// default, 1 MiB of data plus a page for headers, lets every FUSE request of 1 MiB
+    /// travel as one 9P message.
+    #[arg(long, value_name = "BYTES", default_value = "1052672", value_parser = parse_msize)]
+    pub msize: u32,
+    /// FUSE request size in 4 KiB pages (default: the kernel's maximum). 32 = 128 KiB, the
+    /// kernel's default without FUSE_MAX_PAGES.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub max_pages: Option<u32>,
+    /// Cache policy: never (every access asks the server), metadata (attributes and entries
+    /// cached briefly, data never), auto (default: short timeouts, page cache kept while the
+    /// file is unchanged), always (long timeouts, writeback cache; for exports nobody else
+    /// changes).
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    pub cache: crossfs_mount::CacheMode,
+    /// How long a missing name stays known to be missing, in milliseconds (0: never cached,
+    /// -1: until the name is created through this mount).
+    #[arg(long, value_name = "MS", allow_negative_numbers = true)]
+    pub negative_ttl: Option<i64>,
+    /// Mount read-only.
+    #[arg(long)]
+    pub read_only: bool,
+    /// Let users other than the one mounting access the mount.
+    #[arg(long)]
+    pub allow_other: bool,
+    /// Show every file as owned by this uid.
+    #[arg(long, value_name = "UID")]
+    pub uid: Option<u32>,
+    /// Show every file as owned by this gid.
+    #[arg(long, value_name = "GID")]
+    pub gid: Option<u32>,
+    /// FUSE worker threads.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub threads: usize,
+    /// Socket send and receive buffer size, independent of msize.
+    #[arg(long, value_name = "BYTES", value_parser = parse_buffer)]
+    pub socket_buffer: Option<usize>,
+    /// Unix socket on which `crossfs stats` reads this mount's counters.
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
+    /// Hand the connection to the kernel's 9p client (mount -t 9p -o trans=fd) instead of
+    /// FUSE, so vsock and unix sockets work with it too. Needs a kernel with 9p.
+    #[arg(long)]
+    pub kernel: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct StatsArgs {
+    /// The control socket given to `crossfs serve --control` or `crossfs mount --control`.
+    pub control: PathBuf,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `crossfs bench` arguments live beside the bench command.
+pub mod crossfs_bench_args {
+    pub use crate::cmd::bench::BenchArgs;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("1M"), Ok(1 << 20));
+        assert_eq!(parse_size("64k"), Ok(65536));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("M").is_err());
+        assert!(parse_msize("100").is_err());
+        assert_eq!(parse_msize("1M"), Ok(1 << 20));
+    }
+
+    #[test]
+    fn cli_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

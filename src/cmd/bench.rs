@@ -1,0 +1,264 @@
+//! `crossfs bench`: serve a temporary directory, mount it in several configurations, and run
+//! every workload on each mount and natively, interleaved. The workloads and statistics live
+//! in `crossfs-bench`; this module only builds the targets and tears them down.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use crossfs_bench::{BenchConfig, MessageCounts, Target, TerminalProgress, WorkloadId};
+
+use crate::control;
+
+/// Arguments of `crossfs bench`.
+#[derive(Args, Debug)]
+#[command(after_help = workloads_help())]
+pub struct BenchArgs {
+    /// Smaller sizes (64 MiB sequential files, fewer files): finishes in about a minute.
+    #[arg(long)]
+    pub quick: bool,
+    /// Repetitions of each workload on each target; the median is reported with min and max.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=100))]
+    pub runs: u16,
+    /// Only these workloads, by name or number, comma-separated (see the list below).
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub workloads: Vec<WorkloadId>,
+    /// Add an already mounted directory as a target, e.g. `sshfs=/mnt/sshfs` (repeatable).
+    /// Workloads create and remove their own subdirectories there.
+    #[arg(long, value_name = "NAME=PATH")]
+    pub compare: Vec<String>,
+    /// Only the native and default crossfs targets, not the configurations that show each
+    /// fix's effect (small messages, no negative cache, no cache).
+    #[arg(long)]
+    pub default_only: bool,
+    /// Directory to export and to measure natively (default: a new temporary directory).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Write every raw run as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write a bar chart per workload as SVG to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+    /// Multiply every workload size (tests use a small value to check the plumbing fast).
+    #[arg(long, hide = true, default_value_t = 1.0)]
+    pub scale: f64,
+}
+
+fn workloads_help() -> String {
+    let mut s = String::from("Workloads:\n");
+    for (i, name) in crossfs_bench::workload_names().iter().enumerate() {
+        s.push_str(&format!("  {}. {name}\n", i + 1));
+    }
+    s.push_str(
+        "\nTargets: native (the directory itself), crossfs (defaults), and unless --default-only:\n\
+         crossfs --msize 65536 --max-pages 32 (before the large-message fixes), crossfs\n\
+         --negative-ttl 0 (no negative cache), crossfs --cache never. Ratios are \"x native\":\n\
+         1.00 = native, higher is better. Needs root (FUSE mounts).",
+    );
+    s
+}
+
+/// The crossfs configurations measured, by name and `crossfs mount` options.
+fn crossfs_configs(default_only: bool) -> Vec<(&'static str, &'static [&'static str])> {
+    let mut configs: Vec<(&str, &[&str])> = vec![("crossfs", &[])];
+    if !default_only {
+        configs.extend([
+            (
+                "crossfs --msize 65536 --max-pages 32",
+                &["--msize", "65536", "--max-pages", "32"][..],
+            ),
+            ("crossfs --negative-ttl 0", &["--negative-ttl", "0"][..]),
+            ("crossfs --cache never", &["--cache", "never"][..]),
+        ]);
+    }
+    configs
+}
+
+pub fn run(args: BenchArgs) -> Result<()> {
+    let work = tempfile::Builder::new()
+        .prefix("crossfs-bench-")
+        .tempdir()
+        .context("creating the bench's work directory")?;
+    let export = match &args.dir {
+        Some(dir) => dir
+            .canonicalize()
+            .with_context(|| format!("bench directory {}", dir.display()))?,
+        None => {
+            let dir = work.path().join("export");
+            std::fs::create_dir(&dir)?;
+            dir
+        }
+    };
+
+    let mut targets = vec![Target::native("native", &export)];
+    let mut mounts = Vec::new();
+    for (i, (name, options)) in crossfs_configs(args.default_only).into_iter().enumerate() {
+        let mount = CrossfsMount::start(&export, work.path(), i, options)
+            .with_context(|| format!("setting up target `{name}`"))?;
+        let server_control = mount.server_control.clone();
+        targets.push(
+            Target::mount(name, &mount.mountpoint)
+                .with_counters(move || server_message_counts(&server_control))
+                .with_pid("server", mount.server.id())
+                .with_pid("client", mount.client.id()),
+        );
+        mounts.push(mount);
+    }
+    for spec in &args.compare {
+        let (name, path) = spec
+            .split_once('=')
+            .with_context(|| format!("--compare {spec}: expected NAME=PATH"))?;
+        anyhow::ensure!(
+            Path::new(path).is_dir(),
+            "--compare {spec}: {path} is not a directory"
+        );
+        targets.push(Target::mount(name, path));
+    }
+
+    let config = BenchConfig {
+        quick: args.quick,
+        runs: usize::from(args.runs),
+        workloads: args.workloads.clone(),
+        scale: args.scale,
+        ..BenchConfig::default()
+    };
+    let mut progress = TerminalProgress::new();
+    let report = crossfs_bench::run(&config, &targets, &mut progress)?;
+    drop(progress);
+    print!("{}", report.table());
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&report.to_json())?;
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.svg {
+        report.write_svg(path)?;
+    }
+    drop(targets);
+    for mount in mounts {
+        mount.stop()?;
+    }
+    Ok(())
+}
+
+/// The server's total message counts, as the bench wants them.
+fn server_message_counts(control_path: &Path) -> io::Result<MessageCounts> {
+    let doc = control::query(control_path).map_err(|e| io::Error::other(format!("{e:#}")))?;
+    let mut counts = MessageCounts::new();
+    if let Some(total) = doc["total"].as_object() {
+        for (name, v) in total {
+            if let Some(n) = v.get("count").and_then(|c| c.as_u64()) {
+                counts.insert(name.clone(), n);
+            }
+        }
+    }
+    Ok(counts)
+}
+
+/// One `crossfs serve` + `crossfs mount` pair over a unix socket, stopped when dropped.
+struct CrossfsMount {
+    server: Child,
+    client: Child,
+    mountpoint: PathBuf,
+    server_control: PathBuf,
+}
+
+impl CrossfsMount {
+    fn start(export: &Path, work: &Path, index: usize, options: &[&str]) -> Result<Self> {
+        let exe = std::env::current_exe().context("finding the crossfs binary")?;
+        let socket = work.join(format!("serve-{index}.sock"));
+        let server_control = work.join(format!("serve-{index}.ctl"));
+        let mountpoint = work.join(format!("mnt-{index}"));
+        std::fs::create_dir(&mountpoint)?;
+        let server = Command::new(&exe)
+            .arg("--quiet")
+            .arg("serve")
+            .arg(export)
+            .arg("--listen")
+            .arg(format!("unix:{}", socket.display()))
+            .arg("--control")
+            .arg(&server_control)
+            .stdin(Stdio::null())
+            .spawn()
+            .context("starting crossfs serve")?;
+        // From here on, Drop cleans up whatever was started.
+        let mut pair = CrossfsMount {
+            server,
+            client: Command::new("true").spawn()?,
+            mountpoint: mountpoint.clone(),
+            server_control: server_control.clone(),
+        };
+        wait_for("crossfs serve", &mut pair.server, || {
+            std::os::unix::net::UnixStream::connect(&server_control).is_ok()
+        })?;
+        let _ = pair.client.wait();
+        pair.client = Command::new(&exe)
+            .arg("--quiet")
+            .arg("mount")
+            .arg(format!("unix:{}", socket.display()))
+            .arg(&mountpoint)
+            .args(options)
+            .stdin(Stdio::null())
+            .spawn()
+            .context("starting crossfs mount")?;
+        let parent_dev = device_of(work)?;
+        wait_for("crossfs mount", &mut pair.client, || {
+            device_of(&mountpoint).is_ok_and(|dev| dev != parent_dev)
+        })?;
+        Ok(pair)
+    }
+
+    /// Unmounts (SIGTERM makes `crossfs mount` unmount and exit) and stops the server.
+    fn stop(mut self) -> Result<()> {
+        self.terminate()
+    }
+
+    fn terminate(&mut self) -> Result<()> {
+        let client_pid = rustix::process::Pid::from_child(&self.client);
+        let _ = rustix::process::kill_process(client_pid, rustix::process::Signal::TERM);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.client.try_wait()?.is_none() {
+            if Instant::now() > deadline {
+                // Detach the mount so nothing is left behind, then stop waiting politely.
+                let _ =
+                    rustix::mount::unmount(&self.mountpoint, rustix::mount::UnmountFlags::DETACH);
+                let _ = self.client.kill();
+                let _ = self.client.wait();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+        Ok(())
+    }
+}
+
+impl Drop for CrossfsMount {
+    fn drop(&mut self) {
+        let _ = self.terminate();
+    }
+}
+
+fn device_of(path: &Path) -> io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    Ok(std::fs::metadata(path)?.dev())
+}
+
+/// Polls `ready` for up to 20 s, failing early if `child` exits.
+fn wait_for(what: &str, child: &mut Child, mut ready: impl FnMut() -> bool) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ready() {
+        if let Some(status) = child.try_wait()? {
+            bail!("{what} exited before it was ready ({status}); its log is above");
+        }
+        if Instant::now() > deadline {
+            bail!("{what} was not ready after 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}

@@ -1,0 +1,140 @@
+//! `crossfs mount`: connect to an export and mount it through FUSE (or the kernel's 9p client).
+
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use crossfs_client::{Client, ClientConfig};
+use crossfs_mount::{MountConfig, NegativeTtl};
+use crossfs_transport::SocketOptions;
+use tracing::info;
+
+use crate::args::MountArgs;
+use crate::control::ControlEndpoint;
+
+/// Linux's socket transports (tcp, unix, fd) cap msize at 1 MiB (MAX_SOCK_BUF in
+/// net/9p/trans_fd.c); asking the kernel for more only gets a smaller value back.
+const KERNEL_FD_TRANSPORT_MAX: u32 = 1 << 20;
+
+pub fn run(args: MountArgs) -> Result<()> {
+    let mountpoint = args
+        .mountpoint
+        .canonicalize()
+        .with_context(|| format!("mount point {}", args.mountpoint.display()))?;
+    anyhow::ensure!(
+        mountpoint.is_dir(),
+        "{} is not a directory",
+        mountpoint.display()
+    );
+    let socket_opts = SocketOptions {
+        send_buffer: args.socket_buffer,
+        recv_buffer: args.socket_buffer,
+        nodelay: true,
+    };
+    let stream = crossfs_transport::connect(&args.addr, &socket_opts)
+        .with_context(|| format!("connecting to {}", args.addr))?;
+    if args.kernel {
+        return mount_kernel(&args, &mountpoint, stream);
+    }
+
+    let reader = stream.try_clone().context("duplicating the connection")?;
+    let client = Client::connect(
+        reader,
+        stream,
+        &ClientConfig {
+            msize: args.msize,
+            ..ClientConfig::default()
+        },
+    )
+    .with_context(|| format!("negotiating 9P2000.L with {}", args.addr))?;
+    let root = client
+        .attach(b"", args.aname.as_bytes(), current_uid())
+        .with_context(|| format!("attaching to {}", args.addr))?;
+    let config = MountConfig {
+        cache: args.cache,
+        negative_ttl: negative_ttl(args.negative_ttl)?,
+        max_pages: args.max_pages,
+        read_only: args.read_only,
+        allow_other: args.allow_other,
+        uid: args.uid,
+        gid: args.gid,
+        threads: args.threads.max(1),
+        fs_name: format!("crossfs:{}", args.addr),
+        ..MountConfig::default()
+    };
+    let handle = crossfs_mount::mount(client, root, &mountpoint, &config)
+        .with_context(|| format!("mounting on {}", mountpoint.display()))?;
+    let _control = match &args.control {
+        Some(path) => Some(ControlEndpoint::start(path, handle.stats_reporter())?),
+        None => None,
+    };
+    info!("mounted {} on {}", args.addr, mountpoint.display());
+    let target = mountpoint.clone();
+    crate::signals::on_termination(move |sig| {
+        info!("signal {sig}: unmounting {}", target.display());
+        // A busy mount is detached rather than left in place: the session then ends when
+        // its last user lets go, and `wait` below returns.
+        if rustix::mount::unmount(&target, rustix::mount::UnmountFlags::empty()).is_err() {
+            let _ = rustix::mount::unmount(&target, rustix::mount::UnmountFlags::DETACH);
+        }
+    })?;
+    // Blocks until the file system is unmounted, by us on a signal or by `umount`.
+    handle.wait().context("FUSE session")?;
+    info!("unmounted {}", mountpoint.display());
+    Ok(())
+}
+
+fn negative_ttl(ms: Option<i64>) -> Result<NegativeTtl> {
+    Ok(match ms {
+        None => NegativeTtl::default(),
+        Some(0) => NegativeTtl::Off,
+        Some(-1) => NegativeTtl::Forever,
+        Some(n) if n > 0 => NegativeTtl::For(Duration::from_millis(n as u64)),
+        Some(n) => bail!("--negative-ttl {n}: use milliseconds, 0 (off) or -1 (forever)"),
+    })
+}
+
+fn current_uid() -> u32 {
+    rustix::process::getuid().as_raw()
+}
+
+/// Hands the connected socket to the kernel's 9p client, as WSL does: the kernel takes its
+/// own reference to the fd during mount(2), so this process can exit afterwards.
+fn mount_kernel(
+    args: &MountArgs,
+    mountpoint: &std::path::Path,
+    stream: crossfs_transport::Stream,
+) -> Result<()> {
+    let fd = stream.as_raw_fd();
+    let msize = args.msize.min(KERNEL_FD_TRANSPORT_MAX);
+    let mut data = format!(
+        "trans=fd,rfdno={fd},wfdno={fd},version=9p2000.L,msize={msize},aname={},access=client",
+        args.aname
+    );
+    if args.read_only {
+        data.push_str(",ro");
+    }
+    let mut flags = rustix::mount::MountFlags::empty();
+    if args.read_only {
+        flags |= rustix::mount::MountFlags::RDONLY;
+    }
+    rustix::mount::mount(
+        format!("crossfs:{}", args.addr).as_str(),
+        mountpoint,
+        "9p",
+        flags,
+        Some(std::ffi::CString::new(data.clone())?.as_c_str()),
+    )
+    .with_context(|| {
+        format!(
+            "mount -t 9p -o {data} on {} (does this kernel have the 9p and 9pnet_fd modules?)",
+            mountpoint.display()
+        )
+    })?;
+    info!(
+        "mounted {} on {} with the kernel's 9p client (msize asked: {msize})",
+        args.addr,
+        mountpoint.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,124 @@
+//! `crossfs serve`: bind every --listen address and serve each connection on its own thread.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use crossfs_server::{Server, ServerConfig};
+use crossfs_transport::{Addr, ListenOptions, Listener, SocketOptions, TransportError};
+use tracing::{info, warn};
+
+use crate::args::ServeArgs;
+use crate::control::ControlEndpoint;
+
+pub fn run(args: ServeArgs) -> Result<()> {
+    let export = args
+        .dir
+        .canonicalize()
+        .with_context(|| format!("export directory {}", args.dir.display()))?;
+    anyhow::ensure!(export.is_dir(), "{} is not a directory", export.display());
+    let config = ServerConfig {
+        export: export.clone(),
+        max_msize: args.msize,
+        read_only: args.read_only,
+        allow_devices: args.allow_devices,
+        workers_per_connection: usize::from(args.workers),
+        max_in_flight: usize::from(args.max_in_flight),
+        max_fids: args.max_fids,
+        ..ServerConfig::default()
+    };
+    let server = Server::new(config).with_context(|| format!("exporting {}", export.display()))?;
+    let listen_opts = ListenOptions {
+        allow_remote_tcp: args.allow_remote,
+        stream: SocketOptions {
+            send_buffer: args.socket_buffer,
+            recv_buffer: args.socket_buffer,
+            nodelay: true,
+        },
+        ..ListenOptions::default()
+    };
+    // Bind everything before serving anything, so a bad address fails the command at once.
+    let mut listeners = Vec::new();
+    for addr in &args.listen {
+        let listener =
+            Listener::bind(addr, &listen_opts).with_context(|| format!("listening on {addr}"))?;
+        listeners.push((addr.clone(), listener));
+    }
+    let _control = match &args.control {
+        Some(path) => {
+            let server = server.clone();
+            Some(ControlEndpoint::start(path, move || server.stats_json())?)
+        }
+        None => None,
+    };
+    info!(
+        export = %export.display(),
+        msize = args.msize,
+        read_only = args.read_only,
+        "serving on {}",
+        args.listen.iter().map(Addr::to_string).collect::<Vec<_>>().join(", ")
+    );
+
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<Option<i32>>();
+    for (addr, listener) in listeners {
+        let server = server.clone();
+        let done = done_tx.clone();
+        std::thread::Builder::new()
+            .name(format!("accept {addr}"))
+            .spawn(move || {
+                accept_loop(&server, &addr, &listener);
+                // An fd: transport serves one client; when every listener is finished, so
+                // are we.
+                let _ = done.send(None);
+            })
+            .context("starting an accept thread")?;
+    }
+    let signal_tx = done_tx.clone();
+    crate::signals::on_termination(move |sig| {
+        let _ = signal_tx.send(Some(sig));
+    })?;
+    drop(done_tx);
+    let mut running = args.listen.len();
+    while running > 0 {
+        match done_rx.recv() {
+            Ok(Some(sig)) => {
+                info!("signal {sig}: shutting down");
+                break;
+            }
+            Ok(None) => running -= 1,
+            Err(_) => break,
+        }
+    }
+    // Dropping the listeners (in their threads) and the control endpoint removes their socket
+    // files; process exit closes client connections.
+    Ok(())
+}
+
+fn accept_loop(server: &Arc<Server>, addr: &Addr, listener: &Listener) {
+    loop {
+        let stream = match listener.accept() {
+            Ok(stream) => stream,
+            Err(TransportError::NoMoreConnections { .. }) => return,
+            Err(err) => {
+                // Typically EMFILE or a peer that reset before accept: keep serving others.
+                warn!("accept on {addr}: {err}");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                continue;
+            }
+        };
+        let peer = stream.peer();
+        let reader = match stream.try_clone() {
+            Ok(r) => r,
+            Err(err) => {
+                warn!("{peer}: {err}");
+                continue;
+            }
+        };
+        let server = server.clone();
+        let spawned = std::thread::Builder::new()
+            .name(format!("conn {peer}"))
+            .spawn(move || server.serve_connection(reader, stream, peer));
+        if let Err(err) = spawned {
+            warn!("cannot start a connection thread: {err}");
+        }
+    }
+}

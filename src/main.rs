@@ -1,0 +1,41 @@
+//! `crossfs`: share a host directory with a VM or container.
+//!
+//! The binary is glue: it parses arguments into validated configurations (`args`), then hands
+//! them to the library crates: `crossfs-server` (serve), `crossfs-client` + `crossfs-mount`
+//! (mount), `crossfs-bench` (bench). Errors are reported here, with context, via `anyhow`.
+
+mod args;
+mod cmd;
+mod control;
+mod signals;
+
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    let cli = args::Cli::parse();
+    init_logging(cli.verbose, cli.quiet);
+    match cmd::run(cli.command) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("crossfs: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs go to stderr; `RUST_LOG` overrides the level chosen by -v / -q.
+fn init_logging(verbose: u8, quiet: bool) {
+    let default = match (quiet, verbose) {
+        (true, _) => "warn",
+        (false, 0) => "info",
+        (false, 1) => "debug",
+        (false, _) => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}

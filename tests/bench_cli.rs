@@ -1,0 +1,96 @@
+//! `crossfs bench --quick --json` end to end: every workload ran on every target, and the JSON
+//! has the documented shape. Speed is never asserted here; figures live in docs/bench.md.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+#[test]
+fn quick_bench_runs_every_workload_on_every_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("bench.json");
+    let svg = dir.path().join("bench.svg");
+    // --scale shrinks every size so the plumbing is checked in seconds, not a minute.
+    let out = run_ok(
+        Command::new(crossfs_bin())
+            .args([
+                "bench", "--quick", "--runs", "1", "--scale", "0.05", "--json",
+            ])
+            .arg(&json)
+            .arg("--svg")
+            .arg(&svg),
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    println!("{table}");
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+
+    let targets: Vec<&str> = report["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        targets,
+        [
+            "native",
+            "crossfs",
+            "crossfs --msize 65536 --max-pages 32",
+            "crossfs --negative-ttl 0",
+            "crossfs --cache never"
+        ]
+    );
+    let workloads = report["workloads"].as_array().unwrap();
+    assert_eq!(workloads.len(), 8, "all eight workloads");
+    for w in workloads {
+        let results = w["results"].as_array().unwrap();
+        assert_eq!(
+            results.len(),
+            targets.len(),
+            "workload {} on every target",
+            w["id"]
+        );
+        for r in results {
+            assert!(
+                r["ok"].as_bool().unwrap(),
+                "workload {} failed on {}: {}",
+                w["id"],
+                r["target"],
+                r["errors"]
+            );
+            assert!(!r["figures"].as_array().unwrap().is_empty());
+            for fig in r["figures"].as_array().unwrap() {
+                assert!(fig["summary"]["median"].as_f64().is_some(), "{fig}");
+            }
+            // Mount targets report the 9P messages each figure cost.
+            if r["target"] != "native" {
+                assert!(
+                    r["figures"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|f| f["messages"].is_object()),
+                    "no message counts for {} on {}",
+                    w["id"],
+                    r["target"]
+                );
+            }
+        }
+    }
+    // Memory of every crossfs server and client is reported.
+    for t in report["targets"].as_array().unwrap().iter().skip(1) {
+        let roles: Vec<&str> = t["memory"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap())
+            .collect();
+        assert_eq!(roles, ["server", "client"], "{t}");
+    }
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+    for name in targets {
+        assert!(table.contains(name), "table names target {name}");
+    }
+}

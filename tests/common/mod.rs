@@ -1,0 +1,273 @@
+//! Helpers for the black-box tests: run the real `crossfs` binary, real sockets, real mounts.
+#![allow(dead_code)] // each test file uses a different subset
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn crossfs_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_crossfs")
+}
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A TCP port on loopback that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Polls `ready` until it holds or `timeout` passes; panics with `what` on timeout.
+pub fn wait_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !ready() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A `crossfs serve` process, killed when dropped.
+pub struct Serve {
+    pub child: Child,
+    pub control: PathBuf,
+    pub listen: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Serve {
+    /// Starts `crossfs serve EXPORT --listen LISTEN --control ...` plus `extra` args, and waits
+    /// until its control socket answers (so every listener is bound).
+    pub fn start(export: &Path, listen: &str, extra: &[&str]) -> Serve {
+        let dir = tempfile::tempdir().unwrap();
+        let control = dir.path().join("control.sock");
+        let child = Command::new(crossfs_bin())
+            .arg("serve")
+            .arg(export)
+            .args(["--listen", listen, "--control"])
+            .arg(&control)
+            .args(extra)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("starting crossfs serve");
+        let mut serve = Serve {
+            child,
+            control,
+            listen: listen.to_owned(),
+            _dir: dir,
+        };
+        let control = serve.control.clone();
+        let child = &mut serve.child;
+        wait_until("crossfs serve to listen", Duration::from_secs(20), || {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("crossfs serve exited early: {status}");
+            }
+            std::os::unix::net::UnixStream::connect(&control).is_ok()
+        });
+        serve
+    }
+
+    /// `crossfs stats --json` against this server.
+    pub fn stats(&self) -> serde_json::Value {
+        let out = run_ok(
+            Command::new(crossfs_bin())
+                .arg("stats")
+                .arg(&self.control)
+                .arg("--json"),
+        );
+        serde_json::from_slice(&out.stdout).expect("stats --json prints JSON")
+    }
+
+    /// Total count of one message type (e.g. "Twalk") since the server started.
+    pub fn count(&self, message: &str) -> u64 {
+        self.stats()["total"][message]["count"]
+            .as_u64()
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs a command, panicking with its output if it fails.
+pub fn run_ok(cmd: &mut Command) -> Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed with {}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A directory of busybox applet links, so host-side scripts run the same tools as the guest.
+pub fn busybox_path() -> PathBuf {
+    let dir = repo_root().join("target/busybox-bin");
+    if !dir.join("stat").exists() {
+        std::fs::create_dir_all(&dir).unwrap();
+        run_ok(Command::new("busybox").arg("--install").arg("-s").arg(&dir));
+    }
+    dir
+}
+
+/// Runs tests/scripts/ops.sh on `dir` with busybox tools and returns what it printed.
+pub fn run_ops_script(dir: &Path) -> String {
+    let out = run_ok(
+        Command::new("busybox")
+            .arg("sh")
+            .arg(repo_root().join("tests/scripts/ops.sh"))
+            .arg(dir)
+            .env("PATH", busybox_path()),
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Asserts two script outputs are equal, printing a line diff when they are not.
+pub fn assert_same_output(expected_label: &str, expected: &str, actual_label: &str, actual: &str) {
+    if expected == actual {
+        return;
+    }
+    let mut diff = String::new();
+    let (e, a): (Vec<_>, Vec<_>) = (expected.lines().collect(), actual.lines().collect());
+    for i in 0..e.len().max(a.len()) {
+        let (l, r) = (
+            e.get(i).copied().unwrap_or("<none>"),
+            a.get(i).copied().unwrap_or("<none>"),
+        );
+        if l != r {
+            diff.push_str(&format!(
+                "line {}:\n  {expected_label}: {l}\n  {actual_label}: {r}\n",
+                i + 1
+            ));
+        }
+    }
+    panic!("{actual_label} differs from {expected_label}:\n{diff}");
+}
+
+/// A `crossfs mount` process; unmounted (SIGTERM, then a lazy umount) when dropped.
+pub struct Mount {
+    pub child: Child,
+    pub mountpoint: PathBuf,
+    pub control: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+fn device_of(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).map(|m| m.dev()).unwrap_or(0)
+}
+
+impl Mount {
+    /// Starts `crossfs mount ADDR <tempdir> --control ...` plus `extra`, and waits until the
+    /// mount is up (the mount point's device changes).
+    pub fn start(addr: &str, extra: &[&str]) -> Mount {
+        let dir = tempfile::tempdir().unwrap();
+        let mountpoint = dir.path().join("mnt");
+        std::fs::create_dir(&mountpoint).unwrap();
+        let control = dir.path().join("mount.ctl");
+        let child = Command::new(crossfs_bin())
+            .arg("mount")
+            .arg(addr)
+            .arg(&mountpoint)
+            .arg("--control")
+            .arg(&control)
+            .args(extra)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("starting crossfs mount");
+        let mut mount = Mount {
+            child,
+            mountpoint,
+            control,
+            _dir: dir,
+        };
+        let parent = device_of(mount._dir.path());
+        let (mnt, child) = (mount.mountpoint.clone(), &mut mount.child);
+        wait_until(
+            "crossfs mount to be mounted",
+            Duration::from_secs(20),
+            || {
+                if let Ok(Some(status)) = child.try_wait() {
+                    panic!("crossfs mount exited early: {status}");
+                }
+                device_of(&mnt) != parent
+            },
+        );
+        mount
+    }
+
+    /// `crossfs stats --json` against this mount's control socket.
+    pub fn stats(&self) -> serde_json::Value {
+        let out = run_ok(
+            Command::new(crossfs_bin())
+                .arg("stats")
+                .arg(&self.control)
+                .arg("--json"),
+        );
+        serde_json::from_slice(&out.stdout).expect("stats --json prints JSON")
+    }
+
+    /// Sends SIGTERM and waits for the process to unmount and exit.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            if start.elapsed() > Duration::from_secs(15) {
+                let _ = Command::new("umount")
+                    .arg("-l")
+                    .arg(&self.mountpoint)
+                    .status();
+                let _ = self.child.kill();
+                panic!("crossfs mount did not exit within 15 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let pid = self.child.id().to_string();
+            let _ = Command::new("kill").args(["-TERM", &pid]).status();
+            let start = Instant::now();
+            while self.child.try_wait().ok().flatten().is_none()
+                && start.elapsed() < Duration::from_secs(10)
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        // Never leave a mount behind, whatever happened above.
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(&self.mountpoint)
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Whether `path` is a mount point right now (per /proc/self/mountinfo).
+pub fn is_mounted(path: &Path) -> bool {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let target = path.to_str().unwrap();
+    info.lines().any(|l| l.split(' ').nth(4) == Some(target))
+}
