@@ -150,6 +150,8 @@ fn py9p_client_passes_protocol_checks() {
         .arg("127.0.0.1")
         .arg(port.to_string())
         .arg(&export)
+        // The server runs with its default --msize.
+        .args(["--max-msize", &crossfs_wire::DEFAULT_MSIZE.to_string()])
         .output()
         .expect("running tests/py9p/interop.py");
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -2,9 +2,9 @@
 """Protocol-level checks of `crossfs serve` through py9p (PyPI `p9fs`), a 9P client that shares
 no code with crossfs.
 
-Usage: interop.py HOST PORT EXPORT
+Usage: interop.py HOST PORT EXPORT [--max-msize N]
 
-EXPORT is the exported directory as this host sees it: file contents and os.stat() results are
+N is the largest msize the server grants (its --msize; 1048576 if not given). EXPORT is the exported directory as this host sees it: file contents and os.stat() results are
 compared with what the server reports. tests/py9p_interop.rs prepares it with:
     exists_dir/            a directory holding `inner`
     dir500/                500 empty files f000 .. f499
@@ -73,8 +73,9 @@ def last_frame_size(client):
 
 
 class Session:
-    def __init__(self, host, port, export):
+    def __init__(self, host, port, export, max_msize):
         self.host, self.port, self.export = host, port, export
+        self.max_msize = max_msize
 
     def connect(self, msize):
         sock = socket.create_connection((self.host, self.port), timeout=30)
@@ -98,11 +99,19 @@ def raw(client, ftype, **fields):
 
 
 def check_msize(s):
-    for asked, want in [(8 << 20, 1 << 20), (64 << 10, 65536), (8192, 8192)]:
+    for asked, want in [(8 << 20, s.max_msize), (1 << 20, min(1 << 20, s.max_msize)),
+                        (64 << 10, 65536), (8192, 8192), (4096, 4096)]:
         c = s.connect(asked)
-        report(c.msize == want, f"msize: asked {asked}, server answered {want}",
+        report(c.msize == want, f"msize: asked {asked}, granted {want}",
                f"got {c.msize}")
         close(c)
+    # Below 4096 the server refuses the version (py9p's login raises on the mismatch).
+    try:
+        c = s.connect(4095)
+        report(False, "msize 4095 is refused", f"negotiated {c.msize}")
+        close(c)
+    except py9p.VersionError as e:
+        report("unknown" in str(e), "msize 4095 is refused with version `unknown`", str(e))
 
 
 def check_version_rules(s):
@@ -298,10 +307,15 @@ def check_unknown_fids(s):
 
 
 def main():
-    if len(sys.argv) != 4:
-        print("usage: interop.py HOST PORT EXPORT", file=sys.stderr)
+    args = sys.argv[1:]
+    max_msize = 1 << 20
+    if len(args) == 5 and args[3] == "--max-msize":
+        max_msize = int(args.pop(4))
+        args.pop(3)
+    if len(args) != 3:
+        print("usage: interop.py HOST PORT EXPORT [--max-msize N]", file=sys.stderr)
         sys.exit(2)
-    s = Session(sys.argv[1], int(sys.argv[2]), sys.argv[3])
+    s = Session(args[0], int(args[1]), args[2], max_msize)
     for group in [check_msize, check_version_rules, check_walks, check_create_names,
                   check_reply_sizes, check_content, check_getattr, check_unknown_fids]:
         try:
