@@ -31,8 +31,10 @@ fn init_logging(verbose: u8, quiet: bool) {
         (false, 1) => "debug",
         (false, _) => "trace",
     };
+    // fuser warns when its own unmount finds the mount already gone, which is how every
+    // clean `umount` or signal ends a session: not worth a warning to the user.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default},fuser=error")));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

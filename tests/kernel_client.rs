@@ -33,13 +33,19 @@ fn msize_of(mounts_line: &str) -> Option<u64> {
         .map(|v| v.parse().unwrap())
 }
 
-#[test]
-fn kernel_9p_client_sees_what_a_local_program_sees() {
+/// An empty export directory, and what the ops script prints on a local directory.
+fn export_and_expected_output() -> (tempfile::TempDir, std::path::PathBuf, String) {
     let work = tempfile::tempdir().unwrap();
     let (export, local) = (work.path().join("export"), work.path().join("local"));
     std::fs::create_dir(&export).unwrap();
     std::fs::create_dir(&local).unwrap();
     let expected = run_ops_script(&local);
+    (work, export, expected)
+}
+
+#[test]
+fn kernel_9p_client_sees_what_a_local_program_sees() {
+    let (_work, export, expected) = export_and_expected_output();
 
     let port = free_port();
     let serve = Serve::start(&export, &format!("tcp:127.0.0.1:{port}"), &[]);
@@ -135,11 +141,7 @@ fn run_guest(port: u16, script: &str, binaries: &[(&str, &str)]) -> String {
 /// the kernel client.
 #[test]
 fn crossfs_mount_kernel_hands_the_socket_to_v9fs() {
-    let work = tempfile::tempdir().unwrap();
-    let (export, local) = (work.path().join("export"), work.path().join("local"));
-    std::fs::create_dir(&export).unwrap();
-    std::fs::create_dir(&local).unwrap();
-    let expected = run_ops_script(&local);
+    let (_work, export, expected) = export_and_expected_output();
     let port = free_port();
     let serve = Serve::start(&export, &format!("tcp:127.0.0.1:{port}"), &[]);
     let stdout = run_guest(

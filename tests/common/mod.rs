@@ -74,13 +74,7 @@ impl Serve {
 
     /// `crossfs stats --json` against this server.
     pub fn stats(&self) -> serde_json::Value {
-        let out = run_ok(
-            Command::new(crossfs_bin())
-                .arg("stats")
-                .arg(&self.control)
-                .arg("--json"),
-        );
-        serde_json::from_slice(&out.stdout).expect("stats --json prints JSON")
+        stats_json(&self.control)
     }
 
     /// Total count of one message type (e.g. "Twalk") since the server started.
@@ -96,6 +90,17 @@ impl Drop for Serve {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `crossfs stats --json` against a control socket.
+pub fn stats_json(control: &Path) -> serde_json::Value {
+    let out = run_ok(
+        Command::new(crossfs_bin())
+            .arg("stats")
+            .arg(control)
+            .arg("--json"),
+    );
+    serde_json::from_slice(&out.stdout).expect("stats --json prints JSON")
 }
 
 /// Runs a command, panicking with its output if it fails.
@@ -211,13 +216,7 @@ impl Mount {
 
     /// `crossfs stats --json` against this mount's control socket.
     pub fn stats(&self) -> serde_json::Value {
-        let out = run_ok(
-            Command::new(crossfs_bin())
-                .arg("stats")
-                .arg(&self.control)
-                .arg("--json"),
-        );
-        serde_json::from_slice(&out.stdout).expect("stats --json prints JSON")
+        stats_json(&self.control)
     }
 
     /// Sends SIGTERM and waits for the process to unmount and exit.
