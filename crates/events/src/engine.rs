@@ -1,0 +1,447 @@
+//! The event thread: reads the watcher, coalesces, turns flushed paths into events by
+//! comparing the snapshot with the disk, publishes, polls what the kernel does not watch,
+//! handles overflows and sync cookies.
+//!
+//! Invariant: every published change is exactly a transition of `snapshot`, so a subscriber
+//! applying the events holds the snapshot; and every real change leaves a hint (or a rescan)
+//! that brings the snapshot back to the disk.
+
+use std::collections::{HashSet, VecDeque};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+
+use crate::beneath::Root;
+use crate::coalesce::{Coalescer, Flushed, Hints, Window};
+use crate::event::{Change, EventKind};
+use crate::hub::{lock, Shared};
+use crate::path::RelPath;
+use crate::snapshot::{compare, diff, Snapshot};
+use crate::watch::{Raw, Watcher};
+
+/// The longest the thread sleeps without a reason to wake.
+const IDLE: Duration = Duration::from_secs(1);
+
+pub(crate) struct Engine {
+    shared: Arc<Shared>,
+    root: Root,
+    watcher: Box<dyn Watcher>,
+    snapshot: Snapshot,
+    coalescer: Coalescer,
+    wake_r: OwnedFd,
+    raws: Vec<Raw>,
+    /// Cookie requests not yet answered, with when they were made.
+    cookies_pending: Vec<(u64, Instant)>,
+    cookies_seen: HashSet<u64>,
+    overflows: VecDeque<Instant>,
+    backoff_until: Option<Instant>,
+    next_poll: Instant,
+}
+
+impl Engine {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        root: Root,
+        watcher: Box<dyn Watcher>,
+        snapshot: Snapshot,
+        wake_r: OwnedFd,
+    ) -> Self {
+        let c = &shared.config;
+        let window = Window {
+            quiet: c.quiet,
+            max_delay: c.max_delay,
+            limit: c.burst_limit,
+        };
+        let next_poll = Instant::now() + c.poll_interval;
+        Self {
+            coalescer: Coalescer::new(window),
+            shared,
+            root,
+            watcher,
+            snapshot,
+            wake_r,
+            raws: Vec::new(),
+            cookies_pending: Vec::new(),
+            cookies_seen: HashSet::new(),
+            overflows: VecDeque::new(),
+            backoff_until: None,
+            next_poll,
+        }
+    }
+
+    fn control(&self) -> &[u8] {
+        &self.shared.config.control_dir
+    }
+
+    /// Whether the kernel is currently telling us about changes.
+    fn kernel_active(&self) -> bool {
+        self.backoff_until.is_none() && self.watcher.fd().is_some()
+    }
+
+    /// Subtrees that only polling sees.
+    fn polled(&self) -> Vec<RelPath> {
+        if self.kernel_active() {
+            self.watcher.unwatched()
+        } else {
+            vec![RelPath::root()]
+        }
+    }
+
+    pub(crate) fn run(mut self) {
+        while !self.shared.stop.load(Ordering::SeqCst) {
+            let readable = self.wait();
+            let now = Instant::now();
+            if readable {
+                if let Err(e) = self.watcher.read_into(&self.root, &mut self.raws) {
+                    tracing::warn!("reading {:?} events: {e}", self.watcher.kind());
+                }
+            }
+            let (reported, cookies) = {
+                let mut inbox = lock(&self.shared.inbox);
+                (
+                    std::mem::take(&mut inbox.raws),
+                    std::mem::take(&mut inbox.cookies),
+                )
+            };
+            self.raws.extend(reported);
+            let mut raws = std::mem::take(&mut self.raws);
+            for raw in raws.drain(..) {
+                self.ingest(raw, now);
+            }
+            self.raws = raws;
+            self.cookies_pending
+                .extend(cookies.into_iter().map(|id| (id, now)));
+            self.tick(now);
+        }
+    }
+
+    /// Sleeps until the watcher has something, the wake pipe is written, or the next
+    /// deadline. Returns whether the watcher is readable.
+    fn wait(&mut self) -> bool {
+        let now = Instant::now();
+        let mut deadline = now + IDLE;
+        if let Some(d) = self.coalescer.next_deadline() {
+            deadline = deadline.min(d);
+        }
+        if !self.polled().is_empty() {
+            deadline = deadline.min(self.next_poll);
+        }
+        if let Some(b) = self.backoff_until {
+            deadline = deadline.min(b);
+        }
+        for (_, at) in &self.cookies_pending {
+            deadline = deadline.min(*at + self.shared.config.cookie_grace);
+        }
+        let left = deadline.saturating_duration_since(now);
+        let ts = Timespec {
+            tv_sec: left.as_secs() as _,
+            tv_nsec: left.subsec_nanos() as _,
+        };
+        let paused = self.shared.paused.load(Ordering::SeqCst);
+        let watcher_fd = if paused || self.backoff_until.is_some() {
+            None
+        } else {
+            self.watcher.fd()
+        };
+        let mut fds = vec![PollFd::new(&self.wake_r, PollFlags::IN)];
+        if let Some(fd) = watcher_fd {
+            fds.push(PollFd::from_borrowed_fd(fd, PollFlags::IN));
+        }
+        if poll(&mut fds, Some(&ts)).is_err() {
+            return false;
+        }
+        let readable = fds.get(1).is_some_and(|f| !f.revents().is_empty());
+        if !fds[0].revents().is_empty() {
+            let mut sink = [0u8; 64];
+            while matches!(rustix::io::read(&self.wake_r, &mut sink), Ok(n) if n > 0) {}
+        }
+        readable
+    }
+
+    fn is_control(&self, path: &RelPath) -> bool {
+        path.first_component() == self.control()
+    }
+
+    fn ingest(&mut self, raw: Raw, now: Instant) {
+        match raw {
+            Raw::Change { path, hints } => {
+                if self.is_control(&path) {
+                    if hints.contains(Hints::CREATED) {
+                        if let Some(id) = self.shared.cookies.parse(&path, self.shared.epoch) {
+                            self.cookies_seen.insert(id);
+                        }
+                    }
+                } else if !path.is_root() {
+                    self.coalescer.push(path, hints, now);
+                }
+            }
+            Raw::Rename { from, to } => match (self.is_control(&from), self.is_control(&to)) {
+                (false, false) => self.coalescer.push_rename(from, to, now),
+                (false, true) => self.coalescer.push(from, Hints::REMOVED, now),
+                (true, false) => self.coalescer.push(to, Hints::CREATED, now),
+                (true, true) => {}
+            },
+            Raw::Overflow => self.overflowed(now),
+            Raw::Rescan { path } => {
+                self.coalescer.collapse(path, "requested", false, now);
+            }
+        }
+    }
+
+    /// A kernel queue overflow: rescan everything against the snapshot; too many in a row
+    /// and we poll for a while instead.
+    fn overflowed(&mut self, now: Instant) {
+        let cfg = &self.shared.config;
+        self.overflows.push_back(now);
+        self.shared.stats.overflows.fetch_add(1, Ordering::Relaxed);
+        while self
+            .overflows
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > cfg.overflow_window)
+        {
+            self.overflows.pop_front();
+        }
+        tracing::warn!(
+            "{:?} event queue overflowed; rescanning the export",
+            self.watcher.kind()
+        );
+        self.coalescer
+            .collapse(RelPath::root(), "kernel queue overflow", false, now);
+        if self.overflows.len() >= cfg.overflow_threshold && self.backoff_until.is_none() {
+            let backoff = cfg.overflow_backoff;
+            let message = format!(
+                "kernel event queue overflowed {} times in {:?}; polling every {:?} for {:?}",
+                self.overflows.len(),
+                cfg.overflow_window,
+                cfg.poll_interval,
+                backoff
+            );
+            tracing::warn!("{message}");
+            self.watcher.disarm();
+            self.shared.stats.backoffs.fetch_add(1, Ordering::Relaxed);
+            self.backoff_until = Some(now + backoff);
+            self.next_poll = now + cfg.poll_interval;
+            self.shared.publish(vec![Change::new(
+                EventKind::Warning { message },
+                RelPath::root(),
+                None,
+            )]);
+        }
+    }
+
+    /// Time-driven work: re-arming, polling, cookies, flushing.
+    fn tick(&mut self, now: Instant) {
+        let mut out = Vec::new();
+        if self.backoff_until.is_some_and(|b| b <= now) {
+            self.rearm(now, &mut out);
+        }
+        if now >= self.next_poll {
+            self.next_poll = now + self.shared.config.poll_interval;
+            for sub in self.polled() {
+                self.rescan(&sub, "poll", false, &mut out);
+            }
+        }
+        let cookies = self.ready_cookies(now);
+        let force = !cookies.is_empty();
+        if force && cookies.iter().any(|id| !self.cookies_seen.contains(id)) {
+            // The watcher did not (or cannot) see the cookie: a rescan gives the guarantee.
+            self.coalescer.collapse(RelPath::root(), "sync", false, now);
+        }
+        for f in self.coalescer.take_due(now, force) {
+            self.apply(f, &mut out);
+        }
+        if force && self.kernel_active() {
+            for sub in self.watcher.unwatched() {
+                self.rescan(&sub, "sync", false, &mut out);
+            }
+        }
+        for &id in &cookies {
+            out.push(Change::new(
+                EventKind::Sync { cookie: id },
+                RelPath::root(),
+                None,
+            ));
+        }
+        self.shared.publish(out);
+        for id in cookies {
+            self.shared.cookies.remove(self.shared.epoch, id);
+            self.cookies_seen.remove(&id);
+            self.shared.syncs.complete(id);
+        }
+    }
+
+    fn ready_cookies(&mut self, now: Instant) -> Vec<u64> {
+        let grace = self.shared.config.cookie_grace;
+        let active = self.kernel_active();
+        let mut ready = Vec::new();
+        self.cookies_pending.retain(|&(id, at)| {
+            let go = !active || self.cookies_seen.contains(&id) || now >= at + grace;
+            if go {
+                ready.push(id);
+            }
+            !go
+        });
+        ready
+    }
+
+    fn rearm(&mut self, now: Instant, out: &mut Vec<Change>) {
+        match self.watcher.arm(&self.root) {
+            Ok(()) => {
+                self.backoff_until = None;
+                self.overflows.clear();
+                self.coalescer
+                    .collapse(RelPath::root(), "re-armed", false, now);
+                let message = format!("{:?} watcher re-armed", self.watcher.kind());
+                tracing::info!("{message}");
+                out.push(Change::new(
+                    EventKind::Warning { message },
+                    RelPath::root(),
+                    None,
+                ));
+            }
+            Err(e) => {
+                tracing::warn!("re-arming {:?}: {e}", self.watcher.kind());
+                self.backoff_until = Some(now + self.shared.config.overflow_backoff);
+            }
+        }
+    }
+
+    fn apply(&mut self, f: Flushed, out: &mut Vec<Change>) {
+        match f {
+            Flushed::Path { path, hints } => self.reconcile(&path, hints, out),
+            Flushed::Rename { from, to } => self.rename(&from, &to, out),
+            Flushed::Rescan {
+                path,
+                reason,
+                announce,
+            } => self.rescan(&path, &reason, announce, out),
+        }
+    }
+
+    /// Publishes how `path` differs from what subscribers were told, and records it.
+    fn reconcile(&mut self, path: &RelPath, hints: Hints, out: &mut Vec<Change>) {
+        if path.is_root() || self.is_control(path) {
+            return;
+        }
+        let Ok(now) = self.root.lstat(path) else {
+            return; // unreadable for now: a later event or rescan will tell
+        };
+        let old = self.snapshot.get(path).copied();
+        match (old, now) {
+            (None, None) => {}
+            (Some(o), None) => {
+                self.snapshot.remove_subtree(path);
+                out.push(Change::new(EventKind::Removed, path.clone(), Some(o)));
+            }
+            (None, Some(_)) => self.create(path, out),
+            (Some(o), Some(a)) if o.ino != a.ino || o.file_type() != a.file_type() => {
+                self.snapshot.remove_subtree(path);
+                out.push(Change::new(EventKind::Removed, path.clone(), Some(o)));
+                self.create(path, out);
+            }
+            (Some(o), Some(a)) => {
+                self.snapshot.insert(path.clone(), a);
+                let modified = hints.contains(Hints::MODIFIED);
+                let attrib = hints.contains(Hints::ATTRIB);
+                if let Some(kind) = compare(&o, &a, modified, attrib) {
+                    out.push(Change::new(kind, path.clone(), Some(a)));
+                }
+            }
+        }
+    }
+
+    /// Makes sure the parent of `path` is known, publishing its creation first if not.
+    fn ensure_parent(&mut self, path: &RelPath, out: &mut Vec<Change>) {
+        if let Some(parent) = path.parent() {
+            if !parent.is_root() && self.snapshot.get(&parent).is_none() {
+                self.reconcile(&parent, Hints::CREATED, out);
+            }
+        }
+    }
+
+    /// Publishes the creation of `path` (absent from the snapshot) and, for a directory,
+    /// of everything already inside it.
+    fn create(&mut self, path: &RelPath, out: &mut Vec<Change>) {
+        self.ensure_parent(path, out);
+        if self.snapshot.get(path).is_some() {
+            return; // the parent's scan found it
+        }
+        let scan = Snapshot::scan_root(&self.root, path, self.control());
+        let Some(top) = scan.get(path).copied() else {
+            return; // gone again
+        };
+        out.push(Change::new(EventKind::Created, path.clone(), Some(top)));
+        let mut inside = diff(&self.snapshot.subtree(path), &scan);
+        inside.retain(|c| &c.path != path);
+        self.snapshot.replace_subtree(path, scan);
+        if inside.len() > self.shared.config.burst_limit {
+            out.push(rescan_event(path, "burst"));
+        } else {
+            out.extend(inside);
+        }
+    }
+
+    fn rename(&mut self, from: &RelPath, to: &RelPath, out: &mut Vec<Change>) {
+        let old = self.snapshot.get(from).copied();
+        let now = self.root.lstat(to).ok().flatten();
+        match (old, now) {
+            (Some(o), Some(a)) if o.ino == a.ino && !to.is_within(from) => {
+                self.ensure_parent(to, out);
+                self.snapshot.move_subtree(from, to);
+                self.snapshot.insert(to.clone(), a);
+                let kind = EventKind::Renamed { from: from.clone() };
+                out.push(Change::new(kind, to.clone(), Some(a)));
+            }
+            (Some(o), None)
+                if !to.is_within(from) && self.root.lstat(from).ok().flatten().is_none() =>
+            {
+                // Renamed on again (or removed) since: a later entry takes it from `to`.
+                self.ensure_parent(to, out);
+                self.snapshot.move_subtree(from, to);
+                let kind = EventKind::Renamed { from: from.clone() };
+                out.push(Change::new(kind, to.clone(), Some(o)));
+            }
+            _ => {
+                self.reconcile(from, Hints::REMOVED, out);
+                self.reconcile(to, Hints::CREATED, out);
+            }
+        }
+    }
+
+    /// Compares `path`'s subtree with the disk: publishes the differences, or one `Rescan`
+    /// when announcing (a burst) or when there are too many of them.
+    fn rescan(&mut self, path: &RelPath, reason: &str, announce: bool, out: &mut Vec<Change>) {
+        if !path.is_root() && self.snapshot.get(path).is_none() {
+            self.ensure_parent(path, out);
+        }
+        self.shared.stats.rescans.fetch_add(1, Ordering::Relaxed);
+        let scan = Snapshot::scan_root(&self.root, path, self.control());
+        let changes = diff(&self.snapshot.subtree(path), &scan);
+        self.snapshot.replace_subtree(path, scan);
+        if announce || changes.len() > self.shared.config.burst_limit {
+            tracing::debug!(%path, reason, differences = changes.len(), "rescan announced");
+            out.push(rescan_event(path, reason));
+        } else {
+            out.extend(changes);
+        }
+    }
+}
+
+fn rescan_event(path: &RelPath, reason: &str) -> Change {
+    Change::new(
+        EventKind::Rescan {
+            reason: reason.to_owned(),
+        },
+        path.clone(),
+        None,
+    )
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.watcher.disarm();
+    }
+}

@@ -1,0 +1,368 @@
+//! Real files, real watchers: each change shows up as the right event, coalesced.
+
+mod common;
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use common::*;
+use crossfs_events::{BackendKind, Event, EventHub, EventKind, HubConfig, RelPath};
+
+fn each_kind(backend: BackendKind) {
+    let t = tempdir();
+    let root = t.path();
+    let hub = EventHub::start(root, config(backend)).unwrap();
+    assert_eq!(hub.backend(), backend);
+    let sub = hub.subscribe();
+    let mut model = Model::new(root);
+    let mut step = |what: &dyn Fn(), want: &[(&str, &str)]| {
+        what();
+        let evs = until_sync(&hub, &sub);
+        evs.iter().for_each(|e| model.apply(e));
+        assert_eq!(summary(&evs), pairs(want), "{backend:?}");
+        assert_eq!(model.differences(), Vec::<String>::new(), "{backend:?}");
+    };
+    step(
+        &|| fs::write(root.join("f"), b"hello").unwrap(),
+        &[("created", "f")],
+    );
+    step(
+        &|| fs::create_dir(root.join("d")).unwrap(),
+        &[("created", "d")],
+    );
+    step(
+        &|| fs::set_permissions(root.join("f"), fs::Permissions::from_mode(0o600)).unwrap(),
+        &[("attrib", "f")],
+    );
+    step(
+        &|| fs::rename(root.join("f"), root.join("d/g")).unwrap(),
+        &[("renamed from f", "d/g")],
+    );
+    step(
+        &|| {
+            let mut f = fs::OpenOptions::new()
+                .append(true)
+                .open(root.join("d/g"))
+                .unwrap();
+            for _ in 0..100 {
+                f.write_all(b"x").unwrap();
+            }
+        },
+        &[("modified", "d/g")],
+    );
+    step(
+        &|| fs::rename(root.join("d"), root.join("e")).unwrap(),
+        &[("renamed from d", "e")],
+    );
+    step(
+        &|| fs::write(root.join("e/g"), b"").unwrap(),
+        &[("modified", "e/g")],
+    );
+    step(
+        &|| fs::remove_file(root.join("e/g")).unwrap(),
+        &[("removed", "e/g")],
+    );
+    step(
+        &|| fs::remove_dir(root.join("e")).unwrap(),
+        &[("removed", "e")],
+    );
+    step(
+        &|| {
+            fs::write(root.join("gone"), b"x").unwrap();
+            fs::remove_file(root.join("gone")).unwrap();
+        },
+        &[],
+    );
+    let odd = std::ffi::OsStr::from_bytes(b"caf\xe9\n.txt");
+    step(
+        &|| fs::write(root.join(odd), b"bytes").unwrap(),
+        &[("created", "caf\\xe9\\n.txt")],
+    );
+    let evs = until_sync(&hub, &sub);
+    assert!(evs.is_empty(), "nothing but the marker: {evs:?}");
+}
+
+#[test]
+fn inotify_reports_each_kind() {
+    each_kind(BackendKind::Inotify);
+}
+
+#[test]
+fn fanotify_reports_each_kind() {
+    let t = tempdir();
+    if !fanotify_available(t.path()) {
+        eprintln!("SKIPPED: fanotify unavailable for {}", t.path().display());
+        return;
+    }
+    each_kind(BackendKind::Fanotify);
+}
+
+#[test]
+fn poll_backend_converges_at_sync() {
+    let t = tempdir();
+    let root = t.path();
+    let hub = EventHub::start(root, config(BackendKind::Poll)).unwrap();
+    let sub = hub.subscribe();
+    let mut model = Model::new(root);
+    fs::create_dir_all(root.join("a/b")).unwrap();
+    fs::write(root.join("a/b/f"), b"x").unwrap();
+    fs::write(root.join("g"), b"x").unwrap();
+    until_sync(&hub, &sub).iter().for_each(|e| model.apply(e));
+    assert_eq!(model.differences(), Vec::<String>::new());
+    fs::rename(root.join("a"), root.join("z")).unwrap();
+    fs::remove_file(root.join("g")).unwrap();
+    let evs = until_sync(&hub, &sub);
+    evs.iter().for_each(|e| model.apply(e));
+    assert_eq!(
+        summary(&evs),
+        pairs(&[
+            ("removed", "a"),
+            ("removed", "g"),
+            ("created", "z"),
+            ("created", "z/b"),
+            ("created", "z/b/f")
+        ])
+    );
+    assert_eq!(model.differences(), Vec::<String>::new());
+}
+
+fn mkdir_p_then_fill(backend: BackendKind) {
+    let t = tempdir();
+    let root = t.path();
+    let hub = EventHub::start(root, config(backend)).unwrap();
+    let sub = hub.subscribe();
+    let mut model = Model::new(root);
+    for round in 0..20 {
+        let deep = root.join(format!("r{round}/a/b/c"));
+        fs::create_dir_all(&deep).unwrap();
+        fs::write(deep.join("f"), b"x").unwrap();
+        fs::create_dir_all(deep.join("d/e")).unwrap();
+        fs::write(deep.join("d/e/g"), b"y").unwrap();
+    }
+    let evs = until_sync(&hub, &sub);
+    evs.iter().for_each(|e| model.apply(e));
+    for round in 0..20 {
+        for sfx in ["", "/a", "/a/b", "/a/b/c", "/a/b/c/f", "/a/b/c/d/e/g"] {
+            let want = format!("r{round}{sfx}");
+            assert!(
+                evs.iter()
+                    .any(|e| e.kind == EventKind::Created && e.path.to_string() == want),
+                "{backend:?}: no created {want}"
+            );
+        }
+    }
+    assert_eq!(model.differences(), Vec::<String>::new());
+}
+
+#[test]
+fn inotify_new_directories_lose_nothing() {
+    mkdir_p_then_fill(BackendKind::Inotify);
+}
+
+#[test]
+fn fanotify_new_directories_lose_nothing() {
+    let t = tempdir();
+    if !fanotify_available(t.path()) {
+        eprintln!("SKIPPED: fanotify unavailable");
+        return;
+    }
+    mkdir_p_then_fill(BackendKind::Fanotify);
+}
+
+#[test]
+fn hundred_writes_in_ten_ms_are_one_event() {
+    let t = tempdir();
+    let root = t.path();
+    fs::write(root.join("f"), b"").unwrap();
+    let hub = EventHub::start(root, config(BackendKind::Inotify)).unwrap();
+    let sub = hub.subscribe();
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .open(root.join("f"))
+        .unwrap();
+    for i in 0..100u8 {
+        f.write_all(&[i]).unwrap();
+    }
+    let ev = sub.next_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(
+        (ev.kind.clone(), ev.path.to_string()),
+        (EventKind::Modified, "f".into())
+    );
+    assert_eq!(ev.attrs.unwrap().size, 100);
+    assert!(sub.next_timeout(Duration::from_millis(300)).is_none());
+}
+
+#[test]
+fn sync_marker_follows_every_earlier_change() {
+    let t = tempdir();
+    let root = t.path();
+    let hub = EventHub::start(root, config(BackendKind::Inotify)).unwrap();
+    let sub = hub.subscribe();
+    for i in 0..200 {
+        fs::write(root.join(format!("f{i}")), b"x").unwrap();
+    }
+    let evs = until_sync(&hub, &sub);
+    assert_eq!(evs.len(), 200);
+    assert!(evs.iter().all(|e| e.kind == EventKind::Created));
+    // Seq numbers are strictly increasing, and the epoch is the hub's.
+    assert!(evs.windows(2).all(|w| w[0].seq < w[1].seq));
+    assert!(evs.iter().all(|e| e.epoch == hub.epoch()));
+    // The cookie file is gone and never reported.
+    assert_eq!(
+        fs::read_dir(root.join(".crossfs/cookies")).unwrap().count(),
+        0
+    );
+}
+
+#[test]
+fn slow_subscriber_gets_exactly_one_rescan() {
+    let t = tempdir();
+    let root = t.path();
+    let cfg = HubConfig {
+        ring_capacity: 16,
+        ..config(BackendKind::Inotify)
+    };
+    let hub = EventHub::start(root, cfg).unwrap();
+    let slow = hub.subscribe();
+    let fast = hub.subscribe();
+    for i in 0..100 {
+        fs::write(root.join(format!("f{i}")), b"x").unwrap();
+    }
+    let cookie = hub.sync_cookie().unwrap();
+    // The fast reader drains as it goes in real use; here it just counts what it would see.
+    let evs: Vec<Event> = std::iter::from_fn(|| fast.try_next()).collect();
+    assert!(
+        matches!(evs[0].kind, EventKind::Rescan { .. }),
+        "fast also fell behind here"
+    );
+    let got: Vec<Event> = std::iter::from_fn(|| slow.try_next()).collect();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(
+        got[0].kind,
+        EventKind::Rescan {
+            reason: "subscriber fell behind".into()
+        }
+    );
+    assert_eq!(got[0].path, RelPath::root());
+    assert_eq!(got[1].kind, EventKind::Sync { cookie });
+    assert_eq!(
+        got[0].seq + 1,
+        got[1].seq,
+        "the rescan covers everything before the marker"
+    );
+    let mut model = Model::new(root);
+    got.iter().for_each(|e| model.apply(e));
+    assert_eq!(model.differences(), Vec::<String>::new());
+}
+
+#[test]
+fn reports_from_handlers_are_published_without_the_kernel() {
+    let t = tempdir();
+    let root = t.path();
+    let cfg = HubConfig {
+        poll_interval: Duration::from_secs(3600),
+        ..config(BackendKind::Poll)
+    };
+    let hub = EventHub::start(root, cfg).unwrap();
+    let sub = hub.subscribe();
+    fs::write(root.join("via9p"), b"abc").unwrap();
+    hub.report(EventKind::Created, p("via9p"));
+    let ev = sub
+        .next_timeout(Duration::from_secs(2))
+        .expect("published from the report");
+    assert_eq!(
+        (ev.kind, ev.path.to_string()),
+        (EventKind::Created, "via9p".into())
+    );
+    assert_eq!(ev.attrs.unwrap().size, 3);
+    fs::rename(root.join("via9p"), root.join("moved")).unwrap();
+    hub.report(EventKind::Renamed { from: p("via9p") }, p("moved"));
+    let ev = sub.next_timeout(Duration::from_secs(2)).unwrap();
+    assert_eq!(ev.kind, EventKind::Renamed { from: p("via9p") });
+}
+
+#[test]
+fn directories_past_the_watch_budget_are_polled() {
+    let t = tempdir();
+    let root = t.path();
+    fs::create_dir_all(root.join("a/b/c")).unwrap();
+    let cfg = HubConfig {
+        watch_budget: 2,
+        poll_interval: Duration::from_millis(100),
+        ..config(BackendKind::Inotify)
+    };
+    let hub = EventHub::start(root, cfg).unwrap();
+    let sub = hub.subscribe();
+    fs::write(root.join("a/b/c/deep"), b"x").unwrap();
+    let ev = sub
+        .next_timeout(Duration::from_secs(5))
+        .expect("the poller finds it");
+    assert_eq!(
+        (ev.kind, ev.path.to_string()),
+        (EventKind::Created, "a/b/c/deep".into())
+    );
+    // And sync covers polled subtrees without waiting for the poll.
+    fs::write(root.join("a/b/c/deeper"), b"x").unwrap();
+    let evs = until_sync(&hub, &sub);
+    assert!(evs.iter().any(|e| e.path.to_string() == "a/b/c/deeper"));
+}
+
+#[test]
+fn long_poll_read_returns_whole_json_lines() {
+    let t = tempdir();
+    let root = t.path();
+    let hub = EventHub::start(root, config(BackendKind::Inotify)).unwrap();
+    let sub = hub.subscribe();
+    assert!(sub
+        .read_blocking(4096, Duration::from_millis(50))
+        .is_empty());
+    for i in 0..50 {
+        fs::write(root.join(format!("file-{i:03}")), b"x").unwrap();
+    }
+    hub.sync_cookie().unwrap();
+    let mut lines = Vec::new();
+    loop {
+        let chunk = sub.read_blocking(300, Duration::from_millis(100));
+        if chunk.is_empty() {
+            break;
+        }
+        assert!(chunk.len() <= 300 && chunk.ends_with(b"\n"));
+        lines.extend(
+            chunk
+                .split_inclusive(|&b| b == b'\n')
+                .map(|l| Event::from_json_line(l).unwrap()),
+        );
+    }
+    assert_eq!(lines.len(), 51);
+    assert!(matches!(lines[50].kind, EventKind::Sync { .. }));
+    println!("{}", lines[0]);
+}
+
+#[test]
+fn resume_since_a_sequence_number() {
+    let t = tempdir();
+    let root = t.path();
+    let hub = EventHub::start(root, config(BackendKind::Inotify)).unwrap();
+    let sub = hub.subscribe();
+    fs::write(root.join("one"), b"x").unwrap();
+    let first = until_sync(&hub, &sub);
+    let seen = first[0].seq;
+    fs::write(root.join("two"), b"x").unwrap();
+    hub.sync_cookie().unwrap();
+    let again = hub.subscribe_since(hub.epoch(), seen);
+    let replay: Vec<Event> = std::iter::from_fn(|| again.try_next()).collect();
+    assert_eq!(
+        summary(&replay),
+        pairs(&[("sync", "."), ("created", "two"), ("sync", ".")])
+    );
+    let other = hub.subscribe_since(hub.epoch() ^ 1, 5);
+    assert_eq!(
+        other.try_next().unwrap().kind,
+        EventKind::Rescan {
+            reason: "fresh start".into()
+        }
+    );
+}
