@@ -16,15 +16,25 @@ pub struct ServerConfig {
     /// Allow Tmknod of character and block devices, and opening existing ones (otherwise
     /// `EPERM`): a device node in the export would give the client the device.
     pub allow_devices: bool,
-    /// Threads that execute requests, per connection.
+    /// Threads that execute requests that may block (reads from disk, writes, fsync, opening
+    /// fifos, ...), per connection; the connection's reader runs the others itself.
     pub workers_per_connection: usize,
-    /// Requests accepted but not yet answered, per connection. When reached, the server stops
-    /// reading from that connection until a reply has been sent (back-pressure).
+    /// Requests waiting for or running on workers, per connection. When reached, the server
+    /// stops reading from that connection until one has been answered (back-pressure).
     pub max_in_flight: usize,
     /// Fids one connection may hold; past it, requests that create fids get `EMFILE`.
     pub max_fids: usize,
     /// Largest extended attribute value (or list) read or written, in bytes.
     pub max_xattr_size: usize,
+    /// Bytes of extended attribute values that one connection's xattr fids (Txattrwalk
+    /// results not yet clunked, Txattrcreate values being written) may hold together; past
+    /// it, the Txattrwalk or Twrite that would exceed it gets `ENOSPC`.
+    pub max_pending_xattr_bytes: usize,
+    /// Descriptors the server may hold for all clients together (fid handles, the
+    /// directories fids were found in, open files). `None`: the open-file limit (raised to
+    /// its hard maximum) less a reserve of an eighth, at least 64. The budget is per
+    /// [`crate::Server`]; several servers in one process should divide the limit by hand.
+    pub fd_budget: Option<usize>,
 }
 
 impl Default for ServerConfig {
@@ -39,6 +49,9 @@ impl Default for ServerConfig {
             max_fids: 65536,
             // Linux's XATTR_SIZE_MAX.
             max_xattr_size: 64 * 1024,
+            // Sixteen values of the largest size Linux allows.
+            max_pending_xattr_bytes: 1024 * 1024,
+            fd_budget: None,
         }
     }
 }

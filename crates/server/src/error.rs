@@ -39,6 +39,12 @@ pub(crate) enum OpError {
     /// The connection holds as many fids as it may.
     #[error("too many fids")]
     TooManyFids,
+    /// The connection holds its share of the server's descriptors.
+    #[error("descriptor share used up")]
+    TooManyFds,
+    /// The connection's xattr fids hold as many value bytes as they may.
+    #[error("pending xattr values use up the connection's budget")]
+    XattrBudget,
     /// A name was empty, ".", "..", or held "/" or NUL.
     #[error("invalid name")]
     InvalidName,
@@ -64,6 +70,8 @@ impl OpError {
             OpError::UnknownFid(_) => libc::EBADF,
             OpError::FidInUse(_) => libc::EBADF,
             OpError::TooManyFids => libc::EMFILE,
+            OpError::TooManyFds => libc::EMFILE,
+            OpError::XattrBudget => libc::ENOSPC,
             OpError::InvalidName => libc::EINVAL,
             OpError::ReadOnly => libc::EROFS,
             OpError::Invalid(_) => libc::EINVAL,
@@ -85,6 +93,8 @@ mod tests {
         assert_eq!(OpError::Os(Errno::NOENT).errno(), 2);
         assert_eq!(OpError::UnknownFid(Fid(3)).errno(), 9);
         assert_eq!(OpError::TooManyFids.errno(), 24);
+        assert_eq!(OpError::TooManyFds.errno(), 24);
+        assert_eq!(OpError::XattrBudget.errno(), 28);
         assert_eq!(OpError::ReadOnly.errno(), 30);
         assert_eq!(OpError::NotSupported.errno(), 95);
     }

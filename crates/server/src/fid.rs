@@ -6,18 +6,19 @@
 //! Tread only drops the table's reference; the read finishes on its own.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use crossfs_wire::{Fid, Qid};
 
+use crate::budget::{ByteCharge, Handle};
 use crate::error::{OpError, OpResult};
 
 /// Where a fid's file was found: its directory and its name there.
 #[derive(Clone)]
 pub(crate) struct Location {
     /// `O_PATH` handle on the parent directory.
-    pub parent: Arc<OwnedFd>,
+    pub parent: Arc<Handle>,
     /// The name in that directory.
     pub name: Vec<u8>,
 }
@@ -25,19 +26,35 @@ pub(crate) struct Location {
 /// An open file behind a fid (after Tlopen or Tlcreate).
 pub(crate) struct OpenFile {
     /// The open descriptor.
-    pub fd: OwnedFd,
+    pub fd: Handle,
     /// Serialises readdir, which moves the descriptor's position.
     pub dir_cursor: Mutex<()>,
+    /// A regular file opened without `O_DIRECT`: reads may try the page cache alone (with
+    /// `O_DIRECT` even a "no wait" read waits for the disk).
+    pub cached_reads: bool,
+}
+
+impl OpenFile {
+    /// An open descriptor on an inode of type `kind` (`S_IFMT` bits), opened with `flags`.
+    pub(crate) fn new(fd: Handle, kind: u32, flags: rustix::fs::OFlags) -> Self {
+        OpenFile {
+            fd,
+            dir_cursor: Mutex::new(()),
+            cached_reads: kind == libc::S_IFREG && !flags.contains(rustix::fs::OFlags::DIRECT),
+        }
+    }
 }
 
 /// A fid that names a file.
 pub(crate) struct FileFid {
     /// `O_PATH|O_NOFOLLOW` handle on the inode.
-    pub handle: Arc<OwnedFd>,
+    pub handle: Arc<Handle>,
     /// The qid when the fid was made (type and path of an inode never change).
     pub qid: Qid,
     /// The device the inode lies on, for readdir qids.
     pub dev: u64,
+    /// The inode's file type (the `S_IFMT` bits of its mode), which never changes.
+    pub kind: u32,
     /// Where it was found; `None` for the export root.
     pub location: Mutex<Option<Location>>,
     /// Set once by Tlopen.
@@ -47,11 +64,12 @@ pub(crate) struct FileFid {
 }
 
 impl FileFid {
-    /// A fid for a handle that is not open.
+    /// A fid for a handle that is not open, on device `dev`, of type `kind` (see
+    /// [`crate::server::dev_and_kind`]).
     pub(crate) fn new(
-        handle: Arc<OwnedFd>,
+        handle: Arc<Handle>,
         qid: Qid,
-        dev: u64,
+        (dev, kind): (u64, u32),
         location: Option<Location>,
         n_uname: u32,
     ) -> Self {
@@ -59,6 +77,7 @@ impl FileFid {
             handle,
             qid,
             dev,
+            kind,
             location: Mutex::new(location),
             open: OnceLock::new(),
             n_uname,
@@ -86,10 +105,19 @@ impl FileFid {
     }
 }
 
+/// An extended attribute value (or name list) held by an xattr fid, charged to its
+/// connection's budget for such values (see [`crate::budget`]).
+pub(crate) struct XattrValue {
+    /// The bytes; their capacity is what is charged.
+    pub bytes: Vec<u8>,
+    /// The charge, given back when the fid goes.
+    pub charge: ByteCharge,
+}
+
 /// A fid made by Txattrcreate: collects the value through Twrite until Tclunk sets it.
 pub(crate) struct XattrWrite {
     /// The file whose attribute is set.
-    pub handle: Arc<OwnedFd>,
+    pub handle: Arc<Handle>,
     /// The attribute's name.
     pub name: std::ffi::CString,
     /// The size announced by Txattrcreate.
@@ -97,7 +125,7 @@ pub(crate) struct XattrWrite {
     /// `XATTR_CREATE`/`XATTR_REPLACE`.
     pub flags: u32,
     /// The value written so far.
-    pub value: Mutex<Vec<u8>>,
+    pub value: Mutex<XattrValue>,
 }
 
 /// What a fid stands for.
@@ -105,7 +133,7 @@ pub(crate) enum FidState {
     /// A file, directory, symlink or special file.
     File(FileFid),
     /// The value (or name list) fetched by Txattrwalk, read with Tread.
-    XattrRead(Vec<u8>),
+    XattrRead(XattrValue),
     /// An attribute being written (Txattrcreate).
     XattrWrite(XattrWrite),
 }
@@ -205,15 +233,22 @@ mod tests {
 
     #[test]
     fn table_enforces_uniqueness_and_limit() {
+        let budget = crate::budget::ByteBudget::new(0);
+        let empty = || {
+            FidState::XattrRead(XattrValue {
+                bytes: vec![],
+                charge: budget.empty(),
+            })
+        };
         let t = FidTable::new(2);
-        assert!(t.insert_new(Fid(1), FidState::XattrRead(vec![])).is_ok());
+        assert!(t.insert_new(Fid(1), empty()).is_ok());
         assert!(matches!(
-            t.insert_new(Fid(1), FidState::XattrRead(vec![])),
+            t.insert_new(Fid(1), empty()),
             Err(OpError::FidInUse(_))
         ));
-        assert!(t.insert_new(Fid(2), FidState::XattrRead(vec![])).is_ok());
+        assert!(t.insert_new(Fid(2), empty()).is_ok());
         assert!(matches!(
-            t.insert_new(Fid(3), FidState::XattrRead(vec![])),
+            t.insert_new(Fid(3), empty()),
             Err(OpError::TooManyFids)
         ));
         assert!(t.remove(Fid(1)).is_ok());

@@ -20,17 +20,20 @@
 //! ```
 //!
 //! # Protocol choices
-//! - msize: the smaller of the client's and [`ServerConfig::max_msize`] (1 MiB by default);
+//! - msize: the smaller of the client's and [`ServerConfig::max_msize`] (1 MiB + 4 KiB by
+//!   default, so that a 1 MiB read or write travels in one message);
 //!   every reply is strictly smaller (Linux rejects a reply of size >= msize). A version
 //!   string not starting with "9P2000.L", or an msize below 4096, is answered "unknown". A
 //!   Tversion waits for outstanding requests, then clunks every fid.
 //! - Requests before a successful Tversion get `EPROTO`. Framing errors (size < 7, larger
 //!   than the msize in force, a truncated frame) close the connection with a warning; a body
-//!   that does not decode gets `EINVAL`, an unknown type `EOPNOTSUPP`, with the request's tag.
+//!   that does not decode gets `EINVAL`, an unknown type `EOPNOTSUPP`, with the request's tag
+//!   (and is counted as "unknown" in the statistics, even when its number is a reply's).
 //!   A tag reused while its request is in flight closes the connection (a reply to it would
 //!   be ambiguous).
 //! - An unknown fid is `EBADF`; a `newfid` already in use is `EBADF` too. More fids than
-//!   [`ServerConfig::max_fids`] is `EMFILE`. Tauth is `EOPNOTSUPP`.
+//!   [`ServerConfig::max_fids`] is `EMFILE`, and so is a connection's share of descriptors
+//!   used up (see Limits). Tauth is `EOPNOTSUPP`.
 //! - Qids: type from the file mode, version 0 (the qid names the inode; freshness comes from
 //!   Tgetattr), path the inode number, with a per-device index mixed into the top bits for
 //!   inodes on another device than the export root.
@@ -48,10 +51,46 @@
 //! descriptor, never through a path built from the export root, so renaming directories or
 //! swapping one for a symlink between requests redirects nothing. Device nodes can neither be
 //! created nor opened unless [`ServerConfig::allow_devices`] is set. With
-//! [`ServerConfig::read_only`] every mutation is refused with `EROFS`. Every length read from
-//! the wire is bounded before anything is allocated; a connection's memory is bounded by
-//! `max_in_flight` requests of at most msize each; a client that stops reading replies stops
-//! being read. `/proc` must be mounted: [`Server::new`] fails clearly otherwise.
+//! [`ServerConfig::read_only`] every mutation is refused with `EROFS`. `/proc` must be
+//! mounted: [`Server::new`] fails clearly otherwise.
+//!
+//! # Limits: what one client can make the server hold
+//! - Memory, per connection: every length read from the wire is bounded before anything is
+//!   allocated. At most `max_in_flight` queued or running requests plus the one the reader
+//!   holds, each at most msize, with a reply buffer of at most msize each; a 64 KiB read
+//!   buffer; extended attribute values held by xattr fids (fetched by Txattrwalk and not yet
+//!   clunked, or being written after Txattrcreate) at most
+//!   [`ServerConfig::max_pending_xattr_bytes`] together (1 MiB by default; the Txattrwalk or
+//!   Twrite that would pass it gets `ENOSPC`, as setxattr(2) does when a file system is out
+//!   of room for attributes; a value's buffer grows as its chunks arrive, nothing is
+//!   reserved from the announced size); and the fid table, at most
+//!   [`ServerConfig::max_fids`] entries of a few hundred bytes. A client that stops reading
+//!   replies stops being read.
+//! - Descriptors, server-wide: every fid holds an `O_PATH` descriptor (and the one of the
+//!   directory it was found in, and once opened an open one), so descriptors are budgeted:
+//!   [`ServerConfig::fd_budget`], by default the open-file limit (raised to its hard maximum)
+//!   less an eighth, at least 64, kept for listeners, sockets and descriptors a request uses
+//!   briefly. A connection may take a descriptor only if at least `min(what it then holds,
+//!   budget / 4)` stay free, and may always hold a small floor (budget / 64, at most 64)
+//!   while any is free; past that its requests that would hold one more get `EMFILE`. So a
+//!   lone connection can use three quarters of the budget, and whatever one connection does
+//!   the others, old and new, still find at least a quarter free (several greedy
+//!   connections split it, each leaving at least as many free as it holds). Cloning a fid
+//!   (a walk of no names) takes no descriptor.
+//!
+//! # Concurrency
+//! Each connection has a reader (the thread that called [`Server::serve_connection`]) and
+//! `workers_per_connection` workers. The reader executes requests that cannot block for
+//! long itself and writes their replies before reading on: walks, getattr, clunk, statfs,
+//! readlink, readdir, xattr and lock requests (locks never wait), creating directories,
+//! links, nodes and renames, opening a regular file or a directory, and reads that the page
+//! cache can answer whole (`preadv2` with `RWF_NOWAIT`). That spares the two thread
+//! hand-offs per request that otherwise dominate a round trip. Everything else (reads that
+//! need the disk, writes, fsync, Tlcreate, setattr, unlinking, opening fifos and devices)
+//! goes to the workers, so a request that blocks (a fifo with no writer, a slow disk) holds
+//! up neither the reader nor the connection's other requests. Replies are written whole,
+//! one at a time; Rflush follows the flushed request's reply; at most `max_in_flight`
+//! requests wait for or run on workers, after which the reader stops reading.
 //!
 //! # Identity
 //! The server acts with its own credentials and reports real uid, gid and mode. The uname and
@@ -66,11 +105,18 @@
 //! # Known limits
 //! - Opening a fifo through the server blocks a worker until the other end opens (Linux's
 //!   v9fs opens fifos locally, so this takes a client that asks for it).
+//! - The requests the reader runs itself can still be slowed by the file system: a walk or
+//!   readdir of a directory not in the dentry cache reads the disk, and a Tclunk that drops
+//!   the last reference to an unlinked file frees its blocks. The connection's next request
+//!   waits that long; an export on a network file system that hangs would hang the reader.
+//! - The descriptor budget is per [`Server`]: several servers in one process should be
+//!   given explicit budgets that add up to less than the open-file limit.
 //! - A peer that stops reading *and* keeps its socket open holds its connection's thread
 //!   until it goes away; other connections are unaffected.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod budget;
 mod config;
 mod error;
 mod fid;

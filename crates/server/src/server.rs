@@ -13,6 +13,7 @@ use crossfs_wire::{
 use rustix::fs::Statx;
 use serde_json::{json, Map, Value};
 
+use crate::budget::{FdPool, Handle};
 use crate::config::ServerConfig;
 use crate::error::{OpError, OpResult, ServerError};
 use crate::fid::lock;
@@ -26,7 +27,7 @@ pub struct Server {
     /// The export as given, for logs and stats.
     export: PathBuf,
     /// `O_PATH` handle on the export root; every fid descends from it.
-    pub(crate) root: Arc<OwnedFd>,
+    pub(crate) root: Arc<Handle>,
     root_dev: u64,
     /// `O_PATH` handle on `/proc/self/fd`, through which fids are reopened.
     proc_fd: OwnedFd,
@@ -34,6 +35,8 @@ pub struct Server {
     pub(crate) openat2: bool,
     /// Whether the server runs as root (then created files are given to the caller).
     pub(crate) is_root: bool,
+    /// Descriptors held for clients, shared fairly between connections.
+    pub(crate) fds: Arc<FdPool>,
     /// Devices other than the root's met so far, numbered from 1 (qid path mixing).
     devices: Mutex<HashMap<u64, u64>>,
     /// Counters over every connection, closed ones included.
@@ -82,21 +85,26 @@ impl Server {
         })?;
         let openat2 = sys::has_openat2(root.as_fd());
         let fd_limit = sys::raise_fd_limit();
+        let fd_budget = config
+            .fd_budget
+            .unwrap_or_else(|| FdPool::budget_for_limit(fd_limit));
         tracing::info!(
             export = %config.export.display(),
             openat2,
             fd_limit,
+            fd_budget,
             read_only = config.read_only,
             "export opened"
         );
         Ok(Arc::new(Server {
             export: config.export.clone(),
             config,
-            root: Arc::new(root),
+            root: Arc::new(Handle::uncharged(root)),
             root_dev: dev_of(&st),
             proc_fd,
             openat2,
             is_root: sys::euid() == 0,
+            fds: FdPool::new(fd_budget),
             devices: Mutex::new(HashMap::new()),
             totals: MessageCounters::default(),
             connections: Mutex::new(BTreeMap::new()),
@@ -108,9 +116,10 @@ impl Server {
     /// frame that cannot be framed (then the connection is closed with a warning).
     ///
     /// `reader` and `writer` are the two directions of one byte stream (for a socket, the
-    /// socket and a clone of it). Requests run on `workers_per_connection` threads; replies
-    /// are written whole, one at a time. Returns when every request read has been answered
-    /// or abandoned; dropping `reader` and `writer` then closes the stream.
+    /// socket and a clone of it). Requests that cannot block for long run on the calling
+    /// thread, the others on `workers_per_connection` threads (see the crate's Concurrency
+    /// section); replies are written whole, one at a time. Returns when every request read
+    /// has been answered or abandoned; dropping `reader` and `writer` then closes the stream.
     ///
     /// A write to a peer that has gone must fail with `EPIPE` rather than kill the process:
     /// Rust programs ignore `SIGPIPE` by default, and a caller that changes that must keep it
@@ -221,6 +230,11 @@ impl Server {
         let index = *devices.entry(dev).or_insert(next);
         ino ^ (index << 48)
     }
+}
+
+/// The device number and file type (`S_IFMT` bits) of a statx result.
+pub(crate) fn dev_and_kind(st: &Statx) -> (u64, u32) {
+    (dev_of(st), u32::from(st.stx_mode) & libc::S_IFMT)
 }
 
 /// The device number of a statx result.

@@ -1,13 +1,23 @@
 //! One connection: a reader, a bounded pool of workers, and one writer lock.
 //!
-//! The calling thread reads frames. Tversion and Tflush are handled by the reader itself;
-//! every other request is recorded in the in-flight table under its tag and queued for the
-//! workers. When `max_in_flight` requests are outstanding the reader stops reading, so a client
-//! that sends faster than it is served (or never reads its replies, leaving the writer blocked)
-//! is held back by the socket, and memory stays bounded.
+//! The calling thread reads frames (through a buffer, so a small request costs one `read`).
+//! Tversion and Tflush are handled by the reader itself, and so are requests that cannot
+//! block for long (see [`crate::ops::runs_inline`]: walks, getattr, clunk, opening a regular
+//! file or directory, readdir, ...): the reader executes them and writes the reply before
+//! reading on, which spares two thread hand-offs per request, the bulk of a round trip's
+//! cost. Every other request (read, write, fsync, opening a fifo, ...) is recorded in the
+//! in-flight table under its tag and queued for the workers, so a request that blocks (a
+//! fifo with no writer, a slow disk) never holds up the connection's other requests. When
+//! `max_in_flight` requests are queued or running on workers, the reader stops reading, so a
+//! client that sends faster than it is served (or never reads its replies, leaving the
+//! writer blocked) is held back by the socket, and memory stays bounded: at most
+//! `max_in_flight` queued requests plus the one the reader holds, each at most msize.
 //!
 //! Ordering rules, and how they hold:
 //! - Replies never interleave: a reply is written whole while holding the writer lock.
+//! - A request run by the reader is never in the in-flight table, and nothing is read while
+//!   it runs: no Tflush can name it before its reply is written, after which the tag is free
+//!   (a Tflush for it is then answered at once). Its tag is still checked against the table.
 //! - Rflush follows the flushed reply: a request leaves the in-flight table only while its
 //!   worker holds the writer lock, and that worker then writes its reply and the Rflush of
 //!   every Tflush that named it. A Tflush for a tag no longer in flight is answered at once,
@@ -19,16 +29,17 @@
 //!   closed, since any reply would be ambiguous.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{ErrorKind, Read, Write};
+use std::io::{BufReader, ErrorKind, Read, Write};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crossfs_wire::{
     check_frame_size, decode_tframe, DecodeError, Rflush, Rmessage, Rversion, Tag, Tframe,
     Tmessage, Tversion, MIN_MSIZE, VERSION_9P2000_L,
 };
 
+use crate::budget::{ByteBudget, FdAccount};
 use crate::fid::{lock, FidTable};
 use crate::server::Server;
 use crate::stats::ConnStats;
@@ -38,6 +49,10 @@ pub(crate) struct Conn {
     pub server: Arc<Server>,
     pub stats: Arc<ConnStats>,
     pub fids: FidTable,
+    /// This connection's share of the server's descriptors.
+    pub fds: Arc<FdAccount>,
+    /// What this connection's xattr fids may hold.
+    pub xattr_bytes: Arc<ByteBudget>,
     /// The negotiated msize; 0 until a Tversion succeeds.
     msize: AtomicU32,
 }
@@ -76,6 +91,10 @@ struct State {
     queue: VecDeque<Job>,
     /// The reader has stopped: workers finish the queue and exit.
     closing: bool,
+    /// The reader waits on `reader_wake` (only then is it signalled).
+    reader_waiting: bool,
+    /// Workers waiting on `worker_wake` (only then is it signalled).
+    idle_workers: usize,
 }
 
 struct Output {
@@ -102,18 +121,29 @@ enum Stop {
     Close(String),
 }
 
+/// Where incoming messages of a type that is no request are counted: a slot no message
+/// uses, which the counters name "unknown" (and count as bytes in).
+const UNKNOWN_TYPE: u8 = 0;
+
+/// Bytes the reader buffers: a request of up to this size costs one `read` (larger ones are
+/// read straight into the frame).
+const READ_BUFFER: usize = 64 * 1024;
+
 /// Runs a connection to completion.
 pub(crate) fn run(
     server: &Arc<Server>,
     stats: &Arc<ConnStats>,
-    mut reader: impl Read,
+    reader: impl Read,
     writer: Box<dyn Write + Send>,
 ) {
+    let mut reader = BufReader::with_capacity(READ_BUFFER, reader);
     let session = Session {
         conn: Conn {
             server: server.clone(),
             stats: stats.clone(),
             fids: FidTable::new(server.config.max_fids),
+            fds: FdAccount::new(server.fds.clone()),
+            xattr_bytes: ByteBudget::new(server.config.max_pending_xattr_bytes),
             msize: AtomicU32::new(0),
         },
         state: Mutex::new(State::default()),
@@ -147,6 +177,7 @@ pub(crate) fn run(
 impl Session {
     fn read_loop(&self, reader: &mut impl Read) -> Stop {
         let mut buf = Vec::new();
+        let mut out = Vec::new();
         loop {
             let mut head = [0u8; 4];
             match read_head(reader, &mut head) {
@@ -170,20 +201,25 @@ impl Session {
             if let Err(e) = reader.read_exact(&mut buf[4..]) {
                 return Stop::Close(format!("truncated frame of {len} bytes: {e}"));
             }
-            let frame = match decode_tframe(&buf) {
+            let mut frame = match decode_tframe(&buf) {
                 Ok(f) => f,
                 Err(e) => return Stop::Close(e.to_string()),
             };
+            // A type that is no request (a reply's number, say) is counted, with its error,
+            // as "unknown", never as the message that number names.
+            if Tmessage::name_of(frame.msg_type).is_none() {
+                frame.msg_type = UNKNOWN_TYPE;
+            }
             self.conn
                 .server
                 .record(&self.conn.stats, frame.msg_type, len);
-            if let Err(stop) = self.dispatch(frame) {
+            if let Err(stop) = self.dispatch(frame, &mut out) {
                 return stop;
             }
         }
     }
 
-    fn dispatch(&self, frame: Tframe) -> Result<(), Stop> {
+    fn dispatch(&self, frame: Tframe, out: &mut Vec<u8>) -> Result<(), Stop> {
         let Tframe { tag, msg_type, msg } = frame;
         match msg {
             Ok(Tmessage::Version(v)) => {
@@ -198,7 +234,67 @@ impl Session {
                 self.write_reply(msg_type, &out);
                 Ok(())
             }
+            Ok(Tmessage::Read(m)) => {
+                // Answered on the reader when the page cache has the data; a worker reads
+                // otherwise (from the disk, a fifo, or with an error to report).
+                self.check_tag(tag)?;
+                if crate::ops::read_cached(&self.conn, tag, &m, out) {
+                    self.write_reply(msg_type, out);
+                    return Ok(());
+                }
+                let msg = Ok(Tmessage::Read(m));
+                self.enqueue(Job { tag, msg_type, msg })
+            }
+            msg if crate::ops::runs_inline(&self.conn, &msg) => {
+                self.run_inline(tag, msg_type, msg, out)
+            }
             msg => self.enqueue(Job { tag, msg_type, msg }),
+        }
+    }
+
+    /// Executes a request on the reader and writes its reply (see the module's rules).
+    fn run_inline(
+        &self,
+        tag: Tag,
+        msg_type: u8,
+        msg: Result<Tmessage, DecodeError>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Stop> {
+        self.check_tag(tag)?;
+        self.execute(tag, msg_type, msg, out);
+        self.write_reply(msg_type, out);
+        Ok(())
+    }
+
+    /// Closes the connection if `tag` is in flight (a request the reader answers itself is
+    /// never entered in the table, so the check is made here).
+    fn check_tag(&self, tag: Tag) -> Result<(), Stop> {
+        if lock(&self.state).in_flight.contains_key(&tag.0) {
+            return Err(Stop::Close(format!("tag {} reused while in flight", tag.0)));
+        }
+        Ok(())
+    }
+
+    /// Runs one request's handler, leaving its reply in `out` (cleared first). A panic in a
+    /// handler is answered `EIO`: a bug must not leave a tag unanswered.
+    fn execute(
+        &self,
+        tag: Tag,
+        msg_type: u8,
+        msg: Result<Tmessage, DecodeError>,
+        out: &mut Vec<u8>,
+    ) {
+        out.clear();
+        let run =
+            AssertUnwindSafe(|| crate::ops::handle(&self.conn, tag, msg_type, msg, &mut *out));
+        if std::panic::catch_unwind(run).is_err() {
+            tracing::error!(
+                id = self.conn.stats.id,
+                tag = tag.0,
+                "request handler panicked"
+            );
+            out.clear();
+            Rmessage::error(libc::EIO).encode(tag, out);
         }
     }
 
@@ -211,7 +307,7 @@ impl Session {
         {
             let mut st = lock(&self.state);
             while !st.in_flight.is_empty() {
-                st = self.reader_wake.wait(st).unwrap_or_else(|e| e.into_inner());
+                st = self.wait_reader(st);
             }
         }
         self.conn.fids.clear();
@@ -290,7 +386,7 @@ impl Session {
         let mut st = lock(&self.state);
         // Back-pressure: stop reading until a request has been answered.
         while st.in_flight.len() >= max {
-            st = self.reader_wake.wait(st).unwrap_or_else(|e| e.into_inner());
+            st = self.wait_reader(st);
         }
         if st.in_flight.contains_key(&job.tag.0) {
             return Err(Stop::Close(format!(
@@ -307,9 +403,20 @@ impl Session {
             },
         );
         st.queue.push_back(job);
+        let idle = st.idle_workers > 0;
         drop(st);
-        self.worker_wake.notify_one();
+        if idle {
+            self.worker_wake.notify_one();
+        }
         Ok(())
+    }
+
+    /// Waits (as the reader) until an entry leaves the in-flight table.
+    fn wait_reader<'a>(&self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        st.reader_waiting = true;
+        let mut st = self.reader_wake.wait(st).unwrap_or_else(|e| e.into_inner());
+        st.reader_waiting = false;
+        st
     }
 
     fn worker(&self) {
@@ -326,7 +433,9 @@ impl Session {
                     if st.closing {
                         return;
                     }
+                    st.idle_workers += 1;
                     st = self.worker_wake.wait(st).unwrap_or_else(|e| e.into_inner());
+                    st.idle_workers -= 1;
                 };
                 let cancelled = match st.in_flight.get_mut(&job.tag.0) {
                     Some(e) if !e.cancelled => {
@@ -337,23 +446,8 @@ impl Session {
                 };
                 (job, cancelled)
             };
-            out.clear();
             if !cancelled {
-                let (tag, msg_type) = (job.tag, job.msg_type);
-                let run = AssertUnwindSafe(|| {
-                    crate::ops::handle(&self.conn, tag, msg_type, job.msg, &mut out)
-                });
-                // A bug in a handler must not leave its tag in flight forever (the reader
-                // would eventually wait on it): answer EIO and carry on.
-                if std::panic::catch_unwind(run).is_err() {
-                    tracing::error!(
-                        id = self.conn.stats.id,
-                        tag = tag.0,
-                        "request handler panicked"
-                    );
-                    out.clear();
-                    Rmessage::error(libc::EIO).encode(tag, &mut out);
-                }
+                self.execute(job.tag, job.msg_type, job.msg, &mut out);
             }
             self.complete(job.tag, job.msg_type, (!cancelled).then_some(&out[..]));
         }
@@ -375,9 +469,11 @@ impl Session {
                     pending.extend(entry.flushers);
                 }
             }
+            if st.reader_waiting {
+                self.reader_wake.notify_all();
+            }
             done
         };
-        self.reader_wake.notify_all();
         if let Some(bytes) = reply {
             self.write_locked(&mut out, msg_type, bytes);
         }

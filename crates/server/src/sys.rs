@@ -210,6 +210,22 @@ pub fn pread(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> Result<usize> {
     rustix::io::pread(fd, buf, offset)
 }
 
+/// `preadv2(2)` with `RWF_NOWAIT`: reads only what the page cache holds, never waiting for
+/// the disk (nor for a lock the file system would take).
+///
+/// # Errors
+/// `EAGAIN` (the data is not cached, or the read would block), `EOPNOTSUPP` (the file
+/// system cannot tell), and what [`pread`] fails with.
+pub fn pread_cached(fd: BorrowedFd<'_>, buf: &mut [u8], offset: u64) -> Result<usize> {
+    use rustix::io::{preadv2, ReadWriteFlags};
+    preadv2(
+        fd,
+        &mut [std::io::IoSliceMut::new(buf)],
+        offset,
+        ReadWriteFlags::NOWAIT,
+    )
+}
+
 /// `pwrite(2)` of `buf`; on an `O_APPEND` descriptor Linux appends whatever the offset.
 ///
 /// # Errors

@@ -12,7 +12,7 @@ use crossfs_wire::*;
 fn version_negotiation() {
     let h = Harness::new();
     let mut c = h.connect_raw();
-    assert_eq!(c.version(8 << 20, b"9P2000.L").msize, 1 << 20);
+    assert_eq!(c.version(8 << 20, b"9P2000.L").msize, DEFAULT_MSIZE);
     assert_eq!(c.version(64 << 10, b"9P2000.L").msize, 64 << 10);
     let v = c.version(64 << 10, b"9P2000.L.extension");
     assert_eq!(v.version, b"9P2000.L");
@@ -184,7 +184,7 @@ fn frame_larger_than_msize_closes() {
     c.expect_closed();
     // Before negotiation the server's maximum applies.
     let mut c = h.connect_raw();
-    c.send_raw(&((1u32 << 20) + 1).to_le_bytes());
+    c.send_raw(&(DEFAULT_MSIZE + 1).to_le_bytes());
     c.expect_closed();
     // A huge size never allocates: closed at once.
     let mut c = h.connect_raw();
@@ -282,12 +282,15 @@ fn flushed_request_that_had_not_started_is_dropped() {
             flags: open_flags::RDONLY,
         }),
     );
+    // (A Tlcreate: requests that cannot block for long, a Tmkdir say, run on the reader
+    // and are never queued.)
     c.send(
         Tag(2),
-        &Tmessage::Mkdir(Tmkdir {
-            dfid: ROOT,
+        &Tmessage::Lcreate(Tlcreate {
+            fid: ROOT,
             name: b"never".to_vec(),
-            mode: 0o755,
+            flags: open_flags::RDWR,
+            mode: 0o644,
             gid: 0,
         }),
     );
@@ -302,7 +305,7 @@ fn flushed_request_that_had_not_started_is_dropped() {
         tags.push(c.recv().tag);
     }
     assert_eq!(tags[0], Tag(1));
-    assert_eq!(tags[1], Tag(3), "Tmkdir was dropped unanswered");
+    assert_eq!(tags[1], Tag(3), "Tlcreate was dropped unanswered");
     assert!(!h.path("never").exists());
     drop(writer);
     c.close();
@@ -474,4 +477,153 @@ fn fifo_helper_sanity() {
         .open(&p)
         .unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::ENXIO));
+}
+
+#[test]
+fn pending_xattr_values_are_bounded_per_connection() {
+    // The tester's case: many fids each announcing and writing a 64 KiB value, never
+    // clunked. Each value used to reserve its full size; now what all of a connection's xattr
+    // fids hold is bounded by max_pending_xattr_bytes (1 MiB by default): ENOSPC past it.
+    let h = Harness::new();
+    let defaults = crossfs_server::ServerConfig::default();
+    assert_eq!(defaults.max_pending_xattr_bytes, 1 << 20);
+    let mut c = h.connect();
+    let chunk = vec![7u8; 64 * 1024];
+    let start_xattr = |c: &mut common::Client, fid: Fid| {
+        c.walk(ROOT, fid, &[]).unwrap();
+        c.ok(Txattrcreate {
+            fid,
+            name: b"user.big".to_vec(),
+            attr_size: chunk.len() as u64,
+            flags: 0,
+        });
+    };
+    let mut written = 0;
+    for i in 1..=64u32 {
+        start_xattr(&mut c, Fid(i));
+        match c.write(Fid(i), 0, &chunk) {
+            Ok(n) => {
+                assert_eq!(n as usize, chunk.len());
+                written += 1;
+            }
+            Err(e) => assert_eq!(e, ENOSPC),
+        }
+    }
+    assert_eq!(written, 16);
+    // Another connection has a budget of its own.
+    let mut other = h.connect();
+    start_xattr(&mut other, Fid(1));
+    assert_eq!(other.write(Fid(1), 0, &chunk).unwrap(), chunk.len() as u32);
+    // Clunking gives the bytes back (whether or not the file system takes user xattrs).
+    for i in 1..=64u32 {
+        let _ = c.clunk(Fid(i));
+    }
+    for i in 1..=16u32 {
+        start_xattr(&mut c, Fid(i));
+        assert_eq!(c.write(Fid(i), 0, &chunk).unwrap(), chunk.len() as u32);
+    }
+    other.close();
+    c.close();
+}
+
+#[test]
+fn xattr_values_grow_as_written_and_small_budgets_hold() {
+    // A budget of 100 bytes: announcing more is fine, writing past the budget is not.
+    let h = Harness::with(|c| c.max_pending_xattr_bytes = 100);
+    let mut c = h.connect();
+    c.walk(ROOT, Fid(1), &[]).unwrap();
+    c.ok(Txattrcreate {
+        fid: Fid(1),
+        name: b"user.x".to_vec(),
+        attr_size: 1000,
+        flags: 0,
+    });
+    c.write(Fid(1), 0, &[1; 60]).unwrap();
+    assert_eq!(c.write(Fid(1), 60, &[1; 60]).unwrap_err(), ENOSPC);
+    // A refused chunk leaves the value as it was: the rest may still fit.
+    c.write(Fid(1), 60, &[1; 40]).unwrap();
+    assert_eq!(c.write(Fid(1), 100, &[1]).unwrap_err(), ENOSPC);
+    c.close();
+}
+
+#[test]
+fn one_connection_cannot_take_every_descriptor() {
+    let h = Harness::with(|c| c.fd_budget = Some(200));
+    std::fs::write(h.path("f"), b"x").unwrap();
+    std::fs::create_dir(h.path("d")).unwrap();
+    let mut hog = h.connect();
+    let mut other = h.connect();
+    let mut taken = 0;
+    let last = loop {
+        match hog.walk(ROOT, Fid(taken + 1), &["f"]) {
+            Ok(_) => taken += 1,
+            Err(e) => break e,
+        }
+        assert!(taken < 1000, "no limit");
+    };
+    assert_eq!(last, EMFILE);
+    // Three quarters of the budget, leaving a quarter to the others.
+    assert_eq!(taken, 150);
+    // Clones hold no new descriptor, and what the hog has still works.
+    hog.walk(Fid(1), Fid(5000), &[]).unwrap();
+    hog.getattr(Fid(150)).unwrap();
+    // A connection opened before, and one opened after, carry on.
+    let mut late = h.connect();
+    for c in [&mut other, &mut late] {
+        c.open(Fid(1), "f", open_flags::RDONLY);
+        assert_eq!(c.read(Fid(1), 0, 10).unwrap(), b"x");
+        c.walk(ROOT, Fid(2), &["d"]).unwrap();
+        c.clunk(Fid(1)).unwrap();
+        c.clunk(Fid(2)).unwrap();
+    }
+    // Giving descriptors back lets the hog walk again (fid 1's is still held by its clone).
+    hog.clunk(Fid(1)).unwrap();
+    assert_eq!(hog.walk(ROOT, Fid(1), &["f"]).unwrap_err(), EMFILE);
+    hog.clunk(Fid(2)).unwrap();
+    hog.walk(ROOT, Fid(1), &["f"]).unwrap();
+    late.close();
+    other.close();
+    hog.close();
+}
+
+#[test]
+fn requests_with_a_reply_type_are_counted_as_unknown() {
+    // Type 101 is Rversion and 121 Rclunk: sent by a client they are unknown requests, and
+    // must be counted as such (bytes in, with their error), never as the reply they name.
+    let h = Harness::new();
+    let mut c = h.connect();
+    let frames = [raw_frame(101, 7, &[0; 6]), raw_frame(121, 8, &[1, 0, 0, 0])];
+    let mut sent = 0;
+    let mut received = 0;
+    for f in &frames {
+        c.send_raw(f);
+        sent += f.len();
+        let r = c.recv_raw();
+        received += r.len();
+        assert_eq!(decode_rframe(&r).unwrap().msg, Rmessage::error(EOPNOTSUPP));
+    }
+    let before = h.server.stats_json()["connections"][0].clone();
+    let conn = &before;
+    assert_eq!(conn["unknown"]["count"], 2);
+    assert_eq!(conn["unknown"]["bytes"], sent as u64);
+    assert_eq!(conn["unknown"]["errors"], 2);
+    assert!(conn.get("Rversion").is_some(), "the real Rversion reply");
+    assert_eq!(conn["Rversion"]["count"], 1);
+    assert!(conn.get("Rclunk").is_none());
+    assert_eq!(conn["Rlerror"]["count"], 2);
+    assert_eq!(conn["Rlerror"]["bytes"], received as u64);
+    // In: Tversion, Tattach and the two frames; out: Rversion, Rattach and two Rlerror.
+    let t = |name: &str| conn[name]["bytes"].as_u64().unwrap();
+    assert_eq!(
+        conn["bytes_in"].as_u64().unwrap(),
+        t("Tversion") + t("Tattach") + sent as u64
+    );
+    assert_eq!(
+        conn["bytes_out"].as_u64().unwrap(),
+        t("Rversion") + t("Rattach") + received as u64
+    );
+    c.close();
+    let totals = h.server.message_totals();
+    assert_eq!(totals.messages["unknown"].errors, 2);
+    assert!(!totals.messages.contains_key("Rclunk"));
 }

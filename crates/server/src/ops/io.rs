@@ -1,7 +1,7 @@
 //! Opening, creating, reading, writing and syncing files.
 
 use std::os::fd::AsFd;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crossfs_wire::{
     encode_rread_with, open_flags as of, Rfsync, Rlcreate, Rlopen, Rmessage, Rwrite, Tag, Tfsync,
@@ -10,11 +10,12 @@ use crossfs_wire::{
 use rustix::fs::OFlags;
 use rustix::io::Errno;
 
+use crate::budget::Handle;
 use crate::error::{OpError, OpResult};
 use crate::fid::{lock, FidState, FileFid, Location, OpenFile};
 use crate::names;
 use crate::ops::dir::finish_create;
-use crate::server::dev_of;
+use crate::server::dev_and_kind;
 use crate::session::Conn;
 use crate::sys;
 
@@ -77,12 +78,10 @@ pub(crate) fn lopen(conn: &Conn, m: Tlopen) -> OpResult<Rmessage> {
         }
         _ => {}
     }
-    let fd = sys::reopen(conn.server.proc_fd(), f.fd(), flags)?;
+    let charge = conn.fds.charge()?;
+    let fd = Handle::new(sys::reopen(conn.server.proc_fd(), f.fd(), flags)?, charge);
     f.open
-        .set(OpenFile {
-            fd,
-            dir_cursor: Mutex::new(()),
-        })
+        .set(OpenFile::new(fd, dev_and_kind(&st).1, flags))
         .map_err(|_| OpError::Invalid("fid already open"))?;
     Ok(Rmessage::Lopen(Rlopen {
         qid: conn.server.qid(&st),
@@ -99,6 +98,7 @@ pub(crate) fn lcreate(conn: &Conn, m: Tlcreate) -> OpResult<Rmessage> {
     let dir = state.file()?;
     let flags = host_flags(m.flags)?;
     let perm = m.mode & 0o7777;
+    let (open_charge, handle_charge) = (conn.fds.charge()?, conn.fds.charge()?);
     // Try an exclusive create first, so that only a file this call made gets its mode and
     // owner adjusted; without the client's O_EXCL an existing file is then simply opened.
     let (fd, created) =
@@ -112,13 +112,16 @@ pub(crate) fn lcreate(conn: &Conn, m: Tlcreate) -> OpResult<Rmessage> {
     if created {
         finish_create(conn, fd.as_fd(), perm, m.gid, dir.n_uname)?;
     }
-    let handle = sys::path_handle(conn.server.proc_fd(), fd.as_fd())?;
+    let handle = Handle::new(
+        sys::path_handle(conn.server.proc_fd(), fd.as_fd())?,
+        handle_charge,
+    );
     let st = sys::stat(handle.as_fd())?;
     let qid = conn.server.qid(&st);
     let new = FileFid::new(
         Arc::new(handle),
         qid,
-        dev_of(&st),
+        dev_and_kind(&st),
         Some(Location {
             parent: dir.handle.clone(),
             name: m.name,
@@ -126,10 +129,9 @@ pub(crate) fn lcreate(conn: &Conn, m: Tlcreate) -> OpResult<Rmessage> {
         dir.n_uname,
     );
     // A fresh OnceLock cannot be set already.
-    let _ = new.open.set(OpenFile {
-        fd,
-        dir_cursor: Mutex::new(()),
-    });
+    let _ = new
+        .open
+        .set(OpenFile::new(Handle::new(fd, open_charge), new.kind, flags));
     conn.fids.replace(m.fid, FidState::File(new))?;
     Ok(Rmessage::Lcreate(Rlcreate {
         qid,
@@ -151,6 +153,7 @@ pub(crate) fn read(conn: &Conn, tag: Tag, m: Tread, out: &mut Vec<u8>) -> OpResu
             })?;
         }
         FidState::XattrRead(value) => {
+            let value = &value.bytes;
             let start = usize::try_from(m.offset)
                 .unwrap_or(usize::MAX)
                 .min(value.len());
@@ -165,6 +168,40 @@ pub(crate) fn read(conn: &Conn, tag: Tag, m: Tread, out: &mut Vec<u8>) -> OpResu
     Ok(())
 }
 
+/// Tread of a regular file, answered only if it needs nothing but the page cache (see
+/// [`sys::pread_cached`]): fills `out` with the reply and returns true when the read got all
+/// it asked for or reached the end of the file. Otherwise (not cached, partly cached, any
+/// error, not a regular file, opened with `O_DIRECT`) leaves `out` empty and returns false; the request then goes to
+/// a worker, which reads (and reports errors) as [`read`] does.
+pub(crate) fn read_cached(conn: &Conn, tag: Tag, m: &Tread, out: &mut Vec<u8>) -> bool {
+    out.clear();
+    let Ok(state) = conn.fids.get(m.fid) else {
+        return false;
+    };
+    let FidState::File(f) = &*state else {
+        return false;
+    };
+    let Some(open) = f.open.get().filter(|o| o.cached_reads) else {
+        return false;
+    };
+    let room = (conn.msize() as usize).saturating_sub(RREAD_HEADER_LEN + 1);
+    let max = (m.count as usize).min(room);
+    let fd = open.fd.as_fd();
+    let complete = encode_rread_with(tag, max, out, |buf| {
+        let n = sys::pread_cached(fd, buf, m.offset)?;
+        // A short read is the end of the file, or only part of the range was cached.
+        if n < buf.len() && m.offset.saturating_add(n as u64) < sys::stat(fd)?.stx_size {
+            return Err(Errno::AGAIN);
+        }
+        Ok(n)
+    });
+    if complete.is_err() {
+        out.clear();
+        return false;
+    }
+    true
+}
+
 /// Twrite: to an open file (`pwrite`; an `O_APPEND` file appends), or the next chunk of an
 /// xattr value (chunks must arrive in order and not exceed the announced size).
 pub(crate) fn write(conn: &Conn, m: Twrite) -> OpResult<Rmessage> {
@@ -177,13 +214,28 @@ pub(crate) fn write(conn: &Conn, m: Twrite) -> OpResult<Rmessage> {
         }
         FidState::XattrWrite(x) => {
             let mut value = lock(&x.value);
-            if m.offset != value.len() as u64 {
+            let value = &mut *value;
+            let len = value.bytes.len();
+            if m.offset != len as u64 {
                 return Err(OpError::Invalid("xattr value written out of order"));
             }
-            if value.len() + m.data.0.len() > x.size {
+            let end = len + m.data.0.len();
+            if end > x.size {
                 return Err(OpError::Invalid("xattr value longer than announced"));
             }
-            value.extend_from_slice(&m.data.0);
+            // The buffer grows as data arrives (doubling, up to the announced size), and its
+            // growth is charged to the connection's budget first.
+            // Doubling when the budget allows, exactly what is needed otherwise.
+            let charged = value.charge.bytes();
+            if end > charged {
+                let mut new_cap = end.max(charged * 2).min(x.size);
+                if value.charge.grow(new_cap - charged).is_err() {
+                    value.charge.grow(end - charged)?;
+                    new_cap = end;
+                }
+                value.bytes.reserve_exact(new_cap - len);
+            }
+            value.bytes.extend_from_slice(&m.data.0);
             m.data.0.len()
         }
         FidState::XattrRead(_) => return Err(Errno::BADF.into()),

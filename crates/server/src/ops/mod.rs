@@ -14,6 +14,8 @@ use crate::error::{OpError, OpResult};
 use crate::fid::FidState;
 use crate::session::Conn;
 
+pub(crate) use io::read_cached;
+
 /// Executes one request and appends exactly one reply frame to `out`.
 pub(crate) fn handle(
     conn: &Conn,
@@ -41,6 +43,60 @@ pub(crate) fn handle(
             out.clear();
             Rmessage::error(e.errno()).encode(tag, out);
         }
+    }
+}
+
+/// Whether a request cannot block for long, so the connection's reader may execute it itself
+/// rather than hand it to a worker (see the session's concurrency notes). These only look up
+/// names, attributes, directory entries and locks (never waiting for one), or close
+/// descriptors; opening qualifies only for regular files and directories (opening a fifo
+/// waits for its other end, a device for whatever the driver waits for). Reads (but see
+/// [`read_cached`]), writes,
+/// fsync, Tlcreate (which may open an existing fifo), truncation and unlinking (which may
+/// free a large file's blocks) go to workers. Requests that do not decode only get an
+/// error, and run inline too.
+pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> bool {
+    use Tmessage as T;
+    let Ok(msg) = msg else {
+        return true;
+    };
+    match msg {
+        T::Attach(_)
+        | T::Auth(_)
+        | T::Walk(_)
+        | T::Clunk(_)
+        | T::Getattr(_)
+        | T::Statfs(_)
+        | T::Readlink(_)
+        | T::Readdir(_)
+        | T::Xattrwalk(_)
+        | T::Xattrcreate(_)
+        | T::Mkdir(_)
+        | T::Symlink(_)
+        | T::Mknod(_)
+        | T::Link(_)
+        | T::Rename(_)
+        | T::Renameat(_)
+        | T::Lock(_)
+        | T::Getlock(_) => true,
+        T::Lopen(m) => match conn.fids.get(m.fid) {
+            Ok(state) => match &*state {
+                FidState::File(f) => matches!(f.kind, libc::S_IFREG | libc::S_IFDIR),
+                // An xattr fid: the open fails at once.
+                _ => true,
+            },
+            // Unknown fid: EBADF at once.
+            Err(_) => true,
+        },
+        T::Read(_)
+        | T::Write(_)
+        | T::Lcreate(_)
+        | T::Fsync(_)
+        | T::Setattr(_)
+        | T::Unlinkat(_)
+        | T::Remove(_)
+        | T::Version(_)
+        | T::Flush(_) => false,
     }
 }
 

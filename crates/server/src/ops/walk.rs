@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use crossfs_wire::{Rattach, Rmessage, Rwalk, Tattach, Twalk, NOFID};
 
+use crate::budget::Handle;
 use crate::error::{OpError, OpResult};
 use crate::fid::{FidState, FileFid, Location};
 use crate::names;
-use crate::server::dev_of;
+use crate::server::dev_and_kind;
 use crate::session::Conn;
 use crate::sys;
 
@@ -30,7 +31,7 @@ pub(crate) fn attach(conn: &Conn, m: Tattach) -> OpResult<Rmessage> {
     let root = conn.server.root.clone();
     let st = sys::stat(root.as_fd())?;
     let qid = conn.server.qid(&st);
-    let fid = FileFid::new(root, qid, dev_of(&st), None, m.n_uname);
+    let fid = FileFid::new(root, qid, dev_and_kind(&st), None, m.n_uname);
     conn.fids.insert_new(m.fid, FidState::File(fid))?;
     Ok(Rmessage::Attach(Rattach { qid }))
 }
@@ -39,7 +40,8 @@ pub(crate) fn attach(conn: &Conn, m: Tattach) -> OpResult<Rmessage> {
 /// the whole walk). Each step opens one name beneath the previous directory with
 /// `O_PATH|O_NOFOLLOW`, so a symlink can end a walk (the fid then names the link) but never
 /// be passed through. A failure at the first name is an Rlerror; a later one gives a short
-/// Rwalk, and `newfid` is not bound.
+/// Rwalk, and `newfid` is not bound. Every step's descriptor is charged to the connection's
+/// share of descriptors first; running out is `EMFILE` for the whole walk, whatever the step.
 pub(crate) fn walk(conn: &Conn, m: Twalk) -> OpResult<Rmessage> {
     let state = conn.fids.get(m.fid)?;
     let from = state.file()?;
@@ -55,9 +57,10 @@ pub(crate) fn walk(conn: &Conn, m: Twalk) -> OpResult<Rmessage> {
     let mut handle = from.handle.clone();
     let mut location = from.location();
     let mut qid = from.qid;
-    let mut dev = from.dev;
+    let mut dev_kind = (from.dev, from.kind);
     let mut wqids = Vec::with_capacity(names.len());
     for (name, raw) in names.iter().zip(&m.wnames) {
+        let charge = conn.fds.charge()?;
         let step = sys::walk_one(handle.as_fd(), name, conn.server.openat2)
             .and_then(|fd| sys::stat(fd.as_fd()).map(|st| (fd, st)));
         let (fd, st) = match step {
@@ -66,20 +69,20 @@ pub(crate) fn walk(conn: &Conn, m: Twalk) -> OpResult<Rmessage> {
             Err(_) => return Ok(Rmessage::Walk(Rwalk { wqids })),
         };
         qid = conn.server.qid(&st);
-        dev = dev_of(&st);
+        dev_kind = dev_and_kind(&st);
         wqids.push(qid);
         location = Some(Location {
             parent: handle,
             name: raw.clone(),
         });
-        handle = Arc::new(fd);
+        handle = Arc::new(Handle::new(fd, charge));
     }
 
     if m.newfid == m.fid && names.is_empty() {
         // Cloning a fid onto itself changes nothing (and keeps it open if it was).
         return Ok(Rmessage::Walk(Rwalk { wqids }));
     }
-    let fid = FileFid::new(handle, qid, dev, location, from.n_uname);
+    let fid = FileFid::new(handle, qid, dev_kind, location, from.n_uname);
     if m.newfid == m.fid {
         conn.fids.replace(m.newfid, FidState::File(fid))?;
     } else {

@@ -1,5 +1,6 @@
 //! Extended attributes: Txattrwalk (+ Tread) to get or list, Txattrcreate (+ Twrite, Tclunk)
-//! to set or remove. Values are bounded by `max_xattr_size` in both directions.
+//! to set or remove. Values are bounded by `max_xattr_size` in both directions, and what one
+//! connection's xattr fids hold together by `max_pending_xattr_bytes` (`ENOSPC` past it).
 
 use std::sync::Mutex;
 
@@ -7,7 +8,7 @@ use crossfs_wire::{xattr_flags, Rmessage, Rxattrcreate, Rxattrwalk, Txattrcreate
 use rustix::io::Errno;
 
 use crate::error::{OpError, OpResult};
-use crate::fid::{lock, FidState, XattrWrite};
+use crate::fid::{lock, FidState, XattrValue, XattrWrite};
 use crate::names;
 use crate::session::Conn;
 use crate::sys;
@@ -27,17 +28,24 @@ pub(crate) fn xattrwalk(conn: &Conn, m: Txattrwalk) -> OpResult<Rmessage> {
         sys::get_xattr(f.fd(), &names::c_string(&m.name)?, max)?
     };
     let size = value.len() as u64;
+    let mut charge = conn.xattr_bytes.empty();
+    charge.grow(value.capacity())?;
+    let state = FidState::XattrRead(XattrValue {
+        bytes: value,
+        charge,
+    });
     if m.newfid == m.fid {
-        conn.fids.replace(m.newfid, FidState::XattrRead(value))?;
+        conn.fids.replace(m.newfid, state)?;
     } else {
-        conn.fids.insert_new(m.newfid, FidState::XattrRead(value))?;
+        conn.fids.insert_new(m.newfid, state)?;
     }
     Ok(Rmessage::Xattrwalk(Rxattrwalk { size }))
 }
 
 /// Txattrcreate: turns `fid` into a buffer for the value of `name`, `attr_size` bytes
 /// (refused with `E2BIG` above `max_xattr_size`, as setxattr(2) refuses values above its
-/// limit). The attribute is set when the fid is clunked.
+/// limit). The attribute is set when the fid is clunked. Nothing is reserved here: the value's
+/// buffer grows, and is charged, as Twrite brings data.
 pub(crate) fn xattrcreate(conn: &Conn, m: Txattrcreate) -> OpResult<Rmessage> {
     conn.server.check_writable()?;
     if m.name.is_empty() {
@@ -60,8 +68,10 @@ pub(crate) fn xattrcreate(conn: &Conn, m: Txattrcreate) -> OpResult<Rmessage> {
             name,
             size,
             flags: m.flags,
-            // Bounded above; reserving up front spares regrowth while chunks arrive.
-            value: Mutex::new(Vec::with_capacity(size)),
+            value: Mutex::new(XattrValue {
+                bytes: Vec::new(),
+                charge: conn.xattr_bytes.empty(),
+            }),
         }),
     )?;
     Ok(Rmessage::Xattrcreate(Rxattrcreate {}))
@@ -74,7 +84,8 @@ pub(crate) fn xattrcreate(conn: &Conn, m: Txattrcreate) -> OpResult<Rmessage> {
 /// any other size-0 create sets an empty value. A value shorter than announced is `EINVAL`.
 pub(crate) fn commit(conn: &Conn, x: &XattrWrite) -> OpResult<()> {
     conn.server.check_writable()?;
-    let value = lock(&x.value);
+    let guard = lock(&x.value);
+    let value = &guard.bytes;
     if value.len() != x.size {
         return Err(OpError::Invalid("xattr value shorter than announced"));
     }
@@ -82,7 +93,7 @@ pub(crate) fn commit(conn: &Conn, x: &XattrWrite) -> OpResult<()> {
     if x.size == 0 && x.flags == xattr_flags::REPLACE {
         sys::remove_xattr(fd, &x.name)?;
     } else {
-        sys::set_xattr(fd, &x.name, &value, x.flags)?;
+        sys::set_xattr(fd, &x.name, value, x.flags)?;
     }
     Ok(())
 }

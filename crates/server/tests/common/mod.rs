@@ -322,6 +322,7 @@ pub mod errno {
     pub const EISDIR: i32 = 21;
     pub const EINVAL: i32 = 22;
     pub const EMFILE: i32 = 24;
+    pub const ENOSPC: i32 = 28;
     pub const EROFS: i32 = 30;
     pub const ENAMETOOLONG: i32 = 36;
     pub const ENOTEMPTY: i32 = 39;

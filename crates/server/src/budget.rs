@@ -1,0 +1,253 @@
+//! What a client can make the server hold, bounded: file descriptors (server-wide, shared
+//! fairly between connections) and bytes of extended attribute values held by xattr fids
+//! (per connection).
+//!
+//! Descriptors: every descriptor that outlives a request (a fid's `O_PATH` handle, the
+//! handle of the directory it was found in, an open file) is charged before it is made and
+//! released when it is closed. The server-wide budget is `RLIMIT_NOFILE` minus a reserve for
+//! listeners, connection sockets and descriptors a request uses briefly. A connection may take
+//! one more only if afterwards at least `min(what it then holds, budget / 4)` stay free; and
+//! any connection may hold a small floor (budget / 64, at most 64) while any is free. So one
+//! connection alone can use three quarters of the budget, and whatever it does, the others
+//! (and new connections) still find a quarter free; several greedy connections split that
+//! quarter, each leaving at least as many free as it holds.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+use crate::error::{OpError, OpResult};
+use crate::fid::lock;
+
+/// Descriptors the whole server may hold for its clients.
+#[derive(Debug)]
+pub(crate) struct FdPool {
+    /// The most descriptors charged at once, over every connection.
+    budget: usize,
+    /// What any connection may hold regardless of how much others hold (while any is free).
+    floor: usize,
+    /// What a connection holding this much or more must leave free.
+    headroom: usize,
+    /// Descriptors charged now.
+    held: Mutex<usize>,
+}
+
+impl FdPool {
+    /// A pool of `budget` descriptors.
+    pub(crate) fn new(budget: usize) -> Arc<FdPool> {
+        Arc::new(FdPool {
+            budget,
+            floor: (budget / 64).min(64),
+            headroom: budget / 4,
+            held: Mutex::new(0),
+        })
+    }
+
+    /// The budget for a process whose open-file limit is `limit`: the limit less a reserve of
+    /// an eighth (at least 64, at most half) for what is not charged.
+    pub(crate) fn budget_for_limit(limit: u64) -> usize {
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX).min(1 << 24);
+        let reserve = (limit / 8).max(64).min(limit / 2);
+        limit - reserve
+    }
+}
+
+/// One connection's share of an [`FdPool`].
+#[derive(Debug)]
+pub(crate) struct FdAccount {
+    pool: Arc<FdPool>,
+    /// Descriptors this connection holds (changed only under the pool's lock).
+    held: AtomicUsize,
+}
+
+impl FdAccount {
+    pub(crate) fn new(pool: Arc<FdPool>) -> Arc<FdAccount> {
+        Arc::new(FdAccount {
+            pool,
+            held: AtomicUsize::new(0),
+        })
+    }
+
+    /// Charges one descriptor to this connection, or `EMFILE` when its share is used up.
+    pub(crate) fn charge(self: &Arc<Self>) -> OpResult<FdCharge> {
+        let pool = &self.pool;
+        let mut total = lock(&pool.held);
+        let free = pool.budget.saturating_sub(*total);
+        let mine = self.held.load(Relaxed);
+        // After taking one, as many as this connection then holds (up to the headroom) must
+        // stay free.
+        let keep = (mine + 1).min(pool.headroom);
+        if free == 0 || (mine >= pool.floor && free - 1 < keep) {
+            return Err(OpError::TooManyFds);
+        }
+        *total += 1;
+        self.held.store(mine + 1, Relaxed);
+        Ok(FdCharge {
+            account: self.clone(),
+        })
+    }
+
+    /// Descriptors this connection holds.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.held.load(Relaxed)
+    }
+}
+
+/// One charged descriptor; released when dropped.
+#[derive(Debug)]
+pub(crate) struct FdCharge {
+    account: Arc<FdAccount>,
+}
+
+impl Drop for FdCharge {
+    fn drop(&mut self) {
+        let mut total = lock(&self.account.pool.held);
+        *total -= 1;
+        self.account.held.fetch_sub(1, Relaxed);
+    }
+}
+
+/// A descriptor the server keeps across requests, with its charge (none for the export
+/// root, which the server holds anyway).
+#[derive(Debug)]
+pub(crate) struct Handle {
+    fd: OwnedFd,
+    _charge: Option<FdCharge>,
+}
+
+impl Handle {
+    /// A charged descriptor.
+    pub(crate) fn new(fd: OwnedFd, charge: FdCharge) -> Handle {
+        Handle {
+            fd,
+            _charge: Some(charge),
+        }
+    }
+
+    /// A descriptor charged to no connection.
+    pub(crate) fn uncharged(fd: OwnedFd) -> Handle {
+        Handle { fd, _charge: None }
+    }
+}
+
+impl AsFd for Handle {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// Bytes of extended attribute values one connection's xattr fids may hold.
+#[derive(Debug)]
+pub(crate) struct ByteBudget {
+    left: Mutex<usize>,
+}
+
+impl ByteBudget {
+    pub(crate) fn new(bytes: usize) -> Arc<ByteBudget> {
+        Arc::new(ByteBudget {
+            left: Mutex::new(bytes),
+        })
+    }
+
+    /// An empty charge against this budget, grown with [`ByteCharge::grow`].
+    pub(crate) fn empty(self: &Arc<Self>) -> ByteCharge {
+        ByteCharge {
+            budget: self.clone(),
+            bytes: 0,
+        }
+    }
+}
+
+/// Bytes charged to a [`ByteBudget`]; given back when dropped.
+#[derive(Debug)]
+pub(crate) struct ByteCharge {
+    budget: Arc<ByteBudget>,
+    bytes: usize,
+}
+
+impl ByteCharge {
+    /// Bytes charged.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Charges `n` more bytes, or `ENOSPC` when the budget does not have them.
+    pub(crate) fn grow(&mut self, n: usize) -> OpResult<()> {
+        let mut left = lock(&self.budget.left);
+        if *left < n {
+            return Err(OpError::XattrBudget);
+        }
+        *left -= n;
+        self.bytes += n;
+        Ok(())
+    }
+}
+
+impl Drop for ByteCharge {
+    fn drop(&mut self) {
+        *lock(&self.budget.left) += self.bytes;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Charges `account` until refused; returns the charges.
+    fn take_all(account: &Arc<FdAccount>) -> Vec<FdCharge> {
+        std::iter::from_fn(|| account.charge().ok()).collect()
+    }
+
+    #[test]
+    fn a_greedy_connection_leaves_a_quarter_free() {
+        let pool = FdPool::new(1000);
+        let greedy = FdAccount::new(pool.clone());
+        let held = take_all(&greedy);
+        assert_eq!(held.len(), 750);
+        // Others split the rest, each leaving at least as many free as it holds.
+        let second = FdAccount::new(pool.clone());
+        let theirs = take_all(&second);
+        assert_eq!(theirs.len(), 125);
+        assert_eq!(second.held(), 125);
+        let third = FdAccount::new(pool.clone());
+        assert_eq!(take_all(&third).len(), 62);
+        // Everything comes back when dropped.
+        drop(held);
+        drop(theirs);
+        assert_eq!(*lock(&pool.held), 0);
+        assert_eq!(greedy.held(), 0);
+        assert_eq!(take_all(&third).len(), 750);
+    }
+
+    #[test]
+    fn the_floor_may_take_the_last_descriptors() {
+        let pool = FdPool::new(64);
+        assert_eq!((pool.floor, pool.headroom), (1, 16));
+        let accounts: Vec<_> = (0..7).map(|_| FdAccount::new(pool.clone())).collect();
+        let held: Vec<Vec<FdCharge>> = accounts.iter().map(take_all).collect();
+        let counts: Vec<usize> = held.iter().map(Vec::len).collect();
+        assert_eq!(counts, [48, 8, 4, 2, 1, 1, 0]);
+    }
+
+    #[test]
+    fn budget_keeps_a_reserve() {
+        assert_eq!(FdPool::budget_for_limit(20000), 17500);
+        assert_eq!(FdPool::budget_for_limit(256), 192);
+        assert_eq!(FdPool::budget_for_limit(100), 50);
+        assert_eq!(FdPool::budget_for_limit(u64::MAX), (1 << 24) - (1 << 21));
+    }
+
+    #[test]
+    fn byte_budget_is_given_back_on_drop() {
+        let b = ByteBudget::new(100);
+        let mut one = b.empty();
+        one.grow(60).unwrap();
+        let mut two = b.empty();
+        assert!(two.grow(50).is_err());
+        two.grow(40).unwrap();
+        drop(one);
+        two.grow(60).unwrap();
+        assert!(two.grow(1).is_err());
+    }
+}
