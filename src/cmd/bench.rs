@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use crossfs_bench::{BenchConfig, MessageCounts, Target, TerminalProgress, WorkloadId};
+use crossfs_bench::{
+    BenchConfig, MessageCounts, Sizes, Target, TerminalProgress, WorkloadId, FULL_RUNS, QUICK_RUNS,
+};
 
 use crate::control;
 
@@ -17,17 +19,20 @@ use crate::control;
 #[derive(Args, Debug)]
 #[command(after_help = workloads_help())]
 pub struct BenchArgs {
-    /// Smaller sizes (64 MiB sequential files, fewer files): finishes in about a minute.
+    /// Smaller sizes, a 0.5 s time cap per figure, and one run per figure unless --runs:
+    /// a check of every figure on every target in under a minute, not figures to quote.
     #[arg(long)]
     pub quick: bool,
-    /// Repetitions of each workload on each target; the median is reported with min and max.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=100))]
-    pub runs: u16,
+    /// Repetitions of each workload on each target; the median is reported with min and
+    /// max [default: 3, or 1 with --quick].
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=100))]
+    pub runs: Option<u16>,
     /// Only these workloads, by name or number, comma-separated (see the list below).
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub workloads: Vec<WorkloadId>,
     /// Add an already mounted directory as a target, e.g. `sshfs=/mnt/sshfs` (repeatable).
-    /// Workloads create and remove their own subdirectories there.
+    /// Workloads create and remove their own subdirectories there. When it shows the same
+    /// tree as --dir, input is prepared natively in --dir (see below).
     #[arg(long, value_name = "NAME=PATH")]
     pub compare: Vec<String>,
     /// Only the native and default crossfs targets, not the configurations that show each
@@ -35,6 +40,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub default_only: bool,
     /// Directory to export and to measure natively (default: a new temporary directory).
+    /// Use the directory that --compare mounts show, so that every target works on one tree.
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
     /// Write every raw run as JSON to FILE.
@@ -49,15 +55,68 @@ pub struct BenchArgs {
 }
 
 fn workloads_help() -> String {
-    let mut s = String::from("Workloads:\n");
-    for (i, name) in crossfs_bench::workload_names().iter().enumerate() {
-        s.push_str(&format!("  {}. {name}\n", i + 1));
+    let mut s = String::from("Workloads (--workloads takes names or numbers):\n");
+    for id in WorkloadId::ALL {
+        s.push_str(&format!(
+            "  {}. {:<10} {}\n",
+            id.number(),
+            id.name(),
+            id.summary()
+        ));
     }
+    let (full, quick) = (Sizes::new(false, 1.0), Sizes::new(true, 1.0));
+    s.push_str(&format!(
+        "\nSizes, full (quick): sequential {} MiB ({} MiB); random I/O in a {} MiB file ({} MiB);\n\
+         metadata on {} entries ({}); include probing {} dirs x {} headers, {} passes ({});\n\
+         symlinks {} + {} x {} ({} + {} x {}); build {} .c files ({}); git {} files ({}).\n\
+         Each figure that loops stops at a time cap of {} s ({} s) and is then the rate over\n\
+         what it did, marked \"capped\" with the amount. Build and git run to completion;\n\
+         a workload whose first run on a target takes over {} s ({} s) is not repeated there.\n\
+         --quick (one run per figure) takes under a minute on 2 cores; a full run (three\n\
+         runs, median) is meant to stay under 15 minutes.\n",
+        full.seq_bytes >> 20,
+        quick.seq_bytes >> 20,
+        full.random_file_bytes >> 20,
+        quick.random_file_bytes >> 20,
+        full.meta_files,
+        quick.meta_files,
+        full.negative_dirs,
+        full.negative_headers,
+        full.negative_passes,
+        quick.negative_passes,
+        full.symlink_files,
+        full.symlink_dirs,
+        full.symlink_files_per_dir,
+        quick.symlink_files,
+        quick.symlink_dirs,
+        quick.symlink_files_per_dir,
+        full.build_sources,
+        quick.build_sources,
+        full.git_files,
+        quick.git_files,
+        full.time_cap_ms as f64 / 1000.0,
+        quick.time_cap_ms as f64 / 1000.0,
+        full.repeat_budget_ms / 1000,
+        quick.repeat_budget_ms / 1000,
+    ));
     s.push_str(
-        "\nTargets: native (the directory itself), crossfs (defaults), and unless --default-only:\n\
-         crossfs --msize 65536 --max-pages 32 (before the large-message fixes), crossfs\n\
-         --negative-ttl 0 (no negative cache), crossfs --cache never. Ratios are \"x native\":\n\
-         1.00 = native, higher is better. Needs root (FUSE mounts).",
+        "\nTargets, run interleaved (each workload on every target in turn, for every run):\n\
+         \x20 native                                the directory itself (page cache: the limit)\n\
+         \x20 crossfs                               crossfs serve + crossfs mount, defaults\n\
+         and unless --default-only, what each fix is worth:\n\
+         \x20 crossfs --msize 65536 --max-pages 32  small messages and FUSE requests\n\
+         \x20 crossfs --negative-ttl 0              no negative-lookup cache\n\
+         \x20 crossfs --cache never                 no caching at all\n\
+         plus every --compare NAME=PATH.\n\
+         \nRatios are \"x native\": the target's performance as a multiple of native's, 1.00 =\n\
+         native, higher is always better (rates: target/native; durations: native/target).\n\
+         \nPeers: scripts/bench-peers.sh [BENCH OPTIONS] sets up sshfs (a private sshd on\n\
+         loopback) and bindfs over one export and runs\n\
+         \x20 crossfs bench --dir EXPORT --compare sshfs=MNT1 --compare bindfs=MNT2 [BENCH OPTIONS]\n\
+         Any other mount of --dir works the same way (the kernel 9p client, virtiofs...):\n\
+         input is prepared natively in --dir, found by a probe file written through the\n\
+         mount, and every timed operation goes through the mount.\n\
+         \nNeeds root (FUSE mounts).",
     );
     s
 }
@@ -121,7 +180,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
 
     let config = BenchConfig {
         quick: args.quick,
-        runs: usize::from(args.runs),
+        runs: args
+            .runs
+            .map_or(if args.quick { QUICK_RUNS } else { FULL_RUNS }, usize::from),
         workloads: args.workloads.clone(),
         scale: args.scale,
         ..BenchConfig::default()

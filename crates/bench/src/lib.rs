@@ -17,12 +17,24 @@
 //! |---|-----------|---------|------|-----------|
 //! | 1 | seq-read  | MiB/s | 512 MiB, 1 MiB blocks | 64 MiB |
 //! | 2 | seq-write | MiB/s (fsync timed) | 512 MiB | 64 MiB |
-//! | 3 | random    | IOPS, 4 KiB O_DIRECT read/write x 1 and 8 threads | 128 MiB file, 5,000 / 16,000 ops, 10 s cap | 16 MiB, 1,000 / 2,000 ops, 1.5 s cap |
+//! | 3 | random    | IOPS, 4 KiB O_DIRECT read/write x 1 and 8 threads | 128 MiB file, 5,000 / 16,000 ops | 16 MiB, 1,000 / 2,000 ops |
 //! | 4 | meta      | ops/s: stat first/repeat, open+close, readdir (entries/s), create, rename, unlink | 10,000 entries, 2,000 creates | 2,000 / 200 |
 //! | 5 | negative  | lookups/s, first pass and repeats | 40 dirs x 300 headers, 5 passes | 40 x 300, 2 passes |
 //! | 6 | symlink   | ops/s, first pass and repeats | 1,000 links + 20 dir links x 50, 5 passes | 200 + 10 x 20, 3 passes |
-//! | 7 | build     | seconds | 200 .c, 40 -I dirs (10 symlinked) | 20 .c, 8 -I dirs |
-//! | 8 | git       | seconds: status first/repeat, checkout | 10,000 files | 1,000 files |
+//! | 7 | build     | seconds | 200 .c, 40 -I dirs (10 symlinked) | 12 .c, 8 -I dirs |
+//! | 8 | git       | seconds: status first/repeat, checkout | 10,000 files | 500 files |
+//! | | runs per figure (`--runs`) | | 3, median | 1 |
+//! | | time cap per looping figure | | 5 s | 0.5 s |
+//! | | no repeats on a target after a first run longer than | | 30 s | 15 s |
+//!
+//! Every figure that loops (all but build and git) stops at the time cap
+//! ([`Sizes::time_cap_ms`]), so a slow target cannot stretch a run: the
+//! figure is then the rate over what was done, the sample says `capped`, and
+//! the table shows the amount. Repeated passes revisit only what the first
+//! pass reached. The quick sizes are smaller only where per-operation costs
+//! stay the same (fewer files, fewer compile units); a quick run is a check
+//! of every figure on every target in under a minute, a full run the figures
+//! to quote.
 //!
 //! [`BenchConfig::scale`] shrinks all of these for tests; [`Sizes`] is the
 //! authority and is recorded in every report.
@@ -68,7 +80,10 @@ mod table;
 mod target;
 mod workloads;
 
-pub use config::{workload_names, BenchConfig, Sizes, UnknownWorkload, WorkloadId};
+pub use config::{
+    workload_names, BenchConfig, Sizes, UnknownWorkload, WorkloadId, FULL_RUNS, FULL_TIME_CAP_MS,
+    QUICK_RUNS, QUICK_TIME_CAP_MS,
+};
 pub use error::{BenchError, WorkloadError};
 pub use memory::{read_process_memory, ProcessMemory};
 pub use progress::{NoProgress, Progress, Step, TerminalProgress};

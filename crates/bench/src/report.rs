@@ -13,7 +13,9 @@ use crate::target::{MessageCounts, TargetKind};
 use crate::workloads::{self, MetricDef, Sample};
 
 /// Bumped when the JSON changes shape, so scripts reading it can tell.
-pub const SCHEMA_VERSION: u32 = 1;
+/// 2: `sizes.random_time_cap_ms` became `sizes.time_cap_ms` (every looping
+/// figure is capped); samples have `capped`, figures `amount` and `capped_runs`.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Stated in the table header and the JSON, so no reader has to guess.
 pub const RATIO_CONVENTION: &str =
@@ -86,6 +88,11 @@ pub struct Figure {
     pub ratio_to_native: Option<f64>,
     /// Median over runs of the 9P messages per type; `None` without counters.
     pub messages: Option<MessageCounts>,
+    /// Median over runs of the bytes or operations the timed part did.
+    pub amount: Option<u64>,
+    /// Runs in which this figure stopped at the time cap (`sizes.time_cap_ms`):
+    /// its rate is over `amount`, less than the sizes ask for.
+    pub capped_runs: usize,
 }
 
 /// One (workload, target, run) as it happened.
@@ -193,6 +200,7 @@ fn summarise(target: &str, defs: &[MetricDef], runs: Vec<RunRecord>) -> TargetRe
                 .flat_map(|r| r.samples.iter().filter(|s| s.metric == def.id))
                 .collect();
             let values: Vec<f64> = samples.iter().map(|s| s.value).collect();
+            let amounts: Vec<f64> = samples.iter().map(|s| s.amount as f64).collect();
             let counts: Option<Vec<&MessageCounts>> =
                 samples.iter().map(|s| s.messages.as_ref()).collect();
             Figure {
@@ -202,6 +210,8 @@ fn summarise(target: &str, defs: &[MetricDef], runs: Vec<RunRecord>) -> TargetRe
                 summary: Summary::of(&values),
                 ratio_to_native: None,
                 messages: counts.filter(|c| !c.is_empty()).map(|c| median_counts(&c)),
+                amount: Summary::of(&amounts).map(|a| a.median.round() as u64),
+                capped_runs: samples.iter().filter(|s| s.capped).count(),
             }
         })
         .collect();
@@ -227,6 +237,7 @@ pub(crate) mod tests {
             unit,
             elapsed_s: 1.0,
             amount: 1,
+            capped: false,
             messages: walks.map(|w| [("Twalk".to_owned(), w)].into()),
         }
     }
@@ -336,7 +347,7 @@ pub(crate) mod tests {
     #[test]
     fn json_shape() {
         let j = sample_report().to_json();
-        assert_eq!(j["schema_version"], 1);
+        assert_eq!(j["schema_version"], 2);
         assert_eq!(j["config"]["runs"], 3);
         assert_eq!(j["config"]["workloads"][0], "negative");
         assert_eq!(j["targets"][1]["kind"], "mount");

@@ -63,8 +63,15 @@ pub fn run(
             .find(|tool| !cmd::on_path(tool));
         let mut pools = Pools::new(id, &nonce);
         let mut per_target: Vec<Vec<RunRecord>> = vec![Vec::new(); targets.len()];
+        // Targets whose first run of this workload took longer than the
+        // budget: their other runs are skipped (one real figure, not three).
+        let mut too_slow = vec![false; targets.len()];
         for run in 0..config.runs {
             for (ti, target) in targets.iter().enumerate() {
+                if too_slow[ti] {
+                    index += 1;
+                    continue;
+                }
                 let step = Step {
                     index,
                     total,
@@ -74,7 +81,7 @@ pub fn run(
                     runs: config.runs,
                 };
                 progress.step_started(&step);
-                let record = match missing {
+                let mut record = match missing {
                     Some(tool) => failed(
                         run,
                         WorkloadError::ToolMissing {
@@ -99,6 +106,15 @@ pub fn run(
                     None => Ok(Duration::from_secs_f64(record.wall_s)),
                 };
                 progress.step_finished(&step, outcome);
+                let budget = sizes.repeat_budget_ms as f64 / 1000.0;
+                if run == 0 && config.runs > 1 && record.wall_s > budget {
+                    too_slow[ti] = true;
+                    record.warnings.push(format!(
+                        "1 run instead of {}: the first took {:.0} s, over the {budget:.0} s \
+                         after which a workload is not repeated on a target",
+                        config.runs, record.wall_s
+                    ));
+                }
                 per_target[ti].push(record);
                 index += 1;
             }

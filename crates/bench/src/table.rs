@@ -3,7 +3,8 @@
 use std::fmt::Write as _;
 
 use crate::report::{Figure, Report, TargetResult, RATIO_CONVENTION};
-use crate::workloads::thousands;
+use crate::stats::Unit;
+use crate::workloads::{thousands, MetricDef};
 
 impl Report {
     /// The report as a plain-text table for the terminal.
@@ -31,6 +32,19 @@ impl Report {
                 let _ = writeln!(out, "no native target: no ratios");
             }
         }
+        let capped = self
+            .workloads
+            .iter()
+            .flat_map(|w| &w.results)
+            .flat_map(|r| &r.figures)
+            .any(|f| f.capped_runs > 0);
+        if capped {
+            let _ = writeln!(
+                out,
+                "\"capped\": the figure stopped at the {:.1} s time cap; its rate is over the amount shown",
+                self.sizes.time_cap_ms as f64 / 1000.0
+            );
+        }
 
         for w in &self.workloads {
             let _ = writeln!(out, "\n[{}] {}: {}", w.number, w.id, w.title);
@@ -42,7 +56,7 @@ impl Report {
                 };
                 let _ = writeln!(out, "  {} ({}, {direction})", def.label, def.unit.label());
                 for result in &w.results {
-                    let line = figure_line(result, &result.figures[m], def.key_messages);
+                    let line = figure_line(result, &result.figures[m], def);
                     let _ = writeln!(out, "    {:<width$}  {line}", result.target);
                 }
             }
@@ -104,7 +118,7 @@ impl Report {
     }
 }
 
-fn figure_line(result: &TargetResult, fig: &Figure, key_messages: &[&str]) -> String {
+fn figure_line(result: &TargetResult, fig: &Figure, def: &MetricDef) -> String {
     let Some(s) = fig.summary else {
         return match result.errors.first() {
             Some(e) => format!("error: {e}"),
@@ -115,13 +129,27 @@ fn figure_line(result: &TargetResult, fig: &Figure, key_messages: &[&str]) -> St
         .ratio_to_native
         .map_or_else(|| "-".to_owned(), format_ratio);
     let spread = format!("[{} .. {}]", format_value(s.min), format_value(s.max));
-    format!(
+    let mut line = format!(
         "{:>10} {:<24} {:>7}   {}",
         format_value(s.median),
         spread,
         ratio,
-        format_messages(fig, key_messages)
-    )
+        format_messages(fig, def.key_messages)
+    );
+    if fig.capped_runs > 0 {
+        let amount = fig.amount.unwrap_or(0);
+        let done = match def.unit {
+            Unit::MibPerSec => format!("{} MiB", thousands(amount >> 20)),
+            _ => format!("{} ops", thousands(amount)),
+        };
+        let runs = if s.runs > 1 {
+            format!(" in {} of {} runs", fig.capped_runs, s.runs)
+        } else {
+            String::new()
+        };
+        let _ = write!(line, "   (capped{runs}: {done})");
+    }
+    line
 }
 
 /// The key messages of a figure: "Twalk 11,700 Tgetattr 300"; "-" without counters.
@@ -200,5 +228,24 @@ mod tests {
         assert!(t.contains("error: not run: gcc not found"), "{t}");
         // Probe-repeat had zero walks: shown as such, not hidden.
         assert!(t.contains("Twalk 0"), "{t}");
+    }
+
+    #[test]
+    fn capped_figures_say_so_with_their_amount() {
+        let mut r = sample_report();
+        assert!(!r.table().contains("capped"));
+        let fig = &mut r.workloads[0].results[1].figures[0];
+        fig.capped_runs = 2;
+        fig.amount = Some(2_400);
+        let t = r.table();
+        assert!(
+            t.contains("time cap; its rate is over the amount shown"),
+            "{t}"
+        );
+        let line = t.lines().find(|l| l.contains("0.10x")).unwrap();
+        assert!(
+            line.ends_with("(capped in 2 of 3 runs: 2,400 ops)"),
+            "{line}"
+        );
     }
 }

@@ -159,7 +159,7 @@ fn make(dir: &Path, jobs: usize) -> Command {
 
 pub(crate) fn run(ctx: &mut Ctx<'_>) -> Result<(), WorkloadError> {
     let (dir, jobs) = (ctx.work.clone(), ctx.sizes.build_jobs.max(1));
-    ctx.measure(&METRICS[0], || {
+    ctx.measure(&METRICS[0], |_| {
         cmd::run(&mut make(&dir, jobs), &dir)?;
         Ok(Work::Once)
     })?;

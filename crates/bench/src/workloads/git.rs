@@ -196,7 +196,7 @@ pub(crate) fn run(ctx: &mut Ctx<'_>) -> Result<(), WorkloadError> {
     let repo = ctx.work.join("repo");
     for metric in &METRICS[..2] {
         let mut out = String::new();
-        ctx.measure(metric, || {
+        ctx.measure(metric, |_| {
             out = git_run(&repo, &["status", "--porcelain"])?;
             Ok(Work::Once)
         })?;
@@ -210,7 +210,7 @@ pub(crate) fn run(ctx: &mut Ctx<'_>) -> Result<(), WorkloadError> {
             ));
         }
     }
-    ctx.measure(&METRICS[2], || {
+    ctx.measure(&METRICS[2], |_| {
         git_run(&repo, &["checkout", "-q", "other"])?;
         Ok(Work::Once)
     })?;

@@ -3,7 +3,7 @@
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
-use super::{create_files, thousands, Ctx, MetricDef, Work};
+use super::{create_files, thousands, Ctx, Deadline, MetricDef, Work};
 use crate::config::Sizes;
 use crate::error::{IoContext, WorkloadError};
 use crate::stats::Unit;
@@ -75,28 +75,52 @@ pub(crate) fn prepare(pool: &Path, sizes: &Sizes) -> Result<(), WorkloadError> {
     .map(drop)
 }
 
+/// `op` on each of `items` in order until `deadline`; returns how many were done.
+fn each_until<T>(
+    items: &[T],
+    deadline: &Deadline,
+    mut op: impl FnMut(&T) -> Result<(), WorkloadError>,
+) -> Result<usize, WorkloadError> {
+    for (done, item) in items.iter().enumerate() {
+        if deadline.passed() {
+            return Ok(done);
+        }
+        op(item)?;
+    }
+    Ok(items.len())
+}
+
 pub(crate) fn run(ctx: &mut Ctx<'_>) -> Result<(), WorkloadError> {
     let n = ctx.sizes.meta_files;
 
     // Paths are built before timing so the loops measure only the syscalls.
     let dir = ctx.work.join("dir");
     let existing: Vec<PathBuf> = (0..n).map(|i| dir.join(name(i))).collect();
-    for metric in &METRICS[..2] {
-        ctx.measure(metric, || {
-            for p in &existing {
-                fs::metadata(p).ctx(|| format!("stat {}", p.display()))?;
-            }
-            Ok(Work::Ops(n as u64))
-        })?;
-    }
-    ctx.measure(&METRICS[2], || {
-        for p in &existing {
-            drop(File::open(p).ctx(|| format!("open {}", p.display()))?);
-        }
-        Ok(Work::Ops(n as u64))
+    let stat = |p: &PathBuf| {
+        fs::metadata(p)
+            .map(drop)
+            .ctx(|| format!("stat {}", p.display()))
+    };
+    // At the time cap, the repeated stat revisits only what the first reached.
+    let mut first = 0;
+    ctx.measure(&METRICS[0], |deadline| {
+        first = each_until(&existing, deadline, stat)?;
+        Ok(Work::Ops(first as u64))
     })?;
+    ctx.measure(&METRICS[1], |deadline| {
+        each_until(&existing[..first], deadline, stat).map(|k| Work::Ops(k as u64))
+    })?;
+    ctx.measure(&METRICS[2], |deadline| {
+        each_until(&existing, deadline, |p| {
+            File::open(p)
+                .map(drop)
+                .ctx(|| format!("open {}", p.display()))
+        })
+        .map(|k| Work::Ops(k as u64))
+    })?;
+    // One listing of the whole directory: not capped, and checked complete.
     let mut listed = 0u64;
-    ctx.measure(&METRICS[3], || {
+    ctx.measure(&METRICS[3], |_| {
         for entry in fs::read_dir(&dir).ctx(|| format!("opendir {}", dir.display()))? {
             entry.ctx(|| format!("readdir {}", dir.display()))?;
             listed += 1;
@@ -114,22 +138,33 @@ pub(crate) fn run(ctx: &mut Ctx<'_>) -> Result<(), WorkloadError> {
     fs::create_dir(&new).ctx(|| format!("mkdir {}", new.display()))?;
     let created: Vec<PathBuf> = (0..n).map(|i| new.join(format!("c{i:06}"))).collect();
     let renamed: Vec<PathBuf> = (0..n).map(|i| new.join(format!("r{i:06}"))).collect();
-    ctx.measure(&METRICS[4], || {
-        for p in &created {
-            drop(File::create(p).ctx(|| format!("create {}", p.display()))?);
-        }
-        Ok(Work::Ops(n as u64))
+    // At the time cap, rename and unlink work on the files that exist.
+    let mut made = 0;
+    ctx.measure(&METRICS[4], |deadline| {
+        made = each_until(&created, deadline, |p| {
+            File::create(p)
+                .map(drop)
+                .ctx(|| format!("create {}", p.display()))
+        })?;
+        Ok(Work::Ops(made as u64))
     })?;
-    ctx.measure(&METRICS[5], || {
-        for (from, to) in created.iter().zip(&renamed) {
-            fs::rename(from, to).ctx(|| format!("rename {}", from.display()))?;
-        }
-        Ok(Work::Ops(n as u64))
+    let pairs: Vec<(&PathBuf, &PathBuf)> = created.iter().zip(&renamed).take(made).collect();
+    let mut moved = 0;
+    ctx.measure(&METRICS[5], |deadline| {
+        moved = each_until(&pairs, deadline, |(from, to)| {
+            fs::rename(from, to).ctx(|| format!("rename {}", from.display()))
+        })?;
+        Ok(Work::Ops(moved as u64))
     })?;
-    ctx.measure(&METRICS[6], || {
-        for p in &renamed {
-            fs::remove_file(p).ctx(|| format!("unlink {}", p.display()))?;
-        }
-        Ok(Work::Ops(n as u64))
+    // Every file that exists, renamed or not; what the cap leaves, cleanup removes.
+    let existing: Vec<&PathBuf> = renamed[..moved]
+        .iter()
+        .chain(&created[moved..made])
+        .collect();
+    ctx.measure(&METRICS[6], |deadline| {
+        each_until(&existing, deadline, |p| {
+            fs::remove_file(p).ctx(|| format!("unlink {}", p.display()))
+        })
+        .map(|k| Work::Ops(k as u64))
     })
 }

@@ -17,7 +17,8 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -59,6 +60,9 @@ pub struct Sample {
     pub elapsed_s: f64,
     /// Bytes moved or operations done in the timed part (1 for a duration).
     pub amount: u64,
+    /// The timed part stopped at the time cap ([`Sizes::time_cap_ms`]) before
+    /// doing all it was sized for: `value` is the rate over `amount`.
+    pub capped: bool,
     /// 9P messages the timed part cost, per type; `None` when the target has no counters.
     pub messages: Option<MessageCounts>,
 }
@@ -71,6 +75,40 @@ pub(crate) enum Work {
     Ops(u64),
     /// One job whose duration is the figure (seconds).
     Once,
+}
+
+/// When a timed figure must stop: [`Sizes::time_cap_ms`] after it started.
+/// Loops ask [`Deadline::passed`] before each operation (or block, or header)
+/// and stop there; the figure is then the rate over what was done, and the
+/// sample says it was capped. Shared by threads (random I/O).
+pub(crate) struct Deadline {
+    at: Instant,
+    hit: AtomicBool,
+}
+
+impl Deadline {
+    pub fn after(cap: Duration) -> Self {
+        Self {
+            at: Instant::now() + cap,
+            hit: AtomicBool::new(false),
+        }
+    }
+
+    /// True once the cap is reached; remembers that it was, for the sample.
+    pub fn passed(&self) -> bool {
+        if self.hit.load(Ordering::Relaxed) {
+            return true;
+        }
+        let passed = Instant::now() >= self.at;
+        if passed {
+            self.hit.store(true, Ordering::Relaxed);
+        }
+        passed
+    }
+
+    fn was_hit(&self) -> bool {
+        self.hit.load(Ordering::Relaxed)
+    }
 }
 
 /// The frame of one (workload, target, run).
@@ -88,15 +126,17 @@ pub(crate) struct Ctx<'a> {
 impl Ctx<'_> {
     /// Time `f` and record its figure under `metric`, with the 9P messages it
     /// cost. Counter snapshots are taken outside the timed window because
-    /// reading them may itself be a round trip to the server.
+    /// reading them may itself be a round trip to the server. `f` gets the
+    /// figure's [`Deadline`]; a loop that checks it stops at the time cap.
     pub fn measure(
         &mut self,
         metric: &MetricDef,
-        f: impl FnOnce() -> Result<Work, WorkloadError>,
+        f: impl FnOnce(&Deadline) -> Result<Work, WorkloadError>,
     ) -> Result<(), WorkloadError> {
         let before = self.counters()?;
+        let deadline = Deadline::after(Duration::from_millis(self.sizes.time_cap_ms));
         let start = Instant::now();
-        let work = f()?;
+        let work = f(&deadline)?;
         let elapsed = start.elapsed().as_secs_f64();
         let after = self.counters()?;
         let messages = before.zip(after).map(|(b, a)| counts_delta(&b, &a));
@@ -115,6 +155,7 @@ impl Ctx<'_> {
             unit: metric.unit,
             elapsed_s: elapsed,
             amount,
+            capped: deadline.was_hit(),
             messages,
         });
         Ok(())

@@ -9,12 +9,11 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 use rustix::fs::{Mode, OFlags};
 
 use super::rng::Rng;
-use super::{mib, thousands, Ctx, MetricDef, Work};
+use super::{mib, thousands, Ctx, Deadline, MetricDef, Work};
 use crate::config::Sizes;
 use crate::error::{IoContext, WorkloadError};
 use crate::stats::Unit;
@@ -58,7 +57,7 @@ pub(crate) fn title(s: &Sizes) -> String {
         mib(s.random_file_bytes),
         thousands(s.random_ops_one_thread),
         thousands(s.random_ops_eight_threads),
-        s.random_time_cap_ms as f64 / 1000.0
+        s.time_cap_ms as f64 / 1000.0
     )
 }
 
@@ -122,13 +121,13 @@ fn random_io(
     ops: u64,
     write: bool,
     seed: u64,
-    deadline: Instant,
+    deadline: &Deadline,
 ) -> io::Result<u64> {
     let one = |t: usize, my_ops: u64| -> io::Result<u64> {
         let mut rng = Rng::new(seed ^ ((t as u64) << 32));
         let mut buf = AlignedBuf::new(0xa5);
         let mut done = 0;
-        while done < my_ops && Instant::now() < deadline {
+        while done < my_ops && !deadline.passed() {
             let offset = rng.below(blocks) * IO_SIZE as u64;
             let n = if write {
                 file.write_at(buf.get(), offset)?
@@ -184,7 +183,6 @@ pub(crate) fn run(ctx: &mut Ctx<'_>) -> Result<(), WorkloadError> {
     let path = ctx.work.join("random.dat");
     let file = open_direct(&path)?;
     let blocks = bytes / IO_SIZE as u64;
-    let cap = Duration::from_millis(ctx.sizes.random_time_cap_ms);
     let figures = [
         (1, ctx.sizes.random_ops_one_thread, false),
         (1, ctx.sizes.random_ops_one_thread, true),
@@ -193,8 +191,7 @@ pub(crate) fn run(ctx: &mut Ctx<'_>) -> Result<(), WorkloadError> {
     ];
     for (i, (metric, (threads, ops, write))) in METRICS.iter().zip(figures).enumerate() {
         let seed = i as u64 + 1;
-        ctx.measure(metric, || {
-            let deadline = Instant::now() + cap;
+        ctx.measure(metric, |deadline| {
             let done = random_io(&file, blocks, threads, ops, write, seed, deadline)
                 .map_err(|e| direct_error(e, || format!("O_DIRECT I/O on {}", path.display())))?;
             Ok(Work::Ops(done))

@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::path::Path;
 
 use super::rng::Rng;
-use super::{mib, Ctx, MetricDef, Work};
+use super::{mib, Ctx, Deadline, MetricDef, Work};
 use crate::config::Sizes;
 use crate::error::{IoContext, WorkloadError};
 use crate::stats::Unit;
@@ -48,21 +48,27 @@ fn block() -> Vec<u8> {
         .collect()
 }
 
-/// Write `bytes` of `block` repeated to `file`.
-fn write_blocks(file: &mut File, block: &[u8], bytes: u64) -> std::io::Result<()> {
+/// Write `bytes` of `block` repeated to `file`, stopping early if `deadline`
+/// passes; returns the bytes written.
+fn write_blocks(
+    file: &mut File,
+    block: &[u8],
+    bytes: u64,
+    deadline: Option<&Deadline>,
+) -> std::io::Result<u64> {
     let mut left = bytes;
-    while left > 0 {
+    while left > 0 && !deadline.is_some_and(Deadline::passed) {
         let n = left.min(block.len() as u64) as usize;
         file.write_all(&block[..n])?;
         left -= n as u64;
     }
-    Ok(())
+    Ok(bytes - left)
 }
 
 pub(crate) fn prepare_read(pool: &Path, sizes: &Sizes) -> Result<(), WorkloadError> {
     let path = pool.join("seq-read.dat");
     let mut f = File::create(&path).ctx(|| format!("creating {}", path.display()))?;
-    write_blocks(&mut f, &block(), sizes.seq_bytes)
+    write_blocks(&mut f, &block(), sizes.seq_bytes, None)
         .ctx(|| format!("writing {}", path.display()))?;
     // Flushed so that background writeback of the input does not land in a
     // measured window; the data stays in the page cache (the server's, for a mount).
@@ -78,8 +84,13 @@ pub(crate) fn run_read(ctx: &mut Ctx<'_>) -> Result<(), WorkloadError> {
     ctx.drop_client_cache(&file)?;
     let mut buf = vec![0u8; BLOCK];
     let mut total = 0u64;
-    ctx.measure(&READ_METRICS[0], || {
+    let mut capped = false;
+    ctx.measure(&READ_METRICS[0], |deadline| {
         loop {
+            if total < bytes && deadline.passed() {
+                capped = true;
+                break;
+            }
             let n = file
                 .read(&mut buf)
                 .ctx(|| format!("reading {}", path.display()))?;
@@ -90,7 +101,7 @@ pub(crate) fn run_read(ctx: &mut Ctx<'_>) -> Result<(), WorkloadError> {
         }
         Ok(Work::Bytes(total))
     })?;
-    if total != bytes {
+    if total != bytes && !capped {
         return Err(WorkloadError::Check(format!(
             "read {total} bytes of a {bytes}-byte file"
         )));
@@ -104,19 +115,23 @@ pub(crate) fn run_write(ctx: &mut Ctx<'_>) -> Result<(), WorkloadError> {
     let data = block();
     // Opening is setup; the writes and the fsync that makes them durable are the figure.
     let mut file = File::create(&path).ctx(|| format!("creating {}", path.display()))?;
-    ctx.measure(&WRITE_METRICS[0], || {
-        write_blocks(&mut file, &data, bytes).ctx(|| format!("writing {}", path.display()))?;
+    let mut written = 0;
+    // At the time cap the writing stops, but the fsync of what was written is
+    // still part of the figure.
+    ctx.measure(&WRITE_METRICS[0], |deadline| {
+        written = write_blocks(&mut file, &data, bytes, Some(deadline))
+            .ctx(|| format!("writing {}", path.display()))?;
         file.sync_all()
             .ctx(|| format!("fsync {}", path.display()))?;
-        Ok(Work::Bytes(bytes))
+        Ok(Work::Bytes(written))
     })?;
     let len = file
         .metadata()
         .ctx(|| format!("fstat {}", path.display()))?
         .len();
-    if len != bytes {
+    if len != written {
         return Err(WorkloadError::Check(format!(
-            "wrote {bytes} bytes but the file has {len}"
+            "wrote {written} bytes but the file has {len}"
         )));
     }
     Ok(())

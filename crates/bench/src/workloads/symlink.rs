@@ -11,7 +11,7 @@ use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
-use super::{create_files, thousands, Ctx, MetricDef, Work};
+use super::{create_files, thousands, Ctx, Deadline, MetricDef, Work};
 use crate::config::Sizes;
 use crate::error::{IoContext, WorkloadError};
 use crate::stats::Unit;
@@ -67,18 +67,44 @@ pub(crate) fn prepare(pool: &Path, s: &Sizes) -> Result<(), WorkloadError> {
     Ok(())
 }
 
+/// `a` and `b` merged in proportion (a a b a a b ...), so that a pass stopped
+/// at the time cap has still gone through both kinds of symlink.
+fn interleave<T>(a: Vec<T>, b: Vec<T>) -> Vec<T> {
+    let (na, nb) = (a.len(), b.len());
+    let (mut a, mut b) = (a.into_iter(), b.into_iter());
+    let mut out = Vec::with_capacity(na + nb);
+    let (mut ta, mut tb) = (0, 0);
+    while ta < na || tb < nb {
+        // Take from `a` while its share so far is behind `b`'s.
+        if tb == nb || (ta < na && ta * nb <= tb * na) {
+            out.extend(a.next());
+            ta += 1;
+        } else {
+            out.extend(b.next());
+            tb += 1;
+        }
+    }
+    out
+}
+
 pub(crate) fn run(ctx: &mut Ctx<'_>) -> Result<(), WorkloadError> {
     let s = ctx.sizes;
 
-    let mut paths: Vec<PathBuf> = (0..s.symlink_files)
+    let file_links: Vec<PathBuf> = (0..s.symlink_files)
         .map(|i| ctx.work.join(format!("links/link_{i:05}")))
         .collect();
+    let mut through_dirs = Vec::new();
     for k in 0..s.symlink_dirs {
         let dir = ctx.work.join(format!("dirs/dir_{k:03}"));
-        paths.extend((0..s.symlink_files_per_dir).map(|i| dir.join(file_name(i))));
+        through_dirs.extend((0..s.symlink_files_per_dir).map(|i| dir.join(file_name(i))));
     }
-    let pass = || -> Result<u64, WorkloadError> {
-        for p in &paths {
+    let paths = interleave(file_links, through_dirs);
+    // Stats `paths` in order until `deadline`; returns how many were done.
+    let pass = |paths: &[PathBuf], deadline: &Deadline| -> Result<usize, WorkloadError> {
+        for (done, p) in paths.iter().enumerate() {
+            if deadline.passed() {
+                return Ok(done);
+            }
             let m = fs::metadata(p).ctx(|| format!("stat {}", p.display()))?;
             if !m.is_file() {
                 return Err(WorkloadError::Check(format!(
@@ -87,14 +113,39 @@ pub(crate) fn run(ctx: &mut Ctx<'_>) -> Result<(), WorkloadError> {
                 )));
             }
         }
-        Ok(paths.len() as u64)
+        Ok(paths.len())
     };
-    ctx.measure(&METRICS[0], || pass().map(Work::Ops))?;
-    ctx.measure(&METRICS[1], || {
+    // At the time cap, repeated passes revisit only the paths the first reached.
+    let mut reached = 0;
+    ctx.measure(&METRICS[0], |deadline| {
+        reached = pass(&paths, deadline)?;
+        Ok(Work::Ops(reached as u64))
+    })?;
+    ctx.measure(&METRICS[1], |deadline| {
         let mut total = 0;
         for _ in 1..s.symlink_passes {
-            total += pass()?;
+            let done = pass(&paths[..reached], deadline)?;
+            total += done as u64;
+            if done < reached {
+                break;
+            }
         }
         Ok(Work::Ops(total))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::interleave;
+
+    #[test]
+    fn interleave_keeps_proportions_and_everything() {
+        let merged = interleave(vec![1, 1, 1, 1], vec![2, 2]);
+        assert_eq!(merged, [1, 2, 1, 1, 2, 1]);
+        assert_eq!(interleave(vec![1], Vec::new()), [1]);
+        assert_eq!(interleave(Vec::new(), vec![2, 2]), [2, 2]);
+        let big = interleave(vec![1; 1000], vec![2; 1000]);
+        assert_eq!(big.iter().filter(|&&x| x == 2).count(), 1000);
+        assert!(big[..10].contains(&2));
+    }
 }
