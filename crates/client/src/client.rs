@@ -1,19 +1,20 @@
 //! The public face of a connection: connecting, and sending requests blocking or not.
 //!
 //! Requests are written whole under one writer lock by the calling thread, so frames never
-//! interleave and no writer thread is needed. Replies are read by one reader thread (see
-//! `conn.rs`), which looks the tag up, frees it, and runs the request's completion. A blocking
-//! call is a completion that wakes the caller.
+//! interleave and no writer thread is needed. Replies are read by one thread at a time (see
+//! `conn.rs`), which looks the tag up, frees it, and runs the request's completion: a
+//! blocking caller reads its own reply when nobody else is reading, else the reader thread
+//! or another blocking caller does and wakes it.
 
 use std::borrow::Cow;
 use std::fmt;
 use std::io::{BufReader, Read, Write};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 
 use crossfs_wire::{CounterSnapshot, Fid, MessageCounters, Rmessage, Tmessage, IOHDRSZ};
 
 use crate::conn::{self, Shared};
-use crate::request::{Completion, Done, Request};
+use crate::request::{Completion, Done, Reply, Request, Waiter};
 use crate::version::negotiate;
 use crate::{ClientConfig, ClientError, MsizeNegotiation};
 
@@ -33,8 +34,9 @@ impl Client {
     ///
     /// Blocks until the server answers Tversion; a transport that may never answer should
     /// carry its own timeout. Without a closer (see [`Client::connect_with_closer`]),
-    /// [`Client::shutdown`] fails every call but the reader thread lingers until the server
-    /// closes the stream.
+    /// [`Client::shutdown`] fails every call waiting for a reply, but the thread reading
+    /// the stream at that moment (the reader thread, or a blocking caller reading its own
+    /// reply) stays in its read until the server answers or closes the stream.
     ///
     /// # Errors
     /// [`ClientError::Disconnected`] if the stream fails, [`ClientError::Protocol`] if the
@@ -69,6 +71,7 @@ impl Client {
         W: Write + Send + 'static,
         F: FnOnce() + Send + 'static,
     {
+        let reader: Box<dyn Read + Send> = Box::new(reader);
         let mut reader = BufReader::with_capacity(READ_BUFFER, reader);
         let mut writer = writer;
         let counters = MessageCounters::default();
@@ -88,12 +91,13 @@ impl Client {
         );
         let shared = Shared::new(
             config,
+            reader,
             Box::new(writer),
             counters,
             negotiation,
             Box::new(closer),
         );
-        if let Err(e) = conn::start_reader(&shared, reader) {
+        if let Err(e) = conn::start_reader(&shared) {
             let reason = format!("cannot start the reader thread: {e}");
             shared.kill(reason.clone(), false);
             return Err(ClientError::Disconnected(reason));
@@ -138,15 +142,66 @@ impl Client {
     /// [`ClientError::TooLarge`] for a request beyond msize, and
     /// [`ClientError::BlockingOnReaderThread`] when called from a completion callback.
     pub fn call(&self, msg: Tmessage) -> Result<Rmessage, ClientError> {
-        self.blocking(|done| self.call_async(msg, done))
+        let release_fid = match &msg {
+            Tmessage::Clunk(c) => Some(c.fid),
+            Tmessage::Remove(r) => Some(r.fid),
+            Tmessage::Version(_) => return Err(version_refused()),
+            _ => None,
+        };
+        self.blocking(Request::Msg(msg), release_fid, false)
+            .map(Reply::into_msg)
+    }
+
+    /// Sends every message at once and waits for all replies, in order: independent
+    /// requests cost one round trip together instead of one each. A request may name a fid
+    /// that an earlier one in the batch binds (a Tgetattr behind a Twalk) if the server runs
+    /// one connection's requests in order; on other servers it may fail.
+    ///
+    /// # Errors
+    /// Each reply fails as for [`Client::call`].
+    pub fn call_all(&self, msgs: Vec<Tmessage>) -> Vec<Result<Rmessage, ClientError>> {
+        let mut refused = Vec::new();
+        let requests = msgs
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, msg)| {
+                let release_fid = match &msg {
+                    Tmessage::Clunk(c) => Some(c.fid),
+                    Tmessage::Remove(r) => Some(r.fid),
+                    Tmessage::Version(_) => {
+                        refused.push(i);
+                        return None;
+                    }
+                    _ => None,
+                };
+                Some((Request::Msg(msg), release_fid, false))
+            })
+            .collect();
+        let mut replies = self
+            .blocking_all(requests)
+            .into_iter()
+            .map(|r| r.map(Reply::into_msg));
+        let total = replies.len() + refused.len();
+        (0..total)
+            .map(|i| {
+                if refused.contains(&i) {
+                    Err(version_refused())
+                } else {
+                    replies
+                        .next()
+                        .unwrap_or_else(|| Err(ClientError::Protocol("no reply".into())))
+                }
+            })
+            .collect()
     }
 
     /// Sends `msg`; `done` gets the reply (Rlerror already turned into
     /// [`ClientError::Errno`]). Returns once the request is written, after waiting for a free
     /// tag if all are in use.
     ///
-    /// `done` runs exactly once: normally on the reader thread, so it must be quick and must
-    /// not make blocking calls on this client (those fail with
+    /// `done` runs exactly once: normally on the thread reading replies (the reader thread,
+    /// or a blocking caller reading its own), so it must be quick and must not make
+    /// blocking calls on this client (those fail with
     /// [`ClientError::BlockingOnReaderThread`]); it may issue async requests. If the
     /// connection is already down, or dies while the request is pending, `done` gets
     /// [`ClientError::Disconnected`] on whichever thread notices, possibly the caller's
@@ -159,12 +214,7 @@ impl Client {
         let release_fid = match &msg {
             Tmessage::Clunk(c) => Some(c.fid),
             Tmessage::Remove(r) => Some(r.fid),
-            // Renegotiating mid-connection would invalidate every tag and fid.
-            Tmessage::Version(_) => {
-                return done(Err(ClientError::Protocol(
-                    "Tversion is sent by connect only".into(),
-                )))
-            }
+            Tmessage::Version(_) => return done(Err(version_refused())),
             _ => None,
         };
         self.shared
@@ -174,10 +224,8 @@ impl Client {
     /// As [`Client::call`], for a Tclunk that must not return its fid to the pool (the caller
     /// keeps the number).
     pub(crate) fn call_keep_fid(&self, msg: Tmessage) -> Result<Rmessage, ClientError> {
-        self.blocking(|done| {
-            self.shared
-                .submit(Request::Msg(msg), None, Completion::Msg(done))
-        })
+        self.blocking(Request::Msg(msg), None, false)
+            .map(Reply::into_msg)
     }
 
     /// Writes `data` at `offset` through the open `fid`; `done` gets the count written. The
@@ -191,16 +239,7 @@ impl Client {
         done: Box<dyn FnOnce(Result<u32, ClientError>) + Send>,
     ) {
         let len = data.len();
-        let done: Done = Box::new(move |reply| {
-            done(reply.and_then(|m| match m {
-                Rmessage::Write(w) if w.count as usize <= len => Ok(w.count),
-                Rmessage::Write(w) => Err(ClientError::Protocol(format!(
-                    "Rwrite claims {} bytes of a {len}-byte write",
-                    w.count
-                ))),
-                other => Err(unexpected(other)),
-            }))
-        });
+        let done: Done = Box::new(move |reply| done(reply.and_then(|m| written(m, len))));
         let request = Request::Write {
             fid,
             offset,
@@ -229,7 +268,8 @@ impl Client {
     /// # Errors
     /// As [`Client::call`].
     pub fn read(&self, fid: Fid, offset: u64, count: u32) -> Result<Vec<u8>, ClientError> {
-        self.blocking(|done| self.read_async(fid, offset, count, done))
+        let msg = Tmessage::Read(crossfs_wire::Tread { fid, offset, count });
+        self.blocking(Request::Msg(msg), None, true)?.into_data()
     }
 
     /// Blocking [`Client::write_async`].
@@ -237,7 +277,12 @@ impl Client {
     /// # Errors
     /// As [`Client::call`].
     pub fn write(&self, fid: Fid, offset: u64, data: &[u8]) -> Result<u32, ClientError> {
-        self.blocking(|done| self.write_async(fid, offset, data, done))
+        let request = Request::Write {
+            fid,
+            offset,
+            data: Cow::Borrowed(data),
+        };
+        written(self.blocking(request, None, false)?.into_msg(), data.len())
     }
 
     /// Counts of every message sent and received, by type, with bytes and Rlerror counts.
@@ -262,24 +307,43 @@ impl Client {
         self.shared.kill("client shut down".into(), false);
     }
 
-    /// Starts a request with a completion that sends its result to this thread, and waits.
-    fn blocking<T: Send + 'static>(
+    /// Submits `request` and waits for its reply, reading the connection on this thread
+    /// while nobody else does (see `conn.rs`). `data`: take an Rread payload raw.
+    fn blocking(
         &self,
-        start: impl FnOnce(Box<dyn FnOnce(Result<T, ClientError>) + Send>),
-    ) -> Result<T, ClientError> {
-        if self.shared.on_reader_thread() {
-            return Err(ClientError::BlockingOnReaderThread);
+        request: Request<'_>,
+        release_fid: Option<Fid>,
+        data: bool,
+    ) -> Result<Reply, ClientError> {
+        self.blocking_all(vec![(request, release_fid, data)])
+            .pop()
+            .unwrap_or_else(|| Err(ClientError::Protocol("no reply".into())))
+    }
+
+    /// [`Client::blocking`] for several requests sent back to back, replies in order.
+    fn blocking_all(
+        &self,
+        requests: Vec<(Request<'_>, Option<Fid>, bool)>,
+    ) -> Vec<Result<Reply, ClientError>> {
+        if requests.is_empty() {
+            return Vec::new();
         }
-        let (tx, rx) = mpsc::sync_channel(1);
-        start(Box::new(move |result| {
-            // The receiver only goes away if this thread unwound; nothing to tell then.
-            let _ = tx.send(result);
-        }));
-        rx.recv().unwrap_or_else(|_| {
-            Err(ClientError::Disconnected(
-                "request dropped without a reply".into(),
-            ))
-        })
+        if self.shared.is_dispatching() {
+            return requests
+                .iter()
+                .map(|_| Err(ClientError::BlockingOnReaderThread))
+                .collect();
+        }
+        let waiter = Waiter::new(requests.len());
+        for (index, (request, release_fid, data)) in requests.into_iter().enumerate() {
+            let completion = Completion::Wake {
+                waiter: waiter.clone(),
+                index,
+                data,
+            };
+            self.shared.submit(request, release_fid, completion);
+        }
+        self.shared.wait(&waiter)
     }
 }
 
@@ -295,6 +359,23 @@ impl fmt::Debug for Client {
             .field("msize", &self.msize())
             .field("connected", &self.is_connected())
             .finish_non_exhaustive()
+    }
+}
+
+fn version_refused() -> ClientError {
+    // Renegotiating mid-connection would invalidate every tag and fid.
+    ClientError::Protocol("Tversion is sent by connect only".into())
+}
+
+/// The count of an Rwrite answering a write of `len` bytes.
+fn written(m: Rmessage, len: usize) -> Result<u32, ClientError> {
+    match m {
+        Rmessage::Write(w) if w.count as usize <= len => Ok(w.count),
+        Rmessage::Write(w) => Err(ClientError::Protocol(format!(
+            "Rwrite claims {} bytes of a {len}-byte write",
+            w.count
+        ))),
+        other => Err(unexpected(other)),
     }
 }
 

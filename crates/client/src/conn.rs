@@ -1,16 +1,30 @@
-//! One connection's shared state and its reader thread.
+//! One connection's shared state, and who reads its replies.
 //!
 //! Callers take a tag (waiting on a condition variable when all are in flight), write their
-//! frame under the writer lock, and return or wait. The reader thread reads each reply, frees
-//! its tag (handing it straight to a request queued from the reader thread itself, if any),
-//! and runs its completion. When anything breaks the stream, [`Shared::kill`] fails every
-//! pending and queued request once, and every later one at once.
+//! frame under the writer lock, and return or wait. Replies are read by one thread at a
+//! time, the *leader*, which frees each reply's tag (handing it straight to a request queued
+//! from a completion, if any) and runs its completion.
+//!
+//! Who leads (leader/follower): a blocking call whose request is written reads the socket
+//! itself when nobody else is, until its own reply is in; the kernel then wakes exactly the
+//! thread that waits for the reply, instead of waking a reader thread that wakes the caller
+//! (one thread hand-off per call instead of two). A blocking caller that finds a leader
+//! sleeps as a *follower*; a leader leaving while replies are still due promotes the
+//! follower if exactly one waits, else wakes the reader thread. The reader thread leads
+//! while only asynchronous requests come (staying in its read when idle, so each reply
+//! wakes just it) or while several callers wait, and steps aside for a lone caller. Completions
+//! therefore run on whichever thread leads; they must not block on this connection.
+//!
+//! When anything breaks the stream, [`Shared::kill`] fails every pending and queued request
+//! once, and every later one at once.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::io::{self, BufReader, Read, Write};
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
-use std::thread::{self, ThreadId};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread;
 
 use crossfs_wire::{
     check_frame_size, decode_rframe, message_name, Fid, MessageCounters, Rmessage, Rread, Tag,
@@ -18,20 +32,41 @@ use crossfs_wire::{
 };
 
 use crate::fids::FidPool;
-use crate::request::{Completion, Reply, Request};
+use crate::request::{Completion, Reply, Request, Waiter};
 use crate::tags::TagTable;
 use crate::{ClientConfig, ClientError, MsizeNegotiation};
 
-/// The state the reader thread shares with callers.
+thread_local! {
+    /// The connection (a `Shared`'s address) this thread is reading replies for, 0 if none:
+    /// completions run there and must not block on that connection.
+    static LEADING: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The socket's read half, held by the leader while it reads.
+pub(crate) type Source = BufReader<Box<dyn Read + Send>>;
+
+struct ReadSide {
+    source: Source,
+    /// Frame buffer, reused for every reply that is not a raw Rread.
+    buf: Vec<u8>,
+}
+
+/// The state every thread using the connection shares.
 pub(crate) struct Shared {
     state: Mutex<State>,
     /// Signalled when a tag comes free or the connection dies.
     tag_freed: Condvar,
+    /// Wakes the reader thread: replies are due and nobody is reading, or the connection died.
+    reader_wanted: Condvar,
     writer: Mutex<Writer>,
+    /// Taken (`None`) once the connection is dead.
+    read_side: Mutex<Option<ReadSide>>,
+    /// Blocking callers sleeping as followers (a copy of `State::followers.len()` the
+    /// leader can read between replies without the lock).
+    followers_waiting: AtomicUsize,
     pub(crate) counters: MessageCounters,
     pub(crate) fids: FidPool,
     pub(crate) negotiation: MsizeNegotiation,
-    reader_thread: OnceLock<ThreadId>,
     /// Closes the transport so a blocked reader wakes up; run once, when the connection dies.
     closer: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
@@ -40,10 +75,14 @@ struct State {
     tags: TagTable<Pending>,
     /// Why the connection died; once set, never cleared.
     closed: Option<String>,
-    /// Requests made from the reader thread while every tag was taken. That thread cannot
-    /// wait for a tag (only it frees them), so the request queues here and takes the next tag
-    /// the reader frees.
+    /// Requests made from a completion while every tag was taken. The leader cannot wait
+    /// for a tag (only it frees them), so the request queues here and takes the next tag
+    /// the leader frees.
     deferred: VecDeque<Deferred>,
+    /// Some thread reads replies (or has been told to).
+    leader: bool,
+    /// Blocking callers waiting for a reply someone else reads, oldest first.
+    followers: VecDeque<Arc<Waiter>>,
 }
 
 /// An in-flight request.
@@ -67,8 +106,8 @@ struct Writer {
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Nothing runs caller code while holding these locks, so a poisoned lock still guards
-    // consistent state.
+    // Nothing runs caller code while holding these locks (completions run with only the
+    // read side held, and never touch it), so a poisoned lock still guards consistent state.
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -79,6 +118,7 @@ fn name(ty: u8) -> &'static str {
 impl Shared {
     pub(crate) fn new(
         config: &ClientConfig,
+        source: Source,
         writer: Box<dyn Write + Send>,
         counters: MessageCounters,
         negotiation: MsizeNegotiation,
@@ -89,16 +129,23 @@ impl Shared {
                 tags: TagTable::new(config.max_in_flight),
                 closed: None,
                 deferred: VecDeque::new(),
+                leader: false,
+                followers: VecDeque::new(),
             }),
             tag_freed: Condvar::new(),
+            reader_wanted: Condvar::new(),
             writer: Mutex::new(Writer {
                 sink: writer,
                 buf: Vec::new(),
             }),
+            read_side: Mutex::new(Some(ReadSide {
+                source,
+                buf: Vec::new(),
+            })),
+            followers_waiting: AtomicUsize::new(0),
             counters,
             fids: FidPool::default(),
             negotiation,
-            reader_thread: OnceLock::new(),
             closer: Mutex::new(Some(closer)),
         })
     }
@@ -110,17 +157,144 @@ impl Shared {
     pub(crate) fn in_flight(&self) -> usize {
         lock(&self.state).tags.in_flight()
     }
+
+    fn id(&self) -> usize {
+        self as *const Shared as usize
+    }
+
+    /// True on a thread running completions for this connection (it reads its replies).
+    pub(crate) fn is_dispatching(&self) -> bool {
+        LEADING.with(Cell::get) == self.id()
+    }
+
+    /// Waits for the replies of a blocking call whose requests were submitted with
+    /// [`Completion::Wake`]s for `waiter`, reading the socket itself whenever nobody else
+    /// does.
+    pub(crate) fn wait(&self, waiter: &Arc<Waiter>) -> Vec<Result<Reply, ClientError>> {
+        while !waiter.is_done() {
+            let mut state = lock(&self.state);
+            if waiter.is_done() {
+                break;
+            }
+            if state.closed.is_some() {
+                // `kill` is failing every pending request, this one included.
+                drop(state);
+                waiter.park();
+                continue;
+            }
+            if !state.leader {
+                state.leader = true;
+                drop(state);
+                self.lead(|_| waiter.is_done());
+                continue;
+            }
+            state.followers.push_back(waiter.clone());
+            self.followers_waiting.fetch_add(1, Ordering::Relaxed);
+            drop(state);
+            waiter.park();
+            // Promotion happens under the state lock, with the waiter taken off the queue:
+            // a waiter no longer queued has been promoted (perhaps after its reply came in)
+            // and must lead, or pass the lead on, before anything else.
+            let promoted = {
+                let mut state = lock(&self.state);
+                match state.followers.iter().position(|f| Arc::ptr_eq(f, waiter)) {
+                    Some(i) => {
+                        state.followers.remove(i);
+                        self.followers_waiting.fetch_sub(1, Ordering::Relaxed);
+                        false
+                    }
+                    None => true,
+                }
+            };
+            if promoted {
+                waiter.take_lead();
+                self.lead(|_| waiter.is_done());
+            }
+        }
+        waiter.take_replies()
+    }
+
+    /// Reads and finishes replies until `stop` says enough (checked before each read, and
+    /// told whether the reply just finished woke a blocking caller), then gives up the lead.
+    /// The caller has set `State::leader`.
+    fn lead(&self, stop: impl Fn(bool) -> bool) {
+        {
+            let mut side = lock(&self.read_side);
+            if let Some(ReadSide { source, buf }) = side.as_mut() {
+                let outer = LEADING.with(|l| l.replace(self.id()));
+                let mut woke = false;
+                while !stop(woke) {
+                    // A panicking completion must not leave callers waiting forever.
+                    let read =
+                        panic::catch_unwind(AssertUnwindSafe(|| self.read_reply(source, buf)));
+                    let reason = match read {
+                        Ok(Ok(blocking)) => {
+                            woke = blocking;
+                            continue;
+                        }
+                        Ok(Err(reason)) => reason,
+                        Err(_) => "a completion panicked".to_string(),
+                    };
+                    // A no-op when the client itself closed the connection first.
+                    self.kill(reason, true);
+                    break;
+                }
+                LEADING.with(|l| l.set(outer));
+            }
+            if !self.is_connected() {
+                // Close our half of the stream, for transports whose reader closes on drop.
+                side.take();
+            }
+        }
+        self.hand_off();
+    }
+
+    /// Gives up the lead: to the oldest follower still waiting if replies are due, else to
+    /// the reader thread if replies are due, else to nobody.
+    fn hand_off(&self) {
+        let mut state = lock(&self.state);
+        state.leader = false;
+        if state.closed.is_some() || state.tags.in_flight() == 0 {
+            return;
+        }
+        // One caller waiting: it reads its own reply. Several: the reader thread reads for
+        // all of them (it wakes each once, and no lead changes hands per call).
+        let mut waiting = state.followers.iter().filter(|f| !f.is_done());
+        if let (Some(_), None) = (waiting.next(), waiting.next()) {
+            if let Some(i) = state.followers.iter().position(|f| !f.is_done()) {
+                if let Some(next) = state.followers.remove(i) {
+                    self.followers_waiting.fetch_sub(1, Ordering::Relaxed);
+                    state.leader = true;
+                    next.promote();
+                    return;
+                }
+            }
+        }
+        self.reader_wanted.notify_one();
+    }
+
+    /// What the reader thread checks between replies: it keeps reading, idle or not (an
+    /// asynchronous request's reply then wakes only it), until exactly one blocking caller
+    /// waits, or it has just woken one and no other waits: a lone caller had better read its
+    /// own replies from now on. While several wait, it reads for them all.
+    fn reader_may_stop(&self, woke_blocking: bool) -> bool {
+        if self.followers_waiting.load(Ordering::Relaxed) == 0 {
+            return woke_blocking;
+        }
+        // Callers are waiting: step aside only for a lone one.
+        let state = lock(&self.state);
+        let mut waiting = state.followers.iter().filter(|f| !f.is_done());
+        matches!((waiting.next(), waiting.next()), (Some(_), None))
+            || (woke_blocking && state.followers.iter().all(|f| f.is_done()))
+    }
 }
 
-/// Starts the reader thread over `reader`.
-pub(crate) fn start_reader<R: Read + Send + 'static>(
-    shared: &Arc<Shared>,
-    reader: BufReader<R>,
-) -> io::Result<()> {
+/// Starts the reader thread, which reads replies while only asynchronous requests wait.
+pub(crate) fn start_reader(shared: &Arc<Shared>) -> io::Result<()> {
     let shared = shared.clone();
     thread::Builder::new()
         .name("9p-reader".into())
-        .spawn(move || reader_thread(shared, reader))
+        .spawn(move || reader_thread(&shared))
         .map(drop)
 }
 
@@ -133,28 +307,31 @@ pub(crate) fn sane_errno(ecode: u32) -> i32 {
     }
 }
 
-/// The reader thread: reads replies until the stream fails or the connection is closed.
-fn reader_thread<R: Read>(shared: Arc<Shared>, mut r: BufReader<R>) {
-    let _ = shared.reader_thread.set(thread::current().id());
-    // A panicking completion (or a bug here) must not leave callers waiting forever.
-    let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
-        let mut buf = Vec::new();
-        loop {
-            if let Err(reason) = shared.read_reply(&mut r, &mut buf) {
-                return reason;
+/// The reader thread: leads whenever replies are due and nobody reads them, until the
+/// connection is closed.
+fn reader_thread(shared: &Shared) {
+    loop {
+        {
+            let mut state = lock(&shared.state);
+            loop {
+                if state.closed.is_some() {
+                    return;
+                }
+                if !state.leader && state.tags.in_flight() > 0 {
+                    state.leader = true;
+                    break;
+                }
+                state = shared
+                    .reader_wanted
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner);
             }
         }
-    }));
-    let reason = outcome.unwrap_or_else(|_| "the reader thread panicked".into());
-    // A no-op when the client itself closed the connection first.
-    shared.kill(reason, true);
+        shared.lead(|woke| shared.reader_may_stop(woke));
+    }
 }
 
 impl Shared {
-    pub(crate) fn on_reader_thread(&self) -> bool {
-        self.reader_thread.get() == Some(&thread::current().id())
-    }
-
     /// Takes a tag for `request`, writes it, and arranges for `completion` to run.
     pub(crate) fn submit(
         &self,
@@ -171,6 +348,9 @@ impl Shared {
             release_fid,
             completion,
         };
+        // A blocking caller reads its own reply if nobody else is reading; anything else
+        // needs the reader thread then.
+        let caller_reads = matches!(pending.completion, Completion::Wake { .. });
         let tag = {
             let mut state = lock(&self.state);
             loop {
@@ -180,10 +360,15 @@ impl Shared {
                     return pending.completion.fail(err);
                 }
                 match state.tags.insert(pending) {
-                    Ok(tag) => break tag,
+                    Ok(tag) => {
+                        if !state.leader && !caller_reads {
+                            self.reader_wanted.notify_one();
+                        }
+                        break tag;
+                    }
                     Err(p) => pending = p,
                 }
-                if self.on_reader_thread() {
+                if self.is_dispatching() {
                     let request = request.into_owned();
                     state.deferred.push_back(Deferred { request, pending });
                     return;
@@ -255,8 +440,9 @@ impl Shared {
         Some(pending)
     }
 
-    /// Reads one reply and finishes its request. `Err` means the connection is unusable.
-    fn read_reply<R: Read>(&self, r: &mut R, buf: &mut Vec<u8>) -> Result<(), String> {
+    /// Reads one reply and finishes its request; `Ok(true)` if that woke a blocking caller.
+    /// `Err` means the connection is unusable.
+    fn read_reply<R: Read>(&self, r: &mut R, buf: &mut Vec<u8>) -> Result<bool, String> {
         let mut head = [0u8; HEADER_LEN];
         match r.read_exact(&mut head[..4]) {
             Ok(()) => {}
@@ -283,7 +469,7 @@ impl Shared {
             }
             match state.tags.get(tag) {
                 None => return Err(format!("{} with unknown tag {}", name(ty), tag.0)),
-                Some(p) => ty == Rread::TYPE && matches!(p.completion, Completion::Read(_)),
+                Some(p) => ty == Rread::TYPE && p.completion.wants_data(),
             }
         };
         let reply = if raw_read {
@@ -339,8 +525,9 @@ impl Shared {
             }
             reply => Ok(reply),
         });
+        let blocking = matches!(pending.completion, Completion::Wake { .. });
         pending.completion.finish(reply);
-        Ok(())
+        Ok(blocking)
     }
 
     /// Marks the connection dead and fails everything pending. Only the first call acts, so
@@ -355,6 +542,7 @@ impl Shared {
             (state.tags.drain(), std::mem::take(&mut state.deferred))
         };
         self.tag_freed.notify_all();
+        self.reader_wanted.notify_all();
         if unexpected {
             tracing::error!(reason = %reason, pending = pending.len(), "9P connection lost");
         } else {
@@ -370,6 +558,10 @@ impl Shared {
         if let Ok(mut writer) = self.writer.try_lock() {
             writer.sink = Box::new(io::sink());
             writer.buf = Vec::new();
+        }
+        // Likewise the read half, unless a leader is reading it (it drops it on leaving).
+        if let Ok(mut side) = self.read_side.try_lock() {
+            side.take();
         }
         let pending = pending
             .into_iter()

@@ -32,8 +32,9 @@ pub enum ClientError {
     /// The configuration cannot work (an msize below 4096, for one).
     #[error("invalid client configuration: {0}")]
     InvalidConfig(String),
-    /// A blocking call was made from the reader thread (inside a completion callback). It
-    /// would wait for a reply only that thread can read, so it fails instead of hanging.
+    /// A blocking call was made from inside a completion callback, on the thread reading
+    /// replies. It would wait for a reply only that thread can read, so it fails instead of
+    /// hanging.
     #[error("blocking 9P call from the client's reader thread would deadlock")]
     BlockingOnReaderThread,
 }

@@ -1,6 +1,9 @@
 //! What an in-flight request carries: the bytes it puts on the wire and how it is finished.
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::{self, Thread};
 
 use crossfs_wire::{encode_twrite, Data, Fid, Rmessage, Rread, Tag, Tmessage, Twrite};
 
@@ -64,9 +67,100 @@ impl Request<'_> {
 pub(crate) enum Completion {
     Msg(Done),
     Read(ReadDone),
+    /// A blocking call: the reply is left in slot `index` of the waiter and its thread woken
+    /// once every slot is filled. `data`: an Rread payload is wanted as raw bytes.
+    Wake {
+        waiter: Arc<Waiter>,
+        index: usize,
+        data: bool,
+    },
 }
 
-/// A reply as the reader thread got it.
+/// Every reply has arrived (or its request failed).
+const DONE: u8 = 1;
+/// The thread was handed the job of reading replies (see `Shared::wait`).
+const LEAD: u8 = 2;
+
+/// A thread blocked in a call of one or more requests: where their replies go, and how it is
+/// woken, either because the last reply is in or because it is its turn to read the socket
+/// for everyone.
+pub(crate) struct Waiter {
+    thread: Thread,
+    flags: AtomicU8,
+    /// Replies still due.
+    remaining: AtomicUsize,
+    replies: Mutex<Vec<Option<Result<Reply, ClientError>>>>,
+}
+
+impl Waiter {
+    /// A waiter for `n` requests of the calling thread (done at once for none).
+    pub(crate) fn new(n: usize) -> Arc<Waiter> {
+        Arc::new(Waiter {
+            thread: thread::current(),
+            flags: AtomicU8::new(if n == 0 { DONE } else { 0 }),
+            remaining: AtomicUsize::new(n),
+            replies: Mutex::new((0..n).map(|_| None).collect()),
+        })
+    }
+
+    fn set(&self, flag: u8) {
+        self.flags.fetch_or(flag, Ordering::AcqRel);
+        self.thread.unpark();
+    }
+
+    fn complete(&self, index: usize, reply: Result<Reply, ClientError>) {
+        if let Some(slot) = self
+            .replies
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(index)
+        {
+            *slot = Some(reply);
+        }
+        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.set(DONE);
+        }
+    }
+
+    /// Tells the waiting thread that it now reads replies for everyone.
+    pub(crate) fn promote(&self) {
+        self.set(LEAD);
+    }
+
+    pub(crate) fn is_done(&self) -> bool {
+        self.flags.load(Ordering::Acquire) & DONE != 0
+    }
+
+    /// Clears and returns the promotion flag.
+    pub(crate) fn take_lead(&self) -> bool {
+        self.flags.fetch_and(!LEAD, Ordering::AcqRel) & LEAD != 0
+    }
+
+    /// Sleeps until every reply is in or the thread is promoted (the caller re-checks which).
+    pub(crate) fn park(&self) {
+        while self.flags.load(Ordering::Acquire) == 0 {
+            thread::park();
+        }
+    }
+
+    /// The replies, in request order, once [`Waiter::is_done`].
+    pub(crate) fn take_replies(&self) -> Vec<Result<Reply, ClientError>> {
+        let replies =
+            std::mem::take(&mut *self.replies.lock().unwrap_or_else(PoisonError::into_inner));
+        replies
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| {
+                    Err(ClientError::Disconnected(
+                        "request dropped without a reply".into(),
+                    ))
+                })
+            })
+            .collect()
+    }
+}
+
+/// A reply as the thread reading the socket got it.
 pub(crate) enum Reply {
     /// A decoded message (any type, Rlerror included).
     Msg(Rmessage),
@@ -79,24 +173,46 @@ impl Completion {
         match self {
             Completion::Msg(done) => done(Err(e)),
             Completion::Read(done) => done(Err(e)),
+            Completion::Wake { waiter, index, .. } => waiter.complete(index, Err(e)),
         }
+    }
+
+    /// Whether an Rread for this request should be read as raw payload.
+    pub(crate) fn wants_data(&self) -> bool {
+        matches!(
+            self,
+            Completion::Read(_) | Completion::Wake { data: true, .. }
+        )
     }
 
     /// Hands a reply whose type was already checked to the caller.
     pub(crate) fn finish(self, reply: Result<Reply, ClientError>) {
         match self {
-            Completion::Msg(done) => done(reply.map(|r| match r {
-                Reply::Msg(m) => m,
-                Reply::Data(data) => Rmessage::Read(Rread { data: Data(data) }),
-            })),
-            Completion::Read(done) => done(reply.and_then(|r| match r {
-                Reply::Data(data) => Ok(data),
-                Reply::Msg(Rmessage::Read(r)) => Ok(r.data.0),
-                Reply::Msg(m) => Err(ClientError::Protocol(format!(
-                    "Tread answered with {}",
-                    m.name()
-                ))),
-            })),
+            Completion::Msg(done) => done(reply.map(Reply::into_msg)),
+            Completion::Read(done) => done(reply.and_then(Reply::into_data)),
+            Completion::Wake { waiter, index, .. } => waiter.complete(index, reply),
+        }
+    }
+}
+
+impl Reply {
+    /// As a message (an Rread payload becomes an Rread).
+    pub(crate) fn into_msg(self) -> Rmessage {
+        match self {
+            Reply::Msg(m) => m,
+            Reply::Data(data) => Rmessage::Read(Rread { data: Data(data) }),
+        }
+    }
+
+    /// As an Rread payload.
+    pub(crate) fn into_data(self) -> Result<Vec<u8>, ClientError> {
+        match self {
+            Reply::Data(data) => Ok(data),
+            Reply::Msg(Rmessage::Read(r)) => Ok(r.data.0),
+            Reply::Msg(m) => Err(ClientError::Protocol(format!(
+                "Tread answered with {}",
+                m.name()
+            ))),
         }
     }
 }

@@ -461,3 +461,71 @@ fn a_tiny_msize_is_refused() {
     let r = Client::connect(ours.try_clone().unwrap(), ours, &config);
     assert!(matches!(r, Err(ClientError::InvalidConfig(_))), "{r:?}");
 }
+
+/// A getattr reply whose size names the request it answers.
+fn sized_getattr(size: u64) -> Rmessage {
+    let Rmessage::Getattr(mut a) = getattr_reply() else {
+        unreachable!()
+    };
+    a.size = size;
+    Rmessage::Getattr(a)
+}
+
+#[test]
+fn replies_in_any_order_reach_blocking_and_async_callers() {
+    // Several blocking callers (one reads the socket, the others sleep until it hands the
+    // reading on) and an async request, answered last-first: each reply must reach its own
+    // caller, whoever reads it.
+    let (client, mut fake) = pair(&ClientConfig::default(), 8192);
+    let n = 5;
+    let results = pending_getattrs(&client, n);
+    let (async_tx, async_rx) = mpsc::channel();
+    client.call_async(
+        Tmessage::Getattr(crossfs_wire::Tgetattr {
+            fid: Fid(100),
+            request_mask: 1,
+        }),
+        Box::new(move |r| async_tx.send(r).unwrap()),
+    );
+    let mut requests: Vec<Tframe> = (0..=n).map(|_| fake.read_request().unwrap()).collect();
+    requests.reverse();
+    for r in &requests {
+        let Ok(Tmessage::Getattr(g)) = &r.msg else {
+            panic!("expected Tgetattr, got {r:?}")
+        };
+        fake.reply(r.tag, sized_getattr(u64::from(g.fid.0)));
+    }
+    let mut sizes: Vec<u64> = (0..n)
+        .map(|_| results.recv_timeout(PATIENCE).unwrap().unwrap())
+        .collect();
+    sizes.sort_unstable();
+    assert_eq!(sizes, (0..n as u64).collect::<Vec<_>>());
+    let Ok(Rmessage::Getattr(a)) = async_rx.recv_timeout(PATIENCE).unwrap() else {
+        panic!("async getattr failed")
+    };
+    assert_eq!(a.size, 100);
+    assert_eq!(client.in_flight(), 0);
+}
+
+#[test]
+fn a_blocking_caller_reading_its_own_reply_sees_the_server_die() {
+    let (client, fake) = pair(&ClientConfig::default(), 8192);
+    let results = pending_getattrs(&client, 1);
+    let mut fake = fake;
+    fake.read_request().unwrap();
+    drop(fake);
+    assert!(matches!(
+        results.recv_timeout(PATIENCE).unwrap(),
+        Err(ClientError::Disconnected(_))
+    ));
+    // The async path still reports the loss too.
+    let (tx, rx) = mpsc::channel();
+    client.call_async(
+        Tmessage::Clunk(crossfs_wire::Tclunk { fid: Fid(1) }),
+        Box::new(move |r| tx.send(r).unwrap()),
+    );
+    assert!(matches!(
+        rx.recv_timeout(PATIENCE).unwrap(),
+        Err(ClientError::Disconnected(_))
+    ));
+}

@@ -39,8 +39,16 @@ struct Inode {
 struct Inner {
     by_ino: HashMap<u64, Inode>,
     by_path: HashMap<u64, u64>,
+    /// Directory node -> name -> the node that name last led to. Only a hint, checked
+    /// against the server's answer (see `remote::resolve`); entries of forgotten nodes
+    /// linger until the table is cleared at [`NAMES_LIMIT`].
+    names: HashMap<u64, HashMap<Vec<u8>, u64>>,
+    name_count: usize,
     next: u64,
 }
+
+/// Remembered (directory, name) pairs after which all are forgotten.
+const NAMES_LIMIT: usize = 1 << 20;
 
 /// Node id <-> fid, deduplicated by `qid.path`, with lookup counts.
 pub(crate) struct InodeTable {
@@ -85,19 +93,59 @@ impl InodeTable {
         self.lock().by_path.get(&qid_path).copied()
     }
 
-    /// Records one lookup of the file behind `fid` and returns its node id.
+    /// The node `name` in directory `parent` last led to, if the kernel still holds it:
+    /// its fid and `qid.path`.
+    pub(crate) fn expected(&self, parent: u64, name: &[u8]) -> Option<(Arc<FidRef>, u64)> {
+        let inner = self.lock();
+        let ino = inner.names.get(&parent)?.get(name)?;
+        inner
+            .by_ino
+            .get(ino)
+            .map(|node| (node.fid.clone(), node.qid_path))
+    }
+
+    /// Notes that `name` in directory `parent` leads to node `ino`.
+    fn name(inner: &mut Inner, parent: u64, name: &[u8], ino: u64) {
+        if inner.name_count >= NAMES_LIMIT {
+            inner.names.clear();
+            inner.name_count = 0;
+        }
+        let dir = inner.names.entry(parent).or_default();
+        if let Some(old) = dir.get_mut(name) {
+            *old = ino;
+        } else {
+            dir.insert(name.to_vec(), ino);
+            inner.name_count += 1;
+        }
+    }
+
+    /// Records one lookup of the file behind `fid`, reached as `name` in `parent`, and
+    /// returns its node id.
     ///
     /// A file already known keeps its node id and takes the fresher fid (the old one is
     /// clunked once its last request is answered): a fid walked just now names the file
     /// by its current path on servers that track paths.
     pub(crate) fn remember(
         &self,
+        (parent, name): (u64, &[u8]),
         fid: Arc<FidRef>,
         qid: Qid,
         format: u32,
         stamp: DataStamp,
     ) -> u64 {
         let mut inner = self.lock();
+        let ino = Self::remember_locked(&mut inner, fid, qid, format, stamp);
+        Self::name(&mut inner, parent, name, ino);
+        ino
+    }
+
+    fn remember_locked(
+        inner: &mut Inner,
+        fid: Arc<FidRef>,
+        qid: Qid,
+        format: u32,
+        stamp: DataStamp,
+    ) -> u64 {
         if let Some(&ino) = inner.by_path.get(&qid.path) {
             if let Some(node) = inner.by_ino.get_mut(&ino) {
                 if node.format == format {

@@ -12,6 +12,13 @@
 //! with writes up to 1 MiB (never more than one Twrite can carry) and the mount's readahead
 //! raised to match, so a large read or write is one 9P message.
 //!
+//! Round trips: a LOOKUP of a name the mount has resolved before costs one (Twalk and a
+//! Tgetattr of the known node's fid, sent together; the reply is used only if the walk
+//! finds the same file), a new name two (a Tgetattr is never sent ahead of the Rwalk that
+//! binds its fid: 9P does not order requests, and diod drops the connection). In `never`
+//! mode a `stat` is one LOOKUP: the GETATTR that follows is answered with what the LOOKUP
+//! fetched (see [`CacheMode::Never`] for the exact promise).
+//!
 //! What it does not touch: sockets and transports (the CLI connects and hands over a client),
 //! 9P encoding (the wire and client crates), and the exported files themselves (the server).
 //!

@@ -3,7 +3,7 @@
 //! Built on [`Client::call`] / [`Client::call_async`] only. Nothing here runs on the
 //! client's reader thread except completions, which never block.
 
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 
 use crossfs_client::{Client, ClientError};
 use crossfs_wire::{getattr, Fid, Qid, Rgetattr, Rmessage, Tgetattr, Tmessage, Twalk};
@@ -29,32 +29,10 @@ pub(crate) fn unexpected(m: Rmessage) -> ClientError {
 /// The attributes every stat needs.
 pub(crate) const ATTR_MASK: u64 = getattr::BASIC;
 
-/// Sends every message at once and waits for all replies, in order. Independent requests
-/// cost one round trip together instead of one each.
+/// Sends every message at once and waits for all replies, in order (see
+/// [`Client::call_all`]).
 pub(crate) fn call_all(client: &Client, msgs: Vec<Tmessage>) -> Vec<Result<Rmessage, ClientError>> {
-    let n = msgs.len();
-    if n == 1 {
-        return msgs.into_iter().map(|m| client.call(m)).collect();
-    }
-    let (tx, rx) = mpsc::channel();
-    for (i, m) in msgs.into_iter().enumerate() {
-        let tx = tx.clone();
-        client.call_async(
-            m,
-            Box::new(move |r| {
-                let _ = tx.send((i, r));
-            }),
-        );
-    }
-    drop(tx);
-    let mut out: Vec<Option<Result<Rmessage, ClientError>>> = (0..n).map(|_| None).collect();
-    // Ends when every completion has run (each runs exactly once and drops its sender).
-    for (i, r) in rx {
-        out[i] = Some(r);
-    }
-    out.into_iter()
-        .map(|r| r.unwrap_or_else(|| Err(ClientError::Disconnected("reply lost".into()))))
-        .collect()
+    client.call_all(msgs)
 }
 
 /// The outcome of one Twalk to `newfid`: the fid is bound only if every name was walked.
@@ -93,51 +71,100 @@ pub(crate) fn clone_fid(client: &Arc<Client>, fid: &FidRef) -> Result<Arc<FidRef
     walked(client, newfid, 0, r).map(|(f, _)| f)
 }
 
-/// Walks `dir` to each name and fetches each result's attributes: all walks in one round
-/// trip, then all getattrs in another.
+fn getattr_msg(fid: Fid) -> Tmessage {
+    Tmessage::Getattr(Tgetattr {
+        fid,
+        request_mask: ATTR_MASK,
+    })
+}
+
+/// A fid just walked, with the file's attributes if they came with the walk.
+type Walked = (Arc<FidRef>, Option<Rgetattr>);
+
+/// A file a name was last seen to lead to: its node's fid and `qid.path`.
+pub(crate) type Expected = Option<(Arc<FidRef>, u64)>;
+
+/// Walks `dir` to each name and fetches each result's attributes.
+///
+/// A name whose file the mount already knows (`expected`, one per name: a LOOKUP that
+/// revalidates a dentry, or an entry listed again) costs one round trip: the Twalk goes
+/// with a Tgetattr of the known node's fid, two independent requests, and if the walk finds
+/// the same `qid.path` that reply is the file's (the node's fid keeps the file, and so its
+/// inode number, alive on servers whose fids hold files; on servers whose fids name paths
+/// it names the same path). Otherwise, and for names not known, the getattrs of the fids
+/// just walked follow in a second round trip. A Tgetattr is never sent behind the Twalk
+/// that binds its fid: 9P does not order a connection's requests, and diod, which runs
+/// them concurrently, drops the connection when a request names a fid being created.
 pub(crate) fn resolve(
     client: &Arc<Client>,
     dir: &FidRef,
     names: &[&[u8]],
+    expected: Vec<Expected>,
 ) -> Vec<Result<(Arc<FidRef>, Rgetattr), ClientError>> {
     let fids: Vec<Fid> = names.iter().map(|_| client.alloc_fid()).collect();
-    let walks = names
+    let mut msgs = Vec::with_capacity(names.len() * 2);
+    for ((name, &newfid), known) in names.iter().zip(&fids).zip(&expected) {
+        msgs.push(Tmessage::Walk(Twalk {
+            fid: dir.fid(),
+            newfid,
+            wnames: vec![name.to_vec()],
+        }));
+        if let Some((fid, _)) = known {
+            msgs.push(getattr_msg(fid.fid()));
+        }
+    }
+    let mut replies = call_all(client, msgs).into_iter();
+    let mut out: Vec<Result<Walked, ClientError>> = fids
         .iter()
-        .zip(&fids)
-        .map(|(name, &newfid)| {
-            Tmessage::Walk(Twalk {
-                fid: dir.fid(),
-                newfid,
-                wnames: vec![name.to_vec()],
-            })
+        .zip(expected)
+        .map(|(&newfid, known)| {
+            let walk = replies.next().unwrap_or_else(lost);
+            let attr = known.map(|(fid, path)| {
+                let attr = replies.next().unwrap_or_else(lost);
+                drop(fid);
+                (attr, path)
+            });
+            let (fid, qids) = walked(client, newfid, 1, walk)?;
+            let same = |path: u64| qids.first().is_some_and(|q| q.path == path);
+            let attr = match attr {
+                Some((Ok(Rmessage::Getattr(a)), path)) if same(path) && a.qid.path == path => {
+                    Some(a)
+                }
+                _ => None,
+            };
+            Ok((fid, attr))
         })
         .collect();
-    let walked: Vec<_> = call_all(client, walks)
-        .into_iter()
-        .zip(&fids)
-        .map(|(r, &newfid)| walked(client, newfid, 1, r).map(|(f, _)| f))
+    // Walks whose attributes are still missing: one more round trip for all of them.
+    let retry: Vec<usize> = (0..out.len())
+        .filter(|&i| matches!(&out[i], Ok((_, None))))
         .collect();
-    let getattrs = walked
-        .iter()
-        .filter_map(|w| w.as_ref().ok())
-        .map(|f| {
-            Tmessage::Getattr(Tgetattr {
-                fid: f.fid(),
-                request_mask: ATTR_MASK,
-            })
-        })
-        .collect();
-    let mut attrs = call_all(client, getattrs).into_iter();
-    walked
-        .into_iter()
-        .map(|w| {
-            let fid = w?;
-            let attr = attrs
-                .next()
-                .unwrap_or_else(|| Err(ClientError::Protocol("missing Rgetattr".into())));
-            Ok((fid, expect_reply!(attr, Getattr)?))
+    if !retry.is_empty() {
+        let msgs = retry
+            .iter()
+            .filter_map(|&i| out[i].as_ref().ok().map(|(f, _)| getattr_msg(f.fid())))
+            .collect();
+        for (&i, r) in retry.iter().zip(call_all(client, msgs)) {
+            out[i] = match std::mem::replace(&mut out[i], Err(lost_error())) {
+                Ok((fid, _)) => expect_reply!(r, Getattr).map(|a| (fid, Some(a))),
+                Err(e) => Err(e),
+            };
+        }
+    }
+    out.into_iter()
+        .map(|r| {
+            let (fid, attr) = r?;
+            Ok((fid, attr.ok_or_else(lost_error)?))
         })
         .collect()
+}
+
+fn lost_error() -> ClientError {
+    ClientError::Disconnected("reply lost".into())
+}
+
+fn lost<T>() -> Result<T, ClientError> {
+    Err(lost_error())
 }
 
 /// [`resolve`] for one name.
@@ -145,8 +172,9 @@ pub(crate) fn resolve_one(
     client: &Arc<Client>,
     dir: &FidRef,
     name: &[u8],
+    expected: Expected,
 ) -> Result<(Arc<FidRef>, Rgetattr), ClientError> {
-    resolve(client, dir, &[name])
+    resolve(client, dir, &[name], vec![expected])
         .pop()
         .unwrap_or_else(|| Err(ClientError::Protocol("empty resolve".into())))
 }

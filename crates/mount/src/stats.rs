@@ -69,6 +69,9 @@ pub(crate) struct CacheCounters {
     pub readdirplus_entries: AtomicU64,
     /// Reads the kernel asked for that were larger than one Tread may carry.
     pub split_reads: AtomicU64,
+    /// `never` mode: GETATTRs answered with the attributes the same thread's LOOKUP had
+    /// just fetched (the second half of a `stat`).
+    pub lookup_attrs_reused: AtomicU64,
 }
 
 /// All of the mount's own counters.
@@ -158,6 +161,7 @@ impl Stats {
                 "readdir_buffer_hits": c.readdir_buffer_hits.load(Relaxed),
                 "readdirplus_entries": c.readdirplus_entries.load(Relaxed),
                 "split_reads": c.split_reads.load(Relaxed),
+                "lookup_attrs_reused": c.lookup_attrs_reused.load(Relaxed),
             },
         })
     }

@@ -7,6 +7,7 @@ use fuser::{FileHandle, INodeNo, ReplyAttr, ReplyStatfs, TimeOrNow};
 
 use super::{errno, wire_time, Shared};
 use crate::attr;
+use crate::cache::CacheMode;
 use crate::fid::FidRef;
 use crate::remote::{expect_reply, ATTR_MASK};
 
@@ -108,12 +109,25 @@ impl Shared {
         );
     }
 
+    /// GETATTR from thread `pid`. In `never` mode, the GETATTR a `stat` sends right after
+    /// its LOOKUP is answered with the attributes that LOOKUP just fetched (see
+    /// [`crate::CacheMode::Never`]).
     pub(super) fn getattr(
         self: &Arc<Self>,
+        pid: u32,
         ino: INodeNo,
         fh: Option<FileHandle>,
         reply: ReplyAttr,
     ) {
+        if self.config.cache == CacheMode::Never && fh.is_none() {
+            if let Some(fa) = self.recent.take(pid, ino.0) {
+                self.stats
+                    .caches
+                    .lookup_attrs_reused
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return reply.attr(&self.attr_ttl(), &fa);
+            }
+        }
         match self.attr_fid(ino, fh) {
             Ok(fid) => self.reply_attr(ino, fid, reply),
             Err(e) => reply.error(e),

@@ -108,7 +108,11 @@ impl Shared {
                 .filter(|e| !is_dot(&e.name))
                 .map(|e| e.name.as_slice())
                 .collect();
-            let mut resolved = resolve(&self.client, &dir, &names).into_iter();
+            let expected = names
+                .iter()
+                .map(|n| self.inodes.expected(ino.0, n))
+                .collect();
+            let mut resolved = resolve(&self.client, &dir, &names, expected).into_iter();
             for e in &batch {
                 let name = OsStr::from_bytes(&e.name);
                 if is_dot(&e.name) {
@@ -127,7 +131,7 @@ impl Shared {
                 }
                 // An entry gone since the listing was read (or unreadable) is left out.
                 if let Some(Ok((fid, a))) = resolved.next() {
-                    let fa = self.remember(fid, &a);
+                    let fa = self.remember((ino, &e.name), fid, &a);
                     if reply.add(fa.ino, e.offset, name, &ttl, &fa, Generation(0)) {
                         // Not sent: take back the lookup just counted.
                         self.inodes.forget(fa.ino.0, 1);

@@ -12,36 +12,59 @@ use fuser::{Errno, FileType, Generation, INodeNo, RenameFlags, ReplyData, ReplyE
 
 use super::{errno, Shared};
 use crate::attr::{self, decode_dev};
+use crate::cache::CacheMode;
 use crate::fid::FidRef;
 use crate::remote::{expect_reply, resolve_one};
 
 impl Shared {
     /// Records a looked-up file (one more kernel reference) and builds its entry.
-    pub(super) fn remember(&self, fid: Arc<FidRef>, a: &Rgetattr) -> fuser::FileAttr {
+    pub(super) fn remember(
+        &self,
+        at: (INodeNo, &[u8]),
+        fid: Arc<FidRef>,
+        a: &Rgetattr,
+    ) -> fuser::FileAttr {
+        let at = (at.0 .0, at.1);
         let ino = self
             .inodes
-            .remember(fid, a.qid, a.mode & libc::S_IFMT, attr::stamp(a));
+            .remember(at, fid, a.qid, a.mode & libc::S_IFMT, attr::stamp(a));
         attr::file_attr(ino, a, self.ids)
     }
 
-    fn reply_entry(&self, reply: ReplyEntry, r: Result<(Arc<FidRef>, Rgetattr), ClientError>) {
+    /// Answers with the looked-up file. `looked_up_by`: the thread of a LOOKUP, whose
+    /// attributes `never` mode keeps for its GETATTR, recorded before the reply lets the
+    /// thread go on.
+    fn reply_entry(
+        &self,
+        at: (INodeNo, &[u8]),
+        reply: ReplyEntry,
+        r: Result<(Arc<FidRef>, Rgetattr), ClientError>,
+        looked_up_by: Option<u32>,
+    ) {
         match r {
             Ok((fid, a)) => {
-                let fa = self.remember(fid, &a);
-                reply.entry_with_ttls(&self.attr_ttl(), &self.entry_ttl(), &fa, Generation(0));
+                let fa = self.remember(at, fid, &a);
+                if let (Some(pid), CacheMode::Never) = (looked_up_by, self.config.cache) {
+                    self.recent.record(pid, fa.ino.0, fa);
+                }
+                let entry_ttl = self.entry_ttl_for(fa.kind);
+                reply.entry_with_ttls(&self.attr_ttl(), &entry_ttl, &fa, Generation(0));
             }
             Err(e) => reply.error(errno(&e)),
         }
     }
 
-    pub(super) fn lookup(&self, parent: INodeNo, name: &[u8], reply: ReplyEntry) {
+    /// LOOKUP from thread `pid`: one round trip for a name already known (see
+    /// [`crate::remote::resolve`]), two for a new one.
+    pub(super) fn lookup(&self, pid: u32, parent: INodeNo, name: &[u8], reply: ReplyEntry) {
         let dir = match self.node(parent) {
             Ok(d) => d,
             Err(e) => return reply.error(e),
         };
-        match resolve_one(&self.client, &dir, name) {
+        let expected = self.inodes.expected(parent.0, name);
+        match resolve_one(&self.client, &dir, name, expected) {
             Err(ClientError::Errno(libc::ENOENT)) => self.reply_missing(reply),
-            r => self.reply_entry(reply, r),
+            r => self.reply_entry((parent, name), reply, r, Some(pid)),
         }
     }
 
@@ -84,8 +107,8 @@ impl Shared {
         if let Err(e) = self.client.call(make(&dir)) {
             return reply.error(errno(&e));
         }
-        let r = resolve_one(&self.client, &dir, name);
-        self.reply_entry(reply, r);
+        let r = resolve_one(&self.client, &dir, name, None);
+        self.reply_entry((parent, name), reply, r, None);
     }
 
     pub(super) fn mkdir(

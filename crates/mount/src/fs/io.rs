@@ -179,7 +179,7 @@ impl Shared {
         let opened = match created {
             Ok(fid) => Ok(fid),
             Err(ClientError::Errno(libc::EEXIST)) if flags & libc::O_EXCL == 0 => {
-                resolve_one(&self.client, &dir, name)
+                resolve_one(&self.client, &dir, name, None)
                     .and_then(|(node, _)| self.open_fid(&node, flags & !libc::O_CREAT))
                     .map(|(fid, _)| fid)
             }
@@ -189,9 +189,9 @@ impl Shared {
             Ok(f) => f,
             Err(e) => return reply.error(errno(&e)),
         };
-        match resolve_one(&self.client, &dir, name) {
+        match resolve_one(&self.client, &dir, name, None) {
             Ok((node, a)) => {
-                let fa = self.remember(node, &a);
+                let fa = self.remember((parent, name), node, &a);
                 let fh = self.handles.insert(fid);
                 let open_flags = self.fopen_flags(fa.ino.0, flags);
                 reply.created(

@@ -27,13 +27,14 @@ use std::time::{Duration, SystemTime};
 use crossfs_client::{Client, ClientError};
 use crossfs_wire::Qid;
 use fuser::{
-    AccessFlags, Errno, FileHandle, Filesystem, INodeNo, InitFlags, KernelConfig, LockOwner,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
-    TimeOrNow, WriteFlags,
+    AccessFlags, Errno, FileHandle, FileType, Filesystem, INodeNo, InitFlags, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::attr::IdMap;
+use crate::cache::{CacheMode, RecentLookups};
 use crate::config::{MountConfig, RequestSize};
 use crate::fid::FidRef;
 use crate::handle::{HandleTable, OpenFile};
@@ -53,6 +54,8 @@ pub(crate) struct Shared {
     pub lock_client: String,
     /// The server lacks Tunlinkat/Trenameat (diod): use Tremove/Trename, as Linux does.
     pub legacy_names: std::sync::atomic::AtomicBool,
+    /// `never` mode: each thread's latest LOOKUP, for the GETATTR that follows it.
+    pub recent: RecentLookups,
 }
 
 impl Shared {
@@ -70,7 +73,11 @@ impl Shared {
         Shared {
             inodes: InodeTable::new(root_fid, root.1),
             handles: HandleTable::default(),
-            config: config.clone(),
+            config: MountConfig {
+                negative_ttl: config.negative_ttl.in_mode(config.cache),
+                ..config.clone()
+            },
+            recent: RecentLookups::default(),
             sizes,
             ids: IdMap {
                 uid: config.uid,
@@ -94,6 +101,14 @@ impl Shared {
 
     fn entry_ttl(&self) -> Duration {
         self.config.cache.entry_ttl()
+    }
+
+    /// The entry timeout for a name leading to a file of `kind`.
+    fn entry_ttl_for(&self, kind: FileType) -> Duration {
+        match kind {
+            FileType::Directory => self.config.cache.dir_entry_ttl(),
+            _ => self.entry_ttl(),
+        }
     }
 
     fn attr_ttl(&self) -> Duration {
@@ -142,11 +157,20 @@ pub(crate) struct CrossFs {
 }
 
 impl CrossFs {
-    fn s(&self, op: Op) -> &Arc<Shared> {
-        self.shared.stats.count(op);
-        &self.shared
+    /// Counts request `op` of `req` and hands over the shared state.
+    fn s(&self, req: &Request, op: Op) -> &Arc<Shared> {
+        let s = &self.shared;
+        s.stats.count(op);
+        if s.config.cache == CacheMode::Never && !matches!(op, Op::Getattr | Op::Forget) {
+            // Only the very next request of a thread may reuse its LOOKUP's attributes.
+            s.recent.clear(req.pid());
+        }
+        s
     }
 }
+
+/// Background requests the kernel may have outstanding (FUSE's default is 12).
+const MAX_BACKGROUND: u16 = 64;
 
 /// Kernel features asked for in every mode.
 const ALWAYS_WANTED: InitFlags = InitFlags::FUSE_MAX_PAGES
@@ -169,7 +193,11 @@ impl Filesystem for CrossFs {
         if let Err(max) = kc.set_max_readahead(sizes.readahead) {
             let _ = kc.set_max_readahead(max);
         }
-        let _ = kc.set_max_background(64);
+        // Background requests (readahead, async direct I/O, writeback): enough in flight
+        // that several 1 MiB reads or writes overlap with the server's work. The kernel
+        // throttles new ones past the congestion threshold.
+        let _ = kc.set_max_background(MAX_BACKGROUND);
+        let _ = kc.set_congestion_threshold(MAX_BACKGROUND * 3 / 4);
         let mode = s.config.cache;
         let mut wanted = ALWAYS_WANTED;
         if mode.readdirplus() {
@@ -195,21 +223,22 @@ impl Filesystem for CrossFs {
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.s(Op::Lookup).lookup(parent, bytes(name), reply);
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.s(req, Op::Lookup)
+            .lookup(req.pid(), parent, bytes(name), reply);
     }
 
-    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.s(Op::Forget).inodes.forget(ino.0, nlookup);
+    fn forget(&self, req: &Request, ino: INodeNo, nlookup: u64) {
+        self.s(req, Op::Forget).inodes.forget(ino.0, nlookup);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.s(Op::Getattr).getattr(ino, fh, reply);
+    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.s(req, Op::Getattr).getattr(req.pid(), ino, fh, reply);
     }
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -234,11 +263,11 @@ impl Filesystem for CrossFs {
             mtime,
             ctime: ctime.is_some(),
         };
-        self.s(Op::Setattr).setattr(ino, fh, change, reply);
+        self.s(req, Op::Setattr).setattr(ino, fh, change, reply);
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.s(Op::Readlink).readlink(ino, reply);
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.s(req, Op::Readlink).readlink(ino, reply);
     }
 
     fn mknod(
@@ -251,7 +280,7 @@ impl Filesystem for CrossFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        self.s(Op::Mknod)
+        self.s(req, Op::Mknod)
             .mknod(parent, bytes(name), mode, rdev, req.gid(), reply);
     }
 
@@ -264,16 +293,17 @@ impl Filesystem for CrossFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        self.s(Op::Mkdir)
+        self.s(req, Op::Mkdir)
             .mkdir(parent, bytes(name), mode, req.gid(), reply);
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.s(Op::Unlink).unlink(parent, bytes(name), 0, reply);
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.s(req, Op::Unlink)
+            .unlink(parent, bytes(name), 0, reply);
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.s(Op::Rmdir)
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.s(req, Op::Rmdir)
             .unlink(parent, bytes(name), crossfs_wire::AT_REMOVEDIR, reply);
     }
 
@@ -285,7 +315,7 @@ impl Filesystem for CrossFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        self.s(Op::Symlink).symlink(
+        self.s(req, Op::Symlink).symlink(
             parent,
             bytes(link_name),
             bytes(target.as_os_str()),
@@ -296,7 +326,7 @@ impl Filesystem for CrossFs {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -304,28 +334,35 @@ impl Filesystem for CrossFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        self.s(Op::Rename)
-            .rename(parent, bytes(name), newparent, bytes(newname), flags, reply);
+        self.s(req, Op::Rename).rename(
+            parent,
+            bytes(name),
+            newparent,
+            bytes(newname),
+            flags,
+            reply,
+        );
     }
 
     fn link(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         newparent: INodeNo,
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        self.s(Op::Link).link(ino, newparent, bytes(newname), reply);
+        self.s(req, Op::Link)
+            .link(ino, newparent, bytes(newname), reply);
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.s(Op::Open).open(ino, flags.0, reply);
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.s(req, Op::Open).open(ino, flags.0, reply);
     }
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -334,12 +371,12 @@ impl Filesystem for CrossFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.s(Op::Read).read(fh, offset, size, reply);
+        self.s(req, Op::Read).read(fh, offset, size, reply);
     }
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -349,23 +386,23 @@ impl Filesystem for CrossFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        self.s(Op::Write).write(fh, offset, data, reply);
+        self.s(req, Op::Write).write(fh, offset, data, reply);
     }
 
     fn flush(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        self.s(Op::Flush).flush(fh, lock_owner, reply);
+        self.s(req, Op::Flush).flush(fh, lock_owner, reply);
     }
 
     fn release(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
@@ -373,77 +410,78 @@ impl Filesystem for CrossFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.s(Op::Release).handles.remove(fh.0);
+        self.s(req, Op::Release).handles.remove(fh.0);
         reply.ok();
     }
 
     fn fsync(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.s(Op::Fsync).fsync(fh, datasync, reply);
+        self.s(req, Op::Fsync).fsync(fh, datasync, reply);
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.s(Op::Opendir).opendir(ino, reply);
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.s(req, Op::Opendir).opendir(ino, reply);
     }
 
     fn readdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         reply: ReplyDirectory,
     ) {
-        self.s(Op::Readdir).readdir(ino, fh, offset, reply);
+        self.s(req, Op::Readdir).readdir(ino, fh, offset, reply);
     }
 
     fn readdirplus(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         reply: ReplyDirectoryPlus,
     ) {
-        self.s(Op::Readdirplus).readdirplus(ino, fh, offset, reply);
+        self.s(req, Op::Readdirplus)
+            .readdirplus(ino, fh, offset, reply);
     }
 
     fn releasedir(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.s(Op::Releasedir).handles.remove(fh.0);
+        self.s(req, Op::Releasedir).handles.remove(fh.0);
         reply.ok();
     }
 
     fn fsyncdir(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.s(Op::Fsyncdir).fsync(fh, datasync, reply);
+        self.s(req, Op::Fsyncdir).fsync(fh, datasync, reply);
     }
 
-    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        self.s(Op::Statfs).statfs(ino, reply);
+    fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        self.s(req, Op::Statfs).statfs(ino, reply);
     }
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -451,20 +489,22 @@ impl Filesystem for CrossFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        self.s(Op::Setxattr)
+        self.s(req, Op::Setxattr)
             .setxattr(ino, bytes(name), value, flags, reply);
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        self.s(Op::Getxattr).getxattr(ino, bytes(name), size, reply);
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.s(req, Op::Getxattr)
+            .getxattr(ino, bytes(name), size, reply);
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        self.s(Op::Listxattr).getxattr(ino, b"", size, reply);
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.s(req, Op::Listxattr).getxattr(ino, b"", size, reply);
     }
 
-    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.s(Op::Removexattr).removexattr(ino, bytes(name), reply);
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.s(req, Op::Removexattr)
+            .removexattr(ino, bytes(name), reply);
     }
 
     /// No 9P request answers access(2); the server checks permissions on every operation
@@ -484,13 +524,13 @@ impl Filesystem for CrossFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        self.s(Op::Create)
+        self.s(req, Op::Create)
             .create(parent, bytes(name), mode, flags, req.gid(), reply);
     }
 
     fn getlk(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         lock_owner: LockOwner,
@@ -507,12 +547,12 @@ impl Filesystem for CrossFs {
             typ,
             pid,
         };
-        self.s(Op::Getlk).getlk(fh, l, reply);
+        self.s(req, Op::Getlk).getlk(fh, l, reply);
     }
 
     fn setlk(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         lock_owner: LockOwner,
@@ -530,6 +570,6 @@ impl Filesystem for CrossFs {
             typ,
             pid,
         };
-        self.s(Op::Setlk).setlk(fh, l, sleep, reply);
+        self.s(req, Op::Setlk).setlk(fh, l, sleep, reply);
     }
 }

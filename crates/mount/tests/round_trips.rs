@@ -1,0 +1,146 @@
+//! 9P messages per FUSE operation: a lookup is one Twalk and one Tgetattr (sent together
+//! when the name is known), `never` mode answers a stat's GETATTR with its LOOKUP's
+//! attributes and trusts directory names briefly, and missing names are cached as the cache
+//! mode says. Counts, never timings (the few bounds below allow for a machine stalling a
+//! thread for milliseconds).
+
+mod common;
+
+use std::fs;
+
+use common::{each_backend, errno, Backend, Fixture, Setup};
+use crossfs_mount::{CacheMode, MountConfig};
+
+fn in_mode(b: Backend, cache: CacheMode) -> Fixture {
+    Fixture::with(Setup {
+        config: MountConfig {
+            cache,
+            ..MountConfig::default()
+        },
+        ..Setup::new(b)
+    })
+}
+
+#[test]
+fn a_cold_stat_costs_one_twalk_and_one_tgetattr() {
+    each_backend(|b| {
+        let fx = in_mode(b, CacheMode::Auto);
+        for i in 0..50 {
+            fs::write(fx.e(&format!("f{i}")), b"x").unwrap();
+        }
+        let (walks, getattrs) = (fx.count("Twalk"), fx.count("Tgetattr"));
+        for i in 0..50 {
+            assert_eq!(fs::metadata(fx.m(&format!("f{i}"))).unwrap().len(), 1);
+        }
+        let walks = fx.count("Twalk") - walks;
+        let getattrs = fx.count("Tgetattr") - getattrs;
+        eprintln!("{b:?}: 50 cold stats: {walks} Twalk, {getattrs} Tgetattr");
+        assert_eq!((walks, getattrs), (50, 50));
+    });
+}
+
+#[test]
+fn never_mode_stat_is_one_walk_and_one_getattr_and_stays_fresh() {
+    each_backend(|b| {
+        let fx = in_mode(b, CacheMode::Never);
+        fs::write(fx.e("f"), b"one").unwrap();
+        let (walks, getattrs) = (fx.count("Twalk"), fx.count("Tgetattr"));
+        let n = 200;
+        for _ in 0..n {
+            assert_eq!(fs::metadata(fx.m("f")).unwrap().len(), 3);
+        }
+        let walks = fx.count("Twalk") - walks;
+        let getattrs = fx.count("Tgetattr") - getattrs;
+        let reused = fx.handle().stats_json()["caches"]["lookup_attrs_reused"]
+            .as_u64()
+            .unwrap();
+        eprintln!("{b:?}: {n} stats in never mode: {walks} Twalk, {getattrs} Tgetattr, {reused} GETATTRs from LOOKUP");
+        // Every stat looks the name up again...
+        assert_eq!(walks, n);
+        // ... and its GETATTR reuses what that LOOKUP fetched (it used to cost a Tgetattr
+        // more: 2n in all). A thread stalled for over 5 ms between the two costs one more.
+        // (The lookup's Tgetattr goes to the node's fid with the Twalk: one round trip.)
+        assert!(getattrs < n + n / 4, "{getattrs} Tgetattr");
+        assert!(reused > n * 3 / 4, "{reused}");
+        // A change on the host shows in the very next stat.
+        fs::write(fx.e("f"), b"three").unwrap();
+        assert_eq!(fs::metadata(fx.m("f")).unwrap().len(), 5);
+        // An open file's fstat always asks the server.
+        let f = fs::File::open(fx.m("f")).unwrap();
+        fs::write(fx.e("f"), b"seven!!").unwrap();
+        assert_eq!(f.metadata().unwrap().len(), 7);
+    });
+}
+
+#[test]
+fn never_mode_trusts_directory_names_briefly_not_file_names() {
+    let fx = in_mode(Backend::Crossfs, CacheMode::Never);
+    fs::create_dir_all(fx.e("a/b")).unwrap();
+    fs::write(fx.e("a/b/f"), b"x").unwrap();
+    let walks = fx.count("Twalk");
+    let n = 200;
+    for _ in 0..n {
+        fs::metadata(fx.m("a/b/f")).unwrap();
+    }
+    let walks = fx.count("Twalk") - walks;
+    eprintln!("{n} stats of a/b/f in never mode: {walks} Twalk");
+    // One walk per stat for the file; a and b only when their 10 ms have passed (it used
+    // to be three per stat).
+    assert!(walks >= n && walks < 2 * n, "{walks} Twalk");
+    // A file removed on the host is gone for the next call.
+    fs::remove_file(fx.e("a/b/f")).unwrap();
+    assert_eq!(
+        errno(&fs::metadata(fx.m("a/b/f")).unwrap_err()),
+        libc::ENOENT
+    );
+}
+
+#[test]
+fn missing_names_are_cached_as_the_cache_mode_says() {
+    // never: every lookup of a missing name asks the server.
+    let fx = in_mode(Backend::Crossfs, CacheMode::Never);
+    let walks = fx.count("Twalk");
+    for _ in 0..10 {
+        assert_eq!(
+            errno(&fs::metadata(fx.m("nope.h")).unwrap_err()),
+            libc::ENOENT
+        );
+    }
+    assert_eq!(fx.count("Twalk") - walks, 10);
+    fs::write(fx.e("nope.h"), b"now").unwrap();
+    assert!(fs::metadata(fx.m("nope.h")).is_ok());
+    let s = fx.handle().stats_json();
+    assert_eq!(s["negative_ttl_ms"], 0);
+    // auto (and the others): remembered, and the mount reports how long.
+    for (mode, ms) in [
+        (CacheMode::Auto, 10_000),
+        (CacheMode::Metadata, 86_400_000),
+        (CacheMode::Always, 86_400_000),
+    ] {
+        let fx = in_mode(Backend::Crossfs, mode);
+        let walks = fx.count("Twalk");
+        for _ in 0..10 {
+            assert_eq!(
+                errno(&fs::metadata(fx.m("nope.h")).unwrap_err()),
+                libc::ENOENT
+            );
+        }
+        assert_eq!(fx.count("Twalk") - walks, 1, "{mode}");
+        assert_eq!(fx.handle().stats_json()["negative_ttl_ms"], ms, "{mode}");
+    }
+}
+
+#[test]
+fn listing_a_directory_of_known_files_revalidates_them_in_batches() {
+    let fx = in_mode(Backend::Crossfs, CacheMode::Auto);
+    fs::create_dir(fx.e("d")).unwrap();
+    for i in 0..500 {
+        fs::write(fx.e(&format!("d/f{i}")), b"x").unwrap();
+    }
+    for i in 0..500 {
+        fs::metadata(fx.m(&format!("d/f{i}"))).unwrap();
+    }
+    for _ in 0..3 {
+        assert_eq!(fs::read_dir(fx.m("d")).unwrap().count(), 500);
+    }
+}
