@@ -143,7 +143,9 @@ pub struct MountArgs {
     #[arg(long, value_name = "MODE", default_value = "auto")]
     pub cache: crossfs_mount::CacheMode,
     /// How long a missing name stays known to be missing, in milliseconds (0: never cached,
-    /// -1: until the name is created through this mount).
+    /// -1: until the name is created through this mount). Default: follows --cache (off for
+    /// never, 10 s for auto, 24 h for metadata and always). A file created on the host under
+    /// a name this mount found missing stays invisible here for that long.
     #[arg(long, value_name = "MS", allow_negative_numbers = true)]
     pub negative_ttl: Option<i64>,
     /// Mount read-only.

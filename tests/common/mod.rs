@@ -119,11 +119,18 @@ pub fn run_ok(cmd: &mut Command) -> Output {
 }
 
 /// A directory of busybox applet links, so host-side scripts run the same tools as the guest.
+/// Built aside and renamed into place, so tests running at once never see it half made.
 pub fn busybox_path() -> PathBuf {
     let dir = repo_root().join("target/busybox-bin");
-    if !dir.join("stat").exists() {
-        std::fs::create_dir_all(&dir).unwrap();
-        run_ok(Command::new("busybox").arg("--install").arg("-s").arg(&dir));
+    if !dir.exists() {
+        let tmp = repo_root().join(format!("target/busybox-bin.{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp).unwrap();
+        run_ok(Command::new("busybox").arg("--install").arg("-s").arg(&tmp));
+        if std::fs::rename(&tmp, &dir).is_err() {
+            // Another test got there first with an identical directory.
+            let _ = std::fs::remove_dir_all(&tmp);
+        }
     }
     dir
 }
