@@ -10,7 +10,7 @@
 //! finishing it on the thread that reads it. A blocking call reads its own reply when no
 //! other thread is reading (leader/follower), so a lone caller is woken by the kernel
 //! directly rather than by a reader thread: one thread hand-off per round trip instead of
-//! two. `cargo run --release -p crossfs-client --example rtt` measures round trips/s.
+//! two. `cargo run --release -p crossfs-client --example client_rtt` measures round trips/s.
 //!
 //! What it does not do: no FUSE, no caching, no opening of sockets (it takes a connected
 //! reader and writer, so it is tested over socket pairs and loopback TCP alike), and no

@@ -9,7 +9,7 @@
 //! - `read 4k`: Tread of 4 KiB at offset 0 of an open 64 KiB file (in the page cache);
 //! - `getattr x8`: eight client threads, each on its own connection.
 //!
-//! Usage: `cargo run --release -p crossfs-server --example rtt [seconds]` (default 2 per case).
+//! Usage: `cargo run --release -p crossfs-server --example server_rtt [seconds]` (default 2 per case).
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;

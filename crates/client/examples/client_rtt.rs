@@ -8,7 +8,7 @@
 //! - `call x1`: one thread calling [`Client::call`] in a loop.
 //! - `call x8`: eight threads sharing one [`Client`] (pipelined: up to eight in flight).
 //!
-//! Usage: `cargo run --release -p crossfs-client --example rtt [seconds per case]` (default
+//! Usage: `cargo run --release -p crossfs-client --example client_rtt [seconds per case]` (default
 //! 2). Figures are per second, the median of three rounds; runs are noisy on a shared machine,
 //! so compare builds one after the other on the same server.
 
