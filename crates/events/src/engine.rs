@@ -394,6 +394,14 @@ impl Engine {
                 self.snapshot.insert(to.clone(), a);
                 let kind = EventKind::Renamed { from: from.clone() };
                 out.push(Change::new(kind, to.clone(), Some(a)));
+                if a.is_dir() {
+                    // The snapshot's picture of the moved subtree is only what was published
+                    // under `from`: changes inside it queued before the rename were reconciled
+                    // at their old names after the move (and found nothing), and an earlier
+                    // scan of `to`'s parent may already have published children that the move
+                    // just replaced. Compare the destination with the disk.
+                    self.refresh(to, "rename", out);
+                }
             }
             (Some(o), None)
                 if !to.is_within(from) && self.root.lstat(from).ok().flatten().is_none() =>
@@ -405,8 +413,14 @@ impl Engine {
                 out.push(Change::new(kind, to.clone(), Some(o)));
             }
             _ => {
+                let known = self.snapshot.get(to).is_some();
                 self.reconcile(from, Hints::REMOVED, out);
                 self.reconcile(to, Hints::CREATED, out);
+                // A directory already published at `to` (a scan found it there) keeps its
+                // inode through `reconcile`, which looks at `to` alone: check what is inside.
+                if known && self.snapshot.get(to).is_some_and(|a| a.is_dir()) {
+                    self.refresh(to, "rename", out);
+                }
             }
         }
     }
@@ -418,6 +432,22 @@ impl Engine {
             self.ensure_parent(path, out);
         }
         self.shared.stats.rescans.fetch_add(1, Ordering::Relaxed);
+        self.compare_subtree(path, reason, announce, out);
+    }
+
+    /// Compares `path`'s subtree with the disk after the snapshot moved it there, publishing
+    /// the differences (not counted as a rescan: it is part of applying the rename).
+    fn refresh(&mut self, path: &RelPath, reason: &str, out: &mut Vec<Change>) {
+        self.compare_subtree(path, reason, false, out);
+    }
+
+    fn compare_subtree(
+        &mut self,
+        path: &RelPath,
+        reason: &str,
+        announce: bool,
+        out: &mut Vec<Change>,
+    ) {
         let scan = Snapshot::scan_root(&self.root, path, self.control());
         let changes = diff(&self.snapshot.subtree(path), &scan);
         self.snapshot.replace_subtree(path, scan);

@@ -172,6 +172,78 @@ fn fanotify_new_directories_lose_nothing() {
     mkdir_p_then_fill(BackendKind::Fanotify);
 }
 
+/// A directory filled and then moved into another directory, all within one coalescing window
+/// (or while the reader is paused, so the events queue up and may be read in pieces): the
+/// subscriber's model must have the moved children, at their new names, and a later change
+/// inside the moved directory must be reported at its new name too (its watch followed it).
+fn moved_directory_keeps_its_children(backend: BackendKind, paused: bool, dest_known: bool) {
+    let t = tempdir();
+    let root = t.path();
+    let hub = EventHub::start(root, config(backend)).unwrap();
+    let sub = hub.subscribe();
+    let mut model = Model::new(root);
+    let settle = |model: &mut Model, what: &str| {
+        until_sync(&hub, &sub).iter().for_each(|e| model.apply(e));
+        assert_eq!(
+            model.differences(),
+            Vec::<String>::new(),
+            "{backend:?} paused={paused} dest_known={dest_known}: {what}"
+        );
+    };
+    fs::create_dir(root.join("a")).unwrap();
+    fs::create_dir(root.join("a/old")).unwrap();
+    fs::write(root.join("a/old/f"), b"x").unwrap();
+    if dest_known {
+        fs::create_dir(root.join("c")).unwrap();
+    }
+    settle(&mut model, "setup");
+    if paused {
+        hub.pause_reader();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if !dest_known {
+        fs::create_dir(root.join("c")).unwrap();
+    }
+    fs::File::create(root.join("a/c")).unwrap();
+    fs::write(root.join("a/old/g"), b"yy").unwrap();
+    fs::create_dir(root.join("a/new")).unwrap();
+    fs::write(root.join("a/new/h"), b"zzz").unwrap();
+    fs::rename(root.join("a"), root.join("c/a")).unwrap();
+    if paused {
+        hub.resume_reader();
+    }
+    settle(&mut model, "after the move");
+    // The watches followed the move: changes inside report the new names.
+    fs::write(root.join("c/a/new/i"), b"i").unwrap();
+    fs::write(root.join("c/a/old/f"), b"longer").unwrap();
+    fs::create_dir(root.join("c/a/new/deeper")).unwrap();
+    fs::write(root.join("c/a/new/deeper/j"), b"j").unwrap();
+    settle(&mut model, "changes inside the moved directory");
+}
+
+#[test]
+fn inotify_moved_directory_keeps_its_children() {
+    for paused in [false, true] {
+        for dest_known in [false, true] {
+            moved_directory_keeps_its_children(BackendKind::Inotify, paused, dest_known);
+        }
+    }
+}
+
+#[test]
+fn fanotify_moved_directory_keeps_its_children() {
+    let t = tempdir();
+    if !fanotify_available(t.path()) {
+        eprintln!("SKIPPED: fanotify unavailable");
+        return;
+    }
+    for paused in [false, true] {
+        for dest_known in [false, true] {
+            moved_directory_keeps_its_children(BackendKind::Fanotify, paused, dest_known);
+        }
+    }
+}
+
 #[test]
 fn hundred_writes_in_ten_ms_are_one_event() {
     let t = tempdir();

@@ -290,13 +290,21 @@ impl Watcher for Inotify {
             let is_dir = mask.contains(ReadFlags::ISDIR);
             if let Some(m) = pending.take() {
                 if mask.contains(ReadFlags::MOVED_TO) && cookie == m.cookie {
-                    if m.is_dir {
+                    let is_dir = m.is_dir;
+                    if is_dir {
                         w.rebase(&m.path, &path);
                     }
                     out.push(Raw::Rename {
                         from: m.path,
-                        to: path,
+                        to: path.clone(),
                     });
+                    if is_dir {
+                        // Directories created inside before the move whose CREATE we only
+                        // read now could not be watched at their old names: watch what is
+                        // missing at the new ones. No reports: the engine compares the moved
+                        // subtree with the disk when it applies the rename, after this.
+                        w.add_tree(ifd, root, &path, None)?;
+                    }
                     continue;
                 }
                 moved_out(w, ifd, m, out);
