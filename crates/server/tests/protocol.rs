@@ -220,6 +220,27 @@ fn blocking_fifo(h: &Harness) -> std::path::PathBuf {
     p
 }
 
+/// Waits until a thread of this process (the in-process server's worker) is blocked opening
+/// a fifo: until then a Tflush could find the open not yet started and drop it, which is
+/// correct server behaviour but not what these tests exercise.
+fn wait_for_blocked_fifo_open() {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let blocked = std::fs::read_dir("/proc/self/task").unwrap().any(|t| {
+            std::fs::read_to_string(t.unwrap().path().join("wchan"))
+                .is_ok_and(|w| w.trim() == "wait_for_partner")
+        });
+        if blocked {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server never started opening the fifo"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 fn release_fifo(p: &std::path::Path) -> std::fs::File {
     // Blocks until the server's reader has opened it.
     std::fs::OpenOptions::new().write(true).open(p).unwrap()
@@ -238,6 +259,7 @@ fn flush_answers_after_the_flushed_reply_and_slow_requests_do_not_block_others()
             flags: open_flags::RDONLY,
         }),
     );
+    wait_for_blocked_fifo_open();
     // Other requests are served while that one blocks.
     assert!(c.getattr(ROOT).is_ok());
     // Flush of a tag not in flight: answered at once.
@@ -282,6 +304,7 @@ fn flushed_request_that_had_not_started_is_dropped() {
             flags: open_flags::RDONLY,
         }),
     );
+    wait_for_blocked_fifo_open();
     // (A Tlcreate: requests that cannot block for long, a Tmkdir say, run on the reader
     // and are never queued.)
     c.send(
@@ -324,6 +347,7 @@ fn duplicate_tag_in_flight_closes_the_connection() {
             flags: open_flags::RDONLY,
         }),
     );
+    wait_for_blocked_fifo_open();
     c.send(
         Tag(5),
         &Tmessage::Getattr(Tgetattr {
