@@ -201,6 +201,24 @@ messages! { Rmessage, "reply" {
     Unlinkat(Runlinkat = 77) {}
 }}
 
+impl Tsetattr {
+    /// A Tsetattr that changes nothing (`valid` = 0): set `valid` and the fields it selects.
+    pub fn unchanged(fid: Fid) -> Self {
+        Tsetattr {
+            fid,
+            valid: 0,
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            size: 0,
+            atime_sec: 0,
+            atime_nsec: 0,
+            mtime_sec: 0,
+            mtime_nsec: 0,
+        }
+    }
+}
+
 impl Rmessage {
     /// An error reply carrying `errno`.
     pub fn error(errno: i32) -> Self {

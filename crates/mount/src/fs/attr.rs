@@ -25,18 +25,7 @@ pub(crate) struct Change {
 
 impl Change {
     fn to_wire(&self, fid: crossfs_wire::Fid) -> Tsetattr {
-        let mut m = Tsetattr {
-            fid,
-            valid: 0,
-            mode: 0,
-            uid: 0,
-            gid: 0,
-            size: 0,
-            atime_sec: 0,
-            atime_nsec: 0,
-            mtime_sec: 0,
-            mtime_nsec: 0,
-        };
+        let mut m = Tsetattr::unchanged(fid);
         if let Some(mode) = self.mode {
             m.valid |= valid::MODE;
             m.mode = mode & 0o7777;
