@@ -20,6 +20,9 @@ use crate::path::RelPath;
 pub(crate) struct CookieDir {
     fd: OwnedFd,
     dir: RelPath,
+    /// The export root and the control directory, to remove the two when done.
+    root: OwnedFd,
+    control: OwnedFd,
 }
 
 fn mkdir_ok(r: rustix::io::Result<()>) -> io::Result<()> {
@@ -50,7 +53,21 @@ impl CookieDir {
         let fd = root
             .open_dir(&dir)?
             .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOTDIR))?;
-        Ok(Self { fd, dir })
+        Ok(Self {
+            fd,
+            dir,
+            root: root.fd().try_clone()?,
+            control: cfd,
+        })
+    }
+
+    /// Removes the cookie directory and the control directory, if nothing else is in them
+    /// (the export is left as it was found).
+    pub(crate) fn remove_dirs(&self) {
+        let _ = unlinkat(&self.control, "cookies", AtFlags::REMOVEDIR);
+        if let Some(control) = self.dir.parent() {
+            let _ = unlinkat(&self.root, control.as_bytes(), AtFlags::REMOVEDIR);
+        }
     }
 
     /// Creates the cookie file for `id`.

@@ -266,6 +266,17 @@ impl EventHub {
         self.shared.epoch
     }
 
+    /// The hidden directory (a top-level name of the export) holding sync cookies.
+    pub fn control_dir(&self) -> &[u8] {
+        &self.shared.config.control_dir
+    }
+
+    /// Removes the (empty) control directory from the export: for a server shutting down.
+    /// Syncs after this fail; events keep flowing until the hub is dropped.
+    pub fn remove_control_dir(&self) {
+        self.shared.cookies.remove_dirs();
+    }
+
     /// The watcher actually in use.
     pub fn backend(&self) -> BackendKind {
         self.backend
@@ -361,6 +372,19 @@ impl EventHub {
         } else {
             Err(EventError::SyncTimeout(timeout))
         }
+    }
+
+    /// As [`EventHub::sync_cookie`], then queues `Sync { cookie: marker }` for `sub` alone,
+    /// behind every change the sync covers. A remote client names its own marker (a number it
+    /// chose) and waits for it in its stream, so the hub's own cookie numbers, which other
+    /// clients' syncs also produce, never have to cross the wire.
+    ///
+    /// # Errors
+    /// As [`EventHub::sync_cookie`].
+    pub fn sync_subscriber(&self, sub: &Subscriber, marker: u64) -> Result<(), EventError> {
+        self.sync_cookie()?;
+        sub.push_marker(self.shared.epoch, self.last_seq(), marker);
+        Ok(())
     }
 
     /// Test and benchmark hook: stop reading the kernel queue (it fills, and overflows)

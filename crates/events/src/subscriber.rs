@@ -151,6 +151,26 @@ impl Subscriber {
         lock(&self.queue.ring).events.len()
     }
 
+    /// Queues a `Sync { cookie: marker }` for this subscriber alone (see
+    /// [`crate::EventHub::sync_subscriber`]); like every marker it is never absorbed.
+    pub(crate) fn push_marker(&self, epoch: u64, seq: u64, marker: u64) {
+        self.queue.push(&Arc::new(Event {
+            epoch,
+            seq,
+            kind: EventKind::Sync { cookie: marker },
+            path: RelPath::root(),
+            qid: None,
+            attrs: None,
+        }));
+    }
+
+    /// Ends the subscription now: a [`Subscriber::read_blocking`] waiting on another thread
+    /// returns at once (with whatever is queued), and nothing more is queued. For a server
+    /// whose client has gone while a long-poll read is parked.
+    pub fn close(&self) {
+        self.queue.close();
+    }
+
     /// Whether the hub has shut down (queued events can still be read).
     pub fn is_closed(&self) -> bool {
         lock(&self.queue.ring).closed
