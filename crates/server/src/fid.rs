@@ -136,6 +136,8 @@ pub(crate) enum FidState {
     XattrRead(XattrValue),
     /// An attribute being written (Txattrcreate).
     XattrWrite(XattrWrite),
+    /// The change-event stream (a Tattach with [`crate::EVENTS_ANAME`]).
+    Events(crossfs_events::Subscriber),
 }
 
 impl FidState {
@@ -212,6 +214,16 @@ impl FidTable {
         let old = std::mem::take(&mut *lock(&self.fids));
         // Dropped outside the lock: closing thousands of descriptors takes a while.
         drop(old);
+    }
+
+    /// Ends every event stream's subscription, so long-poll reads parked on workers return
+    /// at once (the connection is closing).
+    pub(crate) fn close_event_streams(&self) {
+        for state in lock(&self.fids).values() {
+            if let FidState::Events(sub) = &**state {
+                sub.close();
+            }
+        }
     }
 
     /// Fids bound.

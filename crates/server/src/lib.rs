@@ -130,3 +130,7 @@ mod sys;
 pub use config::ServerConfig;
 pub use error::ServerError;
 pub use server::Server;
+
+/// The Tattach aname that asks for the change-event stream instead of the export root
+/// (optionally followed by `?since=EPOCH:SEQ` to resume); see [`Server::with_events`].
+pub const EVENTS_ANAME: &str = "crossfs:events";

@@ -13,6 +13,8 @@ use crossfs_wire::{
 use rustix::fs::Statx;
 use serde_json::{json, Map, Value};
 
+use crossfs_events::EventHub;
+
 use crate::budget::{FdPool, Handle};
 use crate::config::ServerConfig;
 use crate::error::{OpError, OpResult, ServerError};
@@ -29,6 +31,10 @@ pub struct Server {
     /// `O_PATH` handle on the export root; every fid descends from it.
     pub(crate) root: Arc<Handle>,
     root_dev: u64,
+    /// The root's qid path, to recognise the root directory in walks and listings.
+    root_qid_path: u64,
+    /// Change events of the export, when watched (see [`Server::with_events`]).
+    pub(crate) events: Option<Arc<EventHub>>,
     /// `O_PATH` handle on `/proc/self/fd`, through which fids are reopened.
     proc_fd: OwnedFd,
     /// Whether walks use `openat2(RESOLVE_BENEATH|...)`.
@@ -63,6 +69,23 @@ impl Server {
     /// [`ServerError::Export`] when the export cannot be opened as a directory,
     /// [`ServerError::NoProc`] when `/proc/self/fd` is not procfs.
     pub fn new(config: ServerConfig) -> Result<Arc<Server>, ServerError> {
+        Self::with_events(config, None)
+    }
+
+    /// As [`Server::new`], and serves `events` (a hub watching the same export) to clients
+    /// that attach with the aname [`EVENTS_ANAME`]: each such attach gets a fid whose
+    /// Tread is a long poll returning whole JSON lines (one event each), and whose Twrite
+    /// of `sync N` returns once every change made before it is in the stream, followed by
+    /// `{"kind":"sync","cookie":N}`. The hub's control directory at the export root is
+    /// hidden from every client (walks get `ENOENT`, listings skip it, creating it `EPERM`).
+    /// Plain 9P2000.L clients see no other difference.
+    ///
+    /// # Errors
+    /// As [`Server::new`].
+    pub fn with_events(
+        config: ServerConfig,
+        events: Option<Arc<EventHub>>,
+    ) -> Result<Arc<Server>, ServerError> {
         if config.export.as_os_str().is_empty() {
             return Err(ServerError::Config("the export path is empty"));
         }
@@ -101,6 +124,8 @@ impl Server {
             config,
             root: Arc::new(Handle::uncharged(root)),
             root_dev: dev_of(&st),
+            root_qid_path: st.stx_ino,
+            events,
             proc_fd,
             openat2,
             is_root: sys::euid() == 0,
@@ -154,12 +179,42 @@ impl Server {
             .values()
             .map(|c| c.to_json())
             .collect();
+        let events = self.events.as_ref().map(|hub| {
+            let st = hub.stats();
+            json!({
+                "backend": hub.backend(),
+                "epoch": hub.epoch(),
+                "published": st.published,
+                "overflows": st.overflows,
+                "rescans": st.rescans,
+                "backoffs": st.backoffs,
+            })
+        });
         json!({
             "role": "server",
             "export": self.export.to_string_lossy(),
             "total": Value::Object(total),
             "connections": connections,
+            "events": events,
         })
+    }
+
+    /// Whether `name` in the directory with qid path `dir` is the event hub's control
+    /// directory, which clients never see.
+    pub(crate) fn is_reserved(&self, dir: u64, name: &[u8]) -> bool {
+        dir == self.root_qid_path
+            && self
+                .events
+                .as_ref()
+                .is_some_and(|hub| hub.control_dir() == name)
+    }
+
+    /// Refuses to make, remove or rename the reserved name (see [`Server::is_reserved`]).
+    pub(crate) fn check_not_reserved(&self, dir: u64, name: &[u8]) -> OpResult<()> {
+        if self.is_reserved(dir, name) {
+            return Err(OpError::NotPermitted("name reserved for change events"));
+        }
+        Ok(())
     }
 
     /// Counts a message on a connection and in the totals.

@@ -168,6 +168,7 @@ pub(crate) fn run(
                 tracing::warn!(id = stats.id, peer = %stats.peer, "closing connection: {why}")
             }
         }
+        session.conn.fids.close_event_streams();
         lock(&session.state).closing = true;
         session.worker_wake.notify_all();
     });

@@ -34,6 +34,9 @@ pub(crate) fn readdir(conn: &Conn, m: Treaddir) -> OpResult<Rmessage> {
     let mut data = Vec::with_capacity(max.min(GETDENTS_BUF));
     let mut too_small = false;
     sys::read_dir(open.fd.as_fd(), m.offset, max.min(GETDENTS_BUF), |e| {
+        if conn.server.is_reserved(f.qid.path, e.name) {
+            return true;
+        }
         if data.len() + DirEntry::wire_len(e.name.len()) > max {
             too_small = data.is_empty();
             return false;
@@ -103,6 +106,7 @@ pub(crate) fn mkdir(conn: &Conn, m: Tmkdir) -> OpResult<Rmessage> {
     let name = names::component(&m.name)?;
     let state = conn.fids.get(m.dfid)?;
     let dir = state.file()?;
+    conn.server.check_not_reserved(dir.qid.path, &m.name)?;
     let perm = m.mode & 0o7777;
     sys::mkdir(dir.fd(), &name, perm)?;
     let qid = created(conn, dir.fd(), &name, Some(perm), m.gid, dir.n_uname)?;
@@ -116,6 +120,7 @@ pub(crate) fn symlink(conn: &Conn, m: Tsymlink) -> OpResult<Rmessage> {
     let target = names::c_string(&m.symtgt)?;
     let state = conn.fids.get(m.fid)?;
     let dir = state.file()?;
+    conn.server.check_not_reserved(dir.qid.path, &m.name)?;
     sys::symlink(&target, dir.fd(), &name)?;
     let qid = created(conn, dir.fd(), &name, None, m.gid, dir.n_uname)?;
     Ok(Rmessage::Symlink(Rsymlink { qid }))
@@ -134,6 +139,7 @@ pub(crate) fn mknod(conn: &Conn, m: Tmknod) -> OpResult<Rmessage> {
     }
     let state = conn.fids.get(m.dfid)?;
     let dir = state.file()?;
+    conn.server.check_not_reserved(dir.qid.path, &m.name)?;
     let perm = m.mode & 0o7777;
     // mknod with type 0 makes a regular file, as mknod(2) does.
     let mode = if m.mode & libc::S_IFMT == 0 {
@@ -153,6 +159,7 @@ pub(crate) fn link(conn: &Conn, m: Tlink) -> OpResult<Rmessage> {
     let name = names::component(&m.name)?;
     let dstate = conn.fids.get(m.dfid)?;
     let dir = dstate.file()?;
+    conn.server.check_not_reserved(dir.qid.path, &m.name)?;
     let state = conn.fids.get(m.fid)?;
     let f = state.file()?;
     sys::link(conn.server.proc_fd(), f.fd(), dir.fd(), &name)?;
@@ -167,7 +174,10 @@ pub(crate) fn renameat(conn: &Conn, m: Trenameat) -> OpResult<Rmessage> {
     let new = names::component(&m.newname)?;
     let ostate = conn.fids.get(m.olddirfid)?;
     let nstate = conn.fids.get(m.newdirfid)?;
-    sys::rename(ostate.file()?.fd(), &old, nstate.file()?.fd(), &new)?;
+    let (odir, ndir) = (ostate.file()?, nstate.file()?);
+    conn.server.check_not_reserved(odir.qid.path, &m.oldname)?;
+    conn.server.check_not_reserved(ndir.qid.path, &m.newname)?;
+    sys::rename(odir.fd(), &old, ndir.fd(), &new)?;
     Ok(Rmessage::Renameat(Rrenameat {}))
 }
 
@@ -180,6 +190,7 @@ pub(crate) fn rename(conn: &Conn, m: Trename) -> OpResult<Rmessage> {
     let f = state.file()?;
     let dstate = conn.fids.get(m.dfid)?;
     let dir = dstate.file()?;
+    conn.server.check_not_reserved(dir.qid.path, &m.name)?;
     let loc = f.location().ok_or(Errno::BUSY)?;
     let old = names::component(&loc.name)?;
     check_same_inode(loc.parent.as_fd(), &old, f)?;
@@ -196,7 +207,9 @@ pub(crate) fn unlinkat(conn: &Conn, m: Tunlinkat) -> OpResult<Rmessage> {
     conn.server.check_writable()?;
     let name = names::component(&m.name)?;
     let state = conn.fids.get(m.dirfd)?;
-    sys::unlink(state.file()?.fd(), &name, m.flags & AT_REMOVEDIR != 0)?;
+    let dir = state.file()?;
+    conn.server.check_not_reserved(dir.qid.path, &m.name)?;
+    sys::unlink(dir.fd(), &name, m.flags & AT_REMOVEDIR != 0)?;
     Ok(Rmessage::Unlinkat(Runlinkat {}))
 }
 

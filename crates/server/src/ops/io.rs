@@ -61,10 +61,16 @@ fn mutates(flags: u32) -> bool {
 /// `O_NOFOLLOW` cannot be passed here: it would refuse the magic link itself. It is not
 /// needed either: the magic link lands on the fid's inode and is never followed further.
 pub(crate) fn lopen(conn: &Conn, m: Tlopen) -> OpResult<Rmessage> {
+    let state = conn.fids.get(m.fid)?;
+    if let FidState::Events(_) = &*state {
+        return Ok(Rmessage::Lopen(Rlopen {
+            qid: crate::ops::walk::EVENTS_QID,
+            iounit: conn.iounit(),
+        }));
+    }
     if mutates(m.flags) {
         conn.server.check_writable()?;
     }
-    let state = conn.fids.get(m.fid)?;
     let f = state.file()?;
     if f.open.get().is_some() {
         return Err(OpError::Invalid("fid already open"));
@@ -96,6 +102,7 @@ pub(crate) fn lcreate(conn: &Conn, m: Tlcreate) -> OpResult<Rmessage> {
     let name = names::component(&m.name)?;
     let state = conn.fids.get(m.fid)?;
     let dir = state.file()?;
+    conn.server.check_not_reserved(dir.qid.path, &m.name)?;
     let flags = host_flags(m.flags)?;
     let perm = m.mode & 0o7777;
     let (open_charge, handle_charge) = (conn.fds.charge()?, conn.fds.charge()?);
@@ -163,9 +170,37 @@ pub(crate) fn read(conn: &Conn, tag: Tag, m: Tread, out: &mut Vec<u8>) -> OpResu
                 Ok::<_, OpError>(part.len())
             })?;
         }
+        FidState::Events(sub) => {
+            let lines = sub.read_blocking(max, EVENTS_LONG_POLL);
+            encode_rread_with(tag, lines.len(), out, |buf| {
+                buf.copy_from_slice(&lines);
+                Ok::<_, OpError>(lines.len())
+            })?;
+        }
         FidState::XattrWrite(_) => return Err(Errno::BADF.into()),
     }
     Ok(())
+}
+
+/// How long a Tread of an event stream waits for an event before answering with no data
+/// (the client then reads again). Bounded so a worker is never parked for long on a
+/// connection that went quiet; a closing connection wakes it at once.
+const EVENTS_LONG_POLL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Twrite of `sync N` to an event stream: returns once every change made before it has been
+/// queued on the stream, followed by a `Sync` marker with cookie `N`.
+fn events_sync(conn: &Conn, sub: &crossfs_events::Subscriber, data: &[u8]) -> OpResult<usize> {
+    let hub = conn.server.events.as_ref().ok_or(OpError::NotSupported)?;
+    let marker = std::str::from_utf8(data)
+        .ok()
+        .and_then(|s| s.trim().strip_prefix("sync "))
+        .and_then(|n| n.trim().parse().ok())
+        .ok_or(OpError::Invalid("event streams take `sync N`"))?;
+    hub.sync_subscriber(sub, marker).map_err(|e| {
+        tracing::warn!(id = conn.stats.id, "sync failed: {e}");
+        OpError::Os(Errno::TIMEDOUT)
+    })?;
+    Ok(data.len())
 }
 
 /// Tread of a regular file, answered only if it needs nothing but the page cache (see
@@ -205,8 +240,14 @@ pub(crate) fn read_cached(conn: &Conn, tag: Tag, m: &Tread, out: &mut Vec<u8>) -
 /// Twrite: to an open file (`pwrite`; an `O_APPEND` file appends), or the next chunk of an
 /// xattr value (chunks must arrive in order and not exceed the announced size).
 pub(crate) fn write(conn: &Conn, m: Twrite) -> OpResult<Rmessage> {
-    conn.server.check_writable()?;
     let state = conn.fids.get(m.fid)?;
+    if let FidState::Events(sub) = &*state {
+        let count = events_sync(conn, sub, &m.data.0)?;
+        return Ok(Rmessage::Write(Rwrite {
+            count: count as u32,
+        }));
+    }
+    conn.server.check_writable()?;
     let count = match &*state {
         FidState::File(f) => {
             let open = f.opened()?;
@@ -238,7 +279,7 @@ pub(crate) fn write(conn: &Conn, m: Twrite) -> OpResult<Rmessage> {
             value.bytes.extend_from_slice(&m.data.0);
             m.data.0.len()
         }
-        FidState::XattrRead(_) => return Err(Errno::BADF.into()),
+        FidState::XattrRead(_) | FidState::Events(_) => return Err(Errno::BADF.into()),
     };
     Ok(Rmessage::Write(Rwrite {
         count: count as u32,

@@ -28,12 +28,45 @@ pub(crate) fn attach(conn: &Conn, m: Tattach) -> OpResult<Rmessage> {
         aname = %String::from_utf8_lossy(&m.aname),
         "attach"
     );
+    if let Some(since) = m.aname.strip_prefix(crate::EVENTS_ANAME.as_bytes()) {
+        return attach_events(conn, m.fid, since);
+    }
     let root = conn.server.root.clone();
     let st = sys::stat(root.as_fd())?;
     let qid = conn.server.qid(&st);
     let fid = FileFid::new(root, qid, dev_and_kind(&st), None, m.n_uname);
     conn.fids.insert_new(m.fid, FidState::File(fid))?;
     Ok(Rmessage::Attach(Rattach { qid }))
+}
+
+/// Tattach with [`crate::EVENTS_ANAME`]: binds `fid` to a new subscription to the export's
+/// change events, resuming after `?since=EPOCH:SEQ` when given.
+fn attach_events(conn: &Conn, fid: crossfs_wire::Fid, since: &[u8]) -> OpResult<Rmessage> {
+    let Some(hub) = &conn.server.events else {
+        return Err(OpError::NotSupported);
+    };
+    let sub = if since.is_empty() {
+        hub.subscribe()
+    } else {
+        let (epoch, seq) = parse_since(since).ok_or(OpError::Invalid("bad ?since=EPOCH:SEQ"))?;
+        hub.subscribe_since(epoch, seq)
+    };
+    conn.fids.insert_new(fid, FidState::Events(sub))?;
+    tracing::info!(id = conn.stats.id, peer = %conn.stats.peer, "change events attached");
+    Ok(Rmessage::Attach(Rattach { qid: EVENTS_QID }))
+}
+
+/// The qid of an event stream: a file no inode has (qid paths of files are inode numbers).
+pub(crate) const EVENTS_QID: crossfs_wire::Qid = crossfs_wire::Qid {
+    ty: crossfs_wire::QID_TYPE_FILE,
+    version: 0,
+    path: u64::MAX,
+};
+
+fn parse_since(s: &[u8]) -> Option<(u64, u64)> {
+    let s = std::str::from_utf8(s.strip_prefix(b"?since=")?).ok()?;
+    let (epoch, seq) = s.split_once(':')?;
+    Some((epoch.parse().ok()?, seq.parse().ok()?))
 }
 
 /// Twalk. Every name is checked before any is used ("", ".", "..", "/" or NUL: `EINVAL` for
@@ -60,6 +93,12 @@ pub(crate) fn walk(conn: &Conn, m: Twalk) -> OpResult<Rmessage> {
     let mut dev_kind = (from.dev, from.kind);
     let mut wqids = Vec::with_capacity(names.len());
     for (name, raw) in names.iter().zip(&m.wnames) {
+        if conn.server.is_reserved(qid.path, raw) {
+            if wqids.is_empty() {
+                return Err(rustix::io::Errno::NOENT.into());
+            }
+            return Ok(Rmessage::Walk(Rwalk { wqids }));
+        }
         let charge = conn.fds.charge()?;
         let step = sys::walk_one(handle.as_fd(), name, conn.server.openat2)
             .and_then(|fd| sys::stat(fd.as_fd()).map(|st| (fd, st)));
