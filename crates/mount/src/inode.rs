@@ -175,6 +175,65 @@ impl InodeTable {
         ino
     }
 
+    /// The node `name` in directory `parent` last led to, if the kernel still holds it.
+    pub(crate) fn child(&self, parent: u64, name: &[u8]) -> Option<u64> {
+        let inner = self.lock();
+        let ino = *inner.names.get(&parent)?.get(name)?;
+        inner.by_ino.contains_key(&ino).then_some(ino)
+    }
+
+    /// Every (directory, name, node) known beneath `dir`, breadth first: what a rescan of
+    /// `dir` must invalidate.
+    pub(crate) fn subtree(&self, dir: u64) -> Vec<(u64, Vec<u8>, u64)> {
+        let inner = self.lock();
+        let mut found = Vec::new();
+        let mut queue = std::collections::VecDeque::from([dir]);
+        let mut seen = std::collections::HashSet::from([dir]);
+        while let Some(d) = queue.pop_front() {
+            let Some(names) = inner.names.get(&d) else {
+                continue;
+            };
+            for (name, &ino) in names {
+                if !inner.by_ino.contains_key(&ino) {
+                    continue;
+                }
+                found.push((d, name.clone(), ino));
+                if seen.insert(ino) {
+                    queue.push_back(ino);
+                }
+            }
+        }
+        found
+    }
+
+    /// A node for a name whose file is already gone from the server, so that a replayed
+    /// removal (see `crate::changes`) has something for the kernel to remove. It borrows
+    /// `fid` (its directory's) and is reachable by no qid; the kernel forgets it once the
+    /// removal is answered.
+    pub(crate) fn placeholder(
+        &self,
+        (parent, name): (u64, &[u8]),
+        fid: Arc<FidRef>,
+        format: u32,
+    ) -> u64 {
+        let mut inner = self.lock();
+        let ino = inner.next;
+        inner.next += 1;
+        inner.by_ino.insert(
+            ino,
+            Inode {
+                fid,
+                qid_path: u64::MAX,
+                format,
+                nlookup: 1,
+                seen: None,
+                opened: None,
+            },
+        );
+        Self::name(&mut inner, parent, name, ino);
+        ino
+    }
+
     /// Gives the node of `qid_path`, if known, a fresher fid for the same file.
     pub(crate) fn refresh(&self, qid_path: u64, fid: Arc<FidRef>) {
         let mut inner = self.lock();

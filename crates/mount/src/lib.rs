@@ -48,6 +48,7 @@
 
 mod attr;
 mod cache;
+mod changes;
 mod config;
 mod error;
 mod fid;

@@ -11,6 +11,7 @@ use crossfs_client::Client;
 use crossfs_wire::{Fid, Qid};
 use fuser::{MountOption, Notifier, Session, SessionACL, SessionUnmounter};
 
+use crate::changes::Feed;
 use crate::config::{MountConfig, RequestSize, PAGE};
 use crate::error::MountError;
 use crate::fs::{CrossFs, Shared};
@@ -100,6 +101,7 @@ pub fn mount(
         notifier,
         dev: None,
         readahead_kb: None,
+        feed: None,
     };
     // The stat is answered by the session just started.
     match rustix::fs::stat(mountpoint) {
@@ -152,6 +154,7 @@ pub struct MountHandle {
     notifier: Notifier,
     dev: Option<(u32, u32)>,
     readahead_kb: Option<u32>,
+    feed: Option<Feed>,
 }
 
 impl MountHandle {
@@ -165,12 +168,44 @@ impl MountHandle {
         &self.notifier
     }
 
+    /// Follows the server's change events on `client`, a second connection to the same
+    /// server whose `fid` was attached with the aname `crossfs:events`: the kernel's caches
+    /// are invalidated as the host changes, each change is replayed on the mount so that
+    /// watchers in the guest see it, and reading the root's `user.crossfs.sync` attribute
+    /// becomes a sync (see the `changes` module). The feed stops with the mount.
+    ///
+    /// # Errors
+    /// [`MountError::Session`] if the feed thread cannot start.
+    pub fn follow_changes(&mut self, client: Arc<Client>, fid: Fid) -> Result<(), MountError> {
+        if let Some(old) = self.feed.take() {
+            old.stop();
+        }
+        let feed = Feed::start(
+            self.shared.clone(),
+            self.notifier.clone(),
+            self.mountpoint.clone(),
+            client,
+            fid,
+        )
+        .map_err(MountError::Session)?;
+        self.feed = Some(feed);
+        Ok(())
+    }
+
+    fn stop_feed(&mut self) {
+        if let Some(feed) = self.feed.take() {
+            feed.stop();
+        }
+    }
+
     /// Blocks until the file system is unmounted from outside (`umount`).
     ///
     /// # Errors
     /// [`MountError::Session`] if the FUSE session failed.
     pub fn wait(mut self) -> Result<(), MountError> {
-        self.join()
+        let r = self.join();
+        self.stop_feed();
+        r
     }
 
     /// Unmounts and waits for the session to end.
@@ -188,6 +223,8 @@ impl MountHandle {
     }
 
     fn unmount_inner(&mut self) -> Result<(), MountError> {
+        // First, so that no replayed change holds the mount busy.
+        self.stop_feed();
         let Some(thread) = self.thread.take() else {
             return Ok(());
         };
@@ -275,8 +312,13 @@ fn stats_json(s: &Shared, mountpoint: &Path, readahead_kb: Option<u32>) -> serde
         inodes: s.inodes.len(),
         handles: s.handles.len(),
     };
-    s.stats
-        .to_json(&ctx, s.client.negotiation(), &s.client.counters())
+    let mut doc = s
+        .stats
+        .to_json(&ctx, s.client.negotiation(), &s.client.counters());
+    if let Some(obj) = doc.as_object_mut() {
+        obj.insert("changes".into(), s.changes.stats_json());
+    }
+    doc
 }
 
 impl Drop for MountHandle {

@@ -18,7 +18,7 @@ use crate::remote::{expect_reply, resolve_one};
 
 impl Shared {
     /// Records a looked-up file (one more kernel reference) and builds its entry.
-    pub(super) fn remember(
+    pub(crate) fn remember(
         &self,
         at: (INodeNo, &[u8]),
         fid: Arc<FidRef>,
@@ -63,8 +63,23 @@ impl Shared {
         };
         let expected = self.inodes.expected(parent.0, name);
         match resolve_one(&self.client, &dir, name, expected) {
-            Err(ClientError::Errno(libc::ENOENT)) => self.reply_missing(reply),
+            Err(ClientError::Errno(libc::ENOENT)) => {
+                self.changes.note_missing(parent.0, name);
+                self.reply_missing(reply)
+            }
             r => self.reply_entry((parent, name), reply, r, Some(pid)),
+        }
+    }
+
+    /// LOOKUP for a replayed creation (see `crate::changes`): the file the server has,
+    /// never a negative entry.
+    pub(crate) fn lookup_existing(&self, parent: INodeNo, name: &[u8], reply: ReplyEntry) {
+        match self.node(parent) {
+            Ok(dir) => {
+                let r = resolve_one(&self.client, &dir, name, None);
+                self.reply_entry((parent, name), reply, r, None);
+            }
+            Err(e) => reply.error(e),
         }
     }
 

@@ -35,6 +35,7 @@ use fuser::{
 
 use crate::attr::IdMap;
 use crate::cache::{CacheMode, RecentLookups};
+use crate::changes::{ChangeState, SYNC_XATTR};
 use crate::config::{MountConfig, RequestSize};
 use crate::fid::FidRef;
 use crate::handle::{HandleTable, OpenFile};
@@ -56,6 +57,8 @@ pub(crate) struct Shared {
     pub legacy_names: std::sync::atomic::AtomicBool,
     /// `never` mode: each thread's latest LOOKUP, for the GETATTR that follows it.
     pub recent: RecentLookups,
+    /// Change events from the server: replay recognition, own changes, syncs.
+    pub changes: ChangeState,
 }
 
 impl Shared {
@@ -86,6 +89,7 @@ impl Shared {
             stats: Stats::default(),
             lock_client: format!("crossfs@{host}"),
             legacy_names: std::sync::atomic::AtomicBool::new(false),
+            changes: ChangeState::default(),
             client,
         }
     }
@@ -224,8 +228,10 @@ impl Filesystem for CrossFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.s(req, Op::Lookup)
-            .lookup(req.pid(), parent, bytes(name), reply);
+        let s = self.s(req, Op::Lookup);
+        if let Some(reply) = s.replay_lookup(req.pid(), parent, bytes(name), reply) {
+            s.lookup(req.pid(), parent, bytes(name), reply);
+        }
     }
 
     fn forget(&self, req: &Request, ino: INodeNo, nlookup: u64) {
@@ -263,7 +269,13 @@ impl Filesystem for CrossFs {
             mtime,
             ctime: ctime.is_some(),
         };
-        self.s(req, Op::Setattr).setattr(ino, fh, change, reply);
+        let s = self.s(req, Op::Setattr);
+        if s.changes.is_replay(req.pid()) {
+            // A replayed change: the kernel is told what the server has, nothing is sent.
+            return s.getattr(req.pid(), ino, None, reply);
+        }
+        s.changes.note_node(ino.0);
+        s.setattr(ino, fh, change, reply);
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
@@ -280,8 +292,12 @@ impl Filesystem for CrossFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        self.s(req, Op::Mknod)
-            .mknod(parent, bytes(name), mode, rdev, req.gid(), reply);
+        let s = self.s(req, Op::Mknod);
+        if s.changes.is_replay(req.pid()) {
+            return s.lookup_existing(parent, bytes(name), reply);
+        }
+        s.changes.note_name(parent.0, bytes(name));
+        s.mknod(parent, bytes(name), mode, rdev, req.gid(), reply);
     }
 
     fn mkdir(
@@ -293,18 +309,30 @@ impl Filesystem for CrossFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        self.s(req, Op::Mkdir)
-            .mkdir(parent, bytes(name), mode, req.gid(), reply);
+        let s = self.s(req, Op::Mkdir);
+        if s.changes.is_replay(req.pid()) {
+            return s.lookup_existing(parent, bytes(name), reply);
+        }
+        s.changes.note_name(parent.0, bytes(name));
+        s.mkdir(parent, bytes(name), mode, req.gid(), reply);
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.s(req, Op::Unlink)
-            .unlink(parent, bytes(name), 0, reply);
+        let s = self.s(req, Op::Unlink);
+        if s.changes.is_replay(req.pid()) {
+            return reply.ok();
+        }
+        s.changes.note_name(parent.0, bytes(name));
+        s.unlink(parent, bytes(name), 0, reply);
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.s(req, Op::Rmdir)
-            .unlink(parent, bytes(name), crossfs_wire::AT_REMOVEDIR, reply);
+        let s = self.s(req, Op::Rmdir);
+        if s.changes.is_replay(req.pid()) {
+            return reply.ok();
+        }
+        s.changes.note_name(parent.0, bytes(name));
+        s.unlink(parent, bytes(name), crossfs_wire::AT_REMOVEDIR, reply);
     }
 
     fn symlink(
@@ -315,7 +343,12 @@ impl Filesystem for CrossFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        self.s(req, Op::Symlink).symlink(
+        let s = self.s(req, Op::Symlink);
+        if s.changes.is_replay(req.pid()) {
+            return s.lookup_existing(parent, bytes(link_name), reply);
+        }
+        s.changes.note_name(parent.0, bytes(link_name));
+        s.symlink(
             parent,
             bytes(link_name),
             bytes(target.as_os_str()),
@@ -334,14 +367,13 @@ impl Filesystem for CrossFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        self.s(req, Op::Rename).rename(
-            parent,
-            bytes(name),
-            newparent,
-            bytes(newname),
-            flags,
-            reply,
-        );
+        let s = self.s(req, Op::Rename);
+        if s.changes.is_replay(req.pid()) {
+            return reply.ok();
+        }
+        s.changes.note_name(parent.0, bytes(name));
+        s.changes.note_name(newparent.0, bytes(newname));
+        s.rename(parent, bytes(name), newparent, bytes(newname), flags, reply);
     }
 
     fn link(
@@ -352,8 +384,9 @@ impl Filesystem for CrossFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        self.s(req, Op::Link)
-            .link(ino, newparent, bytes(newname), reply);
+        let s = self.s(req, Op::Link);
+        s.changes.note_name(newparent.0, bytes(newname));
+        s.link(ino, newparent, bytes(newname), reply);
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -377,7 +410,7 @@ impl Filesystem for CrossFs {
     fn write(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -386,7 +419,9 @@ impl Filesystem for CrossFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        self.s(req, Op::Write).write(fh, offset, data, reply);
+        let s = self.s(req, Op::Write);
+        s.changes.note_node(ino.0);
+        s.write(fh, offset, data, reply);
     }
 
     fn flush(
@@ -494,8 +529,11 @@ impl Filesystem for CrossFs {
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        self.s(req, Op::Getxattr)
-            .getxattr(ino, bytes(name), size, reply);
+        let s = self.s(req, Op::Getxattr);
+        if ino.0 == crate::inode::ROOT && bytes(name) == SYNC_XATTR {
+            return s.sync_xattr(size, reply);
+        }
+        s.getxattr(ino, bytes(name), size, reply);
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
@@ -524,8 +562,9 @@ impl Filesystem for CrossFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        self.s(req, Op::Create)
-            .create(parent, bytes(name), mode, flags, req.gid(), reply);
+        let s = self.s(req, Op::Create);
+        s.changes.note_name(parent.0, bytes(name));
+        s.create(parent, bytes(name), mode, flags, req.gid(), reply);
     }
 
     fn getlk(

@@ -1,0 +1,328 @@
+//! Change events pushed by the server: keeping the kernel's caches coherent with the host,
+//! and replaying each change on this mount so that watchers in the guest see it.
+//!
+//! The server streams its export's changes as JSON lines ([`crossfs_events::Event`]) on a
+//! second 9P connection, attached with the aname `crossfs:events`. One thread, the *feed*
+//! (`feed.rs`), reads them and, for each event:
+//! 1. invalidates exactly the kernel state it touches: the entry of a name created, removed
+//!    or renamed (negative entries included), the attributes and pages of a modified file,
+//!    the attributes of one whose metadata changed, and everything known beneath a path
+//!    for a rescan;
+//! 2. replays it on the mount with the matching system call (`replay.rs`): mknod, mkdir or
+//!    symlink for a creation, unlink or rmdir, rename, truncate to the current size for a
+//!    modification, chmod for an attribute change. The FUSE handlers recognise the feed
+//!    thread by its thread id and answer its requests locally ([`ChangeState::is_replay`],
+//!    [`Shared::replay_lookup`]): nothing is created, removed or renamed on the server a
+//!    second time; a replayed creation costs one lookup, a modification or attribute change
+//!    one Tgetattr. The guest kernel sees the calls succeed and raises IN_CREATE,
+//!    IN_DELETE, IN_MOVED_FROM/IN_MOVED_TO, IN_MODIFY and IN_ATTRIB, as for a local change.
+//!    FUSE's own invalidation calls raise none.
+//!
+//! Changes made through this mount come back as events too. They are recognised (the same
+//! name or node was changed through this mount within [`OWN_WINDOW`]) and not replayed: the
+//! guest kernel raised their events already.
+//!
+//! A rescan (the server's kernel queue overflowed, or this client fell behind) cannot be
+//! replayed change by change: it invalidates the subtree, so the next access re-reads it.
+//! A sync ([`ChangeState::sync`], the `user.crossfs.sync` attribute of the mount's root)
+//! returns once every change made on the host before it has been applied here.
+//!
+//! What this module must not do: send anything on the main connection but lookups and
+//! getattrs, or act on a path outside the mount.
+
+mod feed;
+mod replay;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use crossfs_client::{Client, ClientError, Fid, Rgetattr};
+use fuser::{Errno, FileType, Generation, INodeNo, ReplyEntry, ReplyXattr};
+use serde_json::{json, Value};
+
+use crate::attr;
+use crate::fid::FidRef;
+use crate::fs::Shared;
+
+pub(crate) use feed::Feed;
+
+/// How long after a change made through this mount its event is taken for that change.
+pub(crate) const OWN_WINDOW: Duration = Duration::from_secs(2);
+
+/// The extended attribute of the mount's root whose read is a sync.
+pub(crate) const SYNC_XATTR: &[u8] = b"user.crossfs.sync";
+
+/// How long a sync waits for the server and the feed.
+const SYNC_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Most names remembered as answered "missing" (what a rescan must invalidate).
+const NEGATIVE_NAMES_LIMIT: usize = 1 << 17;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What a LOOKUP of one name by the feed thread is answered with.
+pub(crate) enum Present {
+    /// The file, found on the server (or known to the kernel already).
+    Found(Arc<FidRef>, Box<Rgetattr>),
+    /// A file already gone from the server: a placeholder node of this type.
+    Gone(FileType, u32),
+}
+
+/// What the feed thread is replaying now: how LOOKUPs from it are answered.
+#[derive(Default)]
+pub(crate) struct Intent {
+    /// This (directory, name) is answered "missing", uncached.
+    pub missing: Option<(u64, Vec<u8>)>,
+    /// This (directory, name) is answered with this file.
+    pub present: Option<(u64, Vec<u8>, Present)>,
+}
+
+/// Names and nodes changed through this mount lately (see [`OWN_WINDOW`]).
+#[derive(Default)]
+struct OwnChanges {
+    names: Mutex<HashMap<(u64, Vec<u8>), Instant>>,
+    nodes: Mutex<HashMap<u64, Instant>>,
+}
+
+fn note<K: std::hash::Hash + Eq>(map: &Mutex<HashMap<K, Instant>>, key: K) {
+    let now = Instant::now();
+    let mut m = lock(map);
+    if m.len() >= 4096 {
+        m.retain(|_, t| now.duration_since(*t) < OWN_WINDOW);
+    }
+    m.insert(key, now);
+}
+
+fn is_recent<K: std::hash::Hash + Eq>(map: &Mutex<HashMap<K, Instant>>, key: &K) -> bool {
+    lock(map).get(key).is_some_and(|t| t.elapsed() < OWN_WINDOW)
+}
+
+/// Counters shown by `crossfs stats` under `"changes"`.
+#[derive(Default)]
+pub(crate) struct ChangeStats {
+    pub received: AtomicU64,
+    pub replayed: AtomicU64,
+    pub own: AtomicU64,
+    pub rescans: AtomicU64,
+    pub invalidations: AtomicU64,
+    pub replay_failures: AtomicU64,
+    pub syncs: AtomicU64,
+}
+
+/// The change-event state every FUSE handler can see.
+#[derive(Default)]
+pub(crate) struct ChangeState {
+    /// Whether a feed runs (before it does, nothing is recorded).
+    enabled: AtomicBool,
+    /// The feed thread's id (0: none).
+    replay_tid: AtomicU32,
+    intent: Mutex<Intent>,
+    own: OwnChanges,
+    /// Directory node -> names answered "missing" while events run.
+    negative: Mutex<HashMap<u64, HashSet<Vec<u8>>>>,
+    negative_count: AtomicU64,
+    /// Sync markers the feed has applied.
+    synced: Mutex<HashSet<u64>>,
+    synced_cv: Condvar,
+    /// Where sync requests go: the event connection and its fid.
+    link: OnceLock<(Arc<Client>, Fid)>,
+    next_marker: AtomicU64,
+    syncs_running: AtomicU32,
+    pub stats: ChangeStats,
+}
+
+impl ChangeState {
+    /// Whether a FUSE request from thread `pid` comes from the feed replaying a change.
+    pub(crate) fn is_replay(&self, pid: u32) -> bool {
+        pid != 0 && self.replay_tid.load(Relaxed) == pid
+    }
+
+    /// Notes that `name` in `parent` was changed through this mount.
+    pub(crate) fn note_name(&self, parent: u64, name: &[u8]) {
+        if self.enabled.load(Relaxed) {
+            note(&self.own.names, (parent, name.to_vec()));
+        }
+    }
+
+    /// Notes that node `ino` was written or its attributes set through this mount.
+    pub(crate) fn note_node(&self, ino: u64) {
+        if self.enabled.load(Relaxed) {
+            note(&self.own.nodes, ino);
+        }
+    }
+
+    /// Notes a name answered "missing", so a rescan of its directory can invalidate it.
+    pub(crate) fn note_missing(&self, parent: u64, name: &[u8]) {
+        if !self.enabled.load(Relaxed) {
+            return;
+        }
+        let mut neg = lock(&self.negative);
+        if self.negative_count.load(Relaxed) as usize >= NEGATIVE_NAMES_LIMIT {
+            // Forgetting them only costs coherence after a rescan; say so once.
+            tracing::warn!("too many missing names to track; a rescan may leave some cached");
+            neg.clear();
+            self.negative_count.store(0, Relaxed);
+        }
+        if neg.entry(parent).or_default().insert(name.to_vec()) {
+            self.negative_count.fetch_add(1, Relaxed);
+        }
+    }
+
+    fn take_missing(&self, dir: u64) -> Vec<Vec<u8>> {
+        let names: Vec<_> = lock(&self.negative)
+            .remove(&dir)
+            .map(|s| s.into_iter().collect())
+            .unwrap_or_default();
+        self.negative_count.fetch_sub(names.len() as u64, Relaxed);
+        names
+    }
+
+    fn forget_missing(&self, dir: u64, name: &[u8]) {
+        if let Some(set) = lock(&self.negative).get_mut(&dir) {
+            if set.remove(name) {
+                self.negative_count.fetch_sub(1, Relaxed);
+            }
+        }
+    }
+
+    fn set_intent(&self, intent: Intent) {
+        *lock(&self.intent) = intent;
+    }
+
+    fn marker_applied(&self, marker: u64) {
+        lock(&self.synced).insert(marker);
+        self.synced_cv.notify_all();
+    }
+
+    /// Returns once every change made on the host before the call has been applied to the
+    /// kernel's caches and replayed; returns the marker of this sync.
+    ///
+    /// # Errors
+    /// `EOPNOTSUPP` without a feed, `EAGAIN` when too many syncs are waiting already (each
+    /// holds a FUSE thread that replaying may need), `ETIMEDOUT`, or the event
+    /// connection's error.
+    pub(crate) fn sync(&self, fuse_threads: usize) -> Result<u64, Errno> {
+        let (client, fid) = self.link.get().ok_or(Errno::EOPNOTSUPP)?;
+        let running = self.syncs_running.fetch_add(1, Relaxed);
+        let _running = DecrementOnDrop(&self.syncs_running);
+        if running as usize + 1 >= fuse_threads.max(2) {
+            return Err(Errno::EAGAIN);
+        }
+        let marker = self.next_marker.fetch_add(1, Relaxed) + 1;
+        client
+            .write(*fid, 0, format!("sync {marker}").as_bytes())
+            .map_err(|e: ClientError| Errno::from_i32(e.errno()))?;
+        let deadline = Instant::now() + SYNC_TIMEOUT;
+        let mut synced = lock(&self.synced);
+        while !synced.remove(&marker) {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Errno::ETIMEDOUT);
+            }
+            synced = self
+                .synced_cv
+                .wait_timeout(synced, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        self.stats.syncs.fetch_add(1, Relaxed);
+        Ok(marker)
+    }
+
+    /// The counters, for `crossfs stats`.
+    pub(crate) fn stats_json(&self) -> Value {
+        let s = &self.stats;
+        json!({
+            "enabled": self.enabled.load(Relaxed),
+            "received": s.received.load(Relaxed),
+            "replayed": s.replayed.load(Relaxed),
+            "own": s.own.load(Relaxed),
+            "rescans": s.rescans.load(Relaxed),
+            "invalidations": s.invalidations.load(Relaxed),
+            "replay_failures": s.replay_failures.load(Relaxed),
+            "syncs": s.syncs.load(Relaxed),
+        })
+    }
+}
+
+struct DecrementOnDrop<'a>(&'a AtomicU32);
+
+impl Drop for DecrementOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
+impl Shared {
+    /// A LOOKUP: answered here when the feed thread is replaying a change to this very
+    /// name (see [`Intent`]); otherwise handed back for the ordinary lookup.
+    pub(crate) fn replay_lookup(
+        &self,
+        pid: u32,
+        parent: INodeNo,
+        name: &[u8],
+        reply: ReplyEntry,
+    ) -> Option<ReplyEntry> {
+        if !self.changes.is_replay(pid) {
+            return Some(reply);
+        }
+        let mut intent = lock(&self.changes.intent);
+        if intent
+            .missing
+            .as_ref()
+            .is_some_and(|(d, n)| *d == parent.0 && n == name)
+        {
+            drop(intent);
+            reply.error(Errno::ENOENT);
+            return None;
+        }
+        let matches = intent
+            .present
+            .as_ref()
+            .is_some_and(|(d, n, _)| *d == parent.0 && n == name);
+        if !matches {
+            return Some(reply);
+        }
+        let Some((_, _, present)) = intent.present.take() else {
+            return Some(reply);
+        };
+        drop(intent);
+        let at = (parent, name);
+        match present {
+            Present::Found(fid, a) => {
+                let fa = self.remember(at, fid, &a);
+                reply.entry_with_ttls(&Duration::ZERO, &Duration::ZERO, &fa, Generation(0));
+            }
+            Present::Gone(kind, format) => {
+                let Some(dir) = self.inodes.fid(parent.0) else {
+                    reply.error(Errno::ENOENT);
+                    return None;
+                };
+                let ino = self.inodes.placeholder((parent.0, name), dir, format);
+                let fa = attr::placeholder(ino, kind);
+                reply.entry_with_ttls(&Duration::ZERO, &Duration::ZERO, &fa, Generation(0));
+            }
+        }
+        None
+    }
+
+    /// Reading `user.crossfs.sync` on the mount's root: a sync (see
+    /// [`ChangeState::sync`]); the value is the sync's marker, 16 hex digits.
+    pub(crate) fn sync_xattr(&self, size: u32, reply: ReplyXattr) {
+        const LEN: u32 = 16;
+        if size == 0 {
+            return reply.size(LEN);
+        }
+        if size < LEN {
+            return reply.error(Errno::ERANGE);
+        }
+        match self.changes.sync(self.config.threads) {
+            Ok(marker) => reply.data(format!("{marker:016x}").as_bytes()),
+            Err(e) => reply.error(e),
+        }
+    }
+}
