@@ -34,6 +34,29 @@ pub enum Command {
     Stats(StatsArgs),
     /// Benchmark crossfs against native and other targets, and print the table.
     Bench(Box<crossfs_bench_args::BenchArgs>),
+    /// Stream the change events of a `crossfs serve` export, one line each.
+    Watch(WatchArgs),
+    /// Wait until every change made on the host so far is visible in a `crossfs mount`.
+    Sync(SyncArgs),
+}
+
+/// `--events`: which watcher a server uses for change events, or none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventsChoice {
+    Off,
+    On(crossfs_events::BackendKind),
+}
+
+fn parse_events(s: &str) -> Result<EventsChoice, String> {
+    use crossfs_events::BackendKind as B;
+    Ok(match s {
+        "off" => EventsChoice::Off,
+        "auto" => EventsChoice::On(B::Auto),
+        "fanotify" => EventsChoice::On(B::Fanotify),
+        "inotify" => EventsChoice::On(B::Inotify),
+        "poll" => EventsChoice::On(B::Poll),
+        _ => return Err(format!("`{s}`: use auto, fanotify, inotify, poll or off")),
+    })
 }
 
 /// Parses sizes like `1048576`, `64K`, `1M`, `1MiB`.
@@ -116,6 +139,37 @@ pub struct ServeArgs {
     /// Fids (open handles) one connection may hold.
     #[arg(long, value_name = "N", default_value_t = 65536)]
     pub max_fids: usize,
+    /// Change events, streamed to `crossfs mount` (cache coherence, inotify in the guest)
+    /// and `crossfs watch`: auto (fanotify when the server may use it, else inotify within
+    /// a watch budget, polling beyond), fanotify, inotify, poll, or off. While on, the
+    /// directory `.crossfs` at the top of the export holds sync cookies and is hidden from
+    /// clients.
+    #[arg(long, value_name = "WATCHER", default_value = "auto", value_parser = parse_events)]
+    pub events: EventsChoice,
+    /// Change events queued per client before it is sent one "rescan" instead (a client
+    /// that falls behind never slows the server or loses a change silently).
+    #[arg(long, value_name = "N", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=1048576))]
+    pub event_queue: u32,
+}
+
+#[derive(Args, Debug)]
+pub struct WatchArgs {
+    /// A `crossfs serve` address (unix:PATH, tcp:HOST:PORT, vsock:CID:PORT), or the mount
+    /// point of a `crossfs mount` (its server is then watched).
+    pub target: String,
+    /// Resume after event EPOCH:SEQ (as printed with --json): the events since then if the
+    /// server still has them, else an explicit rescan of everything.
+    #[arg(long, value_name = "EPOCH:SEQ")]
+    pub since: Option<String>,
+    /// Print each event as one JSON object per line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct SyncArgs {
+    /// The mount point of a `crossfs mount` whose server streams change events.
+    pub mountpoint: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -169,6 +223,11 @@ pub struct MountArgs {
     /// Unix socket on which `crossfs stats` reads this mount's counters.
     #[arg(long, value_name = "PATH")]
     pub control: Option<PathBuf>,
+    /// Do not follow the server's change events (a second connection that keeps the
+    /// caches coherent and replays host changes for watchers in the guest). Without
+    /// them, host changes show once the cache timeouts of --cache pass.
+    #[arg(long)]
+    pub no_events: bool,
     /// Hand the connection to the kernel's 9p client (mount -t 9p -o trans=fd) instead of
     /// FUSE, so vsock and unix sockets work with it too. Needs a kernel with 9p.
     #[arg(long)]

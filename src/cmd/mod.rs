@@ -4,6 +4,8 @@ pub mod bench;
 mod mount;
 mod serve;
 mod stats;
+mod sync;
+mod watch;
 
 use crate::args::Command;
 
@@ -14,5 +16,32 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Mount(args) => mount::run(args),
         Command::Stats(args) => stats::run(args),
         Command::Bench(args) => bench::run(*args),
+        Command::Watch(args) => watch::run(args),
+        Command::Sync(args) => sync::run(args),
     }
+}
+
+/// Connects a second 9P connection to `addr` and attaches its change-event stream
+/// (optionally resuming after `since`, "EPOCH:SEQ").
+pub(crate) fn connect_events(
+    addr: &crossfs_transport::Addr,
+    since: Option<&str>,
+) -> anyhow::Result<(std::sync::Arc<crossfs_client::Client>, crossfs_client::Fid)> {
+    use anyhow::Context;
+    let stream = crossfs_transport::connect(addr, &crossfs_transport::SocketOptions::default())
+        .with_context(|| format!("connecting to {addr}"))?;
+    let reader = stream.try_clone().context("duplicating the connection")?;
+    let client =
+        crossfs_client::Client::connect(reader, stream, &crossfs_client::ClientConfig::default())
+            .with_context(|| format!("negotiating 9P2000.L with {addr}"))?;
+    let mut aname = crossfs_server::EVENTS_ANAME.to_string();
+    if let Some(since) = since {
+        aname.push_str("?since=");
+        aname.push_str(since);
+    }
+    let uid = rustix::process::getuid().as_raw();
+    let (fid, _) = client
+        .attach(b"", aname.as_bytes(), uid)
+        .with_context(|| format!("{addr} serves no change events (crossfs serve --events)"))?;
+    Ok((client, fid))
 }

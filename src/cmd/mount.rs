@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use crossfs_client::{Client, ClientConfig};
 use crossfs_mount::{MountConfig, NegativeTtl};
 use crossfs_transport::SocketOptions;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::args::MountArgs;
 use crate::control::ControlEndpoint;
@@ -62,8 +62,21 @@ pub fn run(args: MountArgs) -> Result<()> {
         fs_name: format!("crossfs:{}", args.addr),
         ..MountConfig::default()
     };
-    let handle = crossfs_mount::mount(client, root, &mountpoint, &config)
+    let mut handle = crossfs_mount::mount(client, root, &mountpoint, &config)
         .with_context(|| format!("mounting on {}", mountpoint.display()))?;
+    if !args.no_events {
+        // Another server (diod, ...) or one serving without events: the mount works, its
+        // caches just follow their timeouts.
+        match super::connect_events(&args.addr, None) {
+            Ok((events, fid)) => {
+                handle
+                    .follow_changes(events, fid)
+                    .context("following change events")?;
+                info!("following change events of {}", args.addr);
+            }
+            Err(e) => warn!("no change events: {e:#}; host changes show as --cache timeouts allow"),
+        }
+    }
     let _control = match &args.control {
         Some(path) => Some(ControlEndpoint::start(path, handle.stats_reporter())?),
         None => None,

@@ -7,7 +7,9 @@ use crossfs_server::{Server, ServerConfig};
 use crossfs_transport::{Addr, ListenOptions, Listener, SocketOptions, TransportError};
 use tracing::{info, warn};
 
-use crate::args::ServeArgs;
+use crossfs_events::{EventHub, HubConfig};
+
+use crate::args::{EventsChoice, ServeArgs};
 use crate::control::ControlEndpoint;
 
 pub fn run(args: ServeArgs) -> Result<()> {
@@ -26,7 +28,27 @@ pub fn run(args: ServeArgs) -> Result<()> {
         max_fids: args.max_fids,
         ..ServerConfig::default()
     };
-    let server = Server::new(config).with_context(|| format!("exporting {}", export.display()))?;
+    let events = match args.events {
+        EventsChoice::Off => None,
+        EventsChoice::On(backend) => {
+            let config = HubConfig {
+                backend,
+                ring_capacity: args.event_queue as usize,
+                ..HubConfig::default()
+            };
+            let hub = EventHub::start(&export, config).with_context(|| {
+                format!(
+                    "watching {} for change events (--events off to serve without)",
+                    export.display()
+                )
+            })?;
+            info!(backend = ?hub.backend(), epoch = hub.epoch(), "change events on");
+            Some(Arc::new(hub))
+        }
+    };
+    let hub = events.clone();
+    let server = Server::with_events(config, events)
+        .with_context(|| format!("exporting {}", export.display()))?;
     let listen_opts = ListenOptions {
         allow_remote_tcp: args.allow_remote,
         stream: SocketOptions {
@@ -90,6 +112,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
     }
     // Dropping the listeners (in their threads) and the control endpoint removes their socket
     // files; process exit closes client connections.
+    if let Some(hub) = hub {
+        hub.remove_control_dir();
+    }
     Ok(())
 }
 

@@ -1,0 +1,109 @@
+//! `crossfs watch`: print a server's change events as they come, one line each.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use crossfs_events::Event;
+use crossfs_transport::Addr;
+
+use crate::args::WatchArgs;
+
+pub fn run(args: WatchArgs) -> Result<()> {
+    let addr = target_addr(&args.target)?;
+    let (client, fid) = super::connect_events(&addr, args.since.as_deref())?;
+    if !args.json {
+        eprintln!("watching {addr} (Ctrl-C to stop)");
+    }
+    let mut out = std::io::stdout().lock();
+    loop {
+        // A long poll: the server answers when events arrive, or with nothing after a while.
+        let data = client
+            .read(fid, 0, client.max_io())
+            .with_context(|| format!("reading change events from {addr}"))?;
+        for line in data.split_inclusive(|&b| b == b'\n') {
+            if args.json {
+                out.write_all(line)?;
+                continue;
+            }
+            match Event::from_json_line(line) {
+                Ok(ev) => writeln!(out, "{ev}")?,
+                Err(e) => writeln!(
+                    out,
+                    "unreadable event ({e}): {}",
+                    String::from_utf8_lossy(line)
+                )?,
+            }
+        }
+        out.flush()?;
+    }
+}
+
+/// An address as given, or the server of the `crossfs mount` at a mount point (its
+/// mount source is `crossfs:ADDR`, see /proc/self/mountinfo).
+fn target_addr(target: &str) -> Result<Addr> {
+    if !Path::new(target).is_dir() {
+        return target
+            .parse()
+            .map_err(|e| anyhow::anyhow!("`{target}` is neither a directory nor an address: {e}"));
+    }
+    let dir = Path::new(target)
+        .canonicalize()
+        .with_context(|| format!("mount point {target}"))?;
+    let info =
+        std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
+    for line in info.lines() {
+        // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER
+        let fields: Vec<&str> = line.split(' ').collect();
+        let Some(dash) = fields.iter().position(|f| *f == "-") else {
+            continue;
+        };
+        let (Some(mountpoint), Some(fstype), Some(source)) =
+            (fields.get(4), fields.get(dash + 1), fields.get(dash + 2))
+        else {
+            continue;
+        };
+        if Path::new(&unescape(mountpoint)) != dir || !fstype.starts_with("fuse") {
+            continue;
+        }
+        if let Some(addr) = unescape(source).strip_prefix("crossfs:") {
+            return addr
+                .parse()
+                .map_err(|e| anyhow::anyhow!("mount source `{source}`: {e}"));
+        }
+    }
+    bail!("{} is not a crossfs mount", dir.display())
+}
+
+/// mountinfo escapes space, tab, newline and backslash as octal (`\040`).
+fn unescape(field: &str) -> String {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes() {
+        assert_eq!(unescape(r"/mnt/a\040b"), "/mnt/a b");
+        assert_eq!(unescape(r"/mnt/x\134y"), r"/mnt/x\y");
+        assert_eq!(unescape("plain"), "plain");
+    }
+}
