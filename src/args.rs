@@ -141,9 +141,9 @@ pub struct ServeArgs {
     pub max_fids: usize,
     /// Change events, streamed to `crossfs mount` (cache coherence, inotify in the guest)
     /// and `crossfs watch`: auto (fanotify when the server may use it, else inotify within
-    /// a watch budget, polling beyond), fanotify, inotify, poll, or off. While on, the
-    /// directory `.crossfs` at the top of the export holds sync cookies and is hidden from
-    /// clients.
+    /// a watch budget, polling beyond), fanotify, inotify, poll, or off. While on, a sync
+    /// briefly creates a file `.crossfs-sync-*` at the top of the export (hidden from
+    /// clients).
     #[arg(long, value_name = "WATCHER", default_value = "auto", value_parser = parse_events)]
     pub events: EventsChoice,
     /// Change events queued per client before it is sent one "rescan" instead (a client

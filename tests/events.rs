@@ -200,15 +200,21 @@ fn host_changes_reach_inotify_watchers_in_the_guest() {
     assert!(s.changes("replayed") >= 7, "{}", s.mount.stats());
     assert_eq!(s.changes("replay_failures"), 0, "{}", s.mount.stats());
 
-    // The event stream's control directory is the server's business only.
-    let names: Vec<_> = std::fs::read_dir(&s.mount.mountpoint)
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert_eq!(names, vec![std::ffi::OsString::from("g.txt")]);
-    assert!(s.host(".crossfs").is_dir());
-    assert!(std::fs::symlink_metadata(s.guest(".crossfs")).is_err());
-    let err = std::fs::create_dir(s.guest(".crossfs")).unwrap_err();
+    // Sync cookies are the server's business only, and gone once a sync returns.
+    let names = |dir: &Path| -> Vec<_> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect()
+    };
+    assert_eq!(
+        names(&s.mount.mountpoint),
+        vec![std::ffi::OsString::from("g.txt")]
+    );
+    assert_eq!(names(&s.export), names(&s.mount.mountpoint));
+    std::fs::write(s.host(".crossfs-sync-0-0"), "").unwrap();
+    assert!(std::fs::symlink_metadata(s.guest(".crossfs-sync-0-0")).is_err());
+    let err = std::fs::create_dir(s.guest(".crossfs-sync-x")).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EPERM), "{err}");
 }
 
@@ -340,7 +346,7 @@ fn watch_prints_events_and_resumes_after_a_sequence_number() {
     assert_eq!(fresh.last().unwrap()["reason"], "fresh start");
 }
 
-/// Everything under `root` (but the events' control directory) as path -> description.
+/// Everything under `root` as path -> description.
 fn tree(root: &Path) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     let mut stack = vec![PathBuf::new()];
@@ -348,9 +354,7 @@ fn tree(root: &Path) -> BTreeMap<String, String> {
         for entry in std::fs::read_dir(root.join(&rel)).unwrap() {
             let entry = entry.unwrap();
             let rel = rel.join(entry.file_name());
-            if rel == Path::new(".crossfs") {
-                continue;
-            }
+
             let md = std::fs::symlink_metadata(root.join(&rel)).unwrap();
             let desc = if md.is_dir() {
                 stack.push(rel.clone());

@@ -18,11 +18,9 @@ fn compare_with_local(addr: &str, export: &std::path::Path, mount_args: &[&str],
     assert_same_output("local directory", &expected, label, &actual);
     // What the mount left in the export is what the script left locally.
     let listing = |dir: &std::path::Path| {
-        // `.crossfs` holds crossfs serve's sync cookies while change events are on.
         let mut names: Vec<_> = std::fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name())
-            .filter(|n| n != ".crossfs")
             .collect();
         names.sort();
         names

@@ -46,7 +46,6 @@ pub fn run(args: ServeArgs) -> Result<()> {
             Some(Arc::new(hub))
         }
     };
-    let hub = events.clone();
     let server = Server::with_events(config, events)
         .with_context(|| format!("exporting {}", export.display()))?;
     let listen_opts = ListenOptions {
@@ -112,9 +111,6 @@ pub fn run(args: ServeArgs) -> Result<()> {
     }
     // Dropping the listeners (in their threads) and the control endpoint removes their socket
     // files; process exit closes client connections.
-    if let Some(hub) = hub {
-        hub.remove_control_dir();
-    }
     Ok(())
 }
 

@@ -44,8 +44,9 @@ pub struct HubConfig {
     pub overflow_window: Duration,
     /// ... switch to polling for this long (10 s), then re-arm the watcher.
     pub overflow_backoff: Duration,
-    /// The hidden directory (top-level name) holding sync cookies; never reported (".crossfs").
-    pub control_dir: Vec<u8>,
+    /// Top-level names starting with this are the hub's sync cookies: files that exist only
+    /// while a sync waits for them, and are never reported (".crossfs-sync-").
+    pub cookie_prefix: Vec<u8>,
     /// How long a sync cookie may take to show up before the engine rescans instead (1 s).
     pub cookie_grace: Duration,
     /// How long `sync_cookie` waits in all (10 s).
@@ -66,7 +67,7 @@ impl Default for HubConfig {
             overflow_threshold: 3,
             overflow_window: Duration::from_secs(30),
             overflow_backoff: Duration::from_secs(10),
-            control_dir: b".crossfs".to_vec(),
+            cookie_prefix: b".crossfs-sync-".to_vec(),
             cookie_grace: Duration::from_secs(1),
             sync_timeout: Duration::from_secs(10),
         }

@@ -9,73 +9,41 @@ use std::os::fd::OwnedFd;
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use rustix::fs::{mkdirat, openat, unlinkat, AtFlags, Mode, OFlags};
-use rustix::io::Errno;
+use rustix::fs::{openat, unlinkat, AtFlags, Mode, OFlags};
 
 use crate::beneath::Root;
 use crate::path::RelPath;
 
-/// `<export>/<control>/cookies`, opened beneath the root.
+/// Where sync cookies are made: files named `<prefix><epoch in hex>-<id>` at the top of the
+/// export, which exist only while a sync waits for its own (nothing is left in the export,
+/// and a file adds no link to the root, so its `st_nlink` stays what clients expect).
 #[derive(Debug)]
 pub(crate) struct CookieDir {
-    fd: OwnedFd,
-    dir: RelPath,
-    /// The export root and the control directory, to remove the two when done.
     root: OwnedFd,
-    control: OwnedFd,
-}
-
-fn mkdir_ok(r: rustix::io::Result<()>) -> io::Result<()> {
-    match r {
-        Ok(()) | Err(Errno::EXIST) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-fn name(epoch: u64, id: u64) -> String {
-    format!("{epoch:x}-{id}")
+    prefix: Vec<u8>,
 }
 
 impl CookieDir {
-    /// Creates (if needed) and opens the cookie directory.
-    pub(crate) fn open(root: &Root, control: &[u8]) -> io::Result<Self> {
-        let control_rel = RelPath::root()
-            .join(control)
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
-        mkdir_ok(mkdirat(root.fd(), control, Mode::from_bits_truncate(0o700)))?;
-        let cfd = root
-            .open_dir(&control_rel)?
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOTDIR))?;
-        mkdir_ok(mkdirat(&cfd, "cookies", Mode::from_bits_truncate(0o700)))?;
-        let dir = control_rel
-            .join(b"cookies")
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
-        let fd = root
-            .open_dir(&dir)?
-            .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOTDIR))?;
+    /// Prepares cookies for `root` under names starting with `prefix`.
+    pub(crate) fn open(root: &Root, prefix: &[u8]) -> io::Result<Self> {
         Ok(Self {
-            fd,
-            dir,
             root: root.fd().try_clone()?,
-            control: cfd,
+            prefix: prefix.to_vec(),
         })
     }
 
-    /// Removes the cookie directory and the control directory, if nothing else is in them
-    /// (the export is left as it was found).
-    pub(crate) fn remove_dirs(&self) {
-        let _ = unlinkat(&self.control, "cookies", AtFlags::REMOVEDIR);
-        if let Some(control) = self.dir.parent() {
-            let _ = unlinkat(&self.root, control.as_bytes(), AtFlags::REMOVEDIR);
-        }
+    fn name(&self, epoch: u64, id: u64) -> Vec<u8> {
+        let mut name = self.prefix.clone();
+        name.extend_from_slice(format!("{epoch:x}-{id}").as_bytes());
+        name
     }
 
     /// Creates the cookie file for `id`.
     pub(crate) fn create(&self, epoch: u64, id: u64) -> io::Result<()> {
         let flags = OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW;
         openat(
-            &self.fd,
-            name(epoch, id),
+            &self.root,
+            self.name(epoch, id).as_slice(),
             flags | OFlags::CLOEXEC,
             Mode::RUSR,
         )?;
@@ -84,16 +52,20 @@ impl CookieDir {
 
     /// Removes the cookie file for `id` (already gone is fine).
     pub(crate) fn remove(&self, epoch: u64, id: u64) {
-        let _ = unlinkat(&self.fd, name(epoch, id), AtFlags::empty());
+        let _ = unlinkat(
+            &self.root,
+            self.name(epoch, id).as_slice(),
+            AtFlags::empty(),
+        );
     }
 
     /// The cookie id if `path` is one of this hub's cookie files.
     pub(crate) fn parse(&self, path: &RelPath, epoch: u64) -> Option<u64> {
-        if path.parent().as_ref() != Some(&self.dir) {
+        if path.parent().as_ref() != Some(&RelPath::root()) {
             return None;
         }
-        let text = std::str::from_utf8(path.file_name()).ok()?;
-        let (e, id) = text.split_once('-')?;
+        let rest = path.file_name().strip_prefix(self.prefix.as_slice())?;
+        let (e, id) = std::str::from_utf8(rest).ok()?.split_once('-')?;
         (u64::from_str_radix(e, 16).ok()? == epoch)
             .then(|| id.parse().ok())
             .flatten()

@@ -73,7 +73,7 @@ impl Engine {
     }
 
     fn control(&self) -> &[u8] {
-        &self.shared.config.control_dir
+        &self.shared.config.cookie_prefix
     }
 
     /// Whether the kernel is currently telling us about changes.
@@ -162,7 +162,7 @@ impl Engine {
     }
 
     fn is_control(&self, path: &RelPath) -> bool {
-        path.first_component() == self.control()
+        path.first_component().starts_with(self.control())
     }
 
     fn ingest(&mut self, raw: Raw, now: Instant) {

@@ -25,9 +25,9 @@ pub enum EventError {
         /// The kernel's answer.
         source: io::Error,
     },
-    /// The hidden control directory could not be created or opened.
-    #[error("control directory: {0}")]
-    ControlDir(io::Error),
+    /// The export root could not be prepared for sync cookies.
+    #[error("sync cookies: {0}")]
+    Cookies(io::Error),
     /// A cookie file could not be created.
     #[error("sync cookie: {0}")]
     Cookie(io::Error),

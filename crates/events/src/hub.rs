@@ -210,22 +210,22 @@ fn start_watcher(
 }
 
 impl EventHub {
-    /// Starts watching the directory `root`: opens it, creates the hidden control directory,
-    /// arms the watcher, takes the first snapshot and starts the event thread.
+    /// Starts watching the directory `root`: opens it, arms the watcher, takes the first
+    /// snapshot and starts the event thread.
     ///
     /// # Errors
-    /// The root cannot be opened, the control directory cannot be created, the requested
-    /// watcher is unavailable (`Auto` falls back instead), or the thread cannot start.
+    /// The root cannot be opened, the requested watcher is unavailable (`Auto` falls back
+    /// instead), or the thread cannot start.
     pub fn start(root: &Path, config: HubConfig) -> Result<Self, EventError> {
         let root_fd = Root::open(root).map_err(|source| EventError::Root {
             path: root.to_path_buf(),
             source,
         })?;
         let cookies =
-            CookieDir::open(&root_fd, &config.control_dir).map_err(EventError::ControlDir)?;
+            CookieDir::open(&root_fd, &config.cookie_prefix).map_err(EventError::Cookies)?;
         let watcher = start_watcher(config.backend, &root_fd, &config)?;
         let backend = watcher.kind();
-        let snapshot = Snapshot::scan_root(&root_fd, &RelPath::root(), &config.control_dir);
+        let snapshot = Snapshot::scan_root(&root_fd, &RelPath::root(), &config.cookie_prefix);
         let (wake_r, wake_w) = pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)
             .map_err(|e| EventError::Thread(e.into()))?;
         let epoch = new_epoch();
@@ -266,15 +266,10 @@ impl EventHub {
         self.shared.epoch
     }
 
-    /// The hidden directory (a top-level name of the export) holding sync cookies.
-    pub fn control_dir(&self) -> &[u8] {
-        &self.shared.config.control_dir
-    }
-
-    /// Removes the (empty) control directory from the export: for a server shutting down.
-    /// Syncs after this fail; events keep flowing until the hub is dropped.
-    pub fn remove_control_dir(&self) {
-        self.shared.cookies.remove_dirs();
+    /// The prefix of the sync cookies' names: top-level names of the export that start
+    /// with it belong to the hub, exist only during a sync, and are never reported.
+    pub fn cookie_prefix(&self) -> &[u8] {
+        &self.shared.config.cookie_prefix
     }
 
     /// The watcher actually in use.

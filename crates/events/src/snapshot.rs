@@ -24,7 +24,8 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// Scans `sub` beneath `root` (never following symlinks), leaving out the top-level
-    /// entry named `exclude` (the control directory). Entries that vanish mid-scan are skipped.
+    /// entries whose names start with `exclude` (sync cookies). Entries that vanish mid-scan
+    /// are skipped.
     ///
     /// # Errors
     /// Opening `root` failed.
@@ -35,7 +36,7 @@ impl Snapshot {
     pub(crate) fn scan_root(root: &Root, sub: &RelPath, exclude: &[u8]) -> Snapshot {
         let mut snap = Snapshot::default();
         if !sub.is_root() {
-            if sub.first_component() == exclude {
+            if sub.first_component().starts_with(exclude) {
                 return snap;
             }
             match root.lstat(sub) {
@@ -59,7 +60,7 @@ impl Snapshot {
             for entry in entries {
                 let Ok(entry) = entry else { break };
                 let name = entry.file_name().to_bytes();
-                if !valid_name(name) || (dir.is_root() && name == exclude) {
+                if !valid_name(name) || (dir.is_root() && name.starts_with(exclude)) {
                     continue;
                 }
                 let attrs = match rustix::fs::statat(&fd, name, AtFlags::SYMLINK_NOFOLLOW) {
@@ -330,17 +331,17 @@ mod tests {
     }
 
     #[test]
-    fn scan_sees_real_files_and_skips_control_dir() {
+    fn scan_sees_real_files_and_skips_cookies() {
         let t = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(t.path().join("a/b")).unwrap();
         std::fs::write(t.path().join("a/b/f"), b"xyz").unwrap();
-        std::fs::create_dir_all(t.path().join(".crossfs/cookies")).unwrap();
+        std::fs::write(t.path().join(".crossfs-sync-1-2"), b"").unwrap();
         std::os::unix::fs::symlink("/etc", t.path().join("a/link")).unwrap();
-        let s = Snapshot::scan(t.path(), &RelPath::root(), b".crossfs").unwrap();
+        let s = Snapshot::scan(t.path(), &RelPath::root(), b".crossfs-sync-").unwrap();
         let keys: Vec<String> = s.iter().map(|(k, _)| k.to_string()).collect();
         assert_eq!(keys, ["a", "a/b", "a/b/f", "a/link"]);
         assert_eq!(s.get(&p("a/b/f")).unwrap().size, 3);
-        let sub = Snapshot::scan(t.path(), &p("a/link"), b".crossfs").unwrap();
+        let sub = Snapshot::scan(t.path(), &p("a/link"), b".crossfs-sync-").unwrap();
         assert_eq!(sub.len(), 1, "a symlink is an entry, never followed");
     }
 }

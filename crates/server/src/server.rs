@@ -76,8 +76,9 @@ impl Server {
     /// that attach with the aname [`EVENTS_ANAME`]: each such attach gets a fid whose
     /// Tread is a long poll returning whole JSON lines (one event each), and whose Twrite
     /// of `sync N` returns once every change made before it is in the stream, followed by
-    /// `{"kind":"sync","cookie":N}`. The hub's control directory at the export root is
-    /// hidden from every client (walks get `ENOENT`, listings skip it, creating it `EPERM`).
+    /// `{"kind":"sync","cookie":N}`. The hub's sync cookies, files at the top of the export
+    /// that exist only during a sync, are hidden from every client (walks get `ENOENT`,
+    /// listings skip them, making one is `EPERM`).
     /// Plain 9P2000.L clients see no other difference.
     ///
     /// # Errors
@@ -199,14 +200,14 @@ impl Server {
         })
     }
 
-    /// Whether `name` in the directory with qid path `dir` is the event hub's control
-    /// directory, which clients never see.
+    /// Whether `name` in the directory with qid path `dir` is one of the event hub's sync
+    /// cookies (top-level names with its prefix), which clients never see.
     pub(crate) fn is_reserved(&self, dir: u64, name: &[u8]) -> bool {
         dir == self.root_qid_path
             && self
                 .events
                 .as_ref()
-                .is_some_and(|hub| hub.control_dir() == name)
+                .is_some_and(|hub| name.starts_with(hub.cookie_prefix()))
     }
 
     /// Refuses to make, remove or rename the reserved name (see [`Server::is_reserved`]).

@@ -9,7 +9,7 @@ use crossfs_events::{
     Attrs, BackendKind, Event, EventHub, EventKind, HubConfig, RelPath, Snapshot, Subscriber,
 };
 
-pub const CONTROL: &[u8] = b".crossfs";
+pub const CONTROL: &[u8] = b".crossfs-sync-";
 
 /// Where fanotify can be tested: a directory on a filesystem that reports file ids.
 /// `/tmp` is on the root ext4 filesystem here; the tempdir lives there.
