@@ -82,7 +82,12 @@ impl SubQueue {
             r.events.clear();
             r.events
                 .push_back(rescan(ev.epoch, ev.seq, "subscriber fell behind"));
-            r.behind = true;
+            if matches!(ev.kind, EventKind::Sync { .. }) {
+                // The marker follows the rescan that covers everything before it.
+                r.events.push_back(Arc::clone(ev));
+            } else {
+                r.behind = true;
+            }
         } else {
             r.events.push_back(Arc::clone(ev));
         }
@@ -257,6 +262,23 @@ mod tests {
             vec![200, 201, 202],
             "rescan, the marker, then normal delivery"
         );
+    }
+
+    #[test]
+    fn a_marker_reaching_a_full_ring_is_kept_behind_the_rescan() {
+        let q = SubQueue::new(4);
+        let s = Subscriber::new(Arc::clone(&q));
+        for i in 1..=4 {
+            q.push(&ev(i, "f"));
+        }
+        let mut marker = (*ev(5, "")).clone();
+        marker.kind = EventKind::Sync { cookie: 9 };
+        q.push(&Arc::new(marker));
+        let got: Vec<_> = std::iter::from_fn(|| s.try_next())
+            .map(|e| e.kind)
+            .collect();
+        assert!(matches!(got[0], EventKind::Rescan { .. }), "{got:?}");
+        assert_eq!(got[1..], [EventKind::Sync { cookie: 9 }]);
     }
 
     #[test]
