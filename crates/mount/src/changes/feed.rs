@@ -12,6 +12,7 @@ use crossfs_events::{Event, EventKind, RelPath};
 use fuser::{INodeNo, Notifier};
 
 use super::replay::Replayer;
+use super::watchers::Watchers;
 use crate::fs::Shared;
 use crate::inode::ROOT;
 
@@ -41,6 +42,7 @@ impl Feed {
                 let applier = Applier {
                     shared: &shared,
                     notifier,
+                    watchers: Watchers::new(&mountpoint),
                     replayer: Replayer {
                         shared: &shared,
                         mountpoint,
@@ -69,6 +71,7 @@ struct Applier<'a> {
     shared: &'a Arc<Shared>,
     notifier: Notifier,
     replayer: Replayer<'a>,
+    watchers: Watchers,
 }
 
 impl Applier<'_> {
@@ -152,21 +155,21 @@ impl Applier<'_> {
         };
     }
 
-    /// Whether `path` was created, removed or renamed through this mount lately, judged
-    /// from what the mount already knows (no system call: such events are frequent while
-    /// the guest itself works, and must cost next to nothing).
-    fn is_own(&self, path: &RelPath) -> bool {
-        let Some(parent) = path.parent() else {
-            return false;
-        };
+    /// The node of the directory holding `path`, from what the mount knows (no system
+    /// call: events are frequent while the guest itself works, and must cost next to
+    /// nothing). `None` when the kernel holds nothing there: then nothing is cached and
+    /// nobody watches.
+    fn known_parent(&self, path: &RelPath) -> Option<u64> {
         let mut dir = ROOT;
-        for name in parent.components() {
-            match self.shared.inodes.child(dir, name) {
-                Some(ino) => dir = ino,
-                None => return false,
-            }
+        for name in path.parent()?.components() {
+            dir = self.shared.inodes.child(dir, name)?;
         }
-        let own = self.shared.changes.is_own_name(dir, path.file_name());
+        Some(dir)
+    }
+
+    /// Whether `name` in `dir` was changed through this mount lately (counted as such).
+    fn is_own(&self, dir: u64, name: &[u8]) -> bool {
+        let own = self.shared.changes.is_own_name(dir, name);
         if own {
             self.shared.changes.stats.own.fetch_add(1, Relaxed);
         }
@@ -174,36 +177,48 @@ impl Applier<'_> {
     }
 
     fn created(&self, ev: &Event) {
-        if self.is_own(&ev.path) {
-            return;
-        }
-        let Some(dir) = self.replayer.parent_of(&ev.path) else {
+        let name = ev.path.file_name();
+        let Some(dir) = self.known_parent(&ev.path) else {
             return;
         };
-        let name = ev.path.file_name();
-        self.inval_entry(dir.ino, name);
-        let Some(attrs) = ev.attrs else { return };
-        self.counted(|| self.replayer.create(&dir, name, attrs.mode));
+        if self.is_own(dir, name) {
+            return;
+        }
+        self.inval_entry(dir, name);
+        let (Some(attrs), true) = (ev.attrs, self.watchers.any_watched(&[dir])) else {
+            return;
+        };
+        let Some(on_mount) = self.replayer.parent_of(&ev.path) else {
+            return;
+        };
+        self.counted(|| self.replayer.create(&on_mount, name, attrs.mode));
     }
 
     fn removed(&self, ev: &Event) {
-        if self.is_own(&ev.path) {
-            return;
-        }
-        let Some(dir) = self.replayer.parent_of(&ev.path) else {
+        let name = ev.path.file_name();
+        let Some(dir) = self.known_parent(&ev.path) else {
             return;
         };
-        let name = ev.path.file_name();
-        let is_dir = ev.attrs.is_some_and(|a| a.is_dir());
-        let mode = ev.attrs.map_or(libc::S_IFREG, |a| a.mode);
-        self.counted(|| {
-            let r = self.replayer.remove(&dir, name, mode, is_dir);
-            if r.is_err() {
-                // Not replayed: at least make the kernel ask again.
-                self.inval_entry(dir.ino, name);
-            }
-            r
-        });
+        if self.is_own(dir, name) {
+            return;
+        }
+        let child = self.shared.inodes.child(dir, name);
+        let watched = self
+            .watchers
+            .any_watched(&[Some(dir), child].map(|n| n.unwrap_or(0)));
+        let replayed = watched
+            && self.replayer.parent_of(&ev.path).is_some_and(|on_mount| {
+                let is_dir = ev.attrs.is_some_and(|a| a.is_dir());
+                let mode = ev.attrs.map_or(libc::S_IFREG, |a| a.mode);
+                let r = self.replayer.remove(&on_mount, name, mode, is_dir);
+                let ok = r.is_ok();
+                self.counted(|| r);
+                ok
+            });
+        if !replayed {
+            // Nobody to tell, or the replay failed: the kernel just forgets the name.
+            self.inval_entry(dir, name);
+        }
     }
 
     fn changed(&self, ev: &Event) {
@@ -218,36 +233,58 @@ impl Applier<'_> {
                 return;
             }
         }
-        let Some(dir) = self.replayer.parent_of(&ev.path) else {
+        let Some(dir) = self.known_parent(&ev.path) else {
             return;
         };
-        let name = ev.path.file_name();
-        self.counted(|| self.replayer.touch(&dir, name, modified));
+        // With the writeback cache the kernel keeps its own idea of a file's size, whatever
+        // the server says, until a size is set: replaying the truncation is what updates it.
+        let size_is_local = modified && node.is_some() && self.shared.config.cache.writeback();
+        if !size_is_local && !self.watchers.any_watched(&[dir, node.unwrap_or(0)]) {
+            return;
+        }
+        let Some(on_mount) = self.replayer.parent_of(&ev.path) else {
+            return;
+        };
+        self.counted(|| {
+            self.replayer
+                .touch(&on_mount, ev.path.file_name(), modified)
+        });
     }
 
     fn renamed(&self, from: &RelPath, ev: &Event) {
-        if self.is_own(from) || self.is_own(&ev.path) {
+        let (from_name, to_name) = (from.file_name(), ev.path.file_name());
+        let (from_dir, to_dir) = (self.known_parent(from), self.known_parent(&ev.path));
+        if from_dir.is_some_and(|d| self.is_own(d, from_name))
+            || to_dir.is_some_and(|d| self.is_own(d, to_name))
+        {
             return;
         }
-        let (Some(from_dir), Some(to_dir)) = (
+        if let Some(to_dir) = to_dir {
+            self.inval_entry(to_dir, to_name);
+        }
+        let Some(from_dir) = from_dir else {
+            // The kernel never saw the old name: to it, this is a creation.
+            return self.created(ev);
+        };
+        let watched = self.watchers.any_watched(&[from_dir, to_dir.unwrap_or(0)]);
+        let ends = (
             self.replayer.parent_of(from),
             self.replayer.parent_of(&ev.path),
-        ) else {
-            // One side is unknown here: what the kernel can see is a creation or a removal.
-            return if self.replayer.parent_of(&ev.path).is_some() {
-                self.created(ev)
-            } else {
-                let mut gone = ev.clone();
-                gone.path = from.clone();
-                self.removed(&gone)
-            };
+        );
+        let replayed = match (watched, ends) {
+            (true, (Some(f), Some(t))) => {
+                let r = self
+                    .replayer
+                    .rename((&f, from_name), (&t, to_name), ev.attrs);
+                let ok = r.is_ok();
+                self.counted(|| r);
+                ok
+            }
+            _ => false,
         };
-        let (from_name, to_name) = (from.file_name(), ev.path.file_name());
-        self.inval_entry(to_dir.ino, to_name);
-        self.counted(|| {
-            self.replayer
-                .rename((&from_dir, from_name), (&to_dir, to_name), ev.attrs)
-        });
+        if !replayed {
+            self.inval_entry(from_dir, from_name);
+        }
     }
 
     /// Invalidates everything known beneath `path` (names, negative names, attributes and

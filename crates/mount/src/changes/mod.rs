@@ -18,6 +18,12 @@
 //!    IN_DELETE, IN_MOVED_FROM/IN_MOVED_TO, IN_MODIFY and IN_ATTRIB, as for a local change.
 //!    FUSE's own invalidation calls raise none.
 //!
+//! Replaying is only done where some program in the guest watches (an inotify watch on the
+//! directory or file, a fanotify mark on it, the mount or the file system: `watchers.rs`
+//! reads them from /proc when they may have changed); elsewhere the invalidation is all,
+//! except that with the writeback cache a size change is still replayed (the kernel adopts
+//! a new size from nowhere else).
+//!
 //! Changes made through this mount come back as events too. They are recognised (the same
 //! name or node was changed through this mount within [`OWN_WINDOW`]) and not replayed: the
 //! guest kernel raised their events already.
@@ -32,6 +38,7 @@
 
 mod feed;
 mod replay;
+mod watchers;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
