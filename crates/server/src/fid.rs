@@ -216,6 +216,14 @@ impl FidTable {
         drop(old);
     }
 
+    /// Event streams bound.
+    pub(crate) fn event_streams(&self) -> usize {
+        lock(&self.fids)
+            .values()
+            .filter(|s| matches!(***s, FidState::Events(_)))
+            .count()
+    }
+
     /// Ends every event stream's subscription, so long-poll reads parked on workers return
     /// at once (the connection is closing).
     pub(crate) fn close_event_streams(&self) {

@@ -78,6 +78,11 @@
 //!   connections split it, each leaving at least as many free as it holds). Cloning a fid
 //!   (a walk of no names) takes no descriptor.
 //!
+//! - Change events (with [`Server::with_events`]): at most four event streams per
+//!   connection (`EMFILE` past that), each queuing at most the hub's ring capacity of events
+//!   (a few hundred bytes each) before it collapses into one "rescan"; a long-poll Tread
+//!   holds a worker for at most five seconds.
+//!
 //! # Concurrency
 //! Each connection has a reader (the thread that called [`Server::serve_connection`]) and
 //! `workers_per_connection` workers. The reader executes requests that cannot block for

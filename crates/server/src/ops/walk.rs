@@ -45,6 +45,10 @@ fn attach_events(conn: &Conn, fid: crossfs_wire::Fid, since: &[u8]) -> OpResult<
     let Some(hub) = &conn.server.events else {
         return Err(OpError::NotSupported);
     };
+    // Each stream may queue a ring of events: a bound per connection bounds the memory.
+    if conn.fids.event_streams() >= MAX_EVENT_STREAMS {
+        return Err(OpError::TooManyFids);
+    }
     let sub = if since.is_empty() {
         hub.subscribe()
     } else {
@@ -55,6 +59,9 @@ fn attach_events(conn: &Conn, fid: crossfs_wire::Fid, since: &[u8]) -> OpResult<
     tracing::info!(id = conn.stats.id, peer = %conn.stats.peer, "change events attached");
     Ok(Rmessage::Attach(Rattach { qid: EVENTS_QID }))
 }
+
+/// Event streams one connection may hold (a mount needs one).
+const MAX_EVENT_STREAMS: usize = 4;
 
 /// The qid of an event stream: a file no inode has (qid paths of files are inode numbers).
 pub(crate) const EVENTS_QID: crossfs_wire::Qid = crossfs_wire::Qid {
