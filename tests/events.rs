@@ -254,6 +254,16 @@ fn an_overflow_while_the_mount_is_paused_rescans_to_a_correct_view() {
     std::fs::create_dir(s.host("big")).unwrap();
     s.sync();
     assert_eq!(std::fs::read_dir(s.guest("big")).unwrap().count(), 0);
+    // A shell working in the directory: a rescan must not pull it from under its feet.
+    let mut shell = Command::new("sh")
+        .arg("-c")
+        .arg("cd \"$1\" && read go && pwd -P && ls | wc -l")
+        .arg("sh")
+        .arg(s.guest("big"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
     // A stopped client reads nothing: its queue on the server fills and overflows.
     let pid = s.mount.child.id().to_string();
     run_ok(Command::new("kill").args(["-STOP", &pid]));
@@ -264,6 +274,18 @@ fn an_overflow_while_the_mount_is_paused_rescans_to_a_correct_view() {
     s.sync();
     assert_eq!(std::fs::read_dir(s.guest("big")).unwrap().count(), 20_000);
     assert!(s.changes("rescans") >= 1, "{}", s.mount.stats());
+    {
+        use std::io::Write;
+        shell.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    }
+    let out = shell.wait_with_output().unwrap();
+    assert!(out.status.success(), "the shell lost its working directory");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        text,
+        format!("{}\n20000\n", s.guest("big").display()),
+        "pwd and ls in the working directory after the rescan"
+    );
 }
 
 /// Runs `crossfs watch ... --json` until it has printed a line matching `done`.

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use crossfs_wire::Qid;
 
 use crate::fid::FidRef;
+use crossfs_events::RelPath;
 
 /// The root's node id (FUSE_ROOT_ID).
 pub(crate) const ROOT: u64 = 1;
@@ -45,6 +46,19 @@ struct Inner {
     names: HashMap<u64, HashMap<Vec<u8>, u64>>,
     name_count: usize,
     next: u64,
+}
+
+/// A name the kernel may hold, as [`InodeTable::subtree`] lists it.
+pub(crate) struct KnownName {
+    pub dir: u64,
+    pub path: RelPath,
+    pub name: Vec<u8>,
+    pub ino: u64,
+    pub qid_path: u64,
+    /// `S_IFMT` bits.
+    pub format: u32,
+    /// The newest attributes seen from the server.
+    pub seen: Option<DataStamp>,
 }
 
 /// Remembered (directory, name) pairs after which all are forgotten.
@@ -182,25 +196,36 @@ impl InodeTable {
         inner.by_ino.contains_key(&ino).then_some(ino)
     }
 
-    /// Every (directory, name, node) known beneath `dir`, breadth first: what a rescan of
-    /// `dir` must invalidate.
-    pub(crate) fn subtree(&self, dir: u64) -> Vec<(u64, Vec<u8>, u64)> {
+    /// Every name known beneath `dir` (whose path is `path`), breadth first: what a rescan
+    /// of `dir` must check.
+    pub(crate) fn subtree(&self, dir: u64, path: &RelPath) -> Vec<KnownName> {
         let inner = self.lock();
         let mut found = Vec::new();
-        let mut queue = std::collections::VecDeque::from([dir]);
+        let mut queue = std::collections::VecDeque::from([(dir, path.clone())]);
         let mut seen = std::collections::HashSet::from([dir]);
-        while let Some(d) = queue.pop_front() {
+        while let Some((d, dpath)) = queue.pop_front() {
             let Some(names) = inner.names.get(&d) else {
                 continue;
             };
             for (name, &ino) in names {
-                if !inner.by_ino.contains_key(&ino) {
+                let Some(node) = inner.by_ino.get(&ino) else {
                     continue;
-                }
-                found.push((d, name.clone(), ino));
+                };
+                let Some(path) = dpath.join(name) else {
+                    continue;
+                };
                 if seen.insert(ino) {
-                    queue.push_back(ino);
+                    queue.push_back((ino, path.clone()));
                 }
+                found.push(KnownName {
+                    dir: d,
+                    path,
+                    name: name.clone(),
+                    ino,
+                    qid_path: node.qid_path,
+                    format: node.format,
+                    seen: node.seen,
+                });
             }
         }
         found

@@ -287,8 +287,38 @@ impl Applier<'_> {
         }
     }
 
-    /// Invalidates everything known beneath `path` (names, negative names, attributes and
-    /// pages), so the kernel reads it afresh.
+    /// With the writeback cache, the kernel takes a file's size only from a size it sets:
+    /// when the server's size differs from the last one seen, replay a truncation to it.
+    fn refresh_size(&self, k: &crate::inode::KnownName) {
+        let s = &self.shared;
+        let Some(fid) = s.inodes.fid(k.ino) else {
+            return;
+        };
+        let Ok(a) = s.client.getattr(fid.fid(), crate::remote::ATTR_MASK) else {
+            return;
+        };
+        if k.seen.is_some_and(|seen| seen.size == a.size) {
+            return;
+        }
+        if let Some(dir) = self.replayer.parent_of(&k.path) {
+            self.counted(|| self.replayer.touch(&dir, &k.name, true));
+        }
+    }
+
+    /// Whether `name` in directory node `dir` still leads to the file with `qid_path` on the
+    /// server (one Twalk).
+    fn still_leads_to(&self, dir: u64, name: &[u8], qid_path: u64) -> bool {
+        let Some(dir_fid) = self.shared.inodes.fid(dir) else {
+            return false;
+        };
+        self.shared
+            .walk_name(&dir_fid, name)
+            .is_ok_and(|(_, qid)| qid.path == qid_path)
+    }
+
+    /// Invalidates what changed beneath `path`: names that no longer lead where the kernel
+    /// thinks, names cached as missing, and every known file's attributes and pages, so the
+    /// kernel reads the subtree afresh.
     fn rescan(&self, path: &RelPath) {
         let top = if path.is_root() {
             Some(ROOT)
@@ -296,12 +326,19 @@ impl Applier<'_> {
             self.replayer.node_of(path)
         };
         let Some(top) = top else { return };
-        let known = self.shared.inodes.subtree(top);
+        let known = self.shared.inodes.subtree(top, path);
+        let writeback = self.shared.config.cache.writeback();
         let mut dirs = vec![top];
-        for (dir, name, ino) in &known {
-            self.inval_entry(*dir, name);
-            self.inval_inode(*ino, true);
-            dirs.push(*ino);
+        for k in &known {
+            // Only names that changed: invalidating a directory's entry detaches it, and a
+            // process whose working directory it is would find itself nowhere.
+            if !self.still_leads_to(k.dir, &k.name, k.qid_path) {
+                self.inval_entry(k.dir, &k.name);
+            } else if writeback && k.format == libc::S_IFREG {
+                self.refresh_size(k);
+            }
+            self.inval_inode(k.ino, true);
+            dirs.push(k.ino);
         }
         for dir in dirs {
             for name in self.shared.changes.take_missing(dir) {

@@ -219,7 +219,11 @@ impl Shared {
     }
 
     /// A fid for `name` in `dir`, without its attributes.
-    fn walk_name(&self, dir: &FidRef, name: &[u8]) -> Result<(Arc<FidRef>, Qid), ClientError> {
+    pub(crate) fn walk_name(
+        &self,
+        dir: &FidRef,
+        name: &[u8],
+    ) -> Result<(Arc<FidRef>, Qid), ClientError> {
         let newfid = self.client.alloc_fid();
         match self.client.walk(dir.fid(), newfid, &[name]) {
             Ok(q) if q.len() == 1 => Ok((FidRef::new(&self.client, newfid), q[0])),
