@@ -176,12 +176,22 @@ impl Applier<'_> {
         own
     }
 
+    /// The file (qid path) the kernel's entry for `name` in `dir` leads to, if it has one.
+    fn kernel_entry(&self, dir: u64, name: &[u8]) -> Option<u64> {
+        self.shared.inodes.expected(dir, name).map(|(_, qid)| qid)
+    }
+
     fn created(&self, ev: &Event) {
         let name = ev.path.file_name();
         let Some(dir) = self.known_parent(&ev.path) else {
             return;
         };
         if self.is_own(dir, name) {
+            return;
+        }
+        if ev.qid.is_some() && self.kernel_entry(dir, name) == ev.qid {
+            // The guest looked the new file up before the event came: nothing is stale
+            // (and invalidating a directory in use would detach it from its users).
             return;
         }
         self.inval_entry(dir, name);
@@ -202,11 +212,16 @@ impl Applier<'_> {
         if self.is_own(dir, name) {
             return;
         }
-        let child = self.shared.inodes.child(dir, name);
-        let watched = self
-            .watchers
-            .any_watched(&[Some(dir), child].map(|n| n.unwrap_or(0)));
-        let replayed = watched
+        let known = self.kernel_entry(dir, name);
+        if known.is_some() && ev.qid.is_some() && known != ev.qid {
+            // The name already leads the guest to a newer file.
+            return;
+        }
+        // Replayed where watched, and wherever the kernel holds the name: the kernel then
+        // deletes it as a local unlink would, and a process inside a removed directory
+        // keeps its working directory (an invalidation would detach it).
+        let replay = known.is_some() || self.watchers.any_watched(&[dir]);
+        let replayed = replay
             && self.replayer.parent_of(&ev.path).is_some_and(|on_mount| {
                 let is_dir = ev.attrs.is_some_and(|a| a.is_dir());
                 let mode = ev.attrs.map_or(libc::S_IFREG, |a| a.mode);
@@ -259,19 +274,38 @@ impl Applier<'_> {
         {
             return;
         }
-        if let Some(to_dir) = to_dir {
-            self.inval_entry(to_dir, to_name);
-        }
         let Some(from_dir) = from_dir else {
             // The kernel never saw the old name: to it, this is a creation.
             return self.created(ev);
         };
-        let watched = self.watchers.any_watched(&[from_dir, to_dir.unwrap_or(0)]);
+        let from_known = self.kernel_entry(from_dir, from_name);
+        let to_known = to_dir.and_then(|d| self.kernel_entry(d, to_name));
+        let same = |known: Option<u64>| known.is_some() && known == ev.qid;
+        if from_known.is_some() && !same(from_known) {
+            // The old name already leads the guest to another file: only the new name can
+            // be news.
+            if let (Some(to_dir), false) = (to_dir, same(to_known)) {
+                self.inval_entry(to_dir, to_name);
+            }
+            return;
+        }
+        if same(to_known) {
+            // The guest found the file under its new name already: drop the old one.
+            return self.inval_entry(from_dir, from_name);
+        }
+        if let Some(to_dir) = to_dir {
+            self.inval_entry(to_dir, to_name);
+        }
+        // Replayed where watched, and wherever the kernel holds the old name: the kernel
+        // then moves its entry (open files and working directories follow, as locally)
+        // rather than dropping it.
+        let replay =
+            from_known.is_some() || self.watchers.any_watched(&[from_dir, to_dir.unwrap_or(0)]);
         let ends = (
             self.replayer.parent_of(from),
             self.replayer.parent_of(&ev.path),
         );
-        let replayed = match (watched, ends) {
+        let replayed = match (replay, ends) {
             (true, (Some(f), Some(t))) => {
                 let r = self
                     .replayer
