@@ -405,11 +405,11 @@ impl Rng {
 
 /// Random host changes (create, write, truncate, chmod, rename, mkdir, rmdir, unlink) in
 /// batches, with faults between them: a stalled client (SIGSTOP) and a tiny per-client
-/// queue (forcing "fell behind" rescans). After every sync the mount shows exactly the
+/// queue of 4 events (forcing "fell behind" rescans). After every sync the mount shows exactly the
 /// export, although it caches everything (`--cache always`).
 #[test]
 fn random_host_changes_with_faults_leave_an_identical_view() {
-    let s = Setup::new(&["--event-queue", "16"], &["--cache", "always"]);
+    let s = Setup::new(&["--event-queue", "4"], &["--cache", "always"]);
     let pid = s.mount.child.id().to_string();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let names = ["a", "b", "c", "d", "e"];
@@ -422,7 +422,7 @@ fn random_host_changes_with_faults_leave_an_identical_view() {
         if stalled {
             run_ok(Command::new("kill").args(["-STOP", &pid]));
         }
-        // A stalled client misses more than its queue of 16 holds.
+        // A stalled client misses more than its queue of 4 holds.
         for _ in 0..if stalled { 80 } else { 25 } {
             let path = format!("{}{}", dirs[rng.below(3)], names[rng.below(5)]);
             let host = s.host(&path);

@@ -144,15 +144,20 @@ impl Applier<'_> {
         }
     }
 
-    fn counted(&self, replay: impl FnOnce() -> std::io::Result<()>) {
+    /// Counts a replay's outcome; true if it succeeded.
+    fn counted(&self, replay: std::io::Result<()>) -> bool {
         let stats = &self.shared.changes.stats;
-        match replay() {
-            Ok(()) => stats.replayed.fetch_add(1, Relaxed),
+        match replay {
+            Ok(()) => {
+                stats.replayed.fetch_add(1, Relaxed);
+                true
+            }
             Err(e) => {
                 tracing::debug!("replay failed: {e}");
-                stats.replay_failures.fetch_add(1, Relaxed)
+                stats.replay_failures.fetch_add(1, Relaxed);
+                false
             }
-        };
+        }
     }
 
     /// The node of the directory holding `path`, from what the mount knows (no system
@@ -201,7 +206,7 @@ impl Applier<'_> {
         let Some(on_mount) = self.replayer.parent_of(&ev.path) else {
             return;
         };
-        self.counted(|| self.replayer.create(&on_mount, name, attrs.mode));
+        self.counted(self.replayer.create(&on_mount, name, attrs.mode));
     }
 
     fn removed(&self, ev: &Event) {
@@ -225,10 +230,7 @@ impl Applier<'_> {
             && self.replayer.parent_of(&ev.path).is_some_and(|on_mount| {
                 let is_dir = ev.attrs.is_some_and(|a| a.is_dir());
                 let mode = ev.attrs.map_or(libc::S_IFREG, |a| a.mode);
-                let r = self.replayer.remove(&on_mount, name, mode, is_dir);
-                let ok = r.is_ok();
-                self.counted(|| r);
-                ok
+                self.counted(self.replayer.remove(&on_mount, name, mode, is_dir))
             });
         if !replayed {
             // Nobody to tell, or the replay failed: the kernel just forgets the name.
@@ -260,10 +262,10 @@ impl Applier<'_> {
         let Some(on_mount) = self.replayer.parent_of(&ev.path) else {
             return;
         };
-        self.counted(|| {
+        self.counted(
             self.replayer
-                .touch(&on_mount, ev.path.file_name(), modified)
-        });
+                .touch(&on_mount, ev.path.file_name(), modified),
+        );
     }
 
     fn renamed(&self, from: &RelPath, ev: &Event) {
@@ -306,14 +308,11 @@ impl Applier<'_> {
             self.replayer.parent_of(&ev.path),
         );
         let replayed = match (replay, ends) {
-            (true, (Some(f), Some(t))) => {
-                let r = self
-                    .replayer
-                    .rename((&f, from_name), (&t, to_name), ev.attrs);
-                let ok = r.is_ok();
-                self.counted(|| r);
-                ok
-            }
+            (true, (Some(f), Some(t))) => self.counted(self.replayer.rename(
+                (&f, from_name),
+                (&t, to_name),
+                ev.attrs,
+            )),
             _ => false,
         };
         if !replayed {
@@ -335,7 +334,7 @@ impl Applier<'_> {
             return;
         }
         if let Some(dir) = self.replayer.parent_of(&k.path) {
-            self.counted(|| self.replayer.touch(&dir, &k.name, true));
+            self.counted(self.replayer.touch(&dir, &k.name, true));
         }
     }
 
