@@ -405,8 +405,8 @@ impl Rng {
 
 /// Random host changes (create, write, truncate, chmod, rename, mkdir, rmdir, unlink) in
 /// batches, with faults between them: a stalled client (SIGSTOP) and a tiny per-client
-/// queue of 4 events (forcing "fell behind" rescans). After every sync the mount shows exactly the
-/// export, although it caches everything (`--cache always`).
+/// queue of 4 events (forcing "fell behind" rescans). After every sync the mount shows
+/// exactly the export, although it caches everything (`--cache always`).
 #[test]
 fn random_host_changes_with_faults_leave_an_identical_view() {
     let s = Setup::new(&["--event-queue", "4"], &["--cache", "always"]);

@@ -19,6 +19,10 @@
 //! mode a `stat` is one LOOKUP: the GETATTR that follows is answered with what the LOOKUP
 //! fetched (see [`CacheMode::Never`] for the exact promise).
 //!
+//! Change events (`changes/`, started by [`MountHandle::follow_changes`] on a second
+//! connection): the kernel's caches are invalidated as the host changes, and host changes
+//! are replayed on the mount for the guest's file watchers; see that module's doc.
+//!
 //! What it does not touch: sockets and transports (the CLI connects and hands over a client),
 //! 9P encoding (the wire and client crates), and the exported files themselves (the server).
 //!
