@@ -100,6 +100,11 @@ pub struct ServeArgs {
     /// Allow creating device nodes through mknod (refused by default).
     #[arg(long)]
     pub allow_devices: bool,
+    /// Keep setuid and setgid bits in modes clients set (stripped by default). Only for
+    /// guests trusted as root on the host: with it, a client can leave setuid programs here,
+    /// owned by any uid it names when the server runs as root.
+    #[arg(long)]
+    pub allow_setuid: bool,
     /// Serve TCP on an address other than loopback. Anyone who can reach it can read and
     /// write the export: use only on a private network.
     #[arg(long)]

@@ -21,6 +21,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         max_msize: args.msize,
         read_only: args.read_only,
         allow_devices: args.allow_devices,
+        allow_setuid: args.allow_setuid,
         workers_per_connection: usize::from(args.workers),
         max_in_flight: usize::from(args.max_in_flight),
         max_fids: args.max_fids,

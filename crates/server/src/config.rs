@@ -16,6 +16,12 @@ pub struct ServerConfig {
     /// Allow Tmknod of character and block devices, and opening existing ones (otherwise
     /// `EPERM`): a device node in the export would give the client the device.
     pub allow_devices: bool,
+    /// Keep the set-user-ID and set-group-ID bits in modes clients set (Tlcreate, Tmkdir,
+    /// Tmknod, Tsetattr). Off by default: a client could otherwise make setuid programs on
+    /// the host, owned by any uid it names when the server runs as root. With it off, a
+    /// file with either bit loses them when a client opens it for writing or truncates it
+    /// (Linux exempts a root server's own writes from clearing them).
+    pub allow_setuid: bool,
     /// Threads that execute requests that may block (reads from disk, writes, fsync, opening
     /// fifos, ...), per connection; the connection's reader runs the others itself.
     pub workers_per_connection: usize,
@@ -44,6 +50,7 @@ impl Default for ServerConfig {
             max_msize: crossfs_wire::DEFAULT_MSIZE,
             read_only: false,
             allow_devices: false,
+            allow_setuid: false,
             workers_per_connection: 4,
             max_in_flight: 64,
             max_fids: 65536,

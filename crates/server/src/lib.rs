@@ -50,7 +50,9 @@
 //! symlinks are refused with `ELOOP`. Every other operation on a fid's inode goes through its
 //! descriptor, never through a path built from the export root, so renaming directories or
 //! swapping one for a symlink between requests redirects nothing. Device nodes can neither be
-//! created nor opened unless [`ServerConfig::allow_devices`] is set. With
+//! created nor opened unless [`ServerConfig::allow_devices`] is set. Set-user-ID and
+//! set-group-ID bits from clients are stripped, and cleared from files clients write to,
+//! unless [`ServerConfig::allow_setuid`] is set (see the rules in `ops/setid.rs`). With
 //! [`ServerConfig::read_only`] every mutation is refused with `EROFS`. `/proc` must be
 //! mounted: [`Server::new`] fails clearly otherwise.
 //!
@@ -99,7 +101,8 @@
 //! When the server runs as root, files made by Tlcreate, Tmkdir, Tsymlink and Tmknod are given
 //! to the attaching user (n_uname, unless it is "none", `!0`) and the requested gid, so that
 //! files a caller creates belong to the caller, as on a local file system; otherwise the gid
-//! is ignored. Permission bits of a new file are exactly those asked for: the client has
+//! is ignored. The chown comes before the mode is set, and set-id bits follow the rules of
+//! the Security section. Permission bits of a new file are exactly those asked for: the client has
 //! already applied its umask, so the server's own is undone.
 //!
 //! # Known limits

@@ -5,6 +5,7 @@ mod attr;
 mod dir;
 mod io;
 mod lock;
+mod setid;
 mod walk;
 mod xattr;
 
