@@ -73,7 +73,7 @@ fn parse_msize(s: &str) -> Result<u32, String> {
 
 fn parse_buffer(s: &str) -> Result<usize, String> {
     let n = parse_size(s)?;
-    usize::try_from(n).map_err(|_| format!("socket buffer `{s}` is too large"))
+    usize::try_from(n).map_err(|_| format!("size `{s}` is too large"))
 }
 
 #[derive(Args, Debug)]
@@ -121,6 +121,25 @@ pub struct ServeArgs {
     /// Fids (open handles) one connection may hold.
     #[arg(long, value_name = "N", default_value_t = 65536)]
     pub max_fids: usize,
+    /// Clients served at once; one more is closed at once, with a warning in the log.
+    #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+    /// Bytes of requests one connection may have queued or running before the server stops
+    /// reading from it (one request is always taken, however large).
+    #[arg(long, value_name = "BYTES", default_value = "4M", value_parser = parse_buffer)]
+    pub max_buffered_bytes: usize,
+    /// Largest extended attribute value (or list of names) read or written (Linux's own
+    /// limit is 64K).
+    #[arg(long, value_name = "BYTES", default_value = "64K", value_parser = parse_buffer)]
+    pub max_xattr_size: usize,
+    /// Bytes of extended attribute values one connection may hold between Txattrwalk or
+    /// Txattrcreate and Tclunk; past it, ENOSPC.
+    #[arg(long, value_name = "BYTES", default_value = "1M", value_parser = parse_buffer)]
+    pub max_pending_xattr_bytes: usize,
+    /// Descriptors the server may hold for all clients together. Default: the open-file
+    /// limit (raised to its hard maximum) less an eighth.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(64..))]
+    pub fd_budget: Option<u64>,
 }
 
 #[derive(Args, Debug)]

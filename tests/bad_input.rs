@@ -663,3 +663,36 @@ fn a_client_that_never_reads_replies_stays_bounded() {
     assert!(rss_after < 512 * 1024, "server RSS {rss_after} kB");
     fx.assert_still_fine("after the hog's connection was dropped");
 }
+
+#[test]
+fn connections_past_max_connections_are_closed_and_the_others_carry_on() {
+    let work = tempfile::tempdir().unwrap();
+    let export = work.path().join("export");
+    std::fs::create_dir(&export).unwrap();
+    std::fs::write(export.join("file"), b"hello\n").unwrap();
+    let sock = work.path().join("9p.sock");
+    let serve = Serve::start(
+        &export,
+        &format!("unix:{}", sock.display()),
+        &["--max-connections", "2"],
+    );
+    let mut a = Peer::connect(&sock);
+    assert_healthy(&mut a, "first connection");
+    let mut b = Peer::connect(&sock);
+    assert_healthy(&mut b, "second connection");
+    Peer::connect(&sock).expect_closed("third connection, past --max-connections 2");
+    assert_healthy(&mut a, "first connection, after the third was refused");
+    assert_healthy(&mut b, "second connection, after the third was refused");
+    // Once one has gone, a new connection is served again.
+    drop(a);
+    wait_until(
+        "the first connection's slot to be free",
+        Duration::from_secs(30),
+        || serve.stats()["connections"].as_array().unwrap().len() == 1,
+    );
+    assert_healthy(
+        &mut Peer::connect(&sock),
+        "a connection after the first closed",
+    );
+    assert_healthy(&mut b, "second connection, at the end");
+}

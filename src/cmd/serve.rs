@@ -25,7 +25,13 @@ pub fn run(args: ServeArgs) -> Result<()> {
         workers_per_connection: usize::from(args.workers),
         max_in_flight: usize::from(args.max_in_flight),
         max_fids: args.max_fids,
-        ..ServerConfig::default()
+        max_connections: args.max_connections as usize,
+        max_buffered_bytes: args.max_buffered_bytes,
+        max_xattr_size: args.max_xattr_size,
+        max_pending_xattr_bytes: args.max_pending_xattr_bytes,
+        fd_budget: args
+            .fd_budget
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
     };
     let server = Server::new(config).with_context(|| format!("exporting {}", export.display()))?;
     let listen_opts = ListenOptions {

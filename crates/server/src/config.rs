@@ -28,6 +28,13 @@ pub struct ServerConfig {
     /// Requests waiting for or running on workers, per connection. When reached, the server
     /// stops reading from that connection until one has been answered (back-pressure).
     pub max_in_flight: usize,
+    /// Bytes of requests (whole frames) waiting for or running on workers, per connection.
+    /// Past it the server stops reading from that connection, as for `max_in_flight`; one
+    /// request is always admitted, however large (it is at most msize).
+    pub max_buffered_bytes: usize,
+    /// Connections served at once. One more is closed as soon as it is handed over, with a
+    /// warning in the log; the others carry on.
+    pub max_connections: usize,
     /// Fids one connection may hold; past it, requests that create fids get `EMFILE`.
     pub max_fids: usize,
     /// Largest extended attribute value (or list) read or written, in bytes.
@@ -53,6 +60,9 @@ impl Default for ServerConfig {
             allow_setuid: false,
             workers_per_connection: 4,
             max_in_flight: 64,
+            // Four 1 MiB writes: one per default worker.
+            max_buffered_bytes: 4 * 1024 * 1024,
+            max_connections: 256,
             max_fids: 65536,
             // Linux's XATTR_SIZE_MAX.
             max_xattr_size: 64 * 1024,

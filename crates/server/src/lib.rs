@@ -57,10 +57,15 @@
 //! mounted: [`Server::new`] fails clearly otherwise.
 //!
 //! # Limits: what one client can make the server hold
+//! - Connections: at most [`ServerConfig::max_connections`] (256 by default) are served at
+//!   once; one more is closed at once with a warning, and the others carry on.
+//! - Walks: at most 16 names per Twalk (MAXWELEM), enforced by the decoder: more is
+//!   `EINVAL` with the request's tag, and nothing is walked.
 //! - Memory, per connection: every length read from the wire is bounded before anything is
-//!   allocated. At most `max_in_flight` queued or running requests plus the one the reader
-//!   holds, each at most msize, with a reply buffer of at most msize each; a 64 KiB read
-//!   buffer; extended attribute values held by xattr fids (fetched by Txattrwalk and not yet
+//!   allocated. At most `max_in_flight` queued or running requests, and no more than
+//!   [`ServerConfig::max_buffered_bytes`] of them (4 MiB by default; one request is always
+//!   admitted, and none is larger than msize), plus the one the reader holds; a reply
+//!   buffer of at most msize per worker; a 64 KiB read buffer; extended attribute values held by xattr fids (fetched by Txattrwalk and not yet
 //!   clunked, or being written after Txattrcreate) at most
 //!   [`ServerConfig::max_pending_xattr_bytes`] together (1 MiB by default; the Txattrwalk or
 //!   Twrite that would pass it gets `ENOSPC`, as setxattr(2) does when a file system is out
