@@ -83,15 +83,24 @@ fn request() -> impl Strategy<Value = Tmessage> {
             request_mask: getattr::ALL
         }
         .into()),
-        (fid(), 0u32..0x200, 0u32..0o10000, 0u64..100_000).prop_map(|(fid, valid, mode, size)| {
-            Tsetattr {
-                valid,
-                mode,
-                size,
-                ..Tsetattr::unchanged(fid)
-            }
-            .into()
-        }),
+        (
+            fid(),
+            0u32..0x200,
+            0u32..0o10000,
+            0u64..100_000,
+            prop::sample::select(vec![0, 1000, !0])
+        )
+            .prop_map(|(fid, valid, mode, size, id)| {
+                Tsetattr {
+                    valid,
+                    mode,
+                    size,
+                    uid: id,
+                    gid: id,
+                    ..Tsetattr::unchanged(fid)
+                }
+                .into()
+            }),
         (fid(), 0u64..1000, 0u32..2 * MSIZE).prop_map(|(fid, offset, count)| Treaddir {
             fid,
             offset,
