@@ -105,10 +105,16 @@ pub struct ServeArgs {
     /// owned by any uid it names when the server runs as root.
     #[arg(long)]
     pub allow_setuid: bool,
-    /// Serve TCP on an address other than loopback. Anyone who can reach it can read and
-    /// write the export: use only on a private network.
-    #[arg(long)]
+    /// Serve TCP on an address other than loopback (needs --token-file). 9P is not
+    /// encrypted: whoever can read the traffic sees the files and the token. Use only on a
+    /// private network.
+    #[arg(long, requires = "token_file")]
     pub allow_remote: bool,
+    /// Require clients to present the secret in this file (its bytes, less one trailing
+    /// newline) before they may attach. `crossfs mount --token-file` does; Linux's own 9p
+    /// client cannot.
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
     /// Unix socket on which `crossfs stats` reads this server's counters.
     #[arg(long, value_name = "PATH")]
     pub control: Option<PathBuf>,
@@ -197,6 +203,10 @@ pub struct MountArgs {
     /// FUSE, so vsock and unix sockets work with it too. Needs a kernel with 9p.
     #[arg(long)]
     pub kernel: bool,
+    /// Present the secret in this file to a server started with `--token-file` (its bytes,
+    /// less one trailing newline). Not with --kernel: Linux's 9p client cannot send it.
+    #[arg(long, value_name = "PATH", conflicts_with = "kernel")]
+    pub token_file: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

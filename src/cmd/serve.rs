@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use crossfs_server::{Server, ServerConfig};
+use crossfs_server::{AuthToken, Server, ServerConfig};
 use crossfs_transport::{Addr, ListenOptions, Listener, SocketOptions, TransportError};
 use tracing::{info, warn};
 
@@ -32,6 +32,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
         fd_budget: args
             .fd_budget
             .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        auth_token: match &args.token_file {
+            Some(path) => Some(AuthToken::new(crate::token::read(path)?)?),
+            None => None,
+        },
     };
     let server = Server::new(config).with_context(|| format!("exporting {}", export.display()))?;
     let listen_opts = ListenOptions {
@@ -61,6 +65,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         export = %export.display(),
         msize = args.msize,
         read_only = args.read_only,
+        token = args.token_file.is_some(),
         "serving on {}",
         args.listen.iter().map(Addr::to_string).collect::<Vec<_>>().join(", ")
     );

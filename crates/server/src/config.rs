@@ -48,6 +48,45 @@ pub struct ServerConfig {
     /// its hard maximum) less a reserve of an eighth, at least 64. The budget is per
     /// [`crate::Server`]; several servers in one process should divide the limit by hand.
     pub fd_budget: Option<usize>,
+    /// A shared secret clients must present (Tauth, then a Twrite of the token to the auth
+    /// fid, named as `afid` in Tattach); `None`: no authentication, Tauth is `EOPNOTSUPP`.
+    pub auth_token: Option<AuthToken>,
+}
+
+/// A shared secret. Its `Debug` form hides the bytes, so logging a configuration never
+/// prints it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AuthToken(Vec<u8>);
+
+impl AuthToken {
+    /// A token of these bytes.
+    ///
+    /// # Errors
+    /// [`crate::ServerError::Config`] when empty or longer than 4096 bytes.
+    pub fn new(bytes: Vec<u8>) -> Result<Self, crate::ServerError> {
+        if bytes.is_empty() || bytes.len() > crate::ops::MAX_TOKEN {
+            return Err(crate::ServerError::Config(
+                "the token must hold between 1 and 4096 bytes",
+            ));
+        }
+        Ok(AuthToken(bytes))
+    }
+
+    /// Whether `presented` is the token, in time that depends only on the lengths.
+    pub(crate) fn matches(&self, presented: &[u8]) -> bool {
+        presented.len() == self.0.len()
+            && presented
+                .iter()
+                .zip(&self.0)
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    }
+}
+
+impl std::fmt::Debug for AuthToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AuthToken({} bytes)", self.0.len())
+    }
 }
 
 impl Default for ServerConfig {
@@ -69,6 +108,7 @@ impl Default for ServerConfig {
             // Sixteen values of the largest size Linux allows.
             max_pending_xattr_bytes: 1024 * 1024,
             fd_budget: None,
+            auth_token: None,
         }
     }
 }

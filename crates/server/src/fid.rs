@@ -136,6 +136,8 @@ pub(crate) enum FidState {
     XattrRead(XattrValue),
     /// An attribute being written (Txattrcreate).
     XattrWrite(XattrWrite),
+    /// An auth fid (Tauth), to which the client writes the token.
+    Auth(crate::ops::AuthFid),
 }
 
 impl FidState {

@@ -33,7 +33,8 @@
 //!   be ambiguous).
 //! - An unknown fid is `EBADF`; a `newfid` already in use is `EBADF` too. More fids than
 //!   [`ServerConfig::max_fids`] is `EMFILE`, and so is a connection's share of descriptors
-//!   used up (see Limits). Tauth is `EOPNOTSUPP`.
+//!   used up (see Limits). Tauth is `EOPNOTSUPP` unless a token is configured (see
+//!   Security).
 //! - Qids: type from the file mode, version 0 (the qid names the inode; freshness comes from
 //!   Tgetattr), path the inode number, with a per-device index mixed into the top bits for
 //!   inodes on another device than the export root.
@@ -53,7 +54,11 @@
 //! created nor opened unless [`ServerConfig::allow_devices`] is set. Set-user-ID and
 //! set-group-ID bits from clients are stripped, and cleared from files clients write to,
 //! unless [`ServerConfig::allow_setuid`] is set (see the rules in `ops/setid.rs`). With
-//! [`ServerConfig::read_only`] every mutation is refused with `EROFS`. `/proc` must be
+//! [`ServerConfig::read_only`] every mutation is refused with `EROFS`. With
+//! [`ServerConfig::auth_token`], Tattach needs an `afid` from Tauth to which the client has
+//! written the token (`EACCES` otherwise, with a warning); the token is compared in time
+//! that does not depend on where it differs. 9P2000.L is not encrypted, so the token keeps
+//! out those who cannot read the traffic, no one else. `/proc` must be
 //! mounted: [`Server::new`] fails clearly otherwise.
 //!
 //! # Limits: what one client can make the server hold
@@ -135,6 +140,6 @@ mod session;
 mod stats;
 mod sys;
 
-pub use config::ServerConfig;
+pub use config::{AuthToken, ServerConfig};
 pub use error::ServerError;
 pub use server::Server;

@@ -171,6 +171,8 @@ pub(crate) fn read(conn: &Conn, tag: Tag, m: Tread, out: &mut Vec<u8>) -> OpResu
             })?;
         }
         FidState::XattrWrite(_) => return Err(Errno::BADF.into()),
+        // Nothing to read from an auth fid: the server asks no questions.
+        FidState::Auth(_) => encode_rread_with(tag, 0, out, |_| Ok::<_, OpError>(0))?,
     }
     Ok(())
 }
@@ -212,9 +214,12 @@ pub(crate) fn read_cached(conn: &Conn, tag: Tag, m: &Tread, out: &mut Vec<u8>) -
 /// Twrite: to an open file (`pwrite`; an `O_APPEND` file appends), or the next chunk of an
 /// xattr value (chunks must arrive in order and not exceed the announced size).
 pub(crate) fn write(conn: &Conn, m: Twrite) -> OpResult<Rmessage> {
-    conn.server.check_writable()?;
     let state = conn.fids.get(m.fid)?;
+    if !matches!(&*state, FidState::Auth(_)) {
+        conn.server.check_writable()?;
+    }
     let count = match &*state {
+        FidState::Auth(a) => super::auth::write(a, &m.data.0)?,
         FidState::File(f) => {
             let open = f.opened()?;
             sys::pwrite(open.fd.as_fd(), &m.data.0, m.offset)?
