@@ -96,7 +96,7 @@ fn parse_msize(s: &str) -> Result<u32, String> {
 
 fn parse_buffer(s: &str) -> Result<usize, String> {
     let n = parse_size(s)?;
-    usize::try_from(n).map_err(|_| format!("socket buffer `{s}` is too large"))
+    usize::try_from(n).map_err(|_| format!("size `{s}` is too large"))
 }
 
 #[derive(Args, Debug)]
@@ -123,10 +123,21 @@ pub struct ServeArgs {
     /// Allow creating device nodes through mknod (refused by default).
     #[arg(long)]
     pub allow_devices: bool,
-    /// Serve TCP on an address other than loopback. Anyone who can reach it can read and
-    /// write the export: use only on a private network.
+    /// Keep setuid and setgid bits in modes clients set (stripped by default). Only for
+    /// guests trusted as root on the host: with it, a client can leave setuid programs here,
+    /// owned by any uid it names when the server runs as root.
     #[arg(long)]
+    pub allow_setuid: bool,
+    /// Serve TCP on an address other than loopback (needs --token-file). 9P is not
+    /// encrypted: whoever can read the traffic sees the files and the token. Use only on a
+    /// private network.
+    #[arg(long, requires = "token_file")]
     pub allow_remote: bool,
+    /// Require clients to present the secret in this file (its bytes, less one trailing
+    /// newline) before they may attach. `crossfs mount --token-file` does; Linux's own 9p
+    /// client cannot.
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
     /// Unix socket on which `crossfs stats` reads this server's counters.
     #[arg(long, value_name = "PATH")]
     pub control: Option<PathBuf>,
@@ -150,6 +161,25 @@ pub struct ServeArgs {
     /// that falls behind never slows the server or loses a change silently).
     #[arg(long, value_name = "N", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=1048576))]
     pub event_queue: u32,
+    /// Clients served at once; one more is closed at once, with a warning in the log.
+    #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+    /// Bytes of requests one connection may have queued or running before the server stops
+    /// reading from it (one request is always taken, however large).
+    #[arg(long, value_name = "BYTES", default_value = "4M", value_parser = parse_buffer)]
+    pub max_buffered_bytes: usize,
+    /// Largest extended attribute value (or list of names) read or written (Linux's own
+    /// limit is 64K).
+    #[arg(long, value_name = "BYTES", default_value = "64K", value_parser = parse_buffer)]
+    pub max_xattr_size: usize,
+    /// Bytes of extended attribute values one connection may hold between Txattrwalk or
+    /// Txattrcreate and Tclunk; past it, ENOSPC.
+    #[arg(long, value_name = "BYTES", default_value = "1M", value_parser = parse_buffer)]
+    pub max_pending_xattr_bytes: usize,
+    /// Descriptors the server may hold for all clients together. Default: the open-file
+    /// limit (raised to its hard maximum) less an eighth.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(64..))]
+    pub fd_budget: Option<u64>,
 }
 
 #[derive(Args, Debug)]
@@ -164,6 +194,9 @@ pub struct WatchArgs {
     /// Print each event as one JSON object per line.
     #[arg(long)]
     pub json: bool,
+    /// Present the secret in this file to a server started with `--token-file`.
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -232,6 +265,10 @@ pub struct MountArgs {
     /// FUSE, so vsock and unix sockets work with it too. Needs a kernel with 9p.
     #[arg(long)]
     pub kernel: bool,
+    /// Present the secret in this file to a server started with `--token-file` (its bytes,
+    /// less one trailing newline). Not with --kernel: Linux's 9p client cannot send it.
+    #[arg(long, value_name = "PATH", conflicts_with = "kernel")]
+    pub token_file: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

@@ -8,6 +8,7 @@ mod args;
 mod cmd;
 mod control;
 mod signals;
+mod token;
 
 use clap::Parser;
 

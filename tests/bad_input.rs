@@ -663,3 +663,101 @@ fn a_client_that_never_reads_replies_stays_bounded() {
     assert!(rss_after < 512 * 1024, "server RSS {rss_after} kB");
     fx.assert_still_fine("after the hog's connection was dropped");
 }
+
+#[test]
+fn connections_past_max_connections_are_closed_and_the_others_carry_on() {
+    let work = tempfile::tempdir().unwrap();
+    let export = work.path().join("export");
+    std::fs::create_dir(&export).unwrap();
+    std::fs::write(export.join("file"), b"hello\n").unwrap();
+    let sock = work.path().join("9p.sock");
+    let serve = Serve::start(
+        &export,
+        &format!("unix:{}", sock.display()),
+        &["--max-connections", "2"],
+    );
+    let mut a = Peer::connect(&sock);
+    assert_healthy(&mut a, "first connection");
+    let mut b = Peer::connect(&sock);
+    assert_healthy(&mut b, "second connection");
+    Peer::connect(&sock).expect_closed("third connection, past --max-connections 2");
+    assert_healthy(&mut a, "first connection, after the third was refused");
+    assert_healthy(&mut b, "second connection, after the third was refused");
+    // Once one has gone, a new connection is served again.
+    drop(a);
+    wait_until(
+        "the first connection's slot to be free",
+        Duration::from_secs(30),
+        || serve.stats()["connections"].as_array().unwrap().len() == 1,
+    );
+    assert_healthy(
+        &mut Peer::connect(&sock),
+        "a connection after the first closed",
+    );
+    assert_healthy(&mut b, "second connection, at the end");
+}
+
+#[test]
+fn token_file_gates_attach_and_remote_tcp_needs_one() {
+    const EACCES: u32 = 13;
+    let work = tempfile::tempdir().unwrap();
+    let export = work.path().join("export");
+    std::fs::create_dir(&export).unwrap();
+    std::fs::write(export.join("file"), b"hello\n").unwrap();
+    let token = work.path().join("token");
+    std::fs::write(&token, b"s3cret\n").unwrap();
+    let sock = work.path().join("9p.sock");
+    let token_arg = token.to_str().unwrap();
+    let _serve = Serve::start(
+        &export,
+        &format!("unix:{}", sock.display()),
+        &["--token-file", token_arg],
+    );
+    let mut p = Peer::connect(&sock);
+    p.version(8192);
+    let attach = |afid: u32| Tattach {
+        fid: Fid(0),
+        afid: Fid(afid),
+        uname: b"u".to_vec(),
+        aname: vec![],
+        n_uname: !0,
+    };
+    assert_eq!(p.rpc(attach(!0)), Rmessage::error(EACCES as i32));
+    let tauth = Tauth {
+        afid: Fid(7),
+        uname: b"u".to_vec(),
+        aname: vec![],
+        n_uname: !0,
+    };
+    assert!(matches!(p.rpc(tauth), Rmessage::Auth(_)));
+    // The file's trailing newline is not part of the token.
+    let write = |data: &[u8]| Twrite {
+        fid: Fid(7),
+        offset: 0,
+        data: Data(data.to_vec()),
+    };
+    assert!(matches!(p.rpc(write(b"s3cret\n")), Rmessage::Write(_)));
+    assert_eq!(p.rpc(attach(7)), Rmessage::error(EACCES as i32));
+    p.clunk(7);
+    let tauth = Tauth {
+        afid: Fid(7),
+        uname: b"u".to_vec(),
+        aname: vec![],
+        n_uname: !0,
+    };
+    assert!(matches!(p.rpc(tauth), Rmessage::Auth(_)));
+    assert!(matches!(p.rpc(write(b"s3cret")), Rmessage::Write(_)));
+    assert!(matches!(p.rpc(attach(7)), Rmessage::Attach(_)));
+    assert!(matches!(p.walk(0, 1, &["file"]), Rmessage::Walk(w) if w.wqids.len() == 1));
+
+    // Remote TCP without a token is refused before anything is bound.
+    let out = std::process::Command::new(crossfs_bin())
+        .arg("serve")
+        .arg(&export)
+        .args(["--listen", "tcp:0.0.0.0:0", "--allow-remote"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--token-file"), "{stderr}");
+}

@@ -22,10 +22,12 @@ pub fn run(command: Command) -> anyhow::Result<()> {
 }
 
 /// Connects a second 9P connection to `addr` and attaches its change-event stream
-/// (optionally resuming after `since`, "EPOCH:SEQ").
+/// (optionally resuming after `since`, "EPOCH:SEQ"; presenting the secret in `token_file`
+/// to a server that wants one).
 pub(crate) fn connect_events(
     addr: &crossfs_transport::Addr,
     since: Option<&str>,
+    token_file: Option<&std::path::Path>,
 ) -> anyhow::Result<(std::sync::Arc<crossfs_client::Client>, crossfs_client::Fid)> {
     use anyhow::Context;
     let stream = crossfs_transport::connect(addr, &crossfs_transport::SocketOptions::default())
@@ -40,8 +42,14 @@ pub(crate) fn connect_events(
         aname.push_str(since);
     }
     let uid = rustix::process::getuid().as_raw();
-    let (fid, _) = client
-        .attach(b"", aname.as_bytes(), uid)
+    let attached = match token_file {
+        Some(path) => {
+            let token = crate::token::read(path)?;
+            client.attach_with_token(b"", aname.as_bytes(), uid, &token)
+        }
+        None => client.attach(b"", aname.as_bytes(), uid),
+    };
+    let (fid, _) = attached
         .with_context(|| format!("{addr} serves no change events (crossfs serve --events)"))?;
     Ok((client, fid))
 }

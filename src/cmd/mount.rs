@@ -47,9 +47,14 @@ pub fn run(args: MountArgs) -> Result<()> {
         },
     )
     .with_context(|| format!("negotiating 9P2000.L with {}", args.addr))?;
-    let root = client
-        .attach(b"", args.aname.as_bytes(), current_uid())
-        .with_context(|| format!("attaching to {}", args.addr))?;
+    let root = match &args.token_file {
+        Some(path) => {
+            let token = crate::token::read(path)?;
+            client.attach_with_token(b"", args.aname.as_bytes(), current_uid(), &token)
+        }
+        None => client.attach(b"", args.aname.as_bytes(), current_uid()),
+    }
+    .with_context(|| format!("attaching to {}", args.addr))?;
     let config = MountConfig {
         cache: args.cache,
         negative_ttl: negative_ttl(args.negative_ttl)?,
@@ -67,7 +72,7 @@ pub fn run(args: MountArgs) -> Result<()> {
     if !args.no_events {
         // Another server (diod, ...) or one serving without events: the mount works, its
         // caches just follow their timeouts.
-        match super::connect_events(&args.addr, None) {
+        match super::connect_events(&args.addr, None, args.token_file.as_deref()) {
             Ok((events, fid)) => {
                 handle
                     .follow_changes(events, fid)

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use crossfs_server::{Server, ServerConfig};
+use crossfs_server::{AuthToken, Server, ServerConfig};
 use crossfs_transport::{Addr, ListenOptions, Listener, SocketOptions, TransportError};
 use tracing::{info, warn};
 
@@ -23,10 +23,21 @@ pub fn run(args: ServeArgs) -> Result<()> {
         max_msize: args.msize,
         read_only: args.read_only,
         allow_devices: args.allow_devices,
+        allow_setuid: args.allow_setuid,
         workers_per_connection: usize::from(args.workers),
         max_in_flight: usize::from(args.max_in_flight),
         max_fids: args.max_fids,
-        ..ServerConfig::default()
+        max_connections: args.max_connections as usize,
+        max_buffered_bytes: args.max_buffered_bytes,
+        max_xattr_size: args.max_xattr_size,
+        max_pending_xattr_bytes: args.max_pending_xattr_bytes,
+        fd_budget: args
+            .fd_budget
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        auth_token: match &args.token_file {
+            Some(path) => Some(AuthToken::new(crate::token::read(path)?)?),
+            None => None,
+        },
     };
     let events = match args.events {
         EventsChoice::Off => None,
@@ -75,6 +86,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         export = %export.display(),
         msize = args.msize,
         read_only = args.read_only,
+        token = args.token_file.is_some(),
         "serving on {}",
         args.listen.iter().map(Addr::to_string).collect::<Vec<_>>().join(", ")
     );

@@ -11,7 +11,8 @@ use crate::args::WatchArgs;
 
 pub fn run(args: WatchArgs) -> Result<()> {
     let addr = target_addr(&args.target)?;
-    let (client, fid) = super::connect_events(&addr, args.since.as_deref())?;
+    let (client, fid) =
+        super::connect_events(&addr, args.since.as_deref(), args.token_file.as_deref())?;
     if !args.json {
         eprintln!("watching {addr} (Ctrl-C to stop)");
     }

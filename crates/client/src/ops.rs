@@ -1,8 +1,8 @@
 //! Typed blocking helpers: thin wrappers over [`Client::call`] that unpack the reply.
 
 use crossfs_wire::{
-    DirEntry, Fid, Qid, Rgetattr, Rmessage, Tattach, Tclunk, Tgetattr, Tlopen, Treaddir, Treadlink,
-    Twalk, MAX_WALK_ELEMENTS, NOFID,
+    DirEntry, Fid, Qid, Rgetattr, Rmessage, Tattach, Tauth, Tclunk, Tgetattr, Tlopen, Treaddir,
+    Treadlink, Twalk, MAX_WALK_ELEMENTS, NOFID,
 };
 
 use crate::client::unexpected;
@@ -20,10 +20,59 @@ impl Client {
         aname: &[u8],
         n_uname: u32,
     ) -> Result<(Fid, Qid), ClientError> {
+        self.attach_afid(NOFID, uname, aname, n_uname)
+    }
+
+    /// Attaches as [`Client::attach`] does, proving knowledge of a shared secret first, as
+    /// `crossfs serve --token-file` asks: Tauth, a Twrite of `token` to the auth fid, then
+    /// Tattach naming it. The auth fid is clunked afterwards, whatever the outcome.
+    ///
+    /// # Errors
+    /// As [`Client::call`]; a wrong token is [`ClientError::Errno`] `EACCES` from Tattach,
+    /// and a server without authentication answers Tauth with `EOPNOTSUPP`.
+    pub fn attach_with_token(
+        &self,
+        uname: &[u8],
+        aname: &[u8],
+        n_uname: u32,
+        token: &[u8],
+    ) -> Result<(Fid, Qid), ClientError> {
+        let afid = self.alloc_fid();
+        let msg = Tauth {
+            afid,
+            uname: uname.to_vec(),
+            aname: aname.to_vec(),
+            n_uname,
+        };
+        match self.call(msg.into()) {
+            Ok(Rmessage::Auth(_)) => {}
+            Ok(other) => return Err(unexpected(other)),
+            Err(e) => {
+                self.free_fid(afid);
+                return Err(e);
+            }
+        }
+        let attached = self
+            .write(afid, 0, token)
+            .and_then(|_| self.attach_afid(afid, uname, aname, n_uname));
+        // Clunked even when a step failed: the server holds the fid until then.
+        let clunked = self.clunk(afid);
+        let root = attached?;
+        clunked?;
+        Ok(root)
+    }
+
+    fn attach_afid(
+        &self,
+        afid: Fid,
+        uname: &[u8],
+        aname: &[u8],
+        n_uname: u32,
+    ) -> Result<(Fid, Qid), ClientError> {
         let fid = self.alloc_fid();
         let msg = Tattach {
             fid,
-            afid: NOFID,
+            afid,
             uname: uname.to_vec(),
             aname: aname.to_vec(),
             n_uname,

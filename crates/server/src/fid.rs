@@ -138,6 +138,8 @@ pub(crate) enum FidState {
     XattrWrite(XattrWrite),
     /// The change-event stream (a Tattach with [`crate::EVENTS_ANAME`]).
     Events(crossfs_events::Subscriber),
+    /// An auth fid (Tauth), to which the client writes the token.
+    Auth(crate::ops::AuthFid),
 }
 
 impl FidState {

@@ -33,7 +33,8 @@
 //!   be ambiguous).
 //! - An unknown fid is `EBADF`; a `newfid` already in use is `EBADF` too. More fids than
 //!   [`ServerConfig::max_fids`] is `EMFILE`, and so is a connection's share of descriptors
-//!   used up (see Limits). Tauth is `EOPNOTSUPP`.
+//!   used up (see Limits). Tauth is `EOPNOTSUPP` unless a token is configured (see
+//!   Security).
 //! - Qids: type from the file mode, version 0 (the qid names the inode; freshness comes from
 //!   Tgetattr), path the inode number, with a per-device index mixed into the top bits for
 //!   inodes on another device than the export root.
@@ -50,15 +51,26 @@
 //! symlinks are refused with `ELOOP`. Every other operation on a fid's inode goes through its
 //! descriptor, never through a path built from the export root, so renaming directories or
 //! swapping one for a symlink between requests redirects nothing. Device nodes can neither be
-//! created nor opened unless [`ServerConfig::allow_devices`] is set. With
-//! [`ServerConfig::read_only`] every mutation is refused with `EROFS`. `/proc` must be
+//! created nor opened unless [`ServerConfig::allow_devices`] is set. Set-user-ID and
+//! set-group-ID bits from clients are stripped, and cleared from files clients write to,
+//! unless [`ServerConfig::allow_setuid`] is set (see the rules in `ops/setid.rs`). With
+//! [`ServerConfig::read_only`] every mutation is refused with `EROFS`. With
+//! [`ServerConfig::auth_token`], Tattach needs an `afid` from Tauth to which the client has
+//! written the token (`EACCES` otherwise, with a warning); the token is compared in time
+//! that does not depend on where it differs. 9P2000.L is not encrypted, so the token keeps
+//! out those who cannot read the traffic, no one else. `/proc` must be
 //! mounted: [`Server::new`] fails clearly otherwise.
 //!
 //! # Limits: what one client can make the server hold
+//! - Connections: at most [`ServerConfig::max_connections`] (256 by default) are served at
+//!   once; one more is closed at once with a warning, and the others carry on.
+//! - Walks: at most 16 names per Twalk (MAXWELEM), enforced by the decoder: more is
+//!   `EINVAL` with the request's tag, and nothing is walked.
 //! - Memory, per connection: every length read from the wire is bounded before anything is
-//!   allocated. At most `max_in_flight` queued or running requests plus the one the reader
-//!   holds, each at most msize, with a reply buffer of at most msize each; a 64 KiB read
-//!   buffer; extended attribute values held by xattr fids (fetched by Txattrwalk and not yet
+//!   allocated. At most `max_in_flight` queued or running requests, and no more than
+//!   [`ServerConfig::max_buffered_bytes`] of them (4 MiB by default; one request is always
+//!   admitted, and none is larger than msize), plus the one the reader holds; a reply
+//!   buffer of at most msize per worker; a 64 KiB read buffer; extended attribute values held by xattr fids (fetched by Txattrwalk and not yet
 //!   clunked, or being written after Txattrcreate) at most
 //!   [`ServerConfig::max_pending_xattr_bytes`] together (1 MiB by default; the Txattrwalk or
 //!   Twrite that would pass it gets `ENOSPC`, as setxattr(2) does when a file system is out
@@ -104,7 +116,8 @@
 //! When the server runs as root, files made by Tlcreate, Tmkdir, Tsymlink and Tmknod are given
 //! to the attaching user (n_uname, unless it is "none", `!0`) and the requested gid, so that
 //! files a caller creates belong to the caller, as on a local file system; otherwise the gid
-//! is ignored. Permission bits of a new file are exactly those asked for: the client has
+//! is ignored. The chown comes before the mode is set, and set-id bits follow the rules of
+//! the Security section. Permission bits of a new file are exactly those asked for: the client has
 //! already applied its umask, so the server's own is undone.
 //!
 //! # Known limits
@@ -132,7 +145,7 @@ mod session;
 mod stats;
 mod sys;
 
-pub use config::ServerConfig;
+pub use config::{AuthToken, ServerConfig};
 pub use error::ServerError;
 pub use server::Server;
 

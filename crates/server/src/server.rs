@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use crossfs_wire::{
@@ -49,6 +49,8 @@ pub struct Server {
     totals: MessageCounters,
     connections: Mutex<BTreeMap<u64, Arc<ConnStats>>>,
     next_connection: AtomicU64,
+    /// Connections being served (at most `max_connections`).
+    live: AtomicUsize,
 }
 
 impl std::fmt::Debug for Server {
@@ -93,9 +95,12 @@ impl Server {
         if config.max_msize < MIN_MSIZE {
             return Err(ServerError::Config("max_msize is below 4096"));
         }
-        if config.workers_per_connection == 0 || config.max_in_flight == 0 {
+        if config.workers_per_connection == 0
+            || config.max_in_flight == 0
+            || config.max_connections == 0
+        {
             return Err(ServerError::Config(
-                "workers_per_connection and max_in_flight must be at least 1",
+                "workers_per_connection, max_in_flight and max_connections must be at least 1",
             ));
         }
         let root = sys::open_root(&config.export).map_err(|e| ServerError::Export {
@@ -135,11 +140,14 @@ impl Server {
             totals: MessageCounters::default(),
             connections: Mutex::new(BTreeMap::new()),
             next_connection: AtomicU64::new(1),
+            live: AtomicUsize::new(0),
         }))
     }
 
     /// Serves one connection on the calling thread until the client disconnects or sends a
-    /// frame that cannot be framed (then the connection is closed with a warning).
+    /// frame that cannot be framed (then the connection is closed with a warning). When
+    /// [`ServerConfig::max_connections`] are already being served, returns at once (which
+    /// closes the connection) after logging a warning.
     ///
     /// `reader` and `writer` are the two directions of one byte stream (for a socket, the
     /// socket and a clone of it). Requests that cannot block for long run on the calling
@@ -156,11 +164,31 @@ impl Server {
         writer: impl Write + Send + 'static,
         peer: String,
     ) {
+        let Some(slot) = self.admit(&peer) else {
+            return;
+        };
         let id = self.next_connection.fetch_add(1, Relaxed);
         let stats = Arc::new(ConnStats::new(id, peer));
         lock(&self.connections).insert(id, stats.clone());
         session::run(self, &stats, reader, Box::new(writer));
+        // Free before the connection leaves the list: whoever sees it gone may connect again.
+        drop(slot);
         lock(&self.connections).remove(&id);
+    }
+
+    /// Takes one of the `max_connections` slots, or refuses `peer` with a warning.
+    fn admit(&self, peer: &str) -> Option<Slot<'_>> {
+        let max = self.config.max_connections;
+        match self
+            .live
+            .fetch_update(Relaxed, Relaxed, |n| (n < max).then_some(n + 1))
+        {
+            Ok(_) => Some(Slot(&self.live)),
+            Err(_) => {
+                tracing::warn!(%peer, max_connections = max, "refusing connection: server full");
+                None
+            }
+        }
     }
 
     /// Counters over all connections, closed ones included.
@@ -285,6 +313,15 @@ impl Server {
         let next = devices.len() as u64 + 1;
         let index = *devices.entry(dev).or_insert(next);
         ino ^ (index << 48)
+    }
+}
+
+/// A connection slot, given back when the connection ends.
+struct Slot<'a>(&'a AtomicUsize);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
     }
 }
 

@@ -8,10 +8,11 @@
 //! cost. Every other request (read, write, fsync, opening a fifo, ...) is recorded in the
 //! in-flight table under its tag and queued for the workers, so a request that blocks (a
 //! fifo with no writer, a slow disk) never holds up the connection's other requests. When
-//! `max_in_flight` requests are queued or running on workers, the reader stops reading, so a
-//! client that sends faster than it is served (or never reads its replies, leaving the
-//! writer blocked) is held back by the socket, and memory stays bounded: at most
-//! `max_in_flight` queued requests plus the one the reader holds, each at most msize.
+//! `max_in_flight` requests, or `max_buffered_bytes` of them, are queued or running on
+//! workers, the reader stops reading, so a client that sends faster than it is served (or
+//! never reads its replies, leaving the writer blocked) is held back by the socket, and
+//! memory stays bounded: at most `max_buffered_bytes` of queued requests (or one request,
+//! if larger) plus the one the reader holds, each at most msize.
 //!
 //! Ordering rules, and how they hold:
 //! - Replies never interleave: a reply is written whole while holding the writer lock.
@@ -83,12 +84,16 @@ struct Job {
     tag: Tag,
     msg_type: u8,
     msg: Result<Tmessage, DecodeError>,
+    /// The frame's size, counted against `max_buffered_bytes` until the job is retired.
+    len: usize,
 }
 
 #[derive(Default)]
 struct State {
     in_flight: HashMap<u16, Entry>,
     queue: VecDeque<Job>,
+    /// Bytes of the frames of queued and running jobs.
+    buffered: usize,
     /// The reader has stopped: workers finish the queue and exit.
     closing: bool,
     /// The reader waits on `reader_wake` (only then is it signalled).
@@ -214,13 +219,13 @@ impl Session {
             self.conn
                 .server
                 .record(&self.conn.stats, frame.msg_type, len);
-            if let Err(stop) = self.dispatch(frame, &mut out) {
+            if let Err(stop) = self.dispatch(frame, len, &mut out) {
                 return stop;
             }
         }
     }
 
-    fn dispatch(&self, frame: Tframe, out: &mut Vec<u8>) -> Result<(), Stop> {
+    fn dispatch(&self, frame: Tframe, len: usize, out: &mut Vec<u8>) -> Result<(), Stop> {
         let Tframe { tag, msg_type, msg } = frame;
         match msg {
             Ok(Tmessage::Version(v)) => {
@@ -244,12 +249,22 @@ impl Session {
                     return Ok(());
                 }
                 let msg = Ok(Tmessage::Read(m));
-                self.enqueue(Job { tag, msg_type, msg })
+                self.enqueue(Job {
+                    tag,
+                    msg_type,
+                    msg,
+                    len,
+                })
             }
             msg if crate::ops::runs_inline(&self.conn, &msg) => {
                 self.run_inline(tag, msg_type, msg, out)
             }
-            msg => self.enqueue(Job { tag, msg_type, msg }),
+            msg => self.enqueue(Job {
+                tag,
+                msg_type,
+                msg,
+                len,
+            }),
         }
     }
 
@@ -383,12 +398,15 @@ impl Session {
     }
 
     fn enqueue(&self, job: Job) -> Result<(), Stop> {
-        let max = self.conn.server.config.max_in_flight;
+        let config = &self.conn.server.config;
+        let (max, max_bytes) = (config.max_in_flight, config.max_buffered_bytes);
         let mut st = lock(&self.state);
-        // Back-pressure: stop reading until a request has been answered.
-        while st.in_flight.len() >= max {
+        // Back-pressure: stop reading until a request has been answered. A request larger
+        // than the byte limit waits until nothing else is buffered.
+        while st.in_flight.len() >= max || (st.buffered > 0 && st.buffered + job.len > max_bytes) {
             st = self.wait_reader(st);
         }
+        st.buffered += job.len;
         if st.in_flight.contains_key(&job.tag.0) {
             return Err(Stop::Close(format!(
                 "tag {} reused while in flight",
@@ -447,19 +465,27 @@ impl Session {
                 };
                 (job, cancelled)
             };
+            let Job {
+                tag,
+                msg_type,
+                msg,
+                len,
+            } = job;
             if !cancelled {
-                self.execute(job.tag, job.msg_type, job.msg, &mut out);
+                self.execute(tag, msg_type, msg, &mut out);
             }
-            self.complete(job.tag, job.msg_type, (!cancelled).then_some(&out[..]));
+            self.complete(tag, msg_type, len, (!cancelled).then_some(&out[..]));
         }
     }
 
-    /// Retires `tag`: under the writer lock, removes it (and the Tflush requests waiting for
-    /// it) from the in-flight table, writes its reply if any, then the Rflush replies.
-    fn complete(&self, tag: Tag, msg_type: u8, reply: Option<&[u8]>) {
+    /// Retires `tag`, whose frame was `len` bytes: under the writer lock, removes it (and the
+    /// Tflush requests waiting for it) from the in-flight table, writes its reply if any, then
+    /// the Rflush replies.
+    fn complete(&self, tag: Tag, msg_type: u8, len: usize, reply: Option<&[u8]>) {
         let mut out = lock(&self.out);
         let flushed = {
             let mut st = lock(&self.state);
+            st.buffered -= len;
             let mut done = Vec::new();
             let mut pending = VecDeque::from([tag]);
             while let Some(t) = pending.pop_front() {

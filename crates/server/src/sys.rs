@@ -268,7 +268,8 @@ pub fn chmod(proc_fd: BorrowedFd<'_>, fd: BorrowedFd<'_>, mode: u32) -> Result<(
 }
 
 /// `fchownat(fd, "", uid, gid, AT_EMPTY_PATH)`: changes owner and/or group of the inode itself
-/// (a symlink's own, never its target's). `None` leaves a field unchanged.
+/// (a symlink's own, never its target's). `None`, or `-1` as chown(2) takes it, leaves a
+/// field unchanged (rustix's `Uid` must not hold `-1`: found by the `serve_stream` fuzzer).
 ///
 /// # Errors
 /// `EPERM` when the server may not make the change, `EROFS`.
@@ -276,8 +277,8 @@ pub fn chown(fd: BorrowedFd<'_>, uid: Option<u32>, gid: Option<u32>) -> Result<(
     rustix::fs::chownat(
         fd,
         c"",
-        uid.map(rustix::fs::Uid::from_raw),
-        gid.map(rustix::fs::Gid::from_raw),
+        uid.filter(|&u| u != !0).map(rustix::fs::Uid::from_raw),
+        gid.filter(|&g| g != !0).map(rustix::fs::Gid::from_raw),
         AtFlags::EMPTY_PATH,
     )
 }

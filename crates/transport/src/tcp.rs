@@ -62,8 +62,8 @@ fn check_policy(addr: &Addr, ips: &[SocketAddr], allow_remote: bool) -> Result<(
     }
     tracing::warn!(
         %addr,
-        "listening on a non-loopback TCP address: 9P2000.L has no authentication or \
-         encryption, so anyone who can reach {} can use the share",
+        "listening on a non-loopback TCP address: 9P2000.L is not encrypted, so anyone who \
+         can read the traffic to {} sees what crosses it",
         remote.ip()
     );
     Ok(())

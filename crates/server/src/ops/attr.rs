@@ -8,6 +8,7 @@ use rustix::fs::StatxFlags;
 use rustix::io::Errno;
 
 use crate::error::OpResult;
+use crate::ops::setid;
 use crate::session::Conn;
 use crate::sys::{self, Time};
 
@@ -54,8 +55,9 @@ pub(crate) fn getattr(conn: &Conn, m: Tgetattr) -> OpResult<Rmessage> {
 }
 
 /// Tsetattr. Applied in the order that keeps each change: owner first (a chown clears
-/// set-id bits), then mode, then size (which moves mtime), then times. CTIME alone asks for
-/// nothing a host can do directly; every other change updates ctime anyway.
+/// set-id bits, which the server makes sure of), then mode (set-id bits only as
+/// [`setid::setattr_perm`] allows), then size (which moves mtime), then times. CTIME alone
+/// asks for nothing a host can do directly; every other change updates ctime anyway.
 pub(crate) fn setattr(conn: &Conn, m: Tsetattr) -> OpResult<Rmessage> {
     let state = conn.fids.get(m.fid)?;
     let f = state.file()?;
@@ -68,9 +70,16 @@ pub(crate) fn setattr(conn: &Conn, m: Tsetattr) -> OpResult<Rmessage> {
         let uid = (m.valid & sa::UID != 0).then_some(m.uid);
         let gid = (m.valid & sa::GID != 0).then_some(m.gid);
         sys::chown(f.fd(), uid, gid)?;
+        setid::drop_bits(conn, f.fd())?;
     }
     if m.valid & sa::MODE != 0 {
-        sys::chmod(proc_fd, f.fd(), m.mode & 0o7777)?;
+        let perm = if m.mode & setid::SETID != 0 {
+            let current = u32::from(sys::stat(f.fd())?.stx_mode);
+            setid::setattr_perm(conn, m.mode, current)
+        } else {
+            m.mode & 0o7777
+        };
+        sys::chmod(proc_fd, f.fd(), perm)?;
     }
     if m.valid & sa::SIZE != 0 {
         truncate(conn, f, m.size)?;
@@ -97,8 +106,13 @@ fn time(valid: u32, bit: u32, set: u32, sec: u64, nsec: u64) -> OpResult<Time> {
 
 /// Truncation through the fid's open descriptor when it is writable, otherwise by reopening
 /// the inode for writing (which needs write permission, as truncate(2) does). Only regular
-/// files: a fifo reopened for writing would block the worker.
+/// files: a fifo reopened for writing would block the worker. Set-id bits go first (see
+/// [`setid::before_write`]).
 fn truncate(conn: &Conn, f: &crate::fid::FileFid, size: u64) -> OpResult<()> {
+    if f.kind == libc::S_IFREG {
+        let mode = u32::from(sys::stat(f.fd())?.stx_mode);
+        setid::before_write(conn, f.fd(), mode)?;
+    }
     if let Some(open) = f.open.get() {
         match sys::truncate(rustix::fd::AsFd::as_fd(&open.fd), size) {
             Ok(()) => return Ok(()),

@@ -12,6 +12,7 @@ use rustix::io::Errno;
 use crate::error::{OpError, OpResult};
 use crate::fid::{lock, Location};
 use crate::names;
+use crate::ops::setid;
 use crate::session::Conn;
 use crate::sys;
 
@@ -57,11 +58,13 @@ pub(crate) fn readdir(conn: &Conn, m: Treaddir) -> OpResult<Rmessage> {
     Ok(Rmessage::Readdir(Rreaddir { data: Data(data) }))
 }
 
-/// After creating a file system object: restores the permission bits the client asked for
-/// (the client applied its own umask; the server's must not apply twice), and when the server
-/// runs as root gives the object to the attaching user (`n_uname`, if given) and the requested
-/// group, as a local create by that user would. Without root the server keeps ownership: it
-/// cannot give files away, and pretending otherwise would lie.
+/// After creating a file system object: when the server runs as root gives it to the
+/// attaching user (`n_uname`, if given) and the requested group, as a local create by that
+/// user would, then sets exactly the permission bits `perm` (the client applied its own
+/// umask; the server's must not apply twice). In that order, because a chown clears set-id
+/// bits. `perm` has been through [`setid::client_perm`]; a directory keeps the `S_ISGID` it
+/// inherited from a setgid parent. Without root the server keeps ownership: it cannot give
+/// files away, and pretending otherwise would lie.
 pub(super) fn finish_create(
     conn: &Conn,
     fd: BorrowedFd<'_>,
@@ -69,20 +72,39 @@ pub(super) fn finish_create(
     gid: u32,
     n_uname: u32,
 ) -> OpResult<()> {
-    let st = sys::stat(fd)?;
-    let mode = u32::from(st.stx_mode);
-    let is_link = mode & libc::S_IFMT == libc::S_IFLNK;
-    if !is_link && mode & 0o777 != perm & 0o777 {
-        sys::chmod(conn.server.proc_fd(), fd, (mode & 0o7000) | (perm & 0o777))?;
+    let mut mode = u32::from(sys::stat(fd)?.stx_mode);
+    if mode & libc::S_IFMT == libc::S_IFLNK {
+        // A symlink's mode means nothing; only its owner is set.
+        give_to_caller(conn, fd, gid, n_uname)?;
+        return Ok(());
     }
-    if conn.server.is_root {
-        let uid = (n_uname != NONUNAME).then_some(n_uname);
-        let gid = (gid != NONUNAME).then_some(gid);
-        if uid.is_some() || gid.is_some() {
-            sys::chown(fd, uid, gid)?;
-        }
+    if give_to_caller(conn, fd, gid, n_uname)? {
+        mode = u32::from(sys::stat(fd)?.stx_mode);
+    }
+    let inherited = if mode & libc::S_IFMT == libc::S_IFDIR {
+        mode & libc::S_ISGID
+    } else {
+        0
+    };
+    let wanted = (perm & 0o7777) | inherited;
+    if mode & 0o7777 != wanted {
+        sys::chmod(conn.server.proc_fd(), fd, wanted)?;
     }
     Ok(())
+}
+
+/// The chown of [`finish_create`]; whether one was made.
+fn give_to_caller(conn: &Conn, fd: BorrowedFd<'_>, gid: u32, n_uname: u32) -> OpResult<bool> {
+    if !conn.server.is_root {
+        return Ok(false);
+    }
+    let uid = (n_uname != NONUNAME).then_some(n_uname);
+    let gid = (gid != NONUNAME).then_some(gid);
+    if uid.is_none() && gid.is_none() {
+        return Ok(false);
+    }
+    sys::chown(fd, uid, gid)?;
+    Ok(true)
 }
 
 /// Opens the object just created as `name` in `dir`, fixes it up, and returns its qid.
@@ -100,14 +122,15 @@ fn created(
     Ok(conn.server.qid(&st))
 }
 
-/// Tmkdir.
+/// Tmkdir. As mkdir(2), the mode's set-id bits are ignored (a directory inherits `S_ISGID`
+/// from a setgid parent, nothing else).
 pub(crate) fn mkdir(conn: &Conn, m: Tmkdir) -> OpResult<Rmessage> {
     conn.server.check_writable()?;
     let name = names::component(&m.name)?;
     let state = conn.fids.get(m.dfid)?;
     let dir = state.file()?;
     conn.server.check_not_reserved(dir.qid.path, &m.name)?;
-    let perm = m.mode & 0o7777;
+    let perm = m.mode & 0o1777;
     sys::mkdir(dir.fd(), &name, perm)?;
     let qid = created(conn, dir.fd(), &name, Some(perm), m.gid, dir.n_uname)?;
     Ok(Rmessage::Mkdir(Rmkdir { qid }))
@@ -140,12 +163,11 @@ pub(crate) fn mknod(conn: &Conn, m: Tmknod) -> OpResult<Rmessage> {
     let state = conn.fids.get(m.dfid)?;
     let dir = state.file()?;
     conn.server.check_not_reserved(dir.qid.path, &m.name)?;
-    let perm = m.mode & 0o7777;
+    let perm = setid::client_perm(conn, m.mode);
     // mknod with type 0 makes a regular file, as mknod(2) does.
-    let mode = if m.mode & libc::S_IFMT == 0 {
-        m.mode | libc::S_IFREG
-    } else {
-        m.mode
+    let mode = match m.mode & libc::S_IFMT {
+        0 => libc::S_IFREG | perm,
+        ty => ty | perm,
     };
     sys::mknod(dir.fd(), &name, mode, sys::makedev(m.major, m.minor))?;
     let qid = created(conn, dir.fd(), &name, Some(perm), m.gid, dir.n_uname)?;

@@ -15,6 +15,7 @@ use crate::error::{OpError, OpResult};
 use crate::fid::{lock, FidState, FileFid, Location, OpenFile};
 use crate::names;
 use crate::ops::dir::finish_create;
+use crate::ops::setid;
 use crate::server::dev_and_kind;
 use crate::session::Conn;
 use crate::sys;
@@ -86,6 +87,9 @@ pub(crate) fn lopen(conn: &Conn, m: Tlopen) -> OpResult<Rmessage> {
     }
     let charge = conn.fds.charge()?;
     let fd = Handle::new(sys::reopen(conn.server.proc_fd(), f.fd(), flags)?, charge);
+    if mutates(m.flags) {
+        setid::before_write(conn, f.fd(), u32::from(st.stx_mode))?;
+    }
     f.open
         .set(OpenFile::new(fd, dev_and_kind(&st).1, flags))
         .map_err(|_| OpError::Invalid("fid already open"))?;
@@ -104,7 +108,7 @@ pub(crate) fn lcreate(conn: &Conn, m: Tlcreate) -> OpResult<Rmessage> {
     let dir = state.file()?;
     conn.server.check_not_reserved(dir.qid.path, &m.name)?;
     let flags = host_flags(m.flags)?;
-    let perm = m.mode & 0o7777;
+    let perm = setid::client_perm(conn, m.mode);
     let (open_charge, handle_charge) = (conn.fds.charge()?, conn.fds.charge()?);
     // Try an exclusive create first, so that only a file this call made gets its mode and
     // owner adjusted; without the client's O_EXCL an existing file is then simply opened.
@@ -118,6 +122,9 @@ pub(crate) fn lcreate(conn: &Conn, m: Tlcreate) -> OpResult<Rmessage> {
         };
     if created {
         finish_create(conn, fd.as_fd(), perm, m.gid, dir.n_uname)?;
+    } else if mutates(m.flags) {
+        let mode = u32::from(sys::stat(fd.as_fd())?.stx_mode);
+        setid::before_write(conn, fd.as_fd(), mode)?;
     }
     let handle = Handle::new(
         sys::path_handle(conn.server.proc_fd(), fd.as_fd())?,
@@ -178,6 +185,8 @@ pub(crate) fn read(conn: &Conn, tag: Tag, m: Tread, out: &mut Vec<u8>) -> OpResu
             })?;
         }
         FidState::XattrWrite(_) => return Err(Errno::BADF.into()),
+        // Nothing to read from an auth fid: the server asks no questions.
+        FidState::Auth(_) => encode_rread_with(tag, 0, out, |_| Ok::<_, OpError>(0))?,
     }
     Ok(())
 }
@@ -247,8 +256,11 @@ pub(crate) fn write(conn: &Conn, m: Twrite) -> OpResult<Rmessage> {
             count: count as u32,
         }));
     }
-    conn.server.check_writable()?;
+    if !matches!(&*state, FidState::Auth(_)) {
+        conn.server.check_writable()?;
+    }
     let count = match &*state {
+        FidState::Auth(a) => super::auth::write(a, &m.data.0)?,
         FidState::File(f) => {
             let open = f.opened()?;
             sys::pwrite(open.fd.as_fd(), &m.data.0, m.offset)?

@@ -2,9 +2,11 @@
 //! request and leaves its encoded reply (or Rlerror) in a buffer.
 
 mod attr;
+mod auth;
 mod dir;
 mod io;
 mod lock;
+mod setid;
 mod walk;
 mod xattr;
 
@@ -14,6 +16,7 @@ use crate::error::{OpError, OpResult};
 use crate::fid::FidState;
 use crate::session::Conn;
 
+pub(crate) use auth::{AuthFid, MAX_TOKEN};
 pub(crate) use io::read_cached;
 
 /// Executes one request and appends exactly one reply frame to `out`.
@@ -127,8 +130,7 @@ fn dispatch(conn: &Conn, msg: Tmessage) -> OpResult<Rmessage> {
         T::Xattrcreate(m) => xattr::xattrcreate(conn, m),
         T::Lock(m) => lock::lock(conn, m),
         T::Getlock(m) => lock::getlock(conn, m),
-        // No authentication: identity is the server's own (see the crate's Identity section).
-        T::Auth(_) => Err(OpError::NotSupported),
+        T::Auth(m) => auth::auth(conn, m),
         // Handled by the session before dispatch; never queued.
         T::Read(_) | T::Version(_) | T::Flush(_) => Err(OpError::Invalid("not dispatched")),
     }

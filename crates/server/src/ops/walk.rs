@@ -3,7 +3,7 @@
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
-use crossfs_wire::{Rattach, Rmessage, Rwalk, Tattach, Twalk, NOFID};
+use crossfs_wire::{Rattach, Rmessage, Rwalk, Tattach, Twalk};
 
 use crate::budget::Handle;
 use crate::error::{OpError, OpResult};
@@ -13,13 +13,11 @@ use crate::server::dev_and_kind;
 use crate::session::Conn;
 use crate::sys;
 
-/// Tattach: binds `fid` to the export root. The unames are recorded and logged; they grant
-/// nothing (see the crate's Identity section). `aname` is ignored: the export is the root.
+/// Tattach: binds `fid` to the export root, once `afid` passes [`super::auth::check_attach`].
+/// The unames are recorded and logged; they grant nothing (see the crate's Identity
+/// section). `aname` is ignored: the export is the root.
 pub(crate) fn attach(conn: &Conn, m: Tattach) -> OpResult<Rmessage> {
-    if m.afid != NOFID {
-        // Tauth is never granted, so no afid can be valid.
-        return Err(OpError::Invalid("authentication is not supported"));
-    }
+    super::auth::check_attach(conn, m.afid)?;
     tracing::info!(
         id = conn.stats.id,
         peer = %conn.stats.peer,

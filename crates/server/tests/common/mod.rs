@@ -312,6 +312,158 @@ impl Client {
     }
 }
 
+/// What the secret file outside the export holds: any reply carrying it is a leak.
+pub const SECRET: &[u8] = b"crossfs-secret-5b1e0c7a";
+
+/// An export with a directory beside it (`../outside` from the export root) that no request
+/// may read, change or add to: a secret file with a user xattr, and a subdirectory with
+/// another secret. Every open, read, change or creation in the two directories is seen by
+/// inotify (O_PATH opens and stat are not: those are covered by the tests' own assertions).
+pub struct Outside {
+    /// The export and its server (dropped first).
+    pub h: Harness,
+    /// `outside`, beside the export.
+    pub dir: PathBuf,
+    /// Holds both the export and `outside`.
+    base: tempfile::TempDir,
+    inotify: std::os::fd::OwnedFd,
+    before: Vec<(PathBuf, Vec<u8>)>,
+}
+
+impl Outside {
+    pub fn new() -> Self {
+        Self::with(|_| {})
+    }
+
+    pub fn with(adjust: impl FnOnce(&mut ServerConfig)) -> Self {
+        use rustix::fs::inotify;
+        let base = tempfile::tempdir().unwrap();
+        let export = tempfile::tempdir_in(base.path()).unwrap();
+        let dir = base.path().join("outside");
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("secret"), SECRET).unwrap();
+        std::fs::write(dir.join("sub/secret"), SECRET).unwrap();
+        rustix::fs::setxattr(
+            dir.join("secret"),
+            "user.secret",
+            SECRET,
+            rustix::fs::XattrFlags::empty(),
+        )
+        .unwrap();
+        let before = snapshot(&dir);
+        let mut config = ServerConfig {
+            export: export.path().to_path_buf(),
+            ..Default::default()
+        };
+        adjust(&mut config);
+        let server = Server::new(config).unwrap();
+        let inotify =
+            inotify::init(inotify::CreateFlags::NONBLOCK | inotify::CreateFlags::CLOEXEC).unwrap();
+        for d in [dir.clone(), dir.join("sub")] {
+            inotify::add_watch(&inotify, d, inotify::WatchFlags::ALL_EVENTS).unwrap();
+        }
+        Outside {
+            h: Harness {
+                dir: export,
+                server,
+            },
+            dir,
+            base,
+            inotify,
+            before,
+        }
+    }
+
+    /// The base directory holding the export and `outside` (for absolute symlinks).
+    pub fn base(&self) -> &Path {
+        self.base.path()
+    }
+
+    /// Panics if anything outside was opened, read, changed, created or removed since
+    /// [`Outside::new`] (the inotify queue is checked before this reads the files itself).
+    pub fn assert_untouched(&self) {
+        let events = self.events();
+        assert!(events.is_empty(), "outside the export: {events:?}");
+        assert_eq!(
+            snapshot(&self.dir),
+            self.before,
+            "outside the export changed"
+        );
+        let xattr = {
+            let mut v = vec![0u8; 256];
+            let n =
+                rustix::fs::getxattr(self.dir.join("secret"), "user.secret", &mut v[..]).unwrap();
+            v.truncate(n);
+            v
+        };
+        assert_eq!(xattr, SECRET);
+        let mut names: Vec<_> = std::fs::read_dir(self.base.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        let export_name = self.h.root().file_name().unwrap().to_owned();
+        let mut expect = vec![export_name, "outside".into()];
+        expect.sort();
+        assert_eq!(names, expect, "something appeared beside the export");
+        // This check's own reads.
+        self.events();
+    }
+
+    /// The inotify events queued since the last call.
+    fn events(&self) -> Vec<String> {
+        use rustix::fs::inotify;
+        let mut buf = [std::mem::MaybeUninit::uninit(); 4096];
+        let mut events = Vec::new();
+        let mut reader = inotify::Reader::new(&self.inotify, &mut buf);
+        loop {
+            match reader.next() {
+                Ok(e) => events.push(format!("{:?} {:?}", e.events(), e.file_name())),
+                Err(rustix::io::Errno::AGAIN) => return events,
+                Err(e) => panic!("reading inotify: {e}"),
+            }
+        }
+    }
+
+    /// Inode numbers of everything outside: a qid carrying one means the server stat'ed it.
+    pub fn inodes(&self) -> Vec<u64> {
+        use std::os::unix::fs::MetadataExt;
+        let mut out = vec![
+            std::fs::metadata(self.base.path()).unwrap().ino(),
+            std::fs::metadata(&self.dir).unwrap().ino(),
+        ];
+        out.extend(
+            self.before
+                .iter()
+                .map(|(p, _)| std::fs::symlink_metadata(p).unwrap().ino()),
+        );
+        out
+    }
+}
+
+/// Every path under `dir` (sorted) with its content (empty for directories) and mode.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let md = std::fs::symlink_metadata(&p).unwrap();
+            let mut data =
+                format!("{:o} {} {}:{}:", md.mode(), md.nlink(), md.uid(), md.gid()).into_bytes();
+            if md.is_dir() {
+                todo.push(p.clone());
+            } else if md.is_file() {
+                data.extend(std::fs::read(&p).unwrap());
+            }
+            out.push((p, data));
+        }
+    }
+    out.sort();
+    out
+}
+
 /// Linux errno values used in assertions.
 pub mod errno {
     pub const EPERM: i32 = 1;
