@@ -15,11 +15,14 @@ use crossfs_events::RelPath;
 /// The root's node id (FUSE_ROOT_ID).
 pub(crate) const ROOT: u64 = 1;
 
-/// What an open in `auto` mode compares to decide whether cached pages are still good.
+/// What an open in `auto` mode compares to decide whether cached pages are still good,
+/// and, for a directory, the group its new entries take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct DataStamp {
     pub mtime: (u64, u64),
     pub size: u64,
+    /// A set-group-ID directory's group (`None` for anything else).
+    pub setgid_group: Option<u32>,
 }
 
 struct Inode {
@@ -296,6 +299,12 @@ impl InodeTable {
         if let Some(node) = self.lock().by_ino.get_mut(&ino) {
             node.seen = Some(stamp);
         }
+    }
+
+    /// The group that files created in directory `ino` take from it, if it is
+    /// set-group-ID as last seen (as Linux's v9fs decides, from its cached attributes).
+    pub(crate) fn setgid_group(&self, ino: u64) -> Option<u32> {
+        self.lock().by_ino.get(&ino)?.seen?.setgid_group
     }
 
     /// For `auto` mode: true if the file looks unchanged since its previous open (so the
