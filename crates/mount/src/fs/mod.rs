@@ -203,7 +203,10 @@ const ALWAYS_WANTED: InitFlags = InitFlags::FUSE_MAX_PAGES
     .union(InitFlags::FUSE_PARALLEL_DIROPS)
     .union(InitFlags::FUSE_ASYNC_DIO)
     .union(InitFlags::FUSE_ASYNC_READ)
-    .union(InitFlags::FUSE_BIG_WRITES);
+    .union(InitFlags::FUSE_BIG_WRITES)
+    // Shared mmap of `direct_io` files (`never`, `metadata`): the kernel keeps the mapped
+    // pages coherent with direct reads and writes (Linux 6.6+; ENODEV without it).
+    .union(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
 
 impl Filesystem for CrossFs {
     fn init(&mut self, _req: &Request, kc: &mut KernelConfig) -> stdio::Result<()> {
