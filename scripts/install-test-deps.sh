@@ -2,10 +2,11 @@
 # Installs what the test suite needs on a fresh Debian machine (run as root): real peers and
 # tools the tests start for real — QEMU and busybox for the kernel-client guest, diod as a
 # second 9P server, inotify-tools, the py9p client from PyPI, and the conformance and
-# data-integrity suites (pjdfstest and fsx from crates.io, fio from Debian). Idempotent.
+# data-integrity suites (pjdfstest and fsx from crates.io, fio and stress-ng from Debian).
+# Idempotent.
 set -euo pipefail
 
-packages=(qemu-system-x86 busybox-static cpio kmod diod inotify-tools python3-venv git gcc make fuse3 socat fio)
+packages=(qemu-system-x86 busybox-static cpio kmod diod inotify-tools python3-venv git gcc make fuse3 socat fio stress-ng)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -6,6 +6,7 @@
 //!   cache mode; each verifies every read against its own model.
 //! - fio with `--verify=crc32c`: written through one mount, verified by fio through it, then
 //!   again (`--verify_only`) through a second mount (`--cache never`) and in the export.
+//! - stress-ng's file stressors (hdd, mmap, copy-file, aio) with `--verify`.
 //! - A model of files written through one mount (writes across 1 MiB messages, holes,
 //!   appends, truncation, renames), checked through a second mount and the export; files
 //!   written on the host, checked through the second mount; two mounts writing disjoint
@@ -222,6 +223,58 @@ fn fio_crc32c_verifies_through_a_second_mount_and_the_host() {
         assert!(other.stop().success());
         drop(writer);
     }
+}
+
+#[test]
+fn stress_ng_file_stressors_verify_on_the_mount() {
+    assert_root();
+    let out = Command::new("stress-ng").arg("--version").output();
+    assert!(
+        out.is_ok_and(|o| o.status.success()),
+        "stress-ng is missing: run scripts/install-test-deps.sh"
+    );
+    let export = export();
+    let mount = Mount::start(&export.addr, &[]);
+    let work = tempfile::tempdir().unwrap();
+    // Bounded by operation counts, not time: sequential writes read back (hdd), shared
+    // file mappings with msync (mmap), copies (copy-file) and async I/O (aio), each
+    // checking what it reads with --verify.
+    let (status, out) = run_logged(
+        "stress-ng on crossfs mount",
+        Command::new("stress-ng")
+            .arg("--temp-path")
+            .arg(&mount.mountpoint)
+            .args(["--verify", "--metrics-brief"])
+            .args([
+                "--hdd",
+                "2",
+                "--hdd-bytes",
+                "32M",
+                "--hdd-write-size",
+                "64K",
+            ])
+            .args(["--hdd-ops", "2000"])
+            .args([
+                "--mmap",
+                "2",
+                "--mmap-file",
+                "--mmap-bytes",
+                "8M",
+                "--mmap-ops",
+                "4",
+            ])
+            .args(["--copy-file", "1", "--copy-file-bytes", "128M"])
+            .args(["--copy-file-ops", "5"])
+            .args(["--aio", "1", "--aio-ops", "2000"]),
+        &work.path().join("stress-ng.log"),
+        Duration::from_secs(300),
+    );
+    assert!(
+        status.success() && out.contains("successful run completed"),
+        "stress-ng failed ({status}):\n{out}"
+    );
+    println!("{out}");
+    drop(mount);
 }
 
 /// xorshift64*: a fixed seed gives the same operations every run.
