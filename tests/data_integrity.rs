@@ -142,11 +142,16 @@ fn fsx_instances_at_once_in_every_cache_mode() {
     println!("fsx: {total} operations in all, no corruption");
 }
 
-/// Runs fio with `args` plus `--directory DIR`, asserting success and no error.
+/// Runs fio with `args` plus `--directory DIR`, asserting success and no error. It runs
+/// in the log's directory, where it leaves its verify state files.
 fn fio(args: &[&str], dir: &Path, log: &Path, what: &str) {
     let (status, out) = run_logged(
         what,
-        Command::new("fio").args(args).arg("--directory").arg(dir),
+        Command::new("fio")
+            .args(args)
+            .arg("--directory")
+            .arg(dir)
+            .current_dir(log.parent().unwrap()),
         log,
         Duration::from_secs(300),
     );
