@@ -238,7 +238,8 @@ pub struct MountArgs {
     /// Mount read-only.
     #[arg(long)]
     pub read_only: bool,
-    /// Let users other than the one mounting access the mount.
+    /// Let users other than the one mounting access the mount (the kernel then checks each
+    /// user's permissions against the modes and owners shown, FUSE `default_permissions`).
     #[arg(long)]
     pub allow_other: bool,
     /// Show every file as owned by this uid.

@@ -86,11 +86,13 @@ pub(crate) fn file_attr(ino: u64, a: &Rgetattr, ids: IdMap) -> FileAttr {
     }
 }
 
-/// What `auto` mode compares across opens.
+/// What `auto` mode compares across opens, and a set-group-ID directory's group.
 pub(crate) fn stamp(a: &Rgetattr) -> DataStamp {
+    let setgid_dir = a.mode & libc::S_IFMT == libc::S_IFDIR && a.mode & libc::S_ISGID != 0;
     DataStamp {
         mtime: (a.mtime_sec, a.mtime_nsec),
         size: a.size,
+        setgid_group: setgid_dir.then_some(a.gid),
     }
 }
 

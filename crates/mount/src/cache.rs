@@ -53,8 +53,9 @@ const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CacheMode {
     /// Nothing is cached beyond the call that fetched it (see the exceptions above): every
-    /// stat, lookup and read asks the server. Shared-writable mmap is not available (all
-    /// opens are `direct_io`).
+    /// stat, lookup and read asks the server. Opens are `direct_io`; shared mmap still
+    /// works (FUSE_DIRECT_IO_ALLOW_MMAP, Linux 6.6+: the mapped pages are cached while
+    /// mapped; older kernels refuse it with ENODEV).
     Never,
     /// Names and attributes are trusted for 24 hours; data is always read from the server.
     /// For trees that only this mount changes, with files others may rewrite.

@@ -23,7 +23,9 @@ pub struct MountConfig {
     pub max_write: u32,
     /// Mount read-only (`MS_RDONLY`) and refuse every change.
     pub read_only: bool,
-    /// Let users other than the one mounting use the mount (FUSE `allow_other`).
+    /// Let users other than the one mounting use the mount (FUSE `allow_other`). The
+    /// kernel then checks every caller's permissions against the modes and owners shown
+    /// (`default_permissions`) before the server checks its own.
     pub allow_other: bool,
     /// Report every file as owned by this uid (as sshfs's `idmap=user`). Ownership on the
     /// server is unchanged; `chown` through the mount still sets the server's owner.

@@ -15,11 +15,14 @@ use crossfs_events::RelPath;
 /// The root's node id (FUSE_ROOT_ID).
 pub(crate) const ROOT: u64 = 1;
 
-/// What an open in `auto` mode compares to decide whether cached pages are still good.
+/// What an open in `auto` mode compares to decide whether cached pages are still good,
+/// and, for a directory, the group its new entries take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct DataStamp {
     pub mtime: (u64, u64),
     pub size: u64,
+    /// A set-group-ID directory's group (`None` for anything else).
+    pub setgid_group: Option<u32>,
 }
 
 struct Inode {
@@ -148,27 +151,32 @@ impl InodeTable {
         stamp: DataStamp,
     ) -> u64 {
         let mut inner = self.lock();
-        let ino = Self::remember_locked(&mut inner, fid, qid, format, stamp);
+        let (ino, unused) = Self::remember_locked(&mut inner, fid, qid, format, stamp);
         Self::name(&mut inner, parent, name, ino);
+        drop(inner);
+        // Dropping a fid may send its Tclunk, which can wait for the socket; never under the
+        // table's lock, which the client's reader thread takes to finish a GETATTR.
+        drop(unused);
         ino
     }
 
+    /// Returns the node id and the fid no longer needed, to drop once the lock is released.
     fn remember_locked(
         inner: &mut Inner,
         fid: Arc<FidRef>,
         qid: Qid,
         format: u32,
         stamp: DataStamp,
-    ) -> u64 {
+    ) -> (u64, Option<Arc<FidRef>>) {
         if let Some(&ino) = inner.by_path.get(&qid.path) {
             if let Some(node) = inner.by_ino.get_mut(&ino) {
                 if node.format == format {
                     node.nlookup += 1;
                     node.seen = Some(stamp);
-                    if ino != ROOT {
-                        node.fid = fid;
+                    if ino == ROOT {
+                        return (ino, Some(fid));
                     }
-                    return ino;
+                    return (ino, Some(std::mem::replace(&mut node.fid, fid)));
                 }
             }
         }
@@ -186,7 +194,7 @@ impl InodeTable {
             },
         );
         inner.by_path.insert(qid.path, ino);
-        ino
+        (ino, None)
     }
 
     /// The node `name` in directory `parent` last led to, if the kernel still holds it.
@@ -260,15 +268,17 @@ impl InodeTable {
     }
 
     /// Gives the node of `qid_path`, if known, a fresher fid for the same file.
-    pub(crate) fn refresh(&self, qid_path: u64, fid: Arc<FidRef>) {
+    pub(crate) fn refresh(&self, qid_path: u64, mut fid: Arc<FidRef>) {
         let mut inner = self.lock();
         if let Some(ino) = inner.by_path.get(&qid_path).copied() {
             if let Some(node) = inner.by_ino.get_mut(&ino) {
                 if ino != ROOT {
-                    node.fid = fid;
+                    std::mem::swap(&mut node.fid, &mut fid);
                 }
             }
         }
+        drop(inner);
+        drop(fid); // the older fid (or the unused one), clunked outside the lock
     }
 
     /// The kernel dropped `n` of its references to `ino`; at zero the node goes.
@@ -285,10 +295,12 @@ impl InodeTable {
             return;
         }
         let path = node.qid_path;
-        inner.by_ino.remove(&ino);
+        let gone = inner.by_ino.remove(&ino);
         if inner.by_path.get(&path) == Some(&ino) {
             inner.by_path.remove(&path);
         }
+        drop(inner);
+        drop(gone); // its fid is clunked outside the lock
     }
 
     /// Notes attributes fresh from the server.
@@ -296,6 +308,12 @@ impl InodeTable {
         if let Some(node) = self.lock().by_ino.get_mut(&ino) {
             node.seen = Some(stamp);
         }
+    }
+
+    /// The group that files created in directory `ino` take from it, if it is
+    /// set-group-ID as last seen (as Linux's v9fs decides, from its cached attributes).
+    pub(crate) fn setgid_group(&self, ino: u64) -> Option<u32> {
+        self.lock().by_ino.get(&ino)?.seen?.setgid_group
     }
 
     /// For `auto` mode: true if the file looks unchanged since its previous open (so the

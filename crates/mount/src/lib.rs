@@ -31,7 +31,9 @@
 //!   form, and a check-then-rename would race.
 //! - POSIX locks go to the server (Tlock/Tgetlock; F_SETLKW polls with back-off). flock(2)
 //!   locks stay in the local kernel: they exclude processes on this mount, not on the host.
-//! - `access(2)` is not forwarded; the server checks permissions on each real operation.
+//! - `access(2)` is not forwarded; the server checks permissions on each real operation,
+//!   with its own credentials. With `allow_other` the kernel first checks every caller
+//!   against the modes and owners shown (`default_permissions`), as on a local file system.
 //! - `st_ino` is the mount's node id (stable while the kernel knows the file; hard links
 //!   share it), not the server's inode number.
 //! - With `uid`/`gid` set every file is shown as owned by them; the server's ownership is
@@ -43,8 +45,11 @@
 //!   On servers whose fids name paths (diod, QEMU's 9pfs), a node reached by a name that was
 //!   then renamed or removed answers ENOENT until the kernel looks it up again; Tremove and
 //!   Trename are used where a server lacks Tunlinkat and Trenameat.
-//! - New files are created with the requesting process's gid; `uid`/`gid` mapping does not
-//!   change what is sent.
+//! - New files belong to the requesting process's uid and gid (in a set-group-ID directory,
+//!   the directory's gid, as Linux's v9fs decides from cached attributes). The server gives
+//!   them to the user the mount attached as; a file made by another user is then handed to
+//!   that user with a Tsetattr, which only a server running as root can honour (after a
+//!   refusal the mount stops asking). `uid`/`gid` mapping does not change what is sent.
 //! - When the connection is lost, every later request fails with EIO (the client logs the
 //!   cause once); nothing hangs.
 #![forbid(unsafe_code)]

@@ -71,6 +71,11 @@ pub fn mount(
     if config.read_only {
         options.push(MountOption::RO);
     }
+    if config.allow_other {
+        // Other users reach the files with the server's credentials, so the kernel must
+        // check each caller against the modes and owners shown, as on a local file system.
+        options.push(MountOption::DefaultPermissions);
+    }
     let mut fuse_config = fuser::Config::default();
     fuse_config.mount_options = options;
     fuse_config.acl = if config.allow_other {

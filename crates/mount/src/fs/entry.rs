@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use crossfs_client::ClientError;
 use crossfs_wire::{
-    Qid, Rgetattr, Tlink, Tmessage, Tmkdir, Tmknod, Treadlink, Tremove, Trename, Trenameat,
-    Tsymlink, Tunlinkat,
+    setattr as valid, Qid, Rgetattr, Tlink, Tmessage, Tmkdir, Tmknod, Treadlink, Tremove, Trename,
+    Trenameat, Tsetattr, Tsymlink, Tunlinkat,
 };
 use fuser::{Errno, FileType, Generation, INodeNo, RenameFlags, ReplyData, ReplyEmpty, ReplyEntry};
 
-use super::{errno, Shared};
+use super::{errno, Caller, Shared};
 use crate::attr::{self, decode_dev};
 use crate::cache::CacheMode;
 use crate::fid::FidRef;
@@ -104,11 +104,53 @@ impl Shared {
         }
     }
 
-    /// Sends a request that creates `name` in `parent`, then looks the new file up.
+    /// Gives a file this mount has just created for `caller` to the caller, as a local
+    /// create would: the server gives new files to the user the mount attached as (and the
+    /// gid asked for), so another user's files are handed over with a Tsetattr that also
+    /// restores set-id bits (a chown clears them). Returns the attributes the file ends up
+    /// with. A server that may not give files away (not root) keeps them, as it keeps every
+    /// file: after its first refusal, no more are asked for.
+    pub(super) fn give_to(
+        &self,
+        caller: Caller,
+        fid: &FidRef,
+        a: Rgetattr,
+    ) -> Result<Rgetattr, ClientError> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if a.uid == caller.uid || self.chown_refused.load(Relaxed) {
+            return Ok(a);
+        }
+        let mut m = Tsetattr::unchanged(fid.fid());
+        m.valid = valid::UID;
+        m.uid = caller.uid;
+        if a.mode & 0o6000 != 0 && a.mode & libc::S_IFMT != libc::S_IFLNK {
+            m.valid |= valid::MODE;
+            m.mode = a.mode & 0o7777;
+        }
+        match self.client.call(Tmessage::Setattr(m)) {
+            Ok(_) => self.client.getattr(fid.fid(), crate::remote::ATTR_MASK),
+            Err(ClientError::Errno(libc::EPERM)) => {
+                self.chown_refused.store(true, Relaxed);
+                tracing::info!(
+                    "the server keeps new files (it may not give them to uid {})",
+                    caller.uid
+                );
+                Ok(a)
+            }
+            Err(e) => {
+                tracing::warn!("giving a new file to uid {}: {e}", caller.uid);
+                Ok(a)
+            }
+        }
+    }
+
+    /// Sends a request that creates `name` in `parent` for `caller`, then looks the new
+    /// file up.
     fn create_entry(
         &self,
         parent: INodeNo,
         name: &[u8],
+        caller: Option<Caller>,
         reply: ReplyEntry,
         make: impl FnOnce(&FidRef) -> Tmessage,
     ) {
@@ -122,7 +164,10 @@ impl Shared {
         if let Err(e) = self.client.call(make(&dir)) {
             return reply.error(errno(&e));
         }
-        let r = resolve_one(&self.client, &dir, name, None);
+        let r = resolve_one(&self.client, &dir, name, None).and_then(|(fid, a)| match caller {
+            Some(c) => Ok((fid.clone(), self.give_to(c, &fid, a)?)),
+            None => Ok((fid, a)),
+        });
         self.reply_entry((parent, name), reply, r, None);
     }
 
@@ -131,15 +176,15 @@ impl Shared {
         parent: INodeNo,
         name: &[u8],
         mode: u32,
-        gid: u32,
+        caller: Caller,
         reply: ReplyEntry,
     ) {
-        self.create_entry(parent, name, reply, |dir| {
+        self.create_entry(parent, name, Some(caller), reply, |dir| {
             Tmessage::Mkdir(Tmkdir {
                 dfid: dir.fid(),
                 name: name.to_vec(),
                 mode: mode & 0o7777,
-                gid,
+                gid: caller.gid,
             })
         });
     }
@@ -150,18 +195,18 @@ impl Shared {
         name: &[u8],
         mode: u32,
         rdev: u32,
-        gid: u32,
+        caller: Caller,
         reply: ReplyEntry,
     ) {
         let (major, minor) = decode_dev(rdev);
-        self.create_entry(parent, name, reply, |dir| {
+        self.create_entry(parent, name, Some(caller), reply, |dir| {
             Tmessage::Mknod(Tmknod {
                 dfid: dir.fid(),
                 name: name.to_vec(),
                 mode,
                 major,
                 minor,
-                gid,
+                gid: caller.gid,
             })
         });
     }
@@ -171,15 +216,15 @@ impl Shared {
         parent: INodeNo,
         name: &[u8],
         target: &[u8],
-        gid: u32,
+        caller: Caller,
         reply: ReplyEntry,
     ) {
-        self.create_entry(parent, name, reply, |dir| {
+        self.create_entry(parent, name, Some(caller), reply, |dir| {
             Tmessage::Symlink(Tsymlink {
                 fid: dir.fid(),
                 name: name.to_vec(),
                 symtgt: target.to_vec(),
-                gid,
+                gid: caller.gid,
             })
         });
     }
@@ -189,7 +234,7 @@ impl Shared {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
-        self.create_entry(newparent, name, reply, |dir| {
+        self.create_entry(newparent, name, None, reply, |dir| {
             Tmessage::Link(Tlink {
                 dfid: dir.fid(),
                 fid: file.fid(),

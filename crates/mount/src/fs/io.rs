@@ -14,7 +14,7 @@ use fuser::{
     ReplyWrite,
 };
 
-use super::{errno, Shared};
+use super::{errno, Caller, Shared};
 use crate::cache::CacheMode;
 use crate::fid::FidRef;
 use crate::handle::lock;
@@ -156,7 +156,7 @@ impl Shared {
         name: &[u8],
         mode: u32,
         flags: i32,
-        gid: u32,
+        caller: Caller,
         reply: ReplyCreate,
     ) {
         if let Err(e) = self.writable() {
@@ -172,24 +172,29 @@ impl Shared {
                 name: name.to_vec(),
                 flags: wire_open_flags(flags, self.config.cache.writeback()),
                 mode: mode & 0o7777,
-                gid,
+                gid: caller.gid,
             });
             expect_reply!(self.client.call(msg), Lcreate).map(|_| fid)
         });
         let opened = match created {
-            Ok(fid) => Ok(fid),
+            Ok(fid) => Ok((fid, Some(caller))),
             Err(ClientError::Errno(libc::EEXIST)) if flags & libc::O_EXCL == 0 => {
                 resolve_one(&self.client, &dir, name, None)
                     .and_then(|(node, _)| self.open_fid(&node, flags & !libc::O_CREAT))
-                    .map(|(fid, _)| fid)
+                    .map(|(fid, _)| (fid, None))
             }
             Err(e) => Err(e),
         };
-        let fid = match opened {
+        let (fid, created_for) = match opened {
             Ok(f) => f,
             Err(e) => return reply.error(errno(&e)),
         };
-        match resolve_one(&self.client, &dir, name, None) {
+        let found =
+            resolve_one(&self.client, &dir, name, None).and_then(|(node, a)| match created_for {
+                Some(c) => Ok((node.clone(), self.give_to(c, &node, a)?)),
+                None => Ok((node, a)),
+            });
+        match found {
             Ok((node, a)) => {
                 let fa = self.remember((parent, name), node, &a);
                 let fh = self.handles.insert(fid);

@@ -59,6 +59,16 @@ pub(crate) struct Shared {
     pub recent: RecentLookups,
     /// Change events from the server: replay recognition, own changes, syncs.
     pub changes: ChangeState,
+    /// The server refused to give a new file to its creator (it is not root).
+    pub chown_refused: std::sync::atomic::AtomicBool,
+}
+
+/// The owner and group of a file a request creates: the caller's, or for the group, the
+/// directory's if it is set-group-ID, as on a local file system.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Caller {
+    pub uid: u32,
+    pub gid: u32,
 }
 
 impl Shared {
@@ -90,6 +100,7 @@ impl Shared {
             lock_client: format!("crossfs@{host}"),
             legacy_names: std::sync::atomic::AtomicBool::new(false),
             changes: ChangeState::default(),
+            chown_refused: std::sync::atomic::AtomicBool::new(false),
             client,
         }
     }
@@ -161,6 +172,15 @@ pub(crate) struct CrossFs {
 }
 
 impl CrossFs {
+    /// Who will own what `req` creates in directory `parent`.
+    fn caller(&self, req: &Request, parent: INodeNo) -> Caller {
+        let dir_group = self.shared.inodes.setgid_group(parent.0);
+        Caller {
+            uid: req.uid(),
+            gid: dir_group.unwrap_or(req.gid()),
+        }
+    }
+
     /// Counts request `op` of `req` and hands over the shared state.
     fn s(&self, req: &Request, op: Op) -> &Arc<Shared> {
         let s = &self.shared;
@@ -183,7 +203,10 @@ const ALWAYS_WANTED: InitFlags = InitFlags::FUSE_MAX_PAGES
     .union(InitFlags::FUSE_PARALLEL_DIROPS)
     .union(InitFlags::FUSE_ASYNC_DIO)
     .union(InitFlags::FUSE_ASYNC_READ)
-    .union(InitFlags::FUSE_BIG_WRITES);
+    .union(InitFlags::FUSE_BIG_WRITES)
+    // Shared mmap of `direct_io` files (`never`, `metadata`): the kernel keeps the mapped
+    // pages coherent with direct reads and writes (Linux 6.6+; ENODEV without it).
+    .union(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
 
 impl Filesystem for CrossFs {
     fn init(&mut self, _req: &Request, kc: &mut KernelConfig) -> stdio::Result<()> {
@@ -297,7 +320,14 @@ impl Filesystem for CrossFs {
             return s.lookup_existing(parent, bytes(name), reply);
         }
         s.changes.note_name(parent.0, bytes(name));
-        s.mknod(parent, bytes(name), mode, rdev, req.gid(), reply);
+        s.mknod(
+            parent,
+            bytes(name),
+            mode,
+            rdev,
+            self.caller(req, parent),
+            reply,
+        );
     }
 
     fn mkdir(
@@ -314,7 +344,7 @@ impl Filesystem for CrossFs {
             return s.lookup_existing(parent, bytes(name), reply);
         }
         s.changes.note_name(parent.0, bytes(name));
-        s.mkdir(parent, bytes(name), mode, req.gid(), reply);
+        s.mkdir(parent, bytes(name), mode, self.caller(req, parent), reply);
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -352,7 +382,7 @@ impl Filesystem for CrossFs {
             parent,
             bytes(link_name),
             bytes(target.as_os_str()),
-            req.gid(),
+            self.caller(req, parent),
             reply,
         );
     }
@@ -564,7 +594,14 @@ impl Filesystem for CrossFs {
     ) {
         let s = self.s(req, Op::Create);
         s.changes.note_name(parent.0, bytes(name));
-        s.create(parent, bytes(name), mode, flags, req.gid(), reply);
+        s.create(
+            parent,
+            bytes(name),
+            mode,
+            flags,
+            self.caller(req, parent),
+            reply,
+        );
     }
 
     fn getlk(

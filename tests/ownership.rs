@@ -1,0 +1,98 @@
+//! Who owns what a caller creates through `crossfs mount --allow-other`, and who may touch
+//! it: the same as on a local directory. Runs as root (the server gives files away only as
+//! root) and switches to the user `nobody` with `setpriv`, as pjdfstest does with seteuid.
+
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+
+const NOBODY: u32 = 65534;
+
+/// Runs `argv` as uid/gid `NOBODY` with no supplementary groups; returns whether it worked.
+fn as_nobody(argv: &[&str]) -> bool {
+    Command::new("setpriv")
+        .args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "--",
+        ])
+        .args(argv)
+        .status()
+        .unwrap_or_else(|e| panic!("running setpriv (util-linux): {e}"))
+        .success()
+}
+
+/// Creates files of every kind in `dir` as root and as `nobody`, in a plain and in a
+/// set-group-ID directory, and says who owns each and what `nobody` may not do.
+fn scenario(dir: &Path) -> Vec<String> {
+    let mut seen = Vec::new();
+    let open = dir.join("open");
+    std::fs::create_dir(&open).unwrap();
+    run_ok(Command::new("chmod").arg("1777").arg(&open));
+    let sgid = dir.join("sgid");
+    std::fs::create_dir(&sgid).unwrap();
+    run_ok(Command::new("chown").arg("0:1234").arg(&sgid));
+    run_ok(Command::new("chmod").arg("2777").arg(&sgid));
+    for d in [&open, &sgid] {
+        let p = |n: &str| d.join(n).to_str().unwrap().to_owned();
+        assert!(as_nobody(&["touch", &p("file")]));
+        assert!(as_nobody(&["mkdir", &p("dir")]));
+        assert!(as_nobody(&["ln", "-s", "target", &p("link")]));
+        assert!(as_nobody(&["mkfifo", &p("fifo")]));
+        std::fs::write(d.join("roots"), b"root's").unwrap();
+        run_ok(Command::new("chmod").arg("644").arg(p("roots")));
+        for name in ["file", "dir", "link", "fifo", "roots"] {
+            let m = std::fs::symlink_metadata(d.join(name)).unwrap();
+            let name = format!("{}/{name}", d.file_name().unwrap().to_str().unwrap());
+            seen.push(format!("{name}: uid {} gid {}", m.uid(), m.gid()));
+        }
+        // Permission checks for other users: root's 0644 file is not nobody's to change,
+        // and in a sticky directory not nobody's to remove.
+        let writes = as_nobody(&["sh", "-c", &format!("echo x >> {}", p("roots"))]);
+        let removes = as_nobody(&["rm", "-f", &p("roots")]);
+        seen.push(format!(
+            "nobody writes root's file: {writes}, removes it: {removes}"
+        ));
+    }
+    seen
+}
+
+#[test]
+fn files_belong_to_their_creator_as_on_a_local_directory() {
+    let local = tempfile::tempdir().unwrap();
+    // The local directory must be reachable by nobody, as the mount is.
+    run_ok(Command::new("chmod").arg("755").arg(local.path()));
+    let expected = scenario(local.path());
+
+    let dir = tempfile::tempdir().unwrap();
+    let export = dir.path().join("export");
+    std::fs::create_dir(&export).unwrap();
+    let sock = dir.path().join("s.sock");
+    let addr = format!("unix:{}", sock.display());
+    let _serve = Serve::start(&export, &addr, &[]);
+    for mode in ["auto", "never"] {
+        let mut mount = Mount::start(&addr, &["--allow-other", "--cache", mode]);
+        let parent = mount.mountpoint.parent().unwrap();
+        run_ok(Command::new("chmod").arg("755").arg(parent));
+        let sub = mount.mountpoint.join(mode);
+        std::fs::create_dir(&sub).unwrap();
+        let actual = scenario(&sub);
+        assert_same_output(
+            "local directory",
+            &expected.join("\n"),
+            &format!("crossfs mount --cache {mode}"),
+            &actual.join("\n"),
+        );
+        // The host sees the same owners.
+        let m = std::fs::metadata(export.join(mode).join("sgid/file")).unwrap();
+        assert_eq!((m.uid(), m.gid()), (NOBODY, 1234));
+        assert!(mount.stop().success());
+    }
+}

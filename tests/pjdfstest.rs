@@ -1,0 +1,199 @@
+//! POSIX conformance with a suite no one here wrote: pjdfstest (the Rust rewrite, pinned in
+//! `scripts/install-test-deps.sh`), run as root on a local directory and on `crossfs mount`
+//! of `crossfs serve`. Every test that passes locally must pass on the mount, except those
+//! the README lists under "Differences from a local directory": a new failure fails this
+//! test, and so does a listed difference that has gone away (the list must shrink).
+
+mod common;
+mod tools;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use tools::*;
+
+const PJDFSTEST_VERSION: &str = "0.2.2";
+
+/// naptime 0.01 s: longer than any timestamp granularity involved. The features are those
+/// Linux and ext4 have; `dummy_auth` names the users pjdfstest switches to.
+const CONFIG: &str = r#"
+[features]
+posix_fallocate = {}
+rename_ctime = {}
+utime_now = {}
+utimensat = {}
+
+[settings]
+naptime = 0.01
+allow_remount = false
+
+[dummy_auth]
+entries = [["nobody", "nogroup"], ["tests", "tests"]]
+"#;
+
+/// Each test's outcome: "ok", "FAILED" or "skipped".
+type Outcomes = BTreeMap<String, String>;
+
+/// Runs pjdfstest in `dir`, with `second` as the "other file system" of the EXDEV tests.
+fn pjdfstest(dir: &Path, second: &Path, config: &Path, label: &str) -> Outcomes {
+    let log = config.with_file_name(format!("{label}.log"));
+    let (_, out) = run_logged(
+        &format!("pjdfstest on {label}"),
+        Command::new(tool("pjdfstest", PJDFSTEST_VERSION))
+            .arg("-c")
+            .arg(config)
+            .arg("-p")
+            .arg(dir)
+            .arg("-s")
+            .arg(second)
+            .current_dir(dir),
+        &log,
+        Duration::from_secs(300),
+    );
+    let mut outcomes = Outcomes::new();
+    for line in out.lines() {
+        let words: Vec<_> = line.split_whitespace().collect();
+        if let [name, outcome @ ("ok" | "FAILED" | "skipped")] = words[..] {
+            if name.contains("::") {
+                outcomes.insert(name.to_owned(), outcome.to_owned());
+            }
+        }
+    }
+    let summary = out
+        .lines()
+        .find(|l| l.starts_with("Summary:"))
+        .unwrap_or_else(|| panic!("pjdfstest on {label} printed no summary:\n{out}"));
+    let total: usize = summary
+        .rsplit(", ")
+        .next()
+        .and_then(|t| t.strip_suffix(" total"))
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("cannot read the total in {summary:?}"));
+    assert_eq!(outcomes.len(), total, "{label}: every test's line was read");
+    let count = |o: &str| outcomes.values().filter(|v| *v == o).count();
+    println!(
+        "pjdfstest on {label}: {} passed, {} failed, {} skipped, {total} total",
+        count("ok"),
+        count("FAILED"),
+        count("skipped")
+    );
+    outcomes
+}
+
+/// Tests that pass locally and do not pass (fail or are skipped) on the mount.
+fn lost(local: &Outcomes, mount: &Outcomes) -> BTreeSet<String> {
+    local
+        .iter()
+        .filter(|(name, o)| *o == "ok" && mount.get(*name).map(String::as_str) != Some("ok"))
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+/// The pjdfstest names (`syscall::case...`, in backquotes) that the README lists under
+/// "Differences from a local directory".
+fn documented_differences() -> BTreeSet<String> {
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+    let start = readme
+        .find("## Differences from a local directory")
+        .expect("README has a \"Differences from a local directory\" section");
+    let section = &readme[start..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+    section
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|t| {
+            t.contains("::")
+                && t.starts_with(|c: char| c.is_ascii_lowercase())
+                && t.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "_:".contains(c))
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+fn report(label: &str, local: &Outcomes, mount: &Outcomes) {
+    for (name, o) in local {
+        let m = mount.get(name).map_or("missing", String::as_str);
+        if o != m {
+            println!("  {name}: local {o}, {label} {m}");
+        }
+    }
+}
+
+/// Serves a fresh export with `serve_args`, mounts it with `mount_args` plus
+/// `--allow-other` (pjdfstest switches to other users), and runs pjdfstest in it.
+fn on_mount(serve_args: &[&str], mount_args: &[&str], config: &Path, label: &str) -> Outcomes {
+    let dir = tempfile::tempdir().unwrap();
+    let export = dir.path().join("export");
+    std::fs::create_dir(&export).unwrap();
+    let sock = dir.path().join("s.sock");
+    let addr = format!("unix:{}", sock.display());
+    let _serve = Serve::start(&export, &addr, serve_args);
+    let mut args = vec!["--allow-other"];
+    args.extend_from_slice(mount_args);
+    let mut mount = Mount::start(&addr, &args);
+    open_to_all(mount.mountpoint.parent().unwrap());
+    let second = tempfile::tempdir_in("/dev/shm").expect("a tmpfs at /dev/shm");
+    open_to_all(second.path());
+    let outcomes = pjdfstest(&mount.mountpoint, second.path(), config, label);
+    assert!(mount.stop().success(), "crossfs mount exits cleanly");
+    outcomes
+}
+
+#[test]
+fn pjdfstest_on_crossfs_mount_matches_local_directory() {
+    assert_root();
+    let status = Command::new("id").arg("tests").output().unwrap().status;
+    assert!(
+        status.success(),
+        "pjdfstest needs the user \"tests\": run scripts/install-test-deps.sh"
+    );
+    let work = tempfile::tempdir().unwrap();
+    let config = work.path().join("pjdfstest.toml");
+    std::fs::write(&config, CONFIG).unwrap();
+
+    let local = tempfile::tempdir().unwrap();
+    open_to_all(local.path());
+    let second = tempfile::tempdir_in("/dev/shm").expect("a tmpfs at /dev/shm");
+    open_to_all(second.path());
+    let native = pjdfstest(local.path(), second.path(), &config, "local directory");
+
+    let known = documented_differences();
+    // Device nodes are exported only with --allow-devices (README); the rest of the
+    // semantics do not depend on it.
+    for mode in ["auto", "never", "always"] {
+        let label = format!("crossfs mount --cache {mode}");
+        let mount = on_mount(&["--allow-devices"], &["--cache", mode], &config, &label);
+        report(&label, &native, &mount);
+        let lost = lost(&native, &mount);
+        let new: Vec<_> = lost.difference(&known).collect();
+        let gone: Vec<_> = known.difference(&lost).collect();
+        assert!(
+            new.is_empty() && gone.is_empty(),
+            "{label}: passing locally but not through the mount, and not in the README: \
+             {new:?}; listed in the README but now passing (remove them): {gone:?}"
+        );
+    }
+
+    // Without --allow-devices, exactly the device-node cases are lost in addition.
+    let label = "crossfs mount, server without --allow-devices";
+    let mount = on_mount(&[], &[], &config, label);
+    let extra: Vec<_> = lost(&native, &mount).difference(&known).cloned().collect();
+    assert!(
+        !extra.is_empty(),
+        "mknod of device nodes must be refused by default"
+    );
+    let not_devices: Vec<_> = extra
+        .iter()
+        .filter(|n| !n.ends_with("::block") && !n.ends_with("::char"))
+        .collect();
+    assert!(
+        not_devices.is_empty(),
+        "{label}: lost more than device-node cases: {not_devices:?}"
+    );
+    println!("{label}: {} device-node cases refused", extra.len());
+}
