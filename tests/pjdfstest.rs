@@ -163,11 +163,12 @@ fn pjdfstest_on_crossfs_mount_matches_local_directory() {
     let native = pjdfstest(local.path(), second.path(), &config, "local directory");
 
     let known = documented_differences();
-    // Device nodes are exported only with --allow-devices (README); the rest of the
-    // semantics do not depend on it.
+    // Device nodes are exported only with --allow-devices, and clients' set-id bits kept
+    // only with --allow-setuid (README); the rest of the semantics do not depend on them.
     for mode in ["auto", "never", "always"] {
         let label = format!("crossfs mount --cache {mode}");
-        let mount = on_mount(&["--allow-devices"], &["--cache", mode], &config, &label);
+        let serve = ["--allow-devices", "--allow-setuid"];
+        let mount = on_mount(&serve, &["--cache", mode], &config, &label);
         report(&label, &native, &mount);
         let lost = lost(&native, &mount);
         let new: Vec<_> = lost.difference(&known).collect();
@@ -179,21 +180,29 @@ fn pjdfstest_on_crossfs_mount_matches_local_directory() {
         );
     }
 
-    // Without --allow-devices, exactly the device-node cases are lost in addition.
-    let label = "crossfs mount, server without --allow-devices";
+    // A default server loses exactly the device-node and set-id cases in addition.
+    let label = "crossfs mount, server without --allow-devices and --allow-setuid";
     let mount = on_mount(&[], &[], &config, label);
     let extra: Vec<_> = lost(&native, &mount).difference(&known).cloned().collect();
     assert!(
         !extra.is_empty(),
         "mknod of device nodes must be refused by default"
     );
-    let not_devices: Vec<_> = extra
+    assert!(
+        extra.iter().any(|n| n == "chmod::clear_isgid_bit"),
+        "set-id bits from clients must be dropped by default: {extra:?}"
+    );
+    let others: Vec<_> = extra
         .iter()
         .filter(|n| !n.ends_with("::block") && !n.ends_with("::char"))
+        .filter(|n| *n != "chmod::clear_isgid_bit")
         .collect();
     assert!(
-        not_devices.is_empty(),
-        "{label}: lost more than device-node cases: {not_devices:?}"
+        others.is_empty(),
+        "{label}: lost more than device-node and set-id cases: {others:?}"
     );
-    println!("{label}: {} device-node cases refused", extra.len());
+    println!(
+        "{label}: {} device-node and set-id cases refused",
+        extra.len()
+    );
 }
