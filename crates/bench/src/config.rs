@@ -5,7 +5,8 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
-/// The eight workloads, in the order the issue lists them and the report shows them.
+/// The workloads, in the order the issue lists them and the report shows them; the
+/// ninth, watcher cost, is brief lesson 5 (change events must never slow the producer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(into = "&'static str")]
 pub enum WorkloadId {
@@ -17,10 +18,11 @@ pub enum WorkloadId {
     Symlink,
     Build,
     Git,
+    Watcher,
 }
 
 impl WorkloadId {
-    pub const ALL: [WorkloadId; 8] = [
+    pub const ALL: [WorkloadId; 9] = [
         Self::SeqRead,
         Self::SeqWrite,
         Self::Random,
@@ -29,6 +31,7 @@ impl WorkloadId {
         Self::Symlink,
         Self::Build,
         Self::Git,
+        Self::Watcher,
     ];
 
     /// The name used on the command line, in the JSON and in directory names.
@@ -52,11 +55,14 @@ impl WorkloadId {
             Self::Symlink => "stat through file and directory symlinks (ops/s)",
             Self::Build => "generated C project, make -j2 with gcc (seconds)",
             Self::Git => "git status and checkout on a generated repository (seconds)",
+            Self::Watcher => {
+                "create + delete files natively, change events off and on (files/s, ratio)"
+            }
         }
     }
 }
 
-const WORKLOAD_NAMES: [&str; 8] = [
+const WORKLOAD_NAMES: [&str; 9] = [
     "seq-read",
     "seq-write",
     "random",
@@ -65,6 +71,7 @@ const WORKLOAD_NAMES: [&str; 8] = [
     "symlink",
     "build",
     "git",
+    "watcher",
 ];
 
 /// Workload names in report order, for `--help` and `--workloads` validation.
@@ -84,9 +91,9 @@ impl From<WorkloadId> for &'static str {
     }
 }
 
-/// The string was neither a workload name nor a number 1..=8.
+/// The string was neither a workload name nor a number 1..=9.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown workload {given:?}; expected one of {} or 1..=8", WORKLOAD_NAMES.join(", "))]
+#[error("unknown workload {given:?}; expected one of {} or 1..=9", WORKLOAD_NAMES.join(", "))]
 pub struct UnknownWorkload {
     pub given: String,
 }
@@ -187,7 +194,8 @@ pub struct Sizes {
     pub random_ops_one_thread: u64,
     /// Random I/O: operations of the 8-thread figures, over all threads.
     pub random_ops_eight_threads: u64,
-    /// Every figure that repeats an operation (all but build and git) stops
+    /// Every figure that repeats an operation (all but build, git and the
+    /// watcher cost, whose two modes must do equal work) stops
     /// after this long, so a slow target still finishes: the figure is the
     /// rate over the operations (or bytes) actually done, which the report
     /// states next to it. Repeated passes then revisit only what the first
@@ -228,6 +236,11 @@ pub struct Sizes {
     pub build_jobs: usize,
     /// Git: files in the generated repository.
     pub git_files: usize,
+    /// Watcher cost: files created and then deleted in each round.
+    pub watcher_files: usize,
+    /// Watcher cost: rounds of each mode (events off, events on) per run, in
+    /// the order off on on off off on ..., so drift favours neither.
+    pub watcher_rounds: usize,
 }
 
 impl Sizes {
@@ -259,6 +272,10 @@ impl Sizes {
             build_headers_per_dir: count(8, 5, 2),
             build_jobs: 2,
             git_files: count(10_000, 500, 20),
+            // The seed's test: 1,000 files, at every size; a round takes
+            // about 0.15 s here, so rounds, not files, are what quick saves.
+            watcher_files: count(1_000, 1_000, 20),
+            watcher_rounds: count(4, 2, 1),
         }
     }
 }
@@ -279,7 +296,8 @@ mod tests {
             WorkloadId::Negative
         );
         assert!("0".parse::<WorkloadId>().is_err());
-        assert!("9".parse::<WorkloadId>().is_err());
+        assert_eq!("9".parse::<WorkloadId>().unwrap(), WorkloadId::Watcher);
+        assert!("10".parse::<WorkloadId>().is_err());
         let err = "fio".parse::<WorkloadId>().unwrap_err();
         assert!(err.to_string().contains("seq-read"), "{err}");
         assert_eq!(workload_names().len(), WorkloadId::ALL.len());
@@ -295,7 +313,7 @@ mod tests {
             config.selected_workloads(),
             vec![WorkloadId::SeqRead, WorkloadId::Git]
         );
-        assert_eq!(BenchConfig::default().selected_workloads().len(), 8);
+        assert_eq!(BenchConfig::default().selected_workloads().len(), 9);
     }
 
     #[test]
@@ -305,11 +323,14 @@ mod tests {
         assert_eq!(full.meta_files, 10_000);
         assert_eq!((full.negative_dirs, full.negative_headers), (40, 300));
         assert_eq!(full.git_files, 10_000);
+        assert_eq!(full.watcher_files, 1_000);
         let quick = Sizes::new(true, 1.0);
         assert_eq!(quick.seq_bytes, 64 * MIB);
         assert_eq!(quick.meta_files, 2_000);
         assert_eq!(quick.build_sources, 12);
         assert_eq!(quick.git_files, 500);
+        assert_eq!(quick.watcher_files, 1_000);
+        assert!(quick.watcher_rounds < full.watcher_rounds);
         assert!(quick.time_cap_ms < full.time_cap_ms);
         let tiny = Sizes::new(true, 0.001);
         assert_eq!(tiny.seq_bytes, MIB);

@@ -3,7 +3,8 @@
 //! What this crate owns:
 //! - the eight workloads of the issue ([`WorkloadId`], `workloads/`): sequential
 //!   read and write, random O_DIRECT I/O, metadata, include-path negative
-//!   lookups, symlink resolution, a generated C build, and git;
+//!   lookups, symlink resolution, a generated C build, and git; and a ninth,
+//!   the watcher cost of the brief's lesson 5, on native targets only;
 //! - the run loop ([`run`]): targets interleaved A B A B for every run, each
 //!   (workload, target, run) in its own fresh directory, removed afterwards;
 //!   only the measured operations are timed and counted;
@@ -23,11 +24,12 @@
 //! | 6 | symlink   | ops/s, first pass and repeats | 1,000 links + 20 dir links x 50, 5 passes | 200 + 10 x 20, 3 passes |
 //! | 7 | build     | seconds | 200 .c, 40 -I dirs (10 symlinked) | 12 .c, 8 -I dirs |
 //! | 8 | git       | seconds: status first/repeat, checkout | 10,000 files | 500 files |
+//! | 9 | watcher   | files/s created + deleted, events off and on, and on/off (native only) | 1,000 files, 4 rounds each | 1,000 files, 2 rounds |
 //! | | runs per figure (`--runs`) | | 3, median | 1 |
 //! | | time cap per looping figure | | 5 s | 0.5 s |
 //! | | no repeats on a target after a first run longer than | | 30 s | 15 s |
 //!
-//! Every figure that loops (all but build and git) stops at the time cap
+//! Every figure that loops (all but build, git and watcher) stops at the time cap
 //! ([`Sizes::time_cap_ms`]), so a slow target cannot stretch a run: the
 //! figure is then the rate over what was done, the sample says `capped`, and
 //! the table shows the amount. Repeated passes revisit only what the first

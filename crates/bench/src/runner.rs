@@ -52,7 +52,18 @@ pub fn run(
         })
         .collect();
 
-    let total = ids.len() * config.runs * targets.len();
+    // Cells of a workload that does not apply to a target (watcher cost on a
+    // mount) are not steps: the report states why they have no runs.
+    let total: usize = ids
+        .iter()
+        .map(|&id| {
+            let applicable = targets
+                .iter()
+                .filter(|t| workloads::not_applicable(id, t.kind).is_none())
+                .count();
+            applicable * config.runs
+        })
+        .sum();
     progress.begin(total);
     let mut cells = Vec::with_capacity(ids.len());
     let mut warnings = Vec::new();
@@ -68,6 +79,9 @@ pub fn run(
         let mut too_slow = vec![false; targets.len()];
         for run in 0..config.runs {
             for (ti, target) in targets.iter().enumerate() {
+                if workloads::not_applicable(id, target.kind).is_some() {
+                    continue;
+                }
                 if too_slow[ti] {
                     index += 1;
                     continue;
