@@ -16,7 +16,8 @@ use crate::workloads::{self, MetricDef, Sample};
 /// 2: `sizes.random_time_cap_ms` became `sizes.time_cap_ms` (every looping
 /// figure is capped); samples have `capped`, figures `amount` and `capped_runs`.
 /// 3: workload 9 (watcher, native targets only); results have
-/// `not_applicable`; units `files/s` and `ratio`; sizes `watcher_*`.
+/// `not_applicable`; units `files/s` and `ratio`; sizes `watcher_*`; runs
+/// have `prepare_s`.
 pub const SCHEMA_VERSION: u32 = 3;
 
 /// Stated in the table header and the JSON, so no reader has to guess.
@@ -112,6 +113,10 @@ pub struct RunRecord {
     pub warnings: Vec<String>,
     /// Wall time including setup and cleanup.
     pub wall_s: f64,
+    /// Of `wall_s`, the time spent preparing the workload's shared input
+    /// (once per prepare directory, so in the first run to need it; else 0).
+    /// Not counted against `sizes.repeat_budget_ms`.
+    pub prepare_s: f64,
 }
 
 /// Everything measured, before summarising: `cells[w][t]` holds the runs of
@@ -291,6 +296,7 @@ pub(crate) mod tests {
                     error: None,
                     warnings: vec![],
                     wall_s: 1.0,
+                    prepare_s: 0.0,
                 })
                 .collect()
         };
@@ -306,6 +312,7 @@ pub(crate) mod tests {
                     error: x.is_none().then(|| "not run: gcc not found".to_owned()),
                     warnings: vec![],
                     wall_s: 1.0,
+                    prepare_s: 0.0,
                 })
                 .collect()
         };
