@@ -24,7 +24,7 @@
 //! | 6 | symlink   | ops/s, first pass and repeats | 1,000 links + 20 dir links x 50, 3 passes | 200 + 10 x 20, 3 passes |
 //! | 7 | build     | seconds | 120 .c, 40 -I dirs (10 symlinked) | 12 .c, 8 -I dirs |
 //! | 8 | git       | seconds: status first/repeat, checkout | 10,000 files | 500 files |
-//! | 9 | watcher   | files/s created + deleted, events off and on, and on/off (native only) | 1,000 files, 2 rounds each | 1,000 files, 2 rounds |
+//! | 9 | watcher   | files/s created + deleted, events off and on, and on/off (native only) | 1,000 files, 2 rounds each | 1,000 files, 1 round each |
 //! | | runs per figure (`--runs`) | | 3, median | 1 |
 //! | | time cap per looping figure | | 3 s | 0.5 s |
 //! | | no repeats on a target after a first run longer than | | 15 s | 15 s |

@@ -121,13 +121,18 @@ pub(crate) fn run(ctx: &mut Ctx<'_>) -> Result<(), WorkloadError> {
     );
     ctx.warnings.push(format!(
         "events on: {} watcher; the subscriber read {} events ({} published, {} rescans, \
-         {} kernel queue overflows) over {} watched rounds",
+         {} kernel queue overflows) over {} watched round{}",
         seen.backend,
         thousands(seen.read),
         thousands(seen.published),
         seen.rescans,
         seen.overflows,
-        ctx.sizes.watcher_rounds
+        ctx.sizes.watcher_rounds,
+        if ctx.sizes.watcher_rounds == 1 {
+            ""
+        } else {
+            "s"
+        }
     ));
     ctx.warnings.extend(seen.sync_failures);
     Ok(())
