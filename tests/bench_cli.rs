@@ -1,4 +1,5 @@
-//! `crossfs bench --quick --json` end to end: every workload ran on every target, and the JSON
+//! `crossfs bench --quick --json` end to end: every workload ran on every target it applies to
+//! (all of them, except the watcher cost, which runs natively only and says so), and the JSON
 //! has the documented shape. Speed is never asserted here; figures live in docs/bench.md.
 
 mod common;
@@ -43,7 +44,24 @@ fn quick_bench_runs_every_workload_on_every_target() {
         ]
     );
     let workloads = report["workloads"].as_array().unwrap();
-    assert_eq!(workloads.len(), 8, "all eight workloads");
+    let ids: Vec<&str> = workloads
+        .iter()
+        .map(|w| w["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "seq-read",
+            "seq-write",
+            "random",
+            "meta",
+            "negative",
+            "symlink",
+            "build",
+            "git",
+            "watcher"
+        ]
+    );
     for w in workloads {
         let results = w["results"].as_array().unwrap();
         assert_eq!(
@@ -53,6 +71,25 @@ fn quick_bench_runs_every_workload_on_every_target() {
             w["id"]
         );
         for r in results {
+            // Only the watcher cost skips a target, only mounts, and never silently.
+            let native = r["target"] == "native";
+            if let Some(reason) = r["not_applicable"].as_str() {
+                assert!(
+                    w["id"] == "watcher" && !native,
+                    "{} on {}",
+                    w["id"],
+                    r["target"]
+                );
+                assert!(reason.starts_with("native only"), "{reason}");
+                assert!(r["runs"].as_array().unwrap().is_empty());
+                continue;
+            }
+            assert!(
+                w["id"] != "watcher" || native,
+                "the watcher cost ran on mount {}",
+                r["target"]
+            );
+            assert!(r["not_applicable"].is_null(), "{r}");
             assert!(
                 r["ok"].as_bool().unwrap(),
                 "workload {} failed on {}: {}",
@@ -65,7 +102,7 @@ fn quick_bench_runs_every_workload_on_every_target() {
                 assert!(fig["summary"]["median"].as_f64().is_some(), "{fig}");
             }
             // Mount targets report the 9P messages each figure cost.
-            if r["target"] != "native" {
+            if !native {
                 assert!(
                     r["figures"]
                         .as_array()
@@ -89,6 +126,23 @@ fn quick_bench_runs_every_workload_on_every_target() {
             .collect();
         assert_eq!(roles, ["server", "client"], "{t}");
     }
+    // The watcher cost reports both modes and their ratio, and the hub it ran.
+    let watcher = &workloads[8]["results"][0];
+    let metrics: Vec<&str> = watcher["figures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["metric"].as_str().unwrap())
+        .collect();
+    assert_eq!(metrics, ["events-off", "events-on", "on-off-ratio"]);
+    let notes = watcher["warnings"].as_array().unwrap();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("watcher;")),
+        "{notes:?}"
+    );
+    assert!(table.contains("n/a = native only"), "{table}");
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
     for name in targets {
         assert!(table.contains(name), "table names target {name}");

@@ -5,7 +5,8 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
-/// The eight workloads, in the order the issue lists them and the report shows them.
+/// The workloads, in the order the issue lists them and the report shows them; the
+/// ninth, watcher cost, is brief lesson 5 (change events must never slow the producer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(into = "&'static str")]
 pub enum WorkloadId {
@@ -17,10 +18,11 @@ pub enum WorkloadId {
     Symlink,
     Build,
     Git,
+    Watcher,
 }
 
 impl WorkloadId {
-    pub const ALL: [WorkloadId; 8] = [
+    pub const ALL: [WorkloadId; 9] = [
         Self::SeqRead,
         Self::SeqWrite,
         Self::Random,
@@ -29,6 +31,7 @@ impl WorkloadId {
         Self::Symlink,
         Self::Build,
         Self::Git,
+        Self::Watcher,
     ];
 
     /// The name used on the command line, in the JSON and in directory names.
@@ -52,11 +55,14 @@ impl WorkloadId {
             Self::Symlink => "stat through file and directory symlinks (ops/s)",
             Self::Build => "generated C project, make -j2 with gcc (seconds)",
             Self::Git => "git status and checkout on a generated repository (seconds)",
+            Self::Watcher => {
+                "create + delete files natively, change events off and on (files/s, ratio)"
+            }
         }
     }
 }
 
-const WORKLOAD_NAMES: [&str; 8] = [
+const WORKLOAD_NAMES: [&str; 9] = [
     "seq-read",
     "seq-write",
     "random",
@@ -65,6 +71,7 @@ const WORKLOAD_NAMES: [&str; 8] = [
     "symlink",
     "build",
     "git",
+    "watcher",
 ];
 
 /// Workload names in report order, for `--help` and `--workloads` validation.
@@ -84,9 +91,9 @@ impl From<WorkloadId> for &'static str {
     }
 }
 
-/// The string was neither a workload name nor a number 1..=8.
+/// The string was neither a workload name nor a number 1..=9.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown workload {given:?}; expected one of {} or 1..=8", WORKLOAD_NAMES.join(", "))]
+#[error("unknown workload {given:?}; expected one of {} or 1..=9", WORKLOAD_NAMES.join(", "))]
 pub struct UnknownWorkload {
     pub given: String,
 }
@@ -166,7 +173,7 @@ impl BenchConfig {
 const MIB: u64 = 1 << 20;
 
 /// [`Sizes::time_cap_ms`] of a full run.
-pub const FULL_TIME_CAP_MS: u64 = 5_000;
+pub const FULL_TIME_CAP_MS: u64 = 3_000;
 /// [`Sizes::time_cap_ms`] of a `--quick` run.
 pub const QUICK_TIME_CAP_MS: u64 = 500;
 /// Runs per figure when none are asked for: the median of three in a full
@@ -187,7 +194,8 @@ pub struct Sizes {
     pub random_ops_one_thread: u64,
     /// Random I/O: operations of the 8-thread figures, over all threads.
     pub random_ops_eight_threads: u64,
-    /// Every figure that repeats an operation (all but build and git) stops
+    /// Every figure that repeats an operation (all but build, git and the
+    /// watcher cost, whose two modes must do equal work) stops
     /// after this long, so a slow target still finishes: the figure is the
     /// rate over the operations (or bytes) actually done, which the report
     /// states next to it. Repeated passes then revisit only what the first
@@ -228,6 +236,11 @@ pub struct Sizes {
     pub build_jobs: usize,
     /// Git: files in the generated repository.
     pub git_files: usize,
+    /// Watcher cost: files created and then deleted in each round.
+    pub watcher_files: usize,
+    /// Watcher cost: rounds of each mode (events off, events on) per run, in
+    /// the order off on on off off on ..., so drift favours neither.
+    pub watcher_rounds: usize,
 }
 
 impl Sizes {
@@ -244,21 +257,37 @@ impl Sizes {
             random_ops_one_thread: scaled(pick(5_000, 1_000), 16),
             random_ops_eight_threads: scaled(pick(16_000, 2_000), 64),
             time_cap_ms: pick(FULL_TIME_CAP_MS, QUICK_TIME_CAP_MS),
-            repeat_budget_ms: pick(30_000, 15_000),
+            // Full runs with peers took 16 and 18 min on this 2-core machine
+            // at load 8-10 (docs/bench.md): the time cap (3 s, was 5), this
+            // budget (15 s, was 30), the passes, watcher rounds and build size
+            // below are what bring them under 15.
+            repeat_budget_ms: pick(15_000, 15_000),
             meta_files: count(10_000, 2_000, 10),
-            meta_creates: count(2_000, 200, 5),
+            // A create took 0.6 to 1.9 ms here on every target (ext4), so 2,000
+            // spent a minute of the first full run on one figure; 1,000 still
+            // give a rate over a second or more.
+            meta_creates: count(1_000, 200, 5),
             negative_dirs: count(40, 40, 3),
             negative_headers: count(300, 300, 5),
-            negative_passes: count(5, 2, 2),
+            negative_passes: count(3, 2, 2),
             symlink_files: count(1_000, 200, 5),
             symlink_dirs: count(20, 10, 2),
             symlink_files_per_dir: count(50, 20, 3),
-            symlink_passes: count(5, 3, 2),
-            build_sources: count(200, 12, 3),
+            symlink_passes: count(3, 3, 2),
+            // Each .c costs a gcc start (~50 ms here) on every target alike:
+            // 200 took 11 s natively and 65 s on sshfs in the first full run;
+            // 120 keep the same lookup pattern in less time.
+            build_sources: count(120, 12, 3),
             build_include_dirs: count(40, 8, 4),
             build_headers_per_dir: count(8, 5, 2),
             build_jobs: 2,
             git_files: count(10_000, 500, 20),
+            // The seed's test: 1,000 files, at every size; a round takes
+            // 0.15 s on an idle machine, 1 s at load 10 and 5 s at load 16
+            // (a quick run with peers there took 86 s, 19 s of it here). Two
+            // rounds of each mode (off on on off) per full run, one in --quick.
+            watcher_files: count(1_000, 1_000, 20),
+            watcher_rounds: count(2, 1, 1),
         }
     }
 }
@@ -279,7 +308,8 @@ mod tests {
             WorkloadId::Negative
         );
         assert!("0".parse::<WorkloadId>().is_err());
-        assert!("9".parse::<WorkloadId>().is_err());
+        assert_eq!("9".parse::<WorkloadId>().unwrap(), WorkloadId::Watcher);
+        assert!("10".parse::<WorkloadId>().is_err());
         let err = "fio".parse::<WorkloadId>().unwrap_err();
         assert!(err.to_string().contains("seq-read"), "{err}");
         assert_eq!(workload_names().len(), WorkloadId::ALL.len());
@@ -295,7 +325,7 @@ mod tests {
             config.selected_workloads(),
             vec![WorkloadId::SeqRead, WorkloadId::Git]
         );
-        assert_eq!(BenchConfig::default().selected_workloads().len(), 8);
+        assert_eq!(BenchConfig::default().selected_workloads().len(), 9);
     }
 
     #[test]
@@ -305,11 +335,14 @@ mod tests {
         assert_eq!(full.meta_files, 10_000);
         assert_eq!((full.negative_dirs, full.negative_headers), (40, 300));
         assert_eq!(full.git_files, 10_000);
+        assert_eq!(full.watcher_files, 1_000);
         let quick = Sizes::new(true, 1.0);
         assert_eq!(quick.seq_bytes, 64 * MIB);
         assert_eq!(quick.meta_files, 2_000);
         assert_eq!(quick.build_sources, 12);
         assert_eq!(quick.git_files, 500);
+        assert_eq!(quick.watcher_files, 1_000);
+        assert!(quick.watcher_rounds < full.watcher_rounds);
         assert!(quick.time_cap_ms < full.time_cap_ms);
         let tiny = Sizes::new(true, 0.001);
         assert_eq!(tiny.seq_bytes, MIB);

@@ -72,6 +72,9 @@ pub enum WorkloadError {
     /// The workload's input could not be prepared (shared by all its runs).
     #[error("preparing input: {0}")]
     Prepare(String),
+    /// The change-event hub could not start, or its subscriber failed.
+    #[error("change events: {0}")]
+    Events(String),
     #[error("reading the 9P message counters: {0}")]
     Counters(#[source] io::Error),
 }

@@ -3,7 +3,8 @@
 //! What this crate owns:
 //! - the eight workloads of the issue ([`WorkloadId`], `workloads/`): sequential
 //!   read and write, random O_DIRECT I/O, metadata, include-path negative
-//!   lookups, symlink resolution, a generated C build, and git;
+//!   lookups, symlink resolution, a generated C build, and git; and a ninth,
+//!   the watcher cost of the brief's lesson 5, on native targets only;
 //! - the run loop ([`run`]): targets interleaved A B A B for every run, each
 //!   (workload, target, run) in its own fresh directory, removed afterwards;
 //!   only the measured operations are timed and counted;
@@ -18,16 +19,17 @@
 //! | 1 | seq-read  | MiB/s | 512 MiB, 1 MiB blocks | 64 MiB |
 //! | 2 | seq-write | MiB/s (fsync timed) | 512 MiB | 64 MiB |
 //! | 3 | random    | IOPS, 4 KiB O_DIRECT read/write x 1 and 8 threads | 128 MiB file, 5,000 / 16,000 ops | 16 MiB, 1,000 / 2,000 ops |
-//! | 4 | meta      | ops/s: stat first/repeat, open+close, readdir (entries/s), create, rename, unlink | 10,000 entries, 2,000 creates | 2,000 / 200 |
-//! | 5 | negative  | lookups/s, first pass and repeats | 40 dirs x 300 headers, 5 passes | 40 x 300, 2 passes |
-//! | 6 | symlink   | ops/s, first pass and repeats | 1,000 links + 20 dir links x 50, 5 passes | 200 + 10 x 20, 3 passes |
-//! | 7 | build     | seconds | 200 .c, 40 -I dirs (10 symlinked) | 12 .c, 8 -I dirs |
+//! | 4 | meta      | ops/s: stat first/repeat, open+close, readdir (entries/s), create, rename, unlink | 10,000 entries, 1,000 creates | 2,000 / 200 |
+//! | 5 | negative  | lookups/s, first pass and repeats | 40 dirs x 300 headers, 3 passes | 40 x 300, 2 passes |
+//! | 6 | symlink   | ops/s, first pass and repeats | 1,000 links + 20 dir links x 50, 3 passes | 200 + 10 x 20, 3 passes |
+//! | 7 | build     | seconds | 120 .c, 40 -I dirs (10 symlinked) | 12 .c, 8 -I dirs |
 //! | 8 | git       | seconds: status first/repeat, checkout | 10,000 files | 500 files |
+//! | 9 | watcher   | files/s created + deleted, events off and on, and on/off (native only) | 1,000 files, 2 rounds each | 1,000 files, 1 round each |
 //! | | runs per figure (`--runs`) | | 3, median | 1 |
-//! | | time cap per looping figure | | 5 s | 0.5 s |
-//! | | no repeats on a target after a first run longer than | | 30 s | 15 s |
+//! | | time cap per looping figure | | 3 s | 0.5 s |
+//! | | no repeats on a target after a first run longer than | | 15 s | 15 s |
 //!
-//! Every figure that loops (all but build and git) stops at the time cap
+//! Every figure that loops (all but build, git and watcher) stops at the time cap
 //! ([`Sizes::time_cap_ms`]), so a slow target cannot stretch a run: the
 //! figure is then the rate over what was done, the sample says `capped`, and
 //! the table shows the amount. Repeated passes revisit only what the first

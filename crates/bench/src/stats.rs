@@ -22,6 +22,12 @@ pub enum Unit {
     LookupsPerSec,
     #[serde(rename = "entries/s")]
     EntriesPerSec,
+    /// Files created and deleted (one create and one unlink each) per second.
+    #[serde(rename = "files/s")]
+    FilesPerSec,
+    /// One figure over another of the same run (watched / unwatched), 1.00 = equal.
+    #[serde(rename = "ratio")]
+    Ratio,
     #[serde(rename = "s")]
     Seconds,
 }
@@ -34,6 +40,8 @@ impl Unit {
             Self::OpsPerSec => "ops/s",
             Self::LookupsPerSec => "lookups/s",
             Self::EntriesPerSec => "entries/s",
+            Self::FilesPerSec => "files/s",
+            Self::Ratio => "ratio",
             Self::Seconds => "s",
         }
     }

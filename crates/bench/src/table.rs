@@ -60,6 +60,16 @@ impl Report {
                     let _ = writeln!(out, "    {:<width$}  {line}", result.target);
                 }
             }
+            // Once per workload, not on every line: which targets it skips and why.
+            let mut reasons: Vec<&str> = Vec::new();
+            for reason in w.results.iter().filter_map(|r| r.not_applicable.as_deref()) {
+                if !reasons.contains(&reason) {
+                    reasons.push(reason);
+                }
+            }
+            for reason in reasons {
+                let _ = writeln!(out, "  n/a = {reason}");
+            }
             for result in &w.results {
                 let failed = result.runs.iter().filter(|r| r.error.is_some()).count();
                 let any_figure = result.figures.iter().any(|f| f.summary.is_some());
@@ -119,6 +129,9 @@ impl Report {
 }
 
 fn figure_line(result: &TargetResult, fig: &Figure, def: &MetricDef) -> String {
+    if result.not_applicable.is_some() {
+        return "n/a".to_owned();
+    }
     let Some(s) = fig.summary else {
         return match result.errors.first() {
             Some(e) => format!("error: {e}"),
@@ -228,6 +241,21 @@ mod tests {
         assert!(t.contains("error: not run: gcc not found"), "{t}");
         // Probe-repeat had zero walks: shown as such, not hidden.
         assert!(t.contains("Twalk 0"), "{t}");
+    }
+
+    #[test]
+    fn a_workload_that_does_not_apply_says_why_once() {
+        let mut r = sample_report();
+        let reason = "native only: the producer is the host";
+        r.workloads[1].results[1].not_applicable = Some(reason.to_owned());
+        let t = r.table();
+        let build = t.split("[7] build").nth(1).unwrap();
+        let crossfs_line = build
+            .lines()
+            .find(|l| l.trim_start().starts_with("crossfs"))
+            .unwrap();
+        assert_eq!(crossfs_line.split_whitespace().last(), Some("n/a"));
+        assert_eq!(t.matches(reason).count(), 1, "{t}");
     }
 
     #[test]

@@ -53,7 +53,10 @@ fn every_workload_gives_a_figure_on_every_target() {
     }
 
     let json = report.to_json();
-    assert_eq!(json["workloads"].as_array().unwrap().len(), 8);
+    assert_eq!(
+        json["workloads"].as_array().unwrap().len(),
+        WorkloadId::ALL.len()
+    );
     assert_eq!(json["targets"][1]["memory"][0]["role"], "self");
     assert!(
         json["targets"][1]["memory"][0]["vm_hwm_kib"]
@@ -98,6 +101,7 @@ fn mount_targets_find_their_native_tree_and_report_message_deltas() {
     let report = run(&config, &targets, &mut NoProgress).unwrap();
     assert_eq!(report.targets[1].prepared_in, dir.path());
     for w in &report.workloads {
+        assert!(w.results[1].not_applicable.is_none());
         let r = &w.results[1];
         assert!(r.ok, "{:?}", r.errors);
         for f in &r.figures {
@@ -141,4 +145,46 @@ fn invalid_input_is_refused() {
     assert!(run(&cfg, &missing, &mut NoProgress).is_err());
     let zero = BenchConfig { runs: 0, ..tiny(1) };
     assert!(run(&zero, &[Target::native("x", dir.path())], &mut NoProgress).is_err());
+}
+
+/// The watcher cost runs natively only: a mount target gets no runs and a
+/// stated reason, never a silent gap or a failure.
+#[test]
+fn the_watcher_cost_runs_natively_and_says_why_not_on_mounts() {
+    let dir = tempfile::tempdir().unwrap();
+    let targets = [
+        Target::native("native", dir.path()),
+        Target::mount("loop", dir.path()),
+    ];
+    let config = BenchConfig {
+        workloads: vec![WorkloadId::Watcher],
+        ..tiny(1)
+    };
+    let report = run(&config, &targets, &mut NoProgress).unwrap();
+    let w = &report.workloads[0];
+    let (native, mount) = (&w.results[0], &w.results[1]);
+    assert!(native.ok && native.not_applicable.is_none(), "{native:?}");
+    let metrics: Vec<&str> = native.figures.iter().map(|f| f.metric).collect();
+    assert_eq!(metrics, ["events-off", "events-on", "on-off-ratio"]);
+    assert!(native.figures.iter().all(|f| f.summary.is_some()));
+    // The hub was really on: its watcher and what the subscriber read are noted.
+    assert!(
+        native.warnings.iter().any(|n| n.contains("watcher;")),
+        "{:?}",
+        native.warnings
+    );
+    assert!(mount
+        .not_applicable
+        .as_deref()
+        .unwrap()
+        .starts_with("native only"));
+    assert!(mount.runs.is_empty() && mount.errors.is_empty());
+    assert!(mount.figures.iter().all(|f| f.summary.is_none()));
+    let json = report.to_json();
+    assert!(json["workloads"][0]["results"][0]["not_applicable"].is_null());
+    assert!(json["workloads"][0]["results"][1]["not_applicable"].is_string());
+    assert!(report.table().contains("n/a = native only"));
+    // The hub's control directory and the rounds' directories are gone.
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
 }

@@ -1,4 +1,4 @@
-//! The eight workloads and the frame they run in.
+//! The nine workloads and the frame they run in.
 //!
 //! A workload is a `prepare(pool)` that writes its input (untimed, once) and a
 //! `run(&mut Ctx)` that calls [`Ctx::measure`] once per figure, so that only the measured
@@ -37,6 +37,7 @@ pub(crate) mod random;
 pub(crate) mod rng;
 pub(crate) mod seq;
 pub(crate) mod symlink;
+pub(crate) mod watcher;
 
 /// One figure a workload reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -161,6 +162,28 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// Record a figure the workload computed itself from several timed parts
+    /// (the watcher cost alternates two modes within one run and reports their
+    /// ratio). No message counts: such a workload runs on native targets only.
+    pub fn record(
+        &mut self,
+        metric: &MetricDef,
+        value: f64,
+        elapsed: Duration,
+        amount: u64,
+        capped: bool,
+    ) {
+        self.samples.push(Sample {
+            metric: metric.id,
+            value,
+            unit: metric.unit,
+            elapsed_s: elapsed.as_secs_f64(),
+            amount,
+            capped,
+            messages: None,
+        });
+    }
+
     fn counters(&self) -> Result<Option<MessageCounts>, WorkloadError> {
         match &self.target.counters {
             Some(read) => read().map(Some).map_err(WorkloadError::Counters),
@@ -193,6 +216,7 @@ pub(crate) fn metrics(id: WorkloadId) -> &'static [MetricDef] {
         WorkloadId::Symlink => symlink::METRICS,
         WorkloadId::Build => build::METRICS,
         WorkloadId::Git => git::METRICS,
+        WorkloadId::Watcher => watcher::METRICS,
     }
 }
 
@@ -207,6 +231,7 @@ pub(crate) fn title(id: WorkloadId, sizes: &Sizes) -> String {
         WorkloadId::Symlink => symlink::title(sizes),
         WorkloadId::Build => build::title(sizes),
         WorkloadId::Git => git::title(sizes),
+        WorkloadId::Watcher => watcher::title(sizes),
     }
 }
 
@@ -219,9 +244,18 @@ pub(crate) fn required_tools(id: WorkloadId) -> &'static [&'static str] {
     }
 }
 
+/// Why `id` does not run on a target of `kind`, or `None` when it does. The
+/// report keeps such a (workload, target) with no runs and this reason.
+pub(crate) fn not_applicable(id: WorkloadId, kind: TargetKind) -> Option<&'static str> {
+    match (id, kind) {
+        (WorkloadId::Watcher, TargetKind::Mount) => Some(watcher::NATIVE_ONLY),
+        _ => None,
+    }
+}
+
 /// Whether `id` has input to prepare (a pool to replicate into each run).
 pub(crate) fn has_input(id: WorkloadId) -> bool {
-    !matches!(id, WorkloadId::SeqWrite)
+    !matches!(id, WorkloadId::SeqWrite | WorkloadId::Watcher)
 }
 
 /// Write `id`'s input into `pool`, an existing empty directory. Untimed, once
@@ -229,7 +263,7 @@ pub(crate) fn has_input(id: WorkloadId) -> bool {
 pub(crate) fn prepare(id: WorkloadId, pool: &Path, sizes: &Sizes) -> Result<(), WorkloadError> {
     match id {
         WorkloadId::SeqRead => seq::prepare_read(pool, sizes),
-        WorkloadId::SeqWrite => Ok(()),
+        WorkloadId::SeqWrite | WorkloadId::Watcher => Ok(()),
         WorkloadId::Random => random::prepare(pool, sizes),
         WorkloadId::Meta => meta::prepare(pool, sizes),
         WorkloadId::Negative => negative::prepare(pool, sizes),
@@ -259,6 +293,7 @@ pub(crate) fn run(id: WorkloadId, ctx: &mut Ctx<'_>) -> Result<(), WorkloadError
         WorkloadId::Symlink => symlink::run(ctx),
         WorkloadId::Build => build::run(ctx),
         WorkloadId::Git => git::run(ctx),
+        WorkloadId::Watcher => watcher::run(ctx),
     }
 }
 

@@ -117,8 +117,18 @@ impl Applier<'_> {
         }
     }
 
+    /// Makes the kernel look `name` in `dir` up again, unless its entry still leads where
+    /// the server's does (one Twalk): invalidating a directory's entry detaches it, and a
+    /// process whose working directory it is would find itself nowhere, so a right entry
+    /// is never dropped, whatever the events said.
     fn inval_entry(&self, dir: u64, name: &[u8]) {
         self.shared.changes.forget_missing(dir, name);
+        if self
+            .kernel_entry(dir, name)
+            .is_some_and(|qid| self.still_leads_to(dir, name, qid))
+        {
+            return;
+        }
         if self
             .notifier
             .inval_entry(INodeNo(dir), OsStr::from_bytes(name))
@@ -363,8 +373,6 @@ impl Applier<'_> {
         let writeback = self.shared.config.cache.writeback();
         let mut dirs = vec![top];
         for k in &known {
-            // Only names that changed: invalidating a directory's entry detaches it, and a
-            // process whose working directory it is would find itself nowhere.
             if !self.still_leads_to(k.dir, &k.name, k.qid_path) {
                 self.inval_entry(k.dir, &k.name);
             } else if writeback && k.format == libc::S_IFREG {
