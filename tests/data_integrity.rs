@@ -402,17 +402,33 @@ fn check(dir: &Path, model: &Model, label: &str) {
 #[test]
 fn writes_through_one_path_read_back_through_the_others() {
     assert_root();
-    // auto: the default; always: the writeback cache, which holds writes until close.
-    for mode in ["auto", "always"] {
-        through_other_paths(mode);
-        println!("writes through crossfs mount --cache {mode}: identical everywhere");
+    // Writer: auto, the default; always, the writeback cache, which holds writes until
+    // close. Reader: never, which asks the server every time; auto, which keeps its caches
+    // and relies on the server's change events, waited for with `crossfs sync`.
+    for (mode, reader_mode) in [("auto", "never"), ("always", "never"), ("auto", "auto")] {
+        through_other_paths(mode, reader_mode);
+        println!(
+            "writes through crossfs mount --cache {mode}: identical through --cache \
+             {reader_mode} and in the export"
+        );
     }
 }
 
-fn through_other_paths(mode: &str) {
+/// For a reader that follows change events: waits until it shows every change so far.
+fn settle(reader: &Mount, reader_mode: &str) {
+    if reader_mode != "never" {
+        run_ok(
+            Command::new(crossfs_bin())
+                .arg("sync")
+                .arg(&reader.mountpoint),
+        );
+    }
+}
+
+fn through_other_paths(mode: &str, reader_mode: &str) {
     let export = export();
     let writer = Mount::start(&export.addr, &["--cache", mode]);
-    let reader = Mount::start(&export.addr, &["--cache", "never"]);
+    let reader = Mount::start(&export.addr, &["--cache", reader_mode]);
     let (a, b) = (
         writer.mountpoint.join("model"),
         reader.mountpoint.join("model"),
@@ -427,6 +443,7 @@ fn through_other_paths(mode: &str) {
         for _ in 0..40 {
             change(&mut rng, &a, &mut model);
         }
+        settle(&reader, reader_mode);
         check(&b, &model, &format!("{mode}: round {round}, second mount"));
         check(
             &host,
@@ -439,6 +456,7 @@ fn through_other_paths(mode: &str) {
     for _ in 0..60 {
         change(&mut rng, &host, &mut model);
     }
+    settle(&reader, reader_mode);
     check(&b, &model, "host writes, second mount");
 
     // Two mounts writing alternate 256 KiB blocks of one 8 MiB file at the same time.
@@ -462,6 +480,7 @@ fn through_other_paths(mode: &str) {
         }
     });
     model.insert("shared".into(), blocks.concat());
+    settle(&reader, reader_mode);
     check(&b, &model, "two writers, second mount");
     check(&host, &model, "two writers, export directory");
     drop(reader);
