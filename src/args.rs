@@ -151,8 +151,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 65536)]
     pub max_fids: usize,
     /// Change events, streamed to `crossfs mount` (cache coherence, inotify in the guest)
-    /// and `crossfs watch`: auto (fanotify when the server may use it, else inotify within
-    /// a watch budget, polling beyond), fanotify, inotify, poll, or off. While on, a sync
+    /// and `crossfs watch`: auto (inotify on the export's directories within a watch
+    /// budget, polling beyond; fanotify if inotify is unavailable), fanotify (a mark on the
+    /// export's whole file system: needs CAP_SYS_ADMIN, and every change on that file
+    /// system passes through the server), inotify, poll, or off. While on, a sync
     /// briefly creates a file `.crossfs-sync-*` at the top of the export (hidden from
     /// clients).
     #[arg(long, value_name = "WATCHER", default_value = "auto", value_parser = parse_events)]

@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BackendKind {
-    /// fanotify when permitted and supported, else inotify, else polling.
+    /// inotify (watching the export's directories only, polling past the watch budget),
+    /// else fanotify when permitted and supported, else polling.
     Auto,
     /// fanotify with `FAN_REPORT_DFID_NAME` on the export's filesystem (`CAP_SYS_ADMIN`).
     Fanotify,

@@ -190,7 +190,12 @@ fn start_watcher(
 ) -> Result<Box<dyn Watcher>, EventError> {
     let mut w: Box<dyn Watcher> = match kind {
         BackendKind::Auto => {
-            for choice in [BackendKind::Fanotify, BackendKind::Inotify] {
+            // inotify first: it watches the export's directories only, where a fanotify
+            // mark covers the whole file system, so every program on the host writing
+            // anywhere on it would feed the server's queue (lesson 5: watching must not
+            // slow producers, least of all unrelated ones). Past the watch budget inotify
+            // polls the rest; fanotify is there when inotify cannot start.
+            for choice in [BackendKind::Inotify, BackendKind::Fanotify] {
                 match start_watcher(choice, root, cfg) {
                     Ok(w) => return Ok(w),
                     Err(e) => tracing::debug!("{e}; trying the next watcher"),

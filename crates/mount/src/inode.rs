@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use crossfs_wire::Qid;
 
 use crate::fid::FidRef;
-use crossfs_events::RelPath;
 
 /// The root's node id (FUSE_ROOT_ID).
 pub(crate) const ROOT: u64 = 1;
@@ -54,7 +53,6 @@ struct Inner {
 /// A name the kernel may hold, as [`InodeTable::subtree`] lists it.
 pub(crate) struct KnownName {
     pub dir: u64,
-    pub path: RelPath,
     pub name: Vec<u8>,
     pub ino: u64,
     pub qid_path: u64,
@@ -180,21 +178,33 @@ impl InodeTable {
                 }
             }
         }
+        let ino = Self::insert(inner, fid, qid.path, format, Some(stamp));
+        inner.by_path.insert(qid.path, ino);
+        (ino, None)
+    }
+
+    /// A new node with one kernel reference.
+    fn insert(
+        inner: &mut Inner,
+        fid: Arc<FidRef>,
+        qid_path: u64,
+        format: u32,
+        seen: Option<DataStamp>,
+    ) -> u64 {
         let ino = inner.next;
         inner.next += 1;
         inner.by_ino.insert(
             ino,
             Inode {
                 fid,
-                qid_path: qid.path,
+                qid_path,
                 format,
                 nlookup: 1,
-                seen: Some(stamp),
+                seen,
                 opened: None,
             },
         );
-        inner.by_path.insert(qid.path, ino);
-        (ino, None)
+        ino
     }
 
     /// The node `name` in directory `parent` last led to, if the kernel still holds it.
@@ -204,14 +214,13 @@ impl InodeTable {
         inner.by_ino.contains_key(&ino).then_some(ino)
     }
 
-    /// Every name known beneath `dir` (whose path is `path`), breadth first: what a rescan
-    /// of `dir` must check.
-    pub(crate) fn subtree(&self, dir: u64, path: &RelPath) -> Vec<KnownName> {
+    /// Every name known beneath `dir`, breadth first: what a rescan of `dir` must check.
+    pub(crate) fn subtree(&self, dir: u64) -> Vec<KnownName> {
         let inner = self.lock();
         let mut found = Vec::new();
-        let mut queue = std::collections::VecDeque::from([(dir, path.clone())]);
+        let mut queue = std::collections::VecDeque::from([dir]);
         let mut seen = std::collections::HashSet::from([dir]);
-        while let Some((d, dpath)) = queue.pop_front() {
+        while let Some(d) = queue.pop_front() {
             let Some(names) = inner.names.get(&d) else {
                 continue;
             };
@@ -219,15 +228,11 @@ impl InodeTable {
                 let Some(node) = inner.by_ino.get(&ino) else {
                     continue;
                 };
-                let Some(path) = dpath.join(name) else {
-                    continue;
-                };
                 if seen.insert(ino) {
-                    queue.push_back((ino, path.clone()));
+                    queue.push_back(ino);
                 }
                 found.push(KnownName {
                     dir: d,
-                    path,
                     name: name.clone(),
                     ino,
                     qid_path: node.qid_path,
@@ -250,21 +255,22 @@ impl InodeTable {
         format: u32,
     ) -> u64 {
         let mut inner = self.lock();
-        let ino = inner.next;
-        inner.next += 1;
-        inner.by_ino.insert(
-            ino,
-            Inode {
-                fid,
-                qid_path: u64::MAX,
-                format,
-                nlookup: 1,
-                seen: None,
-                opened: None,
-            },
-        );
+        let ino = Self::insert(&mut inner, fid, u64::MAX, format, None);
         Self::name(&mut inner, parent, name, ino);
         ino
+    }
+
+    /// Lets the next lookup of node `ino`'s file make a new node (the kernel then makes a
+    /// new inode, taking the server's attributes whole); `ino` lives on for open files until
+    /// the kernel forgets it.
+    pub(crate) fn retire(&self, ino: u64) {
+        let mut inner = self.lock();
+        let Some(path) = inner.by_ino.get(&ino).map(|n| n.qid_path) else {
+            return;
+        };
+        if inner.by_path.get(&path) == Some(&ino) {
+            inner.by_path.remove(&path);
+        }
     }
 
     /// Gives the node of `qid_path`, if known, a fresher fid for the same file.

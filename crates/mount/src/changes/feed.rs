@@ -263,10 +263,11 @@ impl Applier<'_> {
         let Some(dir) = self.known_parent(&ev.path) else {
             return;
         };
-        // With the writeback cache the kernel keeps its own idea of a file's size, whatever
-        // the server says, until a size is set: replaying the truncation is what updates it.
-        let size_is_local = modified && node.is_some() && self.shared.config.cache.writeback();
-        if !size_is_local && !self.watchers.any_watched(&[dir, node.unwrap_or(0)]) {
+        if !self.watchers.any_watched(&[dir, node.unwrap_or(0)]) {
+            let regular = ev.attrs.is_some_and(|a| a.file_type() == libc::S_IFREG);
+            if let (true, true, Some(ino)) = (modified, regular, node) {
+                self.renew_if_size_is_local(dir, ev.path.file_name(), ino);
+            }
             return;
         }
         let Some(on_mount) = self.replayer.parent_of(&ev.path) else {
@@ -330,8 +331,8 @@ impl Applier<'_> {
         }
     }
 
-    /// With the writeback cache, the kernel takes a file's size only from a size it sets:
-    /// when the server's size differs from the last one seen, replay a truncation to it.
+    /// With the writeback cache, the kernel takes a file's size only from a new inode: when
+    /// the server's size differs from the last one seen, the file gets one.
     fn refresh_size(&self, k: &crate::inode::KnownName) {
         let s = &self.shared;
         let Some(fid) = s.inodes.fid(k.ino) else {
@@ -343,8 +344,28 @@ impl Applier<'_> {
         if k.seen.is_some_and(|seen| seen.size == a.size) {
             return;
         }
-        if let Some(dir) = self.replayer.parent_of(&k.path) {
-            self.counted(self.replayer.touch(&dir, &k.name, true));
+        self.renew_if_size_is_local(k.dir, &k.name, k.ino);
+    }
+
+    /// With the writeback cache the kernel keeps its own idea of a file's size, whatever
+    /// the server says: only a new inode takes the server's. So the file's node is retired
+    /// (the next lookup makes a new one; open files keep the old) and its entry dropped, a
+    /// regular file's entry, never anyone's working directory.
+    fn renew_if_size_is_local(&self, dir: u64, name: &[u8], ino: u64) {
+        if !self.shared.config.cache.writeback() {
+            return;
+        }
+        self.shared.inodes.retire(ino);
+        if self
+            .notifier
+            .inval_entry(INodeNo(dir), OsStr::from_bytes(name))
+            .is_ok()
+        {
+            self.shared
+                .changes
+                .stats
+                .invalidations
+                .fetch_add(1, Relaxed);
         }
     }
 
@@ -369,7 +390,7 @@ impl Applier<'_> {
             self.replayer.node_of(path)
         };
         let Some(top) = top else { return };
-        let known = self.shared.inodes.subtree(top, path);
+        let known = self.shared.inodes.subtree(top);
         let writeback = self.shared.config.cache.writeback();
         let mut dirs = vec![top];
         for k in &known {
