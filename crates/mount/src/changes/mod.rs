@@ -21,8 +21,8 @@
 //! Replaying is only done where some program in the guest watches (an inotify watch on the
 //! directory or file, a fanotify mark on it, the mount or the file system: `watchers.rs`
 //! reads them from /proc when they may have changed); elsewhere the invalidation is all,
-//! except that with the writeback cache a size change is still replayed (the kernel adopts
-//! a new size from nowhere else).
+//! except that with the writeback cache a file whose content changed gets a new node id (the
+//! kernel takes a server's size only into a new inode; open files keep the old one).
 //!
 //! Changes made through this mount come back as events too. They are recognised (the same
 //! name or node was changed through this mount within [`OWN_WINDOW`]) and not replayed: the
