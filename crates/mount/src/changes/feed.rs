@@ -191,6 +191,17 @@ impl Applier<'_> {
         own
     }
 
+    /// For a name that now exists on the server: drops what the kernel may hold for it, a
+    /// negative entry (a name this mount answered "missing") or another file. A name the
+    /// kernel never asked about is left alone: nothing is cached, and invalidating it could
+    /// only race with a process looking it up right now (and, for a directory it then
+    /// works in, detach it).
+    fn drop_stale_entry(&self, dir: u64, name: &[u8]) {
+        if self.kernel_entry(dir, name).is_some() || self.shared.changes.was_missing(dir, name) {
+            self.inval_entry(dir, name);
+        }
+    }
+
     /// The file (qid path) the kernel's entry for `name` in `dir` leads to, if it has one.
     fn kernel_entry(&self, dir: u64, name: &[u8]) -> Option<u64> {
         self.shared.inodes.expected(dir, name).map(|(_, qid)| qid)
@@ -209,7 +220,7 @@ impl Applier<'_> {
             // (and invalidating a directory in use would detach it from its users).
             return;
         }
-        self.inval_entry(dir, name);
+        self.drop_stale_entry(dir, name);
         let (Some(attrs), true) = (ev.attrs, self.watchers.any_watched(&[dir])) else {
             return;
         };
@@ -298,7 +309,7 @@ impl Applier<'_> {
             // The old name already leads the guest to another file: only the new name can
             // be news.
             if let (Some(to_dir), false) = (to_dir, same(to_known)) {
-                self.inval_entry(to_dir, to_name);
+                self.drop_stale_entry(to_dir, to_name);
             }
             return;
         }
@@ -307,7 +318,7 @@ impl Applier<'_> {
             return self.inval_entry(from_dir, from_name);
         }
         if let Some(to_dir) = to_dir {
-            self.inval_entry(to_dir, to_name);
+            self.drop_stale_entry(to_dir, to_name);
         }
         // Replayed where watched, and wherever the kernel holds the old name: the kernel
         // then moves its entry (open files and working directories follow, as locally)

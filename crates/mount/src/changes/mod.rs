@@ -188,6 +188,12 @@ impl ChangeState {
         names
     }
 
+    fn was_missing(&self, dir: u64, name: &[u8]) -> bool {
+        lock(&self.negative)
+            .get(&dir)
+            .is_some_and(|set| set.contains(name))
+    }
+
     fn forget_missing(&self, dir: u64, name: &[u8]) {
         if let Some(set) = lock(&self.negative).get_mut(&dir) {
             if set.remove(name) {
