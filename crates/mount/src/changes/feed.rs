@@ -243,10 +243,8 @@ impl Applier<'_> {
             // The name already leads the guest to a newer file.
             return;
         }
-        // Replayed where watched, and wherever the kernel holds the name: the kernel then
-        // deletes it as a local unlink would, and a process inside a removed directory
-        // keeps its working directory (an invalidation would detach it).
-        let replay = known.is_some() || self.watchers.any_watched(&[dir]);
+        // Replayed where watched; elsewhere the kernel just forgets the name.
+        let replay = self.watchers.any_watched(&[dir]);
         let replayed = replay
             && self.replayer.parent_of(&ev.path).is_some_and(|on_mount| {
                 let is_dir = ev.attrs.is_some_and(|a| a.is_dir());
@@ -320,11 +318,9 @@ impl Applier<'_> {
         if let Some(to_dir) = to_dir {
             self.drop_stale_entry(to_dir, to_name);
         }
-        // Replayed where watched, and wherever the kernel holds the old name: the kernel
-        // then moves its entry (open files and working directories follow, as locally)
-        // rather than dropping it.
-        let replay =
-            from_known.is_some() || self.watchers.any_watched(&[from_dir, to_dir.unwrap_or(0)]);
+        // Replayed where watched (the kernel then moves its entry: open files and working
+        // directories follow, as locally); elsewhere the old name is dropped.
+        let replay = self.watchers.any_watched(&[from_dir, to_dir.unwrap_or(0)]);
         let ends = (
             self.replayer.parent_of(from),
             self.replayer.parent_of(&ev.path),
