@@ -129,6 +129,11 @@ impl Applier<'_> {
         {
             return;
         }
+        self.drop_entry(dir, name);
+    }
+
+    /// Drops the kernel's entry for `name` in `dir`, unconditionally.
+    fn drop_entry(&self, dir: u64, name: &[u8]) {
         if self
             .notifier
             .inval_entry(INodeNo(dir), OsStr::from_bytes(name))
@@ -363,17 +368,7 @@ impl Applier<'_> {
             return;
         }
         self.shared.inodes.retire(ino);
-        if self
-            .notifier
-            .inval_entry(INodeNo(dir), OsStr::from_bytes(name))
-            .is_ok()
-        {
-            self.shared
-                .changes
-                .stats
-                .invalidations
-                .fetch_add(1, Relaxed);
-        }
+        self.drop_entry(dir, name);
     }
 
     /// Whether `name` in directory node `dir` still leads to the file with `qid_path` on the
