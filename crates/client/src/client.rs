@@ -8,24 +8,27 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::io::{BufReader, Read, Write};
-use std::sync::Arc;
+use std::io::{self, BufReader, Read, Write};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use crossfs_wire::{CounterSnapshot, Fid, MessageCounters, Rmessage, Tmessage, IOHDRSZ};
 
-use crate::conn::{self, Shared};
+use crate::conn::{self, Shared, READ_BUFFER};
+use crate::fids::FidPool;
+use crate::redial::{self, Link, RestoreHook, Transport};
 use crate::request::{Completion, Done, Reply, Request, Waiter};
 use crate::version::negotiate;
 use crate::{ClientConfig, ClientError, MsizeNegotiation};
 
-/// Buffer between the socket and the reader thread. Small frames (most replies) are read
-/// from it; large Rread payloads bypass it and land in their own Vec.
-const READ_BUFFER: usize = 64 * 1024;
-
-/// A 9P2000.L client over one connection. Share it as `Arc<Client>`; every method takes
+/// A 9P2000.L client over one connection (replaced by a new one when it is lost, if
+/// [`Client::enable_reconnect`] was called). Share it as `Arc<Client>`; every method takes
 /// `&self` and may be called from any thread.
 pub struct Client {
-    shared: Arc<Shared>,
+    link: Arc<Link>,
+    pub(crate) config: ClientConfig,
+    /// Run in order on every new connection (see [`Client::on_reconnect`]).
+    restore_hooks: Mutex<Vec<Arc<RestoreHook>>>,
 }
 
 impl Client {
@@ -74,7 +77,7 @@ impl Client {
         let reader: Box<dyn Read + Send> = Box::new(reader);
         let mut reader = BufReader::with_capacity(READ_BUFFER, reader);
         let mut writer = writer;
-        let counters = MessageCounters::default();
+        let counters = Arc::new(MessageCounters::default());
         let negotiation = match negotiate(&mut reader, &mut writer, config, &counters) {
             Ok(n) => n,
             Err(e) => {
@@ -96,23 +99,80 @@ impl Client {
             counters,
             negotiation,
             Box::new(closer),
+            Arc::new(FidPool::default()),
         );
+        let link = Link::new(shared.clone());
+        shared.set_loss_hook(Link::loss_hook(&link));
         if let Err(e) = conn::start_reader(&shared) {
             let reason = format!("cannot start the reader thread: {e}");
             shared.kill(reason.clone(), false);
             return Err(ClientError::Disconnected(reason));
         }
-        Ok(Arc::new(Client { shared }))
+        Ok(Arc::new(Client {
+            link,
+            config: config.clone(),
+            restore_hooks: Mutex::new(Vec::new()),
+        }))
     }
 
-    /// How the msize was negotiated.
+    /// Replaces the connection when it is lost instead of failing every later call.
+    ///
+    /// `dial` opens a new transport to the same server; the version and msize are
+    /// negotiated again (a server now offering a smaller msize is refused, as everything
+    /// above was sized for the old one), then the hooks given to [`Client::on_reconnect`]
+    /// run on the new connection, before any other call may use it. Dialing is retried
+    /// with back-off (50 ms doubling to 2 s) until it works or the client is shut down.
+    ///
+    /// Requests in flight when the connection died fail with
+    /// [`ClientError::Disconnected`]. Calls made while it is down wait for the new one, up
+    /// to `wait` after the loss; after that they fail at once until it is back.
+    ///
+    /// # Errors
+    /// If reconnecting is already enabled, or the redial thread cannot start.
+    pub fn enable_reconnect(
+        self: &Arc<Self>,
+        dial: impl Fn() -> io::Result<Transport> + Send + Sync + 'static,
+        wait: Duration,
+    ) -> io::Result<()> {
+        redial::enable(self, &self.link, Box::new(dial), wait)
+    }
+
+    /// Adds a hook run on every new connection made by reconnecting, after those added
+    /// before it: it binds again the fids its owner still holds (Tattach, Twalk, Tlopen to
+    /// the same fid numbers). Only the thread running the hooks may use the connection
+    /// meanwhile. An error fails this attempt; the connection is dropped and dialed again.
+    pub fn on_reconnect(
+        &self,
+        hook: impl Fn(&Client) -> Result<(), ClientError> + Send + Sync + 'static,
+    ) {
+        self.restore_hooks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Arc::new(Box::new(hook)));
+    }
+
+    pub(crate) fn run_restore_hooks(&self) -> Result<(), ClientError> {
+        let hooks = self
+            .restore_hooks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        hooks.iter().try_for_each(|hook| hook(self))
+    }
+
+    /// Connections made to replace a lost one.
+    pub fn reconnects(&self) -> u64 {
+        self.link.reconnects()
+    }
+
+    /// How the msize was negotiated (on the connection in use).
     pub fn negotiation(&self) -> MsizeNegotiation {
-        self.shared.negotiation
+        self.link.current().negotiation
     }
 
     /// The msize in force.
     pub fn msize(&self) -> u32 {
-        self.shared.negotiation.effective
+        self.negotiation().effective
     }
 
     /// The largest read or write payload (and readdir count) one request may carry:
@@ -125,13 +185,13 @@ impl Client {
     /// answered (through any method), or through [`Client::free_fid`] if it was never bound.
     /// Every fid used with this client must come from here.
     pub fn alloc_fid(&self) -> Fid {
-        self.shared.fids.alloc()
+        self.link.current().fids.alloc()
     }
 
     /// Returns a fid that the server does not hold (an attach or walk that failed, or a
     /// partial walk) to the pool. Never pass a bound fid: clunk it instead.
     pub fn free_fid(&self, fid: Fid) {
-        self.shared.fids.release(fid);
+        self.link.current().fids.release(fid);
     }
 
     /// Sends `msg` and waits for the reply.
@@ -217,8 +277,15 @@ impl Client {
             Tmessage::Version(_) => return done(Err(version_refused())),
             _ => None,
         };
-        self.shared
-            .submit(Request::Msg(msg), release_fid, Completion::Msg(done));
+        self.submit(Request::Msg(msg), release_fid, Completion::Msg(done));
+    }
+
+    /// Submits `request` on the connection in use (waiting while it is being replaced).
+    fn submit(&self, request: Request<'_>, release_fid: Option<Fid>, completion: Completion) {
+        match self.link.conn() {
+            Ok(conn) => conn.submit(request, release_fid, completion),
+            Err(e) => completion.fail(e),
+        }
     }
 
     /// As [`Client::call`], for a Tclunk that must not return its fid to the pool (the caller
@@ -245,7 +312,7 @@ impl Client {
             offset,
             data: Cow::Borrowed(data),
         };
-        self.shared.submit(request, None, Completion::Msg(done));
+        self.submit(request, None, Completion::Msg(done));
     }
 
     /// Reads up to `count` bytes (at most [`Client::max_io`]) at `offset` from the open
@@ -259,8 +326,7 @@ impl Client {
         done: Box<dyn FnOnce(Result<Vec<u8>, ClientError>) + Send>,
     ) {
         let msg = Tmessage::Read(crossfs_wire::Tread { fid, offset, count });
-        self.shared
-            .submit(Request::Msg(msg), None, Completion::Read(done));
+        self.submit(Request::Msg(msg), None, Completion::Read(done));
     }
 
     /// Blocking [`Client::read_async`].
@@ -287,24 +353,31 @@ impl Client {
 
     /// Counts of every message sent and received, by type, with bytes and Rlerror counts.
     pub fn counters(&self) -> CounterSnapshot {
-        self.shared.counters.snapshot()
+        self.link.current().counters.snapshot()
     }
 
-    /// False once the connection has died or been shut down; it never comes back.
+    /// True while calls can be sent at once: false once the connection has died or been
+    /// shut down, and, with reconnecting, while a lost one is being replaced.
     pub fn is_connected(&self) -> bool {
-        self.shared.is_connected()
+        self.link.is_usable()
     }
 
     /// Requests currently waiting for a reply.
     pub fn in_flight(&self) -> usize {
-        self.shared.in_flight()
+        self.link.current().in_flight()
     }
 
-    /// Ends the connection: every pending call fails with [`ClientError::Disconnected`] (their
-    /// completions run on this thread), later calls fail at once, and the closer given to
-    /// [`Client::connect_with_closer`] runs so the reader thread exits.
+    /// Ends the connection for good (no reconnecting): every pending call fails with
+    /// [`ClientError::Disconnected`] (their completions run on this thread), later calls
+    /// fail at once, and the closer given to [`Client::connect_with_closer`] runs so the
+    /// reader thread exits.
     pub fn shutdown(&self) {
-        self.shared.kill("client shut down".into(), false);
+        self.link.shut("client shut down");
+    }
+
+    /// True once [`Client::shutdown`] was called.
+    pub fn is_shut_down(&self) -> bool {
+        self.link.is_shut()
     }
 
     /// Submits `request` and waits for its reply, reading the connection on this thread
@@ -328,7 +401,11 @@ impl Client {
         if requests.is_empty() {
             return Vec::new();
         }
-        if self.shared.is_dispatching() {
+        let conn = match self.link.conn() {
+            Ok(conn) => conn,
+            Err(e) => return requests.iter().map(|_| Err(e.clone())).collect(),
+        };
+        if conn.is_dispatching() {
             return requests
                 .iter()
                 .map(|_| Err(ClientError::BlockingOnReaderThread))
@@ -341,15 +418,15 @@ impl Client {
                 index,
                 data,
             };
-            self.shared.submit(request, release_fid, completion);
+            conn.submit(request, release_fid, completion);
         }
-        self.shared.wait(&waiter)
+        conn.wait(&waiter)
     }
 }
 
 impl Drop for Client {
     fn drop(&mut self) {
-        self.shared.kill("client dropped".into(), false);
+        self.link.shut("client dropped");
     }
 }
 

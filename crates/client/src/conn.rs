@@ -23,7 +23,7 @@ use std::collections::VecDeque;
 use std::io::{self, BufReader, Read, Write};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread;
 
 use crossfs_wire::{
@@ -41,6 +41,15 @@ thread_local! {
     /// completions run there and must not block on that connection.
     static LEADING: Cell<usize> = const { Cell::new(0) };
 }
+
+/// True on a thread running completions for any connection: it must not wait for one.
+pub(crate) fn dispatching_any() -> bool {
+    LEADING.with(Cell::get) != 0
+}
+
+/// Buffer between the socket and the reader. Small frames (most replies) are read from it;
+/// large Rread payloads bypass it and land in their own Vec.
+pub(crate) const READ_BUFFER: usize = 64 * 1024;
 
 /// The socket's read half, held by the leader while it reads.
 pub(crate) type Source = BufReader<Box<dyn Read + Send>>;
@@ -64,11 +73,15 @@ pub(crate) struct Shared {
     /// Blocking callers sleeping as followers (a copy of `State::followers.len()` the
     /// leader can read between replies without the lock).
     followers_waiting: AtomicUsize,
-    pub(crate) counters: MessageCounters,
-    pub(crate) fids: FidPool,
+    /// Shared with the connections that replace this one (see `redial.rs`).
+    pub(crate) counters: Arc<MessageCounters>,
+    /// Shared likewise: fid numbers outlive a connection.
+    pub(crate) fids: Arc<FidPool>,
     pub(crate) negotiation: MsizeNegotiation,
     /// Closes the transport so a blocked reader wakes up; run once, when the connection dies.
     closer: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    /// Run when the connection dies unexpectedly (the server or the stream failed).
+    on_loss: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 struct State {
@@ -120,9 +133,10 @@ impl Shared {
         config: &ClientConfig,
         source: Source,
         writer: Box<dyn Write + Send>,
-        counters: MessageCounters,
+        counters: Arc<MessageCounters>,
         negotiation: MsizeNegotiation,
         closer: Box<dyn FnOnce() + Send>,
+        fids: Arc<FidPool>,
     ) -> Arc<Shared> {
         Arc::new(Shared {
             state: Mutex::new(State {
@@ -144,10 +158,16 @@ impl Shared {
             })),
             followers_waiting: AtomicUsize::new(0),
             counters,
-            fids: FidPool::default(),
+            fids,
             negotiation,
             closer: Mutex::new(Some(closer)),
+            on_loss: OnceLock::new(),
         })
+    }
+
+    /// Sets what runs when the connection dies unexpectedly (once; later calls are ignored).
+    pub(crate) fn set_loss_hook(&self, hook: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.on_loss.set(hook);
     }
 
     pub(crate) fn is_connected(&self) -> bool {
@@ -568,6 +588,11 @@ impl Shared {
             .chain(deferred.into_iter().map(|d| d.pending));
         for p in pending {
             p.completion.fail(ClientError::Disconnected(reason.clone()));
+        }
+        if unexpected {
+            if let Some(hook) = self.on_loss.get() {
+                hook();
+            }
         }
     }
 }

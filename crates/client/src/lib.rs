@@ -14,8 +14,10 @@
 //!
 //! What it does not do: no FUSE, no caching, no opening of sockets (it takes a connected
 //! reader and writer, so it is tested over socket pairs and loopback TCP alike), and no
-//! retrying: when the connection dies, every pending and later request fails with
-//! [`ClientError::Disconnected`] and the caller decides what to do.
+//! retrying of requests: when the connection dies, every pending request fails with
+//! [`ClientError::Disconnected`]. Later requests fail too, unless the caller enabled
+//! reconnecting ([`Client::enable_reconnect`]): then they wait for a new connection, on
+//! which the caller's restore hooks have bound its fid numbers again.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -36,6 +38,7 @@ mod conn;
 mod error;
 mod fids;
 mod ops;
+mod redial;
 mod request;
 mod tags;
 mod version;
@@ -44,3 +47,4 @@ pub use client::Client;
 pub use config::{ClientConfig, MsizeNegotiation};
 pub use crossfs_wire::{CounterSnapshot, DirEntry, Fid, Qid, Rgetattr, Rmessage, Tmessage};
 pub use error::ClientError;
+pub use redial::{Dial, RestoreHook, Transport};

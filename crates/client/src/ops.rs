@@ -20,7 +20,7 @@ impl Client {
         aname: &[u8],
         n_uname: u32,
     ) -> Result<(Fid, Qid), ClientError> {
-        self.attach_afid(NOFID, uname, aname, n_uname)
+        self.attach_new(uname, aname, n_uname, None)
     }
 
     /// Attaches as [`Client::attach`] does, proving knowledge of a shared secret first, as
@@ -37,6 +37,46 @@ impl Client {
         n_uname: u32,
         token: &[u8],
     ) -> Result<(Fid, Qid), ClientError> {
+        self.attach_new(uname, aname, n_uname, Some(token))
+    }
+
+    fn attach_new(
+        &self,
+        uname: &[u8],
+        aname: &[u8],
+        n_uname: u32,
+        token: Option<&[u8]>,
+    ) -> Result<(Fid, Qid), ClientError> {
+        let fid = self.alloc_fid();
+        match self.attach_fid(fid, uname, aname, n_uname, token) {
+            Ok(qid) => Ok((fid, qid)),
+            // The server's view of the fid is unknown: keep it out of the pool.
+            Err(e @ ClientError::Protocol(_)) => Err(e),
+            Err(e) => {
+                self.free_fid(fid);
+                Err(e)
+            }
+        }
+    }
+
+    /// Attaches `fid`, a number the caller already holds, to the export root (with the
+    /// token first, if given, as [`Client::attach_with_token`] does). A restore hook (see
+    /// [`Client::on_reconnect`]) binds the root fid it held again this way. The fid stays
+    /// the caller's whatever the outcome.
+    ///
+    /// # Errors
+    /// As [`Client::attach_with_token`].
+    pub fn attach_fid(
+        &self,
+        fid: Fid,
+        uname: &[u8],
+        aname: &[u8],
+        n_uname: u32,
+        token: Option<&[u8]>,
+    ) -> Result<Qid, ClientError> {
+        let Some(token) = token else {
+            return self.attach_afid(NOFID, fid, uname, aname, n_uname);
+        };
         let afid = self.alloc_fid();
         let msg = Tauth {
             afid,
@@ -54,7 +94,7 @@ impl Client {
         }
         let attached = self
             .write(afid, 0, token)
-            .and_then(|_| self.attach_afid(afid, uname, aname, n_uname));
+            .and_then(|_| self.attach_afid(afid, fid, uname, aname, n_uname));
         // Clunked even when a step failed: the server holds the fid until then.
         let clunked = self.clunk(afid);
         let root = attached?;
@@ -65,11 +105,11 @@ impl Client {
     fn attach_afid(
         &self,
         afid: Fid,
+        fid: Fid,
         uname: &[u8],
         aname: &[u8],
         n_uname: u32,
-    ) -> Result<(Fid, Qid), ClientError> {
-        let fid = self.alloc_fid();
+    ) -> Result<Qid, ClientError> {
         let msg = Tattach {
             fid,
             afid,
@@ -77,18 +117,19 @@ impl Client {
             aname: aname.to_vec(),
             n_uname,
         };
-        match self.call(msg.into()) {
-            Ok(Rmessage::Attach(r)) => Ok((fid, r.qid)),
-            Ok(other) => {
-                // Cannot happen (the reader checks reply types), but the fid's state would be
-                // unknown: keep it out of the pool.
-                Err(unexpected(other))
-            }
-            Err(e) => {
-                self.free_fid(fid);
-                Err(e)
-            }
+        match self.call(msg.into())? {
+            Rmessage::Attach(r) => Ok(r.qid),
+            other => Err(unexpected(other)),
         }
+    }
+
+    /// Clunks `fid` but leaves the number with the caller, who still owns it: for a restore
+    /// hook that bound a fid to the wrong file (see [`Client::on_reconnect`]).
+    ///
+    /// # Errors
+    /// As [`Client::call`].
+    pub fn unbind_fid(&self, fid: Fid) -> Result<(), ClientError> {
+        self.call_keep_fid(Tclunk { fid }.into()).map(drop)
     }
 
     /// Walks from `fid` through `names`, binding the result to `newfid`. Returns one qid per
