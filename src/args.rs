@@ -272,6 +272,15 @@ pub struct MountArgs {
     /// less one trailing newline). Not with --kernel: Linux's 9p client cannot send it.
     #[arg(long, value_name = "PATH", conflicts_with = "kernel")]
     pub token_file: Option<PathBuf>,
+    /// When the connection to the server is lost (say the server was restarted), calls in
+    /// flight fail with EIO and crossfs dials again, re-attaches, and binds the mount's
+    /// files and open files again; calls made meanwhile wait for that up to this many
+    /// seconds after the loss, then fail with EIO until the server is back.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    pub reconnect_wait: u64,
+    /// Do not reconnect: once the connection is lost, every call fails with EIO.
+    #[arg(long, conflicts_with = "reconnect_wait")]
+    pub no_reconnect: bool,
 }
 
 #[derive(Args, Debug)]

@@ -152,7 +152,11 @@ fn lost_server_turns_calls_into_eio_not_hangs() {
     std::fs::write(export.join("f"), b"data").unwrap();
     let sock = dir.path().join("s.sock");
     let mut serve = Serve::start(&export, &format!("unix:{}", sock.display()), &[]);
-    let mount = Mount::start(&format!("unix:{}", sock.display()), &["--cache", "never"]);
+    // Reconnecting (the default) is tested in tests/reconnect.rs.
+    let mount = Mount::start(
+        &format!("unix:{}", sock.display()),
+        &["--cache", "never", "--no-reconnect"],
+    );
     assert_eq!(std::fs::read(mount.mountpoint.join("f")).unwrap(), b"data");
     serve.child.kill().unwrap();
     serve.child.wait().unwrap();

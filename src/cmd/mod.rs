@@ -21,32 +21,55 @@ pub fn run(command: Command) -> anyhow::Result<()> {
     }
 }
 
-/// Connects a second 9P connection to `addr` and attaches its change-event stream
-/// (optionally resuming after `since`, "EPOCH:SEQ"; presenting the secret in `token_file`
-/// to a server that wants one).
-pub(crate) fn connect_events(
+/// Opens a connection to `addr` as the 9P client takes it: read half, write half, and a
+/// closer that shuts the socket down.
+pub(crate) fn dial(
     addr: &crossfs_transport::Addr,
-    since: Option<&str>,
-    token_file: Option<&std::path::Path>,
-) -> anyhow::Result<(std::sync::Arc<crossfs_client::Client>, crossfs_client::Fid)> {
-    use anyhow::Context;
-    let stream = crossfs_transport::connect(addr, &crossfs_transport::SocketOptions::default())
-        .with_context(|| format!("connecting to {addr}"))?;
-    let reader = stream.try_clone().context("duplicating the connection")?;
-    let client =
-        crossfs_client::Client::connect(reader, stream, &crossfs_client::ClientConfig::default())
-            .with_context(|| format!("negotiating 9P2000.L with {addr}"))?;
+    opts: &crossfs_transport::SocketOptions,
+) -> std::io::Result<crossfs_client::Transport> {
+    let stream = crossfs_transport::connect(addr, opts).map_err(std::io::Error::other)?;
+    let reader = stream.try_clone()?;
+    let closer = stream.try_clone()?;
+    let hangup = std::os::fd::OwnedFd::from(stream.try_clone()?);
+    Ok(crossfs_client::Transport {
+        reader: Box::new(reader),
+        writer: Box::new(stream),
+        closer: Box::new(move || {
+            let _ = closer.shutdown();
+        }),
+        hangup: Some(hangup),
+    })
+}
+
+/// The aname that attaches a server's change-event stream, resuming after `since`
+/// ("EPOCH:SEQ") if given.
+pub(crate) fn events_aname(since: Option<&str>) -> String {
     let mut aname = crossfs_server::EVENTS_ANAME.to_string();
     if let Some(since) = since {
         aname.push_str("?since=");
         aname.push_str(since);
     }
+    aname
+}
+
+/// Connects a second 9P connection to `addr` and attaches its change-event stream
+/// (optionally resuming after `since`, "EPOCH:SEQ"; presenting `token` to a server that
+/// wants one).
+pub(crate) fn connect_events(
+    addr: &crossfs_transport::Addr,
+    since: Option<&str>,
+    token: Option<&[u8]>,
+) -> anyhow::Result<(std::sync::Arc<crossfs_client::Client>, crossfs_client::Fid)> {
+    use anyhow::Context;
+    let t = dial(addr, &crossfs_transport::SocketOptions::default())
+        .with_context(|| format!("connecting to {addr}"))?;
+    let client =
+        crossfs_client::Client::connect_transport(t, &crossfs_client::ClientConfig::default())
+            .with_context(|| format!("negotiating 9P2000.L with {addr}"))?;
+    let aname = events_aname(since);
     let uid = rustix::process::getuid().as_raw();
-    let attached = match token_file {
-        Some(path) => {
-            let token = crate::token::read(path)?;
-            client.attach_with_token(b"", aname.as_bytes(), uid, &token)
-        }
+    let attached = match token {
+        Some(token) => client.attach_with_token(b"", aname.as_bytes(), uid, token),
         None => client.attach(b"", aname.as_bytes(), uid),
     };
     let (fid, _) = attached

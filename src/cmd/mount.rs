@@ -31,30 +31,45 @@ pub fn run(args: MountArgs) -> Result<()> {
         recv_buffer: args.socket_buffer,
         nodelay: true,
     };
-    let stream = crossfs_transport::connect(&args.addr, &socket_opts)
-        .with_context(|| format!("connecting to {}", args.addr))?;
     if args.kernel {
+        let stream = crossfs_transport::connect(&args.addr, &socket_opts)
+            .with_context(|| format!("connecting to {}", args.addr))?;
         return mount_kernel(&args, &mountpoint, stream);
     }
 
-    let reader = stream.try_clone().context("duplicating the connection")?;
-    let client = Client::connect(
-        reader,
-        stream,
+    let t = super::dial(&args.addr, &socket_opts)
+        .with_context(|| format!("connecting to {}", args.addr))?;
+    let client = Client::connect_transport(
+        t,
         &ClientConfig {
             msize: args.msize,
             ..ClientConfig::default()
         },
     )
     .with_context(|| format!("negotiating 9P2000.L with {}", args.addr))?;
-    let root = match &args.token_file {
-        Some(path) => {
-            let token = crate::token::read(path)?;
-            client.attach_with_token(b"", args.aname.as_bytes(), current_uid(), &token)
-        }
-        None => client.attach(b"", args.aname.as_bytes(), current_uid()),
+    let token = match &args.token_file {
+        Some(path) => Some(crate::token::read(path)?),
+        None => None,
+    };
+    let aname = args.aname.clone().into_bytes();
+    let root = match &token {
+        Some(token) => client.attach_with_token(b"", &aname, current_uid(), token),
+        None => client.attach(b"", &aname, current_uid()),
     }
     .with_context(|| format!("attaching to {}", args.addr))?;
+    let reconnect = reconnect_wait(&args);
+    if let Some(wait) = reconnect {
+        // The root first: the mount's own hook (added by `mount`) walks from it.
+        let (root_fid, token) = (root.0, token.clone());
+        client.on_reconnect(move |c| {
+            c.attach_fid(root_fid, b"", &aname, current_uid(), token.as_deref())
+                .map(drop)
+        });
+        let (addr, opts) = (args.addr.clone(), socket_opts);
+        client
+            .enable_reconnect(move || super::dial(&addr, &opts), wait)
+            .context("starting the reconnect thread")?;
+    }
     let config = MountConfig {
         cache: args.cache,
         negative_ttl: negative_ttl(args.negative_ttl)?,
@@ -72,11 +87,28 @@ pub fn run(args: MountArgs) -> Result<()> {
     if !args.no_events {
         // Another server (diod, ...) or one serving without events: the mount works, its
         // caches just follow their timeouts.
-        match super::connect_events(&args.addr, None, args.token_file.as_deref()) {
+        match super::connect_events(&args.addr, None, token.as_deref()) {
             Ok((events, fid)) => {
                 handle
-                    .follow_changes(events, fid)
+                    .follow_changes(events.clone(), fid)
                     .context("following change events")?;
+                if let Some(wait) = reconnect {
+                    // Resume after the last event applied; a restarted server has a new
+                    // epoch and answers with a rescan of everything.
+                    let position = handle.event_position();
+                    events.on_reconnect(move |c| {
+                        let aname = super::events_aname(position().as_deref());
+                        c.attach_fid(fid, b"", aname.as_bytes(), current_uid(), token.as_deref())
+                            .map(drop)
+                    });
+                    let addr = args.addr.clone();
+                    events
+                        .enable_reconnect(
+                            move || super::dial(&addr, &SocketOptions::default()),
+                            wait,
+                        )
+                        .context("starting the reconnect thread")?;
+                }
                 info!("following change events of {}", args.addr);
             }
             Err(e) => warn!("no change events: {e:#}; host changes show as --cache timeouts allow"),
@@ -100,6 +132,19 @@ pub fn run(args: MountArgs) -> Result<()> {
     handle.wait().context("FUSE session")?;
     info!("unmounted {}", mountpoint.display());
     Ok(())
+}
+
+/// How long calls wait for a lost connection to come back, if reconnecting at all: not with
+/// `--no-reconnect`, and not for an inherited descriptor, which cannot be dialed again.
+fn reconnect_wait(args: &MountArgs) -> Option<Duration> {
+    if args.no_reconnect {
+        return None;
+    }
+    if matches!(args.addr, crossfs_transport::Addr::Fd(_)) {
+        info!("{} cannot be dialed again: no reconnecting", args.addr);
+        return None;
+    }
+    Some(Duration::from_secs(args.reconnect_wait))
 }
 
 fn negative_ttl(ms: Option<i64>) -> Result<NegativeTtl> {

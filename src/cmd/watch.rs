@@ -11,8 +11,11 @@ use crate::args::WatchArgs;
 
 pub fn run(args: WatchArgs) -> Result<()> {
     let addr = target_addr(&args.target)?;
-    let (client, fid) =
-        super::connect_events(&addr, args.since.as_deref(), args.token_file.as_deref())?;
+    let token = match &args.token_file {
+        Some(path) => Some(crate::token::read(path)?),
+        None => None,
+    };
+    let (client, fid) = super::connect_events(&addr, args.since.as_deref(), token.as_deref())?;
     if !args.json {
         eprintln!("watching {addr} (Ctrl-C to stop)");
     }

@@ -57,6 +57,24 @@ impl Client {
         Self::connect_with_closer(reader, writer, config, || {})
     }
 
+    /// As [`Client::connect_with_closer`], from a [`Transport`] (which may also carry a
+    /// socket to watch for hang-ups: see [`Transport::hangup`]).
+    ///
+    /// # Errors
+    /// As [`Client::connect`].
+    pub fn connect_transport(
+        transport: Transport,
+        config: &ClientConfig,
+    ) -> Result<Arc<Client>, ClientError> {
+        let Transport {
+            reader,
+            writer,
+            closer,
+            hangup,
+        } = transport;
+        Self::start(reader, writer, config, closer, hangup)
+    }
+
     /// As [`Client::connect`], with `closer` run once when the connection ends (shutdown,
     /// drop, or failure), typically `move || stream.shutdown(Both)`: it wakes the reader
     /// thread so it exits, and tells the server at once.
@@ -74,7 +92,22 @@ impl Client {
         W: Write + Send + 'static,
         F: FnOnce() + Send + 'static,
     {
-        let reader: Box<dyn Read + Send> = Box::new(reader);
+        Self::start(
+            Box::new(reader),
+            Box::new(writer),
+            config,
+            Box::new(closer),
+            None,
+        )
+    }
+
+    fn start(
+        reader: Box<dyn Read + Send>,
+        writer: Box<dyn Write + Send>,
+        config: &ClientConfig,
+        closer: Box<dyn FnOnce() + Send>,
+        hangup: Option<std::os::fd::OwnedFd>,
+    ) -> Result<Arc<Client>, ClientError> {
         let mut reader = BufReader::with_capacity(READ_BUFFER, reader);
         let mut writer = writer;
         let counters = Arc::new(MessageCounters::default());
@@ -95,15 +128,15 @@ impl Client {
         let shared = Shared::new(
             config,
             reader,
-            Box::new(writer),
+            writer,
             counters,
             negotiation,
-            Box::new(closer),
+            closer,
             Arc::new(FidPool::default()),
         );
         let link = Link::new(shared.clone());
         shared.set_loss_hook(Link::loss_hook(&link));
-        if let Err(e) = conn::start_reader(&shared) {
+        if let Err(e) = conn::start_threads(&shared, hangup) {
             let reason = format!("cannot start the reader thread: {e}");
             shared.kill(reason.clone(), false);
             return Err(ClientError::Disconnected(reason));
@@ -158,6 +191,12 @@ impl Client {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         hooks.iter().try_for_each(|hook| hook(self))
+    }
+
+    /// True if a lost connection will be replaced (reconnecting is enabled and the client
+    /// was not shut down).
+    pub fn reconnects_enabled(&self) -> bool {
+        self.link.redials()
     }
 
     /// Connections made to replace a lost one.

@@ -21,6 +21,7 @@
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::io::{self, BufReader, Read, Write};
+use std::os::fd::OwnedFd;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
@@ -309,13 +310,45 @@ impl Shared {
     }
 }
 
-/// Starts the reader thread, which reads replies while only asynchronous requests wait.
-pub(crate) fn start_reader(shared: &Arc<Shared>) -> io::Result<()> {
-    let shared = shared.clone();
+/// Starts the reader thread, which reads replies while only asynchronous requests wait,
+/// and, given a duplicate of the socket, the thread that notices a hang-up while idle.
+pub(crate) fn start_threads(shared: &Arc<Shared>, hangup: Option<OwnedFd>) -> io::Result<()> {
+    let reader = shared.clone();
     thread::Builder::new()
         .name("9p-reader".into())
-        .spawn(move || reader_thread(&shared))
-        .map(drop)
+        .spawn(move || reader_thread(&reader))?;
+    if let Some(fd) = hangup {
+        let shared = Arc::downgrade(shared);
+        thread::Builder::new()
+            .name("9p-hangup".into())
+            .spawn(move || hangup_thread(&shared, &fd))?;
+    }
+    Ok(())
+}
+
+/// Waits for the server to hang up. While requests are in flight, whoever reads their
+/// replies meets the end of the stream after the last reply sent; when none are, nobody
+/// reads, and without this the loss would show only when the next request fails.
+fn hangup_thread(shared: &std::sync::Weak<Shared>, fd: &OwnedFd) {
+    use rustix::event::{poll, PollFd, PollFlags};
+    let hung_up = PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR;
+    loop {
+        let mut fds = [PollFd::new(fd, PollFlags::RDHUP)];
+        match poll(&mut fds, None) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => return,
+        }
+        if !fds[0].revents().intersects(hung_up) {
+            continue;
+        }
+        if let Some(shared) = shared.upgrade() {
+            if shared.is_connected() && shared.in_flight() == 0 {
+                shared.kill("the server closed the connection".into(), true);
+            }
+        }
+        return;
+    }
 }
 
 /// An Rlerror code as an errno the kernel will take as a failure.

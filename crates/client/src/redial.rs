@@ -16,6 +16,7 @@
 //! (running on a thread that reads replies) never waits: it fails at once.
 
 use std::io::{self, BufReader, Read, Write};
+use std::os::fd::OwnedFd;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
@@ -33,6 +34,11 @@ pub struct Transport {
     pub writer: Box<dyn Write + Send>,
     /// Run once when the connection ends (typically a `shutdown(Both)` of the socket).
     pub closer: Box<dyn FnOnce() + Send>,
+    /// A duplicate of the socket, watched for the server hanging up while no request is in
+    /// flight (nobody reads the stream then), so that a lost connection is noticed, and
+    /// replaced, when it happens rather than by the next call. The closer must make it
+    /// report a hang-up (a socket `shutdown` does).
+    pub hangup: Option<OwnedFd>,
 }
 
 /// Opens a new transport to the same server.
@@ -139,6 +145,11 @@ impl Link {
         slot.ready && slot.conn.is_connected()
     }
 
+    pub(crate) fn redials(&self) -> bool {
+        let slot = lock(&self.slot);
+        slot.redials && !slot.shut
+    }
+
     pub(crate) fn is_shut(&self) -> bool {
         lock(&self.slot).shut
     }
@@ -243,6 +254,7 @@ fn reconnect(link: &Arc<Link>, client: &Client, dial: &Dial) -> Result<(), Clien
         reader,
         mut writer,
         closer,
+        hangup,
     } = transport;
     let mut reader = BufReader::with_capacity(conn::READ_BUFFER, reader);
     let negotiation = match negotiate(&mut reader, &mut writer, &client.config, &old.counters) {
@@ -271,8 +283,11 @@ fn reconnect(link: &Arc<Link>, client: &Client, dial: &Dial) -> Result<(), Clien
         return Err(ClientError::Protocol(why));
     }
     shared.set_loss_hook(Link::loss_hook(link));
-    conn::start_reader(&shared)
-        .map_err(|e| ClientError::Disconnected(format!("starting the reader: {e}")))?;
+    if let Err(e) = conn::start_threads(&shared, hangup) {
+        let why = format!("starting the reader: {e}");
+        shared.kill(why.clone(), false);
+        return Err(ClientError::Disconnected(why));
+    }
     {
         let mut slot = lock(&link.slot);
         if slot.shut {

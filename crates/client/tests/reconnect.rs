@@ -80,12 +80,14 @@ impl Host {
                 move || {
                     let s = host.dial()?;
                     let closer = s.try_clone()?;
+                    let hangup = std::os::fd::OwnedFd::from(s.try_clone()?);
                     Ok(Transport {
                         reader: Box::new(s.try_clone()?),
                         writer: Box::new(s),
                         closer: Box::new(move || {
                             let _ = closer.shutdown(std::net::Shutdown::Both);
                         }),
+                        hangup: Some(hangup),
                     })
                 },
                 wait,

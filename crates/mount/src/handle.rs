@@ -1,7 +1,7 @@
 //! Open files and directories: FUSE file handles -> opened fids.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crossfs_wire::DirEntry;
@@ -15,11 +15,33 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// One FUSE open (or opendir): a fid of its own, opened with Tlopen/Tlcreate.
 pub(crate) struct OpenFile {
     pub fid: Arc<FidRef>,
+    /// How to open it again on a new connection (see `crate::restore`).
+    pub reopen: Reopen,
+    /// It could not be opened again on a new connection: calls on it fail with ESTALE.
+    pub stale: AtomicBool,
     /// Lock owners that took a POSIX lock through this handle: their locks are released
     /// when they close it (FLUSH), as POSIX requires.
     pub lock_owners: Mutex<HashSet<u64>>,
     /// Directory entries read ahead of the kernel (directories only).
     pub dir: Mutex<DirStream>,
+}
+
+/// What an open file was opened as: its node and the Tlopen flags (without create,
+/// exclusive or truncate, which happened once).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Reopen {
+    pub node: u64,
+    pub flags: u32,
+}
+
+impl Reopen {
+    pub(crate) fn new(node: u64, flags: u32) -> Reopen {
+        use crossfs_wire::open_flags as of;
+        Reopen {
+            node,
+            flags: flags & !(of::CREATE | of::EXCL | of::TRUNC),
+        }
+    }
 }
 
 /// Entries fetched by one Treaddir but not yet handed to the kernel, which asks for a page
@@ -60,10 +82,12 @@ pub(crate) struct HandleTable {
 }
 
 impl HandleTable {
-    pub(crate) fn insert(&self, fid: Arc<FidRef>) -> u64 {
+    pub(crate) fn insert(&self, fid: Arc<FidRef>, reopen: Reopen) -> u64 {
         let fh = self.next.fetch_add(1, Ordering::Relaxed) + 1;
         let file = Arc::new(OpenFile {
             fid,
+            reopen,
+            stale: AtomicBool::new(false),
             lock_owners: Mutex::default(),
             dir: Mutex::default(),
         });
@@ -82,6 +106,11 @@ impl HandleTable {
 
     pub(crate) fn len(&self) -> usize {
         lock(&self.open).len()
+    }
+
+    /// Every open file, for restoring them on a new connection.
+    pub(crate) fn all(&self) -> Vec<Arc<OpenFile>> {
+        lock(&self.open).values().cloned().collect()
     }
 }
 

@@ -7,12 +7,15 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crossfs_wire::Qid;
+use crossfs_wire::{Fid, Qid};
 
 use crate::fid::FidRef;
 
 /// The root's node id (FUSE_ROOT_ID).
 pub(crate) const ROOT: u64 = 1;
+
+/// The `qid_path` of a placeholder node (see [`InodeTable::placeholder`]): no file has it.
+const PLACEHOLDER: u64 = u64::MAX;
 
 /// What an open in `auto` mode compares to decide whether cached pages are still good,
 /// and, for a directory, the group its new entries take.
@@ -36,6 +39,9 @@ struct Inode {
     seen: Option<DataStamp>,
     /// The attributes seen when the file was last opened.
     opened: Option<DataStamp>,
+    /// `fid` is not bound on the server (it could not be bound again after a reconnect):
+    /// the node answers ESTALE until a lookup finds its file and gives it a fresh fid.
+    stale: bool,
 }
 
 #[derive(Default)]
@@ -62,6 +68,9 @@ pub(crate) struct KnownName {
     pub seen: Option<DataStamp>,
 }
 
+/// Node id -> its fid and `qid.path`.
+pub(crate) type NodeFids = HashMap<u64, (Fid, u64)>;
+
 /// Remembered (directory, name) pairs after which all are forgotten.
 const NAMES_LIMIT: usize = 1 << 20;
 
@@ -86,6 +95,7 @@ impl InodeTable {
                 nlookup: 1,
                 seen: None,
                 opened: None,
+                stale: false,
             },
         );
         inner.by_path.insert(root_qid.path, ROOT);
@@ -100,7 +110,9 @@ impl InodeTable {
 
     /// The fid of node `ino`, if the kernel still holds it.
     pub(crate) fn fid(&self, ino: u64) -> Option<Arc<FidRef>> {
-        self.lock().by_ino.get(&ino).map(|i| i.fid.clone())
+        let inner = self.lock();
+        let node = inner.by_ino.get(&ino)?;
+        (!node.stale).then(|| node.fid.clone())
     }
 
     /// The node id already given to the file with this `qid.path`, if any.
@@ -116,6 +128,7 @@ impl InodeTable {
         inner
             .by_ino
             .get(ino)
+            .filter(|node| !node.stale)
             .map(|node| (node.fid.clone(), node.qid_path))
     }
 
@@ -171,6 +184,7 @@ impl InodeTable {
                 if node.format == format {
                     node.nlookup += 1;
                     node.seen = Some(stamp);
+                    node.stale = false;
                     if ino == ROOT {
                         return (ino, Some(fid));
                     }
@@ -202,6 +216,7 @@ impl InodeTable {
                 nlookup: 1,
                 seen,
                 opened: None,
+                stale: false,
             },
         );
         ino
@@ -255,7 +270,7 @@ impl InodeTable {
         format: u32,
     ) -> u64 {
         let mut inner = self.lock();
-        let ino = Self::insert(&mut inner, fid, u64::MAX, format, None);
+        let ino = Self::insert(&mut inner, fid, PLACEHOLDER, format, None);
         Self::name(&mut inner, parent, name, ino);
         ino
     }
@@ -280,6 +295,7 @@ impl InodeTable {
             if let Some(node) = inner.by_ino.get_mut(&ino) {
                 if ino != ROOT {
                     std::mem::swap(&mut node.fid, &mut fid);
+                    node.stale = false;
                 }
             }
         }
@@ -332,6 +348,40 @@ impl InodeTable {
         let unchanged = node.seen.is_some() && node.opened == node.seen;
         node.opened = node.seen;
         unchanged
+    }
+
+    /// Every node's fid and `qid.path`, and every name known to lead to a node (directory,
+    /// name, node): what binding the fids again on a new connection needs (see
+    /// `crate::restore`). Placeholders, which borrow their directory's fid, are left out.
+    pub(crate) fn snapshot(&self) -> (NodeFids, Vec<(u64, Vec<u8>, u64)>) {
+        let inner = self.lock();
+        let nodes: NodeFids = inner
+            .by_ino
+            .iter()
+            .filter(|(_, node)| node.qid_path != PLACEHOLDER)
+            .map(|(&ino, node)| (ino, (node.fid.fid(), node.qid_path)))
+            .collect();
+        let names = inner
+            .names
+            .iter()
+            .flat_map(|(&dir, names)| names.iter().map(move |(n, &ino)| (dir, n.clone(), ino)))
+            .filter(|(_, _, ino)| nodes.contains_key(ino))
+            .collect();
+        (nodes, names)
+    }
+
+    /// Marks every node but those in `bound` (and the root) stale: their fids were not
+    /// bound again on a new connection.
+    pub(crate) fn mark_stale_except(&self, bound: &NodeFids) -> usize {
+        let mut inner = self.lock();
+        let mut stale = 0;
+        for (ino, node) in inner.by_ino.iter_mut() {
+            if *ino != ROOT && node.qid_path != PLACEHOLDER && !bound.contains_key(ino) {
+                node.stale = true;
+                stale += 1;
+            }
+        }
+        stale
     }
 
     /// Nodes currently known (the root included).

@@ -50,8 +50,12 @@
 //!   them to the user the mount attached as; a file made by another user is then handed to
 //!   that user with a Tsetattr, which only a server running as root can honour (after a
 //!   refusal the mount stops asking). `uid`/`gid` mapping does not change what is sent.
-//! - When the connection is lost, every later request fails with EIO (the client logs the
-//!   cause once); nothing hangs.
+//! - When the connection is lost, requests in flight fail with EIO. If the caller enabled
+//!   reconnecting on the client ([`crossfs_client::Client::enable_reconnect`], with a hook
+//!   attaching the root fid again), the mount binds its files and open files again on the
+//!   new connection (see `restore.rs`) and carries on; later requests wait for that, within
+//!   the client's limit. Otherwise every later request fails with EIO (the client logs the
+//!   cause once). Nothing hangs.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -66,6 +70,7 @@ mod handle;
 mod inode;
 mod mount;
 mod remote;
+mod restore;
 mod stats;
 
 pub use cache::{CacheMode, InvalidNegativeTtl, NegativeTtl, UnknownCacheMode};

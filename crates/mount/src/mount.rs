@@ -58,6 +58,14 @@ pub fn mount(
     }
     let sizes = RequestSize::new(config, kernel_max_pages(), client.max_io());
     let shared = Arc::new(Shared::new(client, root, config, sizes));
+    // After a reconnect (if the caller enabled it), bind the mount's fids again.
+    let weak = Arc::downgrade(&shared);
+    shared
+        .client
+        .on_reconnect(move |client| match weak.upgrade() {
+            Some(shared) => crate::restore::restore(&shared, client),
+            None => Ok(()),
+        });
     let fs = CrossFs {
         shared: shared.clone(),
     };
@@ -197,6 +205,18 @@ impl MountHandle {
         Ok(())
     }
 
+    /// Where the change feed stands, as `EPOCH:SEQ` of the last event applied (`None`
+    /// before the first): a new event connection attaches with `?since=` this to resume
+    /// (a hook given to the event client's `on_reconnect` does).
+    pub fn event_position(&self) -> impl Fn() -> Option<String> + Send + Sync + 'static {
+        let shared = Arc::downgrade(&self.shared);
+        move || {
+            let shared = shared.upgrade()?;
+            let position = *crate::changes::lock(&shared.changes.position);
+            position.map(|(epoch, seq)| format!("{epoch}:{seq}"))
+        }
+    }
+
     fn stop_feed(&mut self) {
         if let Some(feed) = self.feed.take() {
             feed.stop();
@@ -322,6 +342,7 @@ fn stats_json(s: &Shared, mountpoint: &Path, readahead_kb: Option<u32>) -> serde
         .to_json(&ctx, s.client.negotiation(), &s.client.counters());
     if let Some(obj) = doc.as_object_mut() {
         obj.insert("changes".into(), s.changes.stats_json());
+        obj.insert("reconnects".into(), s.client.reconnects().into());
     }
     doc
 }

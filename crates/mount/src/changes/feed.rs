@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crossfs_client::{Client, Fid};
+use crossfs_client::{Client, ClientError, Fid};
 use crossfs_events::{Event, EventKind, RelPath};
 use fuser::{INodeNo, Notifier};
 
@@ -80,8 +80,14 @@ impl Applier<'_> {
         loop {
             let data = match client.read(fid, 0, max) {
                 Ok(d) => d,
+                // Reconnecting: the next read waits for the new connection, which resumes
+                // after the last event applied (see `follow_changes`).
+                Err(ClientError::Disconnected(_)) if client.reconnects_enabled() => {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    continue;
+                }
                 Err(e) => {
-                    if client.is_connected() {
+                    if !client.is_shut_down() {
                         tracing::warn!(
                             "change events stopped: {e}; caches follow their timeouts only"
                         );
@@ -101,6 +107,7 @@ impl Applier<'_> {
     fn apply(&self, ev: &Event) {
         let c = &self.shared.changes;
         c.stats.received.fetch_add(1, Relaxed);
+        *super::lock(&c.position) = Some((ev.epoch, ev.seq));
         tracing::debug!("change event {ev}");
         match &ev.kind {
             EventKind::Sync { cookie } => c.marker_applied(*cookie),

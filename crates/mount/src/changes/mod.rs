@@ -67,7 +67,7 @@ const SYNC_TIMEOUT: Duration = Duration::from_secs(20);
 /// Most names remembered as answered "missing" (what a rescan must invalidate).
 const NEGATIVE_NAMES_LIMIT: usize = 1 << 17;
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -139,6 +139,8 @@ pub(crate) struct ChangeState {
     link: OnceLock<(Arc<Client>, Fid)>,
     next_marker: AtomicU64,
     syncs_running: AtomicU32,
+    /// The last event applied, "EPOCH:SEQ": where a new event connection resumes.
+    pub position: Mutex<Option<(u64, u64)>>,
     pub stats: ChangeStats,
 }
 

@@ -17,7 +17,7 @@ use fuser::{
 use super::{errno, Caller, Shared};
 use crate::cache::CacheMode;
 use crate::fid::FidRef;
-use crate::handle::lock;
+use crate::handle::{lock, Reopen};
 use crate::remote::{clone_fid, expect_reply, resolve_one};
 
 /// Tlopen/Tlcreate flags for a Linux open(2) `flags`.
@@ -79,6 +79,7 @@ impl Shared {
 
     /// Opens a fresh fid for node `ino`, promoting write-only to read-write for the
     /// writeback cache if the server allows it.
+    /// Returns the fid and the Tlopen flags it was opened with.
     fn open_fid(&self, node: &FidRef, flags: i32) -> Result<(Arc<FidRef>, u32), ClientError> {
         let writeback = self.config.cache.writeback();
         let fid = clone_fid(&self.client, node)?;
@@ -92,15 +93,15 @@ impl Shared {
             )
         };
         let wanted = wire_open_flags(flags, writeback);
-        let r = match lopen(wanted) {
+        match lopen(wanted) {
             Err(ClientError::Errno(libc::EACCES))
                 if writeback && flags & libc::O_ACCMODE == libc::O_WRONLY =>
             {
-                lopen(wire_open_flags(flags, false) & !of::APPEND)
+                let plain = wire_open_flags(flags, false) & !of::APPEND;
+                lopen(plain).map(|_| (fid, plain))
             }
-            r => r,
-        };
-        r.map(|o| (fid.clone(), o.iounit))
+            r => r.map(|_| (fid, wanted)),
+        }
     }
 
     pub(super) fn open(&self, ino: INodeNo, flags: i32, reply: ReplyOpen) {
@@ -114,8 +115,8 @@ impl Shared {
             Err(e) => return reply.error(e),
         };
         match self.open_fid(&node, flags) {
-            Ok((fid, _iounit)) => {
-                let fh = self.handles.insert(fid);
+            Ok((fid, wire)) => {
+                let fh = self.handles.insert(fid, Reopen::new(ino.0, wire));
                 reply.opened(FileHandle(fh), self.fopen_flags(ino.0, flags));
             }
             Err(e) => reply.error(errno(&e)),
@@ -128,8 +129,8 @@ impl Shared {
             Err(e) => return reply.error(e),
         };
         match self.open_fid(&node, libc::O_RDONLY | libc::O_DIRECTORY) {
-            Ok((fid, _)) => {
-                let fh = self.handles.insert(fid);
+            Ok((fid, wire)) => {
+                let fh = self.handles.insert(fid, Reopen::new(ino.0, wire));
                 // Directory listings may stay in the page cache where names do too; the
                 // kernel drops them when the directory changes through this mount.
                 let flags = match self.config.cache {
@@ -166,26 +167,27 @@ impl Shared {
             Ok(d) => d,
             Err(e) => return reply.error(e),
         };
+        let wire = wire_open_flags(flags, self.config.cache.writeback());
         let created = clone_fid(&self.client, &dir).and_then(|fid| {
             let msg = Tmessage::Lcreate(Tlcreate {
                 fid: fid.fid(),
                 name: name.to_vec(),
-                flags: wire_open_flags(flags, self.config.cache.writeback()),
+                flags: wire,
                 mode: mode & 0o7777,
                 gid: caller.gid,
             });
             expect_reply!(self.client.call(msg), Lcreate).map(|_| fid)
         });
         let opened = match created {
-            Ok(fid) => Ok((fid, Some(caller))),
+            Ok(fid) => Ok((fid, Some(caller), wire)),
             Err(ClientError::Errno(libc::EEXIST)) if flags & libc::O_EXCL == 0 => {
                 resolve_one(&self.client, &dir, name, None)
                     .and_then(|(node, _)| self.open_fid(&node, flags & !libc::O_CREAT))
-                    .map(|(fid, _)| (fid, None))
+                    .map(|(fid, wire)| (fid, None, wire))
             }
             Err(e) => Err(e),
         };
-        let (fid, created_for) = match opened {
+        let (fid, created_for, wire) = match opened {
             Ok(f) => f,
             Err(e) => return reply.error(errno(&e)),
         };
@@ -197,7 +199,7 @@ impl Shared {
         match found {
             Ok((node, a)) => {
                 let fa = self.remember((parent, name), node, &a);
-                let fh = self.handles.insert(fid);
+                let fh = self.handles.insert(fid, Reopen::new(fa.ino.0, wire));
                 let open_flags = self.fopen_flags(fa.ino.0, flags);
                 reply.created(
                     &self.entry_ttl(),

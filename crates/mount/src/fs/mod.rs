@@ -111,7 +111,13 @@ impl Shared {
     }
 
     fn open_file(&self, fh: FileHandle) -> Result<Arc<OpenFile>, Errno> {
-        self.handles.get(fh.0).ok_or(Errno::EBADF)
+        match self.handles.get(fh.0) {
+            Some(file) if file.stale.load(std::sync::atomic::Ordering::Relaxed) => {
+                Err(Errno::ESTALE)
+            }
+            Some(file) => Ok(file),
+            None => Err(Errno::EBADF),
+        }
     }
 
     fn entry_ttl(&self) -> Duration {
@@ -140,8 +146,16 @@ impl Shared {
 }
 
 /// The errno the kernel gets for a failed 9P request (EIO once the connection is gone).
+///
+/// The server's EBADF becomes ESTALE: the kernel never sends a request that is wrong for
+/// how a file was opened, so it means the server does not know the fid, which happens to a
+/// fid the mount held across a reconnect and could not bind again (see `crate::restore`).
+/// On ESTALE the kernel walks a path again with revalidation, reaching the file anew.
 pub(crate) fn errno(e: &ClientError) -> Errno {
-    Errno::from_i32(e.errno())
+    match e {
+        ClientError::Errno(libc::EBADF) => Errno::ESTALE,
+        e => Errno::from_i32(e.errno()),
+    }
 }
 
 /// A time fuser decoded from the kernel, as 9P carries it (unsigned seconds holding Linux's

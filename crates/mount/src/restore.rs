@@ -1,0 +1,186 @@
+//! Binding the mount's fids again after the client reconnected to a restarted server.
+//!
+//! The client keeps fid numbers across a reconnect (see
+//! [`crossfs_client::Client::on_reconnect`]); the new server knows none of them. This hook
+//! runs after the export root was attached again (by whoever set up the connection) and
+//! before any FUSE request may use the new connection:
+//!
+//! 1. Nodes: each known name is walked from its directory's fid to the node's fid number,
+//!    level by level from the root (the inode table's names are the paths). A walk that
+//!    reaches another file than the node had (`qid.path` differs: the name was replaced
+//!    while the server was down) is clunked again. Nodes left unbound answer ESTALE until a
+//!    lookup finds their file again; for path-based calls the kernel retries the walk with
+//!    revalidation on ESTALE, so most callers never see it.
+//! 2. Open files: each open fid is walked from its node's fid and opened with the flags it
+//!    was opened with (never create, exclusive or truncate again). One that cannot be
+//!    opened again answers ESTALE, as an NFS file handle would.
+//!
+//! What cannot come back: files unlinked while open (there is no name to walk), and POSIX
+//! locks (the server that held them is gone; a warning says so). Requests that were in flight
+//! when the connection died failed with EIO; the client cannot know if the server did them.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering::Relaxed;
+
+use crossfs_client::{Client, ClientError};
+use crossfs_wire::{Fid, Rmessage, Tlopen, Tmessage, Twalk};
+
+use crate::fs::Shared;
+use crate::inode::{NodeFids, ROOT};
+
+/// Requests sent together per round trip (well under the client's tags).
+const BATCH: usize = 64;
+
+/// Binds every node and open file of `shared` again on `client`'s new connection.
+///
+/// # Errors
+/// Only a lost connection ([`ClientError::Disconnected`]), so that the client dials again;
+/// a file that cannot be bound again is logged and left unbound.
+pub(crate) fn restore(shared: &Shared, client: &Client) -> Result<(), ClientError> {
+    let (nodes, names) = shared.inodes.snapshot();
+    let bound = rebind_nodes(client, &nodes, &names)?;
+    // A node bound after the snapshot (a lookup racing with the restore) is bound on the
+    // old connection only: stale like the rest, until looked up again.
+    shared.inodes.mark_stale_except(&bound);
+    let files = shared.handles.all();
+    let mut reopen = Vec::new();
+    let mut locks_lost = 0;
+    for file in &files {
+        if !crate::handle::lock(&file.lock_owners).is_empty() {
+            locks_lost += 1;
+        }
+        match bound.get(&file.reopen.node) {
+            Some(&(node_fid, _)) => reopen.push((node_fid, file.fid.fid(), file.reopen.flags)),
+            None => file.stale.store(true, Relaxed),
+        }
+    }
+    let reopened = reopen_files(client, &reopen)?;
+    for file in &files {
+        if !reopened.contains(&file.fid.fid()) {
+            file.stale.store(true, Relaxed);
+        }
+    }
+    if locks_lost > 0 {
+        tracing::warn!(
+            "{locks_lost} open files held POSIX locks; the restarted server does not have them"
+        );
+    }
+    tracing::info!(
+        nodes = format!("{}/{}", bound.len(), nodes.len()),
+        open_files = format!("{}/{}", reopened.len(), files.len()),
+        "bound the mount's files again after reconnecting"
+    );
+    Ok(())
+}
+
+/// Walks every node reachable through known names to its fid number again. Returns the nodes
+/// bound (the root included), with their fid and `qid.path`.
+fn rebind_nodes(
+    client: &Client,
+    nodes: &NodeFids,
+    names: &[(u64, Vec<u8>, u64)],
+) -> Result<NodeFids, ClientError> {
+    let mut bound = HashMap::new();
+    if let Some(&root) = nodes.get(&ROOT) {
+        bound.insert(ROOT, root);
+    }
+    let mut tried = vec![false; names.len()];
+    loop {
+        // One name per unbound node whose directory is bound: a level of the tree.
+        let mut claimed = HashSet::new();
+        let round: Vec<usize> = (0..names.len())
+            .filter(|&i| {
+                let (dir, _, ino) = &names[i];
+                !tried[i]
+                    && bound.contains_key(dir)
+                    && !bound.contains_key(ino)
+                    && claimed.insert(*ino)
+            })
+            .collect();
+        if round.is_empty() {
+            return Ok(bound);
+        }
+        for chunk in round.chunks(BATCH) {
+            let msgs = chunk
+                .iter()
+                .map(|&i| {
+                    tried[i] = true;
+                    let (dir, name, ino) = &names[i];
+                    Tmessage::Walk(Twalk {
+                        fid: bound[dir].0,
+                        newfid: nodes[ino].0,
+                        wnames: vec![name.clone()],
+                    })
+                })
+                .collect();
+            for (&i, reply) in chunk.iter().zip(client.call_all(msgs)) {
+                let ino = names[i].2;
+                let (fid, qid_path) = nodes[&ino];
+                match reply {
+                    Ok(Rmessage::Walk(w)) if w.wqids.len() == 1 => {
+                        if w.wqids[0].path == qid_path {
+                            bound.insert(ino, (fid, qid_path));
+                        } else {
+                            // Another file has the name now: not this node.
+                            unbind(client, fid)?;
+                        }
+                    }
+                    Err(e @ ClientError::Disconnected(_)) => return Err(e),
+                    // Gone, or a partial walk (which binds nothing).
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// Opens each `(node fid, open fid, flags)` again; returns the open fids that opened.
+fn reopen_files(client: &Client, files: &[(Fid, Fid, u32)]) -> Result<HashSet<Fid>, ClientError> {
+    let mut opened = HashSet::new();
+    for chunk in files.chunks(BATCH) {
+        let walks = chunk
+            .iter()
+            .map(|&(node, fid, _)| {
+                Tmessage::Walk(Twalk {
+                    fid: node,
+                    newfid: fid,
+                    wnames: Vec::new(),
+                })
+            })
+            .collect();
+        let mut walked = Vec::new();
+        for (&(_, fid, flags), reply) in chunk.iter().zip(client.call_all(walks)) {
+            match reply {
+                Ok(_) => walked.push((fid, flags)),
+                Err(e @ ClientError::Disconnected(_)) => return Err(e),
+                Err(_) => {}
+            }
+        }
+        // Sent after the walks are answered: 9P does not order a connection's requests.
+        let opens = walked
+            .iter()
+            .map(|&(fid, flags)| Tmessage::Lopen(Tlopen { fid, flags }))
+            .collect();
+        for (&(fid, _), reply) in walked.iter().zip(client.call_all(opens)) {
+            match reply {
+                Ok(_) => {
+                    opened.insert(fid);
+                }
+                Err(e @ ClientError::Disconnected(_)) => return Err(e),
+                Err(e) => {
+                    tracing::info!("cannot reopen an open file after reconnecting: {e}");
+                    unbind(client, fid)?;
+                }
+            }
+        }
+    }
+    Ok(opened)
+}
+
+/// Clunks a fid bound by mistake, keeping its number with its owner.
+fn unbind(client: &Client, fid: Fid) -> Result<(), ClientError> {
+    match client.unbind_fid(fid) {
+        Err(e @ ClientError::Disconnected(_)) => Err(e),
+        _ => Ok(()),
+    }
+}
