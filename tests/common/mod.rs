@@ -63,12 +63,25 @@ impl Serve {
         };
         let control = serve.control.clone();
         let child = &mut serve.child;
-        wait_until("crossfs serve to listen", Duration::from_secs(20), || {
+        let started = Instant::now();
+        loop {
             if let Ok(Some(status)) = child.try_wait() {
                 panic!("crossfs serve exited early: {status}");
             }
-            std::os::unix::net::UnixStream::connect(&control).is_ok()
-        });
+            if std::os::unix::net::UnixStream::connect(&control).is_ok() {
+                break;
+            }
+            if started.elapsed() > Duration::from_secs(20) {
+                let top = Command::new("top").args(["-b", "-n1", "-H"]).output();
+                panic!(
+                    "timed out waiting for crossfs serve to listen; it is {}\n{}",
+                    process_state(child.id()),
+                    top.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                        .unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         serve
     }
 
@@ -90,6 +103,24 @@ impl Drop for Serve {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// What process `pid` is doing, per thread (state and kernel stack), for a test that
+/// waited on it in vain.
+pub fn process_state(pid: u32) -> String {
+    let mut out = String::new();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"));
+    for task in tasks.into_iter().flatten().flatten() {
+        let p = task.path();
+        let read = |f: &str| std::fs::read_to_string(p.join(f)).unwrap_or_default();
+        out.push_str(&format!(
+            "\n-- {} {}\n{}",
+            read("stat"),
+            read("wchan"),
+            read("stack")
+        ));
+    }
+    out
 }
 
 /// `crossfs stats --json` against a control socket.
