@@ -72,12 +72,9 @@ impl Serve {
                 break;
             }
             if started.elapsed() > Duration::from_secs(20) {
-                let top = Command::new("top").args(["-b", "-n1", "-H"]).output();
                 panic!(
-                    "timed out waiting for crossfs serve to listen; it is {}\n{}",
-                    process_state(child.id()),
-                    top.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                        .unwrap_or_default()
+                    "timed out waiting for crossfs serve to listen; it is {}",
+                    process_state(child.id())
                 );
             }
             std::thread::sleep(Duration::from_millis(20));
