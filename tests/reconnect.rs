@@ -223,3 +223,56 @@ fn files_replaced_while_the_server_was_down_are_looked_up_again() {
     assert_eq!(&text, b"kept");
     drop(server);
 }
+
+#[test]
+fn watch_carries_on_through_a_server_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let export = dir.path().join("export");
+    std::fs::create_dir(&export).unwrap();
+    let sock = dir.path().join("crossfs.sock");
+    let mut server = serve(&export, &sock);
+    let mut watch = Command::new(crossfs_bin())
+        .args(["watch", &format!("unix:{}", sock.display()), "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = BufReader::new(watch.stdout.take().unwrap());
+    thread::spawn(move || {
+        for line in stdout.lines().map_while(Result::ok) {
+            let ev: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if tx.send(ev).is_err() {
+                return;
+            }
+        }
+    });
+    // Waits for an event on `path` of `kind`, returning it.
+    let expect = |kind: &str, path: &str| loop {
+        let ev = rx
+            .recv_timeout(PATIENCE)
+            .unwrap_or_else(|_| panic!("crossfs watch never printed {kind} {path}"));
+        if ev["kind"] == kind && ev["path"] == path {
+            return ev;
+        }
+    };
+    // Created until seen: the watch may not be attached yet when the first file appears.
+    let mut n = 0;
+    let first = loop {
+        std::fs::write(export.join(format!("before-{n}")), b"x").unwrap();
+        match rx.recv_timeout(Duration::from_secs(2)) {
+            Ok(ev) if ev["kind"] == "created" => break ev,
+            _ => n += 1,
+        }
+    };
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    server = serve(&export, &sock);
+    let rescan = expect("rescan", "");
+    assert_ne!(rescan["epoch"], first["epoch"], "a new server, a new epoch");
+    std::fs::write(export.join("after"), b"x").unwrap();
+    expect("created", "after");
+    let _ = watch.kill();
+    let _ = watch.wait();
+    drop(server);
+}

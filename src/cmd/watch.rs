@@ -2,12 +2,18 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use crossfs_client::ClientError;
 use crossfs_events::Event;
 use crossfs_transport::Addr;
 
 use crate::args::WatchArgs;
+
+/// How long a read waits for a lost server before saying so (and waiting again).
+const RECONNECT_WAIT: Duration = Duration::from_secs(10);
 
 pub fn run(args: WatchArgs) -> Result<()> {
     let addr = target_addr(&args.target)?;
@@ -16,21 +22,52 @@ pub fn run(args: WatchArgs) -> Result<()> {
         None => None,
     };
     let (client, fid) = super::connect_events(&addr, args.since.as_deref(), token.as_deref())?;
+    // A restarted server: carry on after the last event printed (it answers with a rescan).
+    let last = Arc::new(Mutex::new(args.since.clone()));
+    let position = last.clone();
+    client.on_reconnect(move |c| {
+        let since = position
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let aname = super::events_aname(since.as_deref());
+        let uid = rustix::process::getuid().as_raw();
+        c.attach_fid(fid, b"", aname.as_bytes(), uid, token.as_deref())
+            .map(drop)
+    });
+    let dial_addr = addr.clone();
+    client
+        .enable_reconnect(
+            move || super::dial(&dial_addr, &crossfs_transport::SocketOptions::default()),
+            RECONNECT_WAIT,
+        )
+        .context("starting the reconnect thread")?;
     if !args.json {
         eprintln!("watching {addr} (Ctrl-C to stop)");
     }
     let mut out = std::io::stdout().lock();
     loop {
         // A long poll: the server answers when events arrive, or with nothing after a while.
-        let data = client
-            .read(fid, 0, client.max_io())
-            .with_context(|| format!("reading change events from {addr}"))?;
+        let data = match client.read(fid, 0, client.max_io()) {
+            Ok(data) => data,
+            Err(ClientError::Disconnected(e)) => {
+                eprintln!("{addr}: {e}");
+                std::thread::sleep(Duration::from_millis(200));
+                continue;
+            }
+            Err(e) => return Err(e).with_context(|| format!("reading change events from {addr}")),
+        };
         for line in data.split_inclusive(|&b| b == b'\n') {
+            let event = Event::from_json_line(line);
+            if let Ok(ev) = &event {
+                *last.lock().unwrap_or_else(PoisonError::into_inner) =
+                    Some(format!("{}:{}", ev.epoch, ev.seq));
+            }
             if args.json {
                 out.write_all(line)?;
                 continue;
             }
-            match Event::from_json_line(line) {
+            match event {
                 Ok(ev) => writeln!(out, "{ev}")?,
                 Err(e) => writeln!(
                     out,
