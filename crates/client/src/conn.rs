@@ -15,6 +15,10 @@
 //! wakes just it) or while several callers wait, and steps aside for a lone caller. Completions
 //! therefore run on whichever thread leads; they must not block on this connection.
 //!
+//! A thread reading replies never writes: requests its completions make go to the sender
+//! thread (`outbox`). Were it to block in a write, a server that stops reading requests
+//! until its replies are read would wait for it forever.
+//!
 //! When anything breaks the stream, [`Shared::kill`] fails every pending and queued request
 //! once, and every later one at once.
 
@@ -83,6 +87,11 @@ pub(crate) struct Shared {
     closer: Mutex<Option<Box<dyn FnOnce() + Send>>>,
     /// Run when the connection dies unexpectedly (the server or the stream failed).
     on_loss: OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// Requests made on a thread reading replies (from completions), written by the sender
+    /// thread instead: a reader blocked in a write would wait forever on a server that
+    /// stops reading requests until its replies are read.
+    outbox: Mutex<VecDeque<(Tag, Request<'static>)>>,
+    outbox_ready: Condvar,
 }
 
 struct State {
@@ -163,6 +172,8 @@ impl Shared {
             negotiation,
             closer: Mutex::new(Some(closer)),
             on_loss: OnceLock::new(),
+            outbox: Mutex::new(VecDeque::new()),
+            outbox_ready: Condvar::new(),
         })
     }
 
@@ -317,6 +328,10 @@ pub(crate) fn start_threads(shared: &Arc<Shared>, hangup: Option<OwnedFd>) -> io
     thread::Builder::new()
         .name("9p-reader".into())
         .spawn(move || reader_thread(&reader))?;
+    let sender = shared.clone();
+    thread::Builder::new()
+        .name("9p-sender".into())
+        .spawn(move || sender_thread(&sender))?;
     if let Some(fd) = hangup {
         let shared = Arc::downgrade(shared);
         thread::Builder::new()
@@ -348,6 +363,28 @@ fn hangup_thread(shared: &std::sync::Weak<Shared>, fd: &OwnedFd) {
             }
         }
         return;
+    }
+}
+
+/// The sender thread: writes the requests completions made, until the connection dies.
+fn sender_thread(shared: &Shared) {
+    loop {
+        let (tag, request) = {
+            let mut outbox = lock(&shared.outbox);
+            loop {
+                if !shared.is_connected() {
+                    return;
+                }
+                if let Some(next) = outbox.pop_front() {
+                    break next;
+                }
+                outbox = shared
+                    .outbox_ready
+                    .wait(outbox)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+        };
+        shared.send(tag, &request);
     }
 }
 
@@ -432,7 +469,17 @@ impl Shared {
                     .unwrap_or_else(PoisonError::into_inner);
             }
         };
-        self.send(tag, &request);
+        if self.is_dispatching() {
+            self.send_later(tag, request.into_owned());
+        } else {
+            self.send(tag, &request);
+        }
+    }
+
+    /// Hands `request` (under `tag`, whose slot is filled) to the sender thread.
+    fn send_later(&self, tag: Tag, request: Request<'static>) {
+        lock(&self.outbox).push_back((tag, request));
+        self.outbox_ready.notify_one();
     }
 
     /// Writes `request` under `tag`, whose slot is already filled.
@@ -488,7 +535,8 @@ impl Shared {
             self.fids.release(fid);
         }
         if let Some(request) = next {
-            self.send(tag, &request);
+            // `take` runs on a thread reading replies, which must not block in a write.
+            self.send_later(tag, request);
         }
         Some(pending)
     }
@@ -596,6 +644,9 @@ impl Shared {
         };
         self.tag_freed.notify_all();
         self.reader_wanted.notify_all();
+        // Under the outbox lock, so the sender either sees `closed` or is waiting for this.
+        lock(&self.outbox).clear();
+        self.outbox_ready.notify_all();
         if unexpected {
             tracing::error!(reason = %reason, pending = pending.len(), "9P connection lost");
         } else {

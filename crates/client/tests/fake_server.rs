@@ -392,6 +392,78 @@ fn a_request_from_a_completion_queues_when_every_tag_is_taken() {
 }
 
 #[test]
+fn a_completion_never_blocks_reading_in_a_write() {
+    // A server that writes all its replies before it reads another request, as a server
+    // does once its queue of requests is full: the thread that reads replies must keep
+    // reading while a request made from a completion waits to be written.
+    let (client, mut fake) = pair(&ClientConfig::default(), 1 << 20);
+    const REPLIES: usize = 16;
+    const REPLY: usize = 64 * 1024;
+    let (tx, rx) = mpsc::channel();
+    let c = client.clone();
+    let written = tx.clone();
+    client.read_async(
+        Fid(1),
+        0,
+        1,
+        Box::new(move |r| {
+            assert!(r.is_ok());
+            // Larger than the socket's buffers: the write blocks until the server reads.
+            let big = vec![7u8; 900 * 1024];
+            let w = written.clone();
+            c.write_async(
+                Fid(1),
+                0,
+                &big,
+                Box::new(move |r| w.send(r.map(u64::from)).unwrap()),
+            );
+        }),
+    );
+    for _ in 0..REPLIES {
+        let tx = tx.clone();
+        client.read_async(
+            Fid(1),
+            0,
+            REPLY as u32,
+            Box::new(move |r| tx.send(r.map(|d| d.len() as u64)).unwrap()),
+        );
+    }
+    // The server on a thread of its own, so that a deadlock fails the test, not hangs it.
+    thread::spawn(move || {
+        let first = fake.read_request().unwrap();
+        let reads: Vec<Tframe> = (0..REPLIES).map(|_| fake.read_request().unwrap()).collect();
+        fake.reply(
+            first.tag,
+            Rmessage::Read(Rread {
+                data: Data(vec![1]),
+            }),
+        );
+        // 1 MiB of replies: more than the socket holds, so this waits for the client to read.
+        for r in &reads {
+            fake.reply(
+                r.tag,
+                Rmessage::Read(Rread {
+                    data: Data(vec![2; REPLY]),
+                }),
+            );
+        }
+        let write = fake.read_request().unwrap();
+        assert!(matches!(write.msg, Ok(Tmessage::Write(_))), "{write:?}");
+        fake.reply(
+            write.tag,
+            Rmessage::Write(crossfs_wire::Rwrite { count: 900 * 1024 }),
+        );
+    });
+    for _ in 0..REPLIES {
+        let r = rx
+            .recv_timeout(PATIENCE)
+            .expect("replies stopped: deadlock");
+        assert_eq!(r, Ok(REPLY as u64));
+    }
+    assert_eq!(rx.recv_timeout(PATIENCE).unwrap(), Ok(900 * 1024));
+}
+
+#[test]
 fn oversized_requests_are_refused_before_sending() {
     let (client, mut fake) = pair(&ClientConfig::default(), 8192);
     assert_eq!(client.max_io(), 8192 - 24);
