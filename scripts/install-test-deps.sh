@@ -2,7 +2,8 @@
 # Installs what the test suite needs on a fresh Debian machine (run as root): real peers and
 # tools the tests start for real — QEMU and busybox for the kernel-client guest, diod as a
 # second 9P server, inotify-tools, the py9p client from PyPI, and the conformance and
-# data-integrity suites (pjdfstest and fsx from crates.io, fio and stress-ng from Debian).
+# data-integrity suites (pjdfstest and fsx from crates.io, fio and stress-ng from Debian), and
+# cargo-fuzz for scripts/fuzz (which also needs the nightly toolchain: it says so if missing).
 # Idempotent.
 set -euo pipefail
 
@@ -44,6 +45,7 @@ cargo_tool() {
 }
 cargo_tool pjdfstest 0.2.2
 cargo_tool fsx 0.3.2
+cargo_tool cargo-fuzz 0.13.2
 
 # pjdfstest switches to the users nobody (in every Debian) and tests.
 if ! id tests >/dev/null 2>&1; then

@@ -52,11 +52,18 @@ fn render(doc: &Value) -> String {
         Some("server") => {
             out.push_str(&format!("server exporting {}\n", doc["export"]));
             out.push_str(&message_table("total", &doc["total"]));
+            let live = &doc["live"];
+            if live.is_object() {
+                out.push_str(&format!(
+                    "live: {} connections holding {} fids and {} descriptors\n",
+                    live["connections"], live["fids"], live["fds"]
+                ));
+            }
             for conn in doc["connections"].as_array().into_iter().flatten() {
                 out.push_str(&message_table(
                     &format!(
-                        "connection {} from {} (msize {})",
-                        conn["id"], conn["peer"], conn["msize"]
+                        "connection {} from {} (msize {}, {} fids, {} descriptors)",
+                        conn["id"], conn["peer"], conn["msize"], conn["fids"], conn["fds"]
                     ),
                     conn,
                 ));
@@ -85,9 +92,18 @@ mod tests {
         let doc = serde_json::json!({
             "role": "server", "export": "/x",
             "total": {"Twalk": {"count": 3, "bytes": 90, "errors": 1}, "bytes_in": 90, "bytes_out": 0},
-            "connections": [{"id": 1, "peer": "unix", "msize": 1048576, "Twalk": {"count": 3, "bytes": 90, "errors": 1}}]
+            "live": {"connections": 1, "fids": 2, "fds": 3},
+            "connections": [{"id": 1, "peer": "unix", "msize": 1048576, "fids": 2, "fds": 3, "Twalk": {"count": 3, "bytes": 90, "errors": 1}}]
         });
         let text = render(&doc);
+        assert!(
+            text.contains("live: 1 connections holding 2 fids and 3 descriptors"),
+            "{text}"
+        );
+        assert!(
+            text.contains("msize 1048576, 2 fids, 3 descriptors"),
+            "{text}"
+        );
         assert!(text.contains("Twalk"), "{text}");
         assert!(text.contains("msize 1048576"), "{text}");
         assert!(text.contains("bytes_in: 90"), "{text}");

@@ -50,6 +50,11 @@ impl FdPool {
         let reserve = (limit / 8).max(64).min(limit / 2);
         limit - reserve
     }
+
+    /// Descriptors charged now, over every connection.
+    pub(crate) fn held(&self) -> usize {
+        *lock(&self.held)
+    }
 }
 
 /// One connection's share of an [`FdPool`].
@@ -88,7 +93,6 @@ impl FdAccount {
     }
 
     /// Descriptors this connection holds.
-    #[cfg(test)]
     pub(crate) fn held(&self) -> usize {
         self.held.load(Relaxed)
     }

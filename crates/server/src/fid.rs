@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use crossfs_wire::{Fid, Qid};
@@ -156,14 +157,18 @@ impl FidState {
 pub(crate) struct FidTable {
     fids: Mutex<HashMap<u32, Arc<FidState>>>,
     max: usize,
+    /// How many are bound, for the statistics (written under the lock).
+    count: Arc<AtomicUsize>,
 }
 
 impl FidTable {
-    /// An empty table holding at most `max` fids.
-    pub(crate) fn new(max: usize) -> Self {
+    /// An empty table holding at most `max` fids, keeping `count` equal to how many are bound.
+    pub(crate) fn new(max: usize, count: Arc<AtomicUsize>) -> Self {
+        count.store(0, Relaxed);
         FidTable {
             fids: Mutex::new(HashMap::new()),
             max,
+            count,
         }
     }
 
@@ -190,6 +195,7 @@ impl FidTable {
             return Err(OpError::TooManyFids);
         }
         fids.insert(fid.0, Arc::new(state));
+        self.count.store(fids.len(), Relaxed);
         Ok(())
     }
 
@@ -206,14 +212,19 @@ impl FidTable {
 
     /// Unbinds a fid, returning what it held.
     pub(crate) fn remove(&self, fid: Fid) -> OpResult<Arc<FidState>> {
-        lock(&self.fids)
-            .remove(&fid.0)
-            .ok_or(OpError::UnknownFid(fid))
+        let mut fids = lock(&self.fids);
+        let state = fids.remove(&fid.0).ok_or(OpError::UnknownFid(fid))?;
+        self.count.store(fids.len(), Relaxed);
+        Ok(state)
     }
 
     /// Unbinds every fid (Tversion, end of connection).
     pub(crate) fn clear(&self) {
-        let old = std::mem::take(&mut *lock(&self.fids));
+        let old = {
+            let mut fids = lock(&self.fids);
+            self.count.store(0, Relaxed);
+            std::mem::take(&mut *fids)
+        };
         // Dropped outside the lock: closing thousands of descriptors takes a while.
         drop(old);
     }
@@ -262,7 +273,8 @@ mod tests {
                 charge: budget.empty(),
             })
         };
-        let t = FidTable::new(2);
+        let count = Arc::new(AtomicUsize::new(0));
+        let t = FidTable::new(2, count.clone());
         assert!(t.insert_new(Fid(1), empty()).is_ok());
         assert!(matches!(
             t.insert_new(Fid(1), empty()),
@@ -276,7 +288,9 @@ mod tests {
         assert!(t.remove(Fid(1)).is_ok());
         assert!(matches!(t.remove(Fid(1)), Err(OpError::UnknownFid(_))));
         assert_eq!(t.len(), 1);
+        assert_eq!(count.load(Relaxed), 1);
         t.clear();
         assert_eq!(t.len(), 0);
+        assert_eq!(count.load(Relaxed), 0);
     }
 }

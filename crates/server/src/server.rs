@@ -15,7 +15,7 @@ use serde_json::{json, Map, Value};
 
 use crossfs_events::EventHub;
 
-use crate::budget::{FdPool, Handle};
+use crate::budget::{FdAccount, FdPool, Handle};
 use crate::config::ServerConfig;
 use crate::error::{OpError, OpResult, ServerError};
 use crate::fid::lock;
@@ -168,7 +168,8 @@ impl Server {
             return;
         };
         let id = self.next_connection.fetch_add(1, Relaxed);
-        let stats = Arc::new(ConnStats::new(id, peer));
+        let fds = FdAccount::new(self.fds.clone());
+        let stats = Arc::new(ConnStats::new(id, peer, fds));
         lock(&self.connections).insert(id, stats.clone());
         session::run(self, &stats, reader, Box::new(writer));
         // Free before the connection leaves the list: whoever sees it gone may connect again.
@@ -198,16 +199,21 @@ impl Server {
 
     /// Statistics as JSON:
     /// `{"role":"server","export":"/path","total":{"Twalk":{"count":N,"bytes":N,"errors":N},
-    /// ...,"bytes_in":N,"bytes_out":N},"connections":[{"id":1,"peer":"...","msize":N,
-    /// "Twalk":{...},...,"bytes_in":N,"bytes_out":N}]}`. `total` includes closed connections;
-    /// `connections` lists the live ones.
+    /// ...,"bytes_in":N,"bytes_out":N},"live":{"connections":N,"fids":N,"fds":N},
+    /// "connections":[{"id":1,"peer":"...","msize":N,"fids":N,"fds":N,"Twalk":{...},...,
+    /// "bytes_in":N,"bytes_out":N}]}`. `total` includes closed connections; `connections`
+    /// lists the live ones, and `live` what they hold now: fids bound, and descriptors kept
+    /// open for them (fid handles and open files; the export root is not counted). A
+    /// connection leaves the list only after its fids are gone, so once a client is gone
+    /// from it, everything it held (descriptors, and with them its locks) is released.
     pub fn stats_json(&self) -> Value {
         let mut total = Map::new();
         add_counters(&mut total, &self.totals.snapshot());
-        let connections: Vec<Value> = lock(&self.connections)
-            .values()
-            .map(|c| c.to_json())
-            .collect();
+        let (connections, fids): (Vec<Value>, usize) = {
+            let live = lock(&self.connections);
+            let fids = live.values().map(|c| c.fids.load(Relaxed)).sum();
+            (live.values().map(|c| c.to_json()).collect(), fids)
+        };
         let events = self.events.as_ref().map(|hub| {
             let st = hub.stats();
             json!({
@@ -223,6 +229,11 @@ impl Server {
             "role": "server",
             "export": self.export.to_string_lossy(),
             "total": Value::Object(total),
+            "live": {
+                "connections": connections.len(),
+                "fids": fids,
+                "fds": self.fds.held(),
+            },
             "connections": connections,
             "events": events,
         })

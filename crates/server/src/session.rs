@@ -146,8 +146,8 @@ pub(crate) fn run(
         conn: Conn {
             server: server.clone(),
             stats: stats.clone(),
-            fids: FidTable::new(server.config.max_fids),
-            fds: FdAccount::new(server.fds.clone()),
+            fids: FidTable::new(server.config.max_fids, stats.fids.clone()),
+            fds: stats.fds.clone(),
             xattr_bytes: ByteBudget::new(server.config.max_pending_xattr_bytes),
             msize: AtomicU32::new(0),
         },
