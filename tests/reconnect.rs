@@ -9,7 +9,7 @@ mod common;
 use std::fs::File;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,6 +33,22 @@ fn serve(export: &Path, sock: &Path) -> Serve {
     Serve::start(export, &format!("unix:{}", sock.display()), &[])
 }
 
+/// A temporary directory holding an export with `files` (directories made as needed), and
+/// where the server's socket goes; the server is started.
+fn host(files: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf, PathBuf, Serve) {
+    let dir = tempfile::tempdir().unwrap();
+    let export = dir.path().join("export");
+    std::fs::create_dir(&export).unwrap();
+    for (path, contents) in files {
+        let path = export.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, contents).unwrap();
+    }
+    let sock = dir.path().join("crossfs.sock");
+    let server = serve(&export, &sock);
+    (dir, export, sock, server)
+}
+
 #[test]
 fn the_mount_survives_server_restarts() {
     for cache in ["always", "auto"] {
@@ -42,12 +58,7 @@ fn the_mount_survives_server_restarts() {
 
 /// Kills and restarts the server `restarts` times under a workload on a mount with `cache`.
 fn survives_restarts(cache: &str, restarts: u64) {
-    let dir = tempfile::tempdir().unwrap();
-    let export = dir.path().join("export");
-    std::fs::create_dir_all(export.join("deep/er/still")).unwrap();
-    std::fs::write(export.join("deep/er/still/read.me"), b"stable contents\n").unwrap();
-    let sock = dir.path().join("crossfs.sock");
-    let mut server = serve(&export, &sock);
+    let (_dir, export, sock, mut server) = host(&[("deep/er/still/read.me", "stable contents\n")]);
     let mount = Mount::start(
         &format!("unix:{}", sock.display()),
         &["--reconnect-wait", "60", "--cache", cache],
@@ -142,12 +153,7 @@ fn survives_restarts(cache: &str, restarts: u64) {
 
 #[test]
 fn calls_fail_with_eio_while_the_server_stays_down() {
-    let dir = tempfile::tempdir().unwrap();
-    let export = dir.path().join("export");
-    std::fs::create_dir(&export).unwrap();
-    std::fs::write(export.join("file"), b"contents").unwrap();
-    let sock = dir.path().join("crossfs.sock");
-    let mut server = serve(&export, &sock);
+    let (_dir, export, sock, mut server) = host(&[("file", "contents")]);
     let mount = Mount::start(
         &format!("unix:{}", sock.display()),
         &["--reconnect-wait", "1", "--cache", "never"],
@@ -181,13 +187,7 @@ fn calls_fail_with_eio_while_the_server_stays_down() {
 
 #[test]
 fn files_replaced_while_the_server_was_down_are_looked_up_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let export = dir.path().join("export");
-    std::fs::create_dir_all(export.join("a/b")).unwrap();
-    std::fs::write(export.join("a/b/file"), b"old").unwrap();
-    std::fs::write(export.join("kept"), b"kept").unwrap();
-    let sock = dir.path().join("crossfs.sock");
-    let mut server = serve(&export, &sock);
+    let (_dir, export, sock, mut server) = host(&[("a/b/file", "old"), ("kept", "kept")]);
     // No change events: only the reconnect itself can notice the replacement. Long cache
     // timeouts keep the kernel's entries for the old files. (This test holds files on the
     // mount while it starts a server; without a writeback cache, closing them at the
@@ -226,11 +226,7 @@ fn files_replaced_while_the_server_was_down_are_looked_up_again() {
 
 #[test]
 fn watch_carries_on_through_a_server_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let export = dir.path().join("export");
-    std::fs::create_dir(&export).unwrap();
-    let sock = dir.path().join("crossfs.sock");
-    let mut server = serve(&export, &sock);
+    let (_dir, export, sock, mut server) = host(&[]);
     let mut watch = Command::new(crossfs_bin())
         .args(["watch", &format!("unix:{}", sock.display()), "--json"])
         .stdout(Stdio::piped())
