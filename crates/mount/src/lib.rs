@@ -17,7 +17,9 @@
 //! finds the same file), a new name two (a Tgetattr is never sent ahead of the Rwalk that
 //! binds its fid: 9P does not order requests, and diod drops the connection). In `never`
 //! mode a `stat` is one LOOKUP: the GETATTR that follows is answered with what the LOOKUP
-//! fetched (see [`CacheMode::Never`] for the exact promise).
+//! fetched (see [`CacheMode::Never`] for the exact promise). A READDIRPLUS (the kernel lists
+//! every directory from its start that way) costs, for each name listed whose known node has
+//! the qid the Treaddir gave, one Tgetattr of that node's fid and no walk.
 //!
 //! Change events (`changes/`, started by [`MountHandle::follow_changes`] on a second
 //! connection): the kernel's caches are invalidated as the host changes, and host changes

@@ -81,6 +81,9 @@ fn getattr_msg(fid: Fid) -> Tmessage {
 /// A fid just walked, with the file's attributes if they came with the walk.
 type Walked = (Arc<FidRef>, Option<Rgetattr>);
 
+/// A name resolved: a fid for its file, and the file's attributes.
+pub(crate) type Resolved = Result<(Arc<FidRef>, Rgetattr), ClientError>;
+
 /// A file a name was last seen to lead to: its node's fid and `qid.path`.
 pub(crate) type Expected = Option<(Arc<FidRef>, u64)>;
 
@@ -100,7 +103,7 @@ pub(crate) fn resolve(
     dir: &FidRef,
     names: &[&[u8]],
     expected: Vec<Expected>,
-) -> Vec<Result<(Arc<FidRef>, Rgetattr), ClientError>> {
+) -> Vec<Resolved> {
     let fids: Vec<Fid> = names.iter().map(|_| client.alloc_fid()).collect();
     let mut msgs = Vec::with_capacity(names.len() * 2);
     for ((name, &newfid), known) in names.iter().zip(&fids).zip(&expected) {
@@ -157,6 +160,52 @@ pub(crate) fn resolve(
             Ok((fid, attr.ok_or_else(lost_error)?))
         })
         .collect()
+}
+
+/// [`resolve`] for names a Treaddir just listed, each with the `qid.path` the listing gave.
+///
+/// A name whose known node (`expected`) has the listed `qid.path` costs one Tgetattr of the
+/// node's fid and no walk: the listing already says where the name leads, and the reply's
+/// qid confirms the fid still reaches that file. That is what a repeated listing (`ls -l`,
+/// `git status`) is made of, and it saves the walk, its second fid and that fid's clunk.
+/// Every other name, and one whose Tgetattr disagrees, is resolved as [`resolve`] does.
+pub(crate) fn resolve_listed(
+    client: &Arc<Client>,
+    dir: &FidRef,
+    names: &[&[u8]],
+    listed: &[u64],
+    expected: Vec<Expected>,
+) -> Vec<Resolved> {
+    let mut out: Vec<Option<Resolved>> = names.iter().map(|_| None).collect();
+    let mut known = Vec::new();
+    let mut rest = Vec::new();
+    for (i, e) in expected.into_iter().enumerate() {
+        match e {
+            Some((fid, path)) if listed.get(i) == Some(&path) => known.push((i, fid, path)),
+            e => rest.push((i, e)),
+        }
+    }
+    let msgs = known
+        .iter()
+        .map(|(_, fid, _)| getattr_msg(fid.fid()))
+        .collect();
+    for ((i, fid, path), r) in known.into_iter().zip(call_all(client, msgs)) {
+        match r {
+            Ok(Rmessage::Getattr(a)) if a.qid.path == path => out[i] = Some(Ok((fid, a))),
+            _ => rest.push((i, None)),
+        }
+    }
+    if !rest.is_empty() {
+        let rest_names: Vec<&[u8]> = rest.iter().map(|&(i, _)| names[i]).collect();
+        let (idx, rest_expected): (Vec<usize>, Vec<Expected>) = rest.into_iter().unzip();
+        for (i, r) in idx
+            .into_iter()
+            .zip(resolve(client, dir, &rest_names, rest_expected))
+        {
+            out[i] = Some(r);
+        }
+    }
+    out.into_iter().map(|r| r.unwrap_or_else(lost)).collect()
 }
 
 fn lost_error() -> ClientError {

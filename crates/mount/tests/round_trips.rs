@@ -40,6 +40,45 @@ fn a_cold_stat_costs_one_twalk_and_one_tgetattr() {
 }
 
 #[test]
+fn a_repeated_listing_costs_one_tgetattr_per_entry_and_no_walk() {
+    each_backend(|b| {
+        let fx = in_mode(b, CacheMode::Auto);
+        for i in 0..50 {
+            fs::write(fx.e(&format!("f{i}")), b"x").unwrap();
+        }
+        // `ls -l`: the kernel lists from offset 0 with READDIRPLUS every time.
+        let list = || {
+            let mut n = 0;
+            for e in fs::read_dir(fx.m("")).unwrap() {
+                assert_eq!(e.unwrap().metadata().unwrap().len(), 1);
+                n += 1;
+            }
+            assert_eq!(n, 50);
+        };
+        list();
+        let counts = |fx: &Fixture| (fx.count("Twalk"), fx.count("Tgetattr"), fx.count("Tclunk"));
+        let before = counts(&fx);
+        list();
+        let after = counts(&fx);
+        let (walks, getattrs, clunks) =
+            (after.0 - before.0, after.1 - before.1, after.2 - before.2);
+        eprintln!(
+            "{b:?}: 50 entries listed again: {walks} Twalk, {getattrs} Tgetattr, {clunks} Tclunk"
+        );
+        // The listing's qids say where each known name leads: one Tgetattr of the known
+        // node's fid each, no walk to a second fid and no clunk of it (the directory's own
+        // open and close cost one walk and one clunk).
+        assert!(walks <= 1, "{walks} Twalk");
+        assert!(clunks <= 1, "{clunks} Tclunk");
+        assert!((50..=51).contains(&getattrs), "{getattrs} Tgetattr");
+        // A file replaced on the host is listed with its new attributes.
+        fs::remove_file(fx.e("f7")).unwrap();
+        fs::write(fx.e("f7"), b"x").unwrap();
+        list();
+    });
+}
+
+#[test]
 fn never_mode_stat_is_one_walk_and_one_getattr_and_stays_fresh() {
     each_backend(|b| {
         let fx = in_mode(b, CacheMode::Never);

@@ -14,7 +14,7 @@ use fuser::{FileHandle, FileType, Generation, INodeNo, ReplyDirectory, ReplyDire
 use super::{errno, Shared};
 use crate::attr::{self, kind_of_dtype};
 use crate::handle::{lock, DirStream};
-use crate::remote::resolve;
+use crate::remote::resolve_listed;
 
 /// Bytes asked of one Treaddir.
 const READDIR_COUNT: u32 = 64 * 1024;
@@ -103,16 +103,15 @@ impl Shared {
                 break;
             }
             let batch: Vec<DirEntry> = s.entries.iter().take(PLUS_BATCH).cloned().collect();
-            let names: Vec<&[u8]> = batch
-                .iter()
-                .filter(|e| !is_dot(&e.name))
-                .map(|e| e.name.as_slice())
-                .collect();
+            let listed: Vec<&DirEntry> = batch.iter().filter(|e| !is_dot(&e.name)).collect();
+            let names: Vec<&[u8]> = listed.iter().map(|e| e.name.as_slice()).collect();
+            let qids: Vec<u64> = listed.iter().map(|e| e.qid.path).collect();
             let expected = names
                 .iter()
                 .map(|n| self.inodes.expected(ino.0, n))
                 .collect();
-            let mut resolved = resolve(&self.client, &dir, &names, expected).into_iter();
+            let mut resolved =
+                resolve_listed(&self.client, &dir, &names, &qids, expected).into_iter();
             for e in &batch {
                 let name = OsStr::from_bytes(&e.name);
                 if is_dot(&e.name) {
