@@ -76,3 +76,30 @@ pub(crate) fn connect_events(
         .with_context(|| format!("{addr} serves no change events (crossfs serve --events)"))?;
     Ok((client, fid))
 }
+
+/// Makes the event connection `client` (attached as `fid`) reconnect by itself: on a new
+/// connection it attaches again, resuming after `position()` ("EPOCH:SEQ", the last event
+/// used), and a restarted server answers with a rescan. Calls wait up to `wait` meanwhile.
+pub(crate) fn resume_events(
+    client: &std::sync::Arc<crossfs_client::Client>,
+    fid: crossfs_client::Fid,
+    addr: &crossfs_transport::Addr,
+    token: Option<Vec<u8>>,
+    position: impl Fn() -> Option<String> + Send + Sync + 'static,
+    wait: std::time::Duration,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    client.on_reconnect(move |c| {
+        let aname = events_aname(position().as_deref());
+        let uid = rustix::process::getuid().as_raw();
+        c.attach_fid(fid, b"", aname.as_bytes(), uid, token.as_deref())
+            .map(drop)
+    });
+    let addr = addr.clone();
+    client
+        .enable_reconnect(
+            move || dial(&addr, &crossfs_transport::SocketOptions::default()),
+            wait,
+        )
+        .context("starting the reconnect thread")
+}

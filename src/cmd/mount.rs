@@ -93,21 +93,8 @@ pub fn run(args: MountArgs) -> Result<()> {
                     .follow_changes(events.clone(), fid)
                     .context("following change events")?;
                 if let Some(wait) = reconnect {
-                    // Resume after the last event applied; a restarted server has a new
-                    // epoch and answers with a rescan of everything.
                     let position = handle.event_position();
-                    events.on_reconnect(move |c| {
-                        let aname = super::events_aname(position().as_deref());
-                        c.attach_fid(fid, b"", aname.as_bytes(), current_uid(), token.as_deref())
-                            .map(drop)
-                    });
-                    let addr = args.addr.clone();
-                    events
-                        .enable_reconnect(
-                            move || super::dial(&addr, &SocketOptions::default()),
-                            wait,
-                        )
-                        .context("starting the reconnect thread")?;
+                    super::resume_events(&events, fid, &args.addr, token, position, wait)?;
                 }
                 info!("following change events of {}", args.addr);
             }

@@ -25,23 +25,19 @@ pub fn run(args: WatchArgs) -> Result<()> {
     // A restarted server: carry on after the last event printed (it answers with a rescan).
     let last = Arc::new(Mutex::new(args.since.clone()));
     let position = last.clone();
-    client.on_reconnect(move |c| {
-        let since = position
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        let aname = super::events_aname(since.as_deref());
-        let uid = rustix::process::getuid().as_raw();
-        c.attach_fid(fid, b"", aname.as_bytes(), uid, token.as_deref())
-            .map(drop)
-    });
-    let dial_addr = addr.clone();
-    client
-        .enable_reconnect(
-            move || super::dial(&dial_addr, &crossfs_transport::SocketOptions::default()),
-            RECONNECT_WAIT,
-        )
-        .context("starting the reconnect thread")?;
+    super::resume_events(
+        &client,
+        fid,
+        &addr,
+        token,
+        move || {
+            position
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+        },
+        RECONNECT_WAIT,
+    )?;
     if !args.json {
         eprintln!("watching {addr} (Ctrl-C to stop)");
     }
