@@ -7,6 +7,7 @@
 mod common;
 
 use std::fs;
+use std::time::{Duration, Instant};
 
 use common::{each_backend, errno, Backend, Fixture, Setup};
 use crossfs_mount::{CacheMode, MountConfig};
@@ -19,6 +20,14 @@ fn in_mode(b: Backend, cache: CacheMode) -> Fixture {
         },
         ..Setup::new(b)
     })
+}
+
+/// Polls `done` for up to 5 s (it is the test's next assertion that fails if it never holds).
+fn wait_until(done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !done() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 #[test]
@@ -55,10 +64,15 @@ fn a_repeated_listing_costs_one_tgetattr_per_entry_and_no_walk() {
             }
             assert_eq!(n, 50);
         };
+        let clunks = fx.count("Tclunk");
         list();
+        // The kernel sends RELEASEDIR after closedir returns: wait for the first listing's
+        // Tclunk so that it is not counted as the second listing's.
+        wait_until(|| fx.count("Tclunk") > clunks);
         let counts = |fx: &Fixture| (fx.count("Twalk"), fx.count("Tgetattr"), fx.count("Tclunk"));
         let before = counts(&fx);
         list();
+        wait_until(|| fx.count("Tclunk") > before.2);
         let after = counts(&fx);
         let (walks, getattrs, clunks) =
             (after.0 - before.0, after.1 - before.1, after.2 - before.2);
