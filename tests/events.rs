@@ -72,6 +72,51 @@ impl Setup {
     }
 }
 
+#[test]
+fn listings_reuse_attributes_while_events_are_followed_and_show_host_changes_after_sync() {
+    let s = Setup::new(&[], &[]);
+    for i in 0..20 {
+        std::fs::write(s.host(&format!("f{i}")), "x").unwrap();
+    }
+    s.sync();
+    // `ls -l`: name -> size, each from the attributes the READDIRPLUS carried.
+    let list = || -> BTreeMap<String, u64> {
+        std::fs::read_dir(s.guest(""))
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.file_name().into_string().unwrap(),
+                    e.metadata().unwrap().len(),
+                )
+            })
+            .collect()
+    };
+    let reused = || {
+        s.mount.stats()["caches"]["listed_attrs_reused"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(list().len(), 20);
+    // Older than `auto`'s 1 s timeout, the attributes are still good: no event said
+    // otherwise, so the listing sends no Tgetattr for its entries.
+    std::thread::sleep(Duration::from_millis(1200));
+    let before = reused();
+    assert_eq!(list().len(), 20);
+    assert_eq!(reused() - before, 20);
+    // Changed on the host (same file, new size): once the mount has the event, the next
+    // listing shows it, long before any timeout.
+    std::fs::write(s.host("f3"), "three").unwrap();
+    s.sync();
+    let before = reused();
+    assert_eq!(list()["f3"], 5);
+    assert_eq!(
+        reused() - before,
+        19,
+        "an event ends reuse of its file's attributes"
+    );
+}
+
 /// `inotifywait -m -r` on a directory, its lines collected as they come.
 struct Inotify {
     child: Child,

@@ -7,9 +7,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crossfs_wire::{Fid, Qid};
+use crossfs_wire::{Fid, Qid, Rgetattr};
 
 use crate::fid::FidRef;
+use crate::listed_attrs::Fetched;
 
 /// The root's node id (FUSE_ROOT_ID).
 pub(crate) const ROOT: u64 = 1;
@@ -39,6 +40,8 @@ struct Inode {
     seen: Option<DataStamp>,
     /// The attributes seen when the file was last opened.
     opened: Option<DataStamp>,
+    /// The newest attributes fetched, for a READDIRPLUS to reuse (see `crate::listed_attrs`).
+    listed: Option<FetchedAttrs>,
     /// `fid` is not bound on the server (it could not be bound again after a reconnect):
     /// the node answers ESTALE until a lookup finds its file and gives it a fresh fid.
     stale: bool,
@@ -68,6 +71,9 @@ pub(crate) struct KnownName {
     pub seen: Option<DataStamp>,
 }
 
+/// A node's newest attributes and when they were fetched (see `crate::listed_attrs`).
+pub(crate) type FetchedAttrs = Box<(Rgetattr, Fetched)>;
+
 /// Node id -> its fid and `qid.path`.
 pub(crate) type NodeFids = HashMap<u64, (Fid, u64)>;
 
@@ -95,6 +101,7 @@ impl InodeTable {
                 nlookup: 1,
                 seen: None,
                 opened: None,
+                listed: None,
                 stale: false,
             },
         );
@@ -115,6 +122,11 @@ impl InodeTable {
         (!node.stale).then(|| node.fid.clone())
     }
 
+    /// The `qid.path` of node `ino`'s file, if the kernel still holds it.
+    pub(crate) fn qid_path(&self, ino: u64) -> Option<u64> {
+        self.lock().by_ino.get(&ino).map(|node| node.qid_path)
+    }
+
     /// The node id already given to the file with this `qid.path`, if any.
     pub(crate) fn ino_of(&self, qid_path: u64) -> Option<u64> {
         self.lock().by_path.get(&qid_path).copied()
@@ -130,6 +142,21 @@ impl InodeTable {
             .get(ino)
             .filter(|node| !node.stale)
             .map(|node| (node.fid.clone(), node.qid_path))
+    }
+
+    /// As [`InodeTable::expected`], with the node's newest fetched attributes, if kept.
+    pub(crate) fn expected_listed(
+        &self,
+        parent: u64,
+        name: &[u8],
+    ) -> Option<(Arc<FidRef>, u64, Option<FetchedAttrs>)> {
+        let inner = self.lock();
+        let ino = inner.names.get(&parent)?.get(name)?;
+        inner
+            .by_ino
+            .get(ino)
+            .filter(|node| !node.stale)
+            .map(|node| (node.fid.clone(), node.qid_path, node.listed.clone()))
     }
 
     /// Notes that `name` in directory `parent` leads to node `ino`.
@@ -153,16 +180,17 @@ impl InodeTable {
     /// A file already known keeps its node id and takes the fresher fid (the old one is
     /// clunked once its last request is answered): a fid walked just now names the file
     /// by its current path on servers that track paths.
+    ///
+    /// `fetched`: when `a` was fetched, if it may be reused (see `crate::listed_attrs`).
     pub(crate) fn remember(
         &self,
         (parent, name): (u64, &[u8]),
         fid: Arc<FidRef>,
-        qid: Qid,
-        format: u32,
-        stamp: DataStamp,
+        a: &Rgetattr,
+        fetched: Option<Fetched>,
     ) -> u64 {
         let mut inner = self.lock();
-        let (ino, unused) = Self::remember_locked(&mut inner, fid, qid, format, stamp);
+        let (ino, unused) = Self::remember_locked(&mut inner, fid, a, fetched);
         Self::name(&mut inner, parent, name, ino);
         drop(inner);
         // Dropping a fid may send its Tclunk, which can wait for the socket; never under the
@@ -175,15 +203,17 @@ impl InodeTable {
     fn remember_locked(
         inner: &mut Inner,
         fid: Arc<FidRef>,
-        qid: Qid,
-        format: u32,
-        stamp: DataStamp,
+        a: &Rgetattr,
+        fetched: Option<Fetched>,
     ) -> (u64, Option<Arc<FidRef>>) {
+        let (qid, format, stamp) = (a.qid, a.mode & libc::S_IFMT, crate::attr::stamp(a));
+        let listed = fetched.map(|f| Box::new((a.clone(), f)));
         if let Some(&ino) = inner.by_path.get(&qid.path) {
             if let Some(node) = inner.by_ino.get_mut(&ino) {
                 if node.format == format {
                     node.nlookup += 1;
                     node.seen = Some(stamp);
+                    node.listed = listed;
                     node.stale = false;
                     if ino == ROOT {
                         return (ino, Some(fid));
@@ -194,6 +224,9 @@ impl InodeTable {
         }
         let ino = Self::insert(inner, fid, qid.path, format, Some(stamp));
         inner.by_path.insert(qid.path, ino);
+        if let Some(node) = inner.by_ino.get_mut(&ino) {
+            node.listed = listed;
+        }
         (ino, None)
     }
 
@@ -216,6 +249,7 @@ impl InodeTable {
                 nlookup: 1,
                 seen,
                 opened: None,
+                listed: None,
                 stale: false,
             },
         );
@@ -325,10 +359,13 @@ impl InodeTable {
         drop(gone); // its fid is clunked outside the lock
     }
 
-    /// Notes attributes fresh from the server.
-    pub(crate) fn observe(&self, ino: u64, stamp: DataStamp) {
+    /// Notes attributes fresh from the server (`fetched`: as for [`InodeTable::remember`]).
+    pub(crate) fn observe(&self, ino: u64, a: &Rgetattr, fetched: Option<Fetched>) {
         if let Some(node) = self.lock().by_ino.get_mut(&ino) {
-            node.seen = Some(stamp);
+            node.seen = Some(crate::attr::stamp(a));
+            if node.qid_path == a.qid.path {
+                node.listed = fetched.map(|f| Box::new((a.clone(), f)));
+            }
         }
     }
 

@@ -70,6 +70,7 @@ mod fid;
 mod fs;
 mod handle;
 mod inode;
+mod listed_attrs;
 mod mount;
 mod remote;
 mod restore;

@@ -37,6 +37,8 @@ const BATCH: usize = 64;
 /// Only a lost connection ([`ClientError::Disconnected`]), so that the client dials again;
 /// a file that cannot be bound again is logged and left unbound.
 pub(crate) fn restore(shared: &Shared, client: &Client) -> Result<(), ClientError> {
+    // The files may have changed while the server was away.
+    shared.listed.all_changed();
     let (nodes, names) = shared.inodes.snapshot();
     let bound = rebind_nodes(client, &nodes, &names)?;
     // A node bound after the snapshot (a lookup racing with the restore) is bound on the

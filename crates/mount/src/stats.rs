@@ -67,6 +67,9 @@ pub(crate) struct CacheCounters {
     pub readdir_buffer_hits: AtomicU64,
     /// Entries returned with attributes by readdirplus (each saves a LOOKUP).
     pub readdirplus_entries: AtomicU64,
+    /// Of those, entries whose attributes were fetched earlier, not asked for again (see
+    /// `crate::listed_attrs`).
+    pub listed_attrs_reused: AtomicU64,
     /// Reads the kernel asked for that were larger than one Tread may carry.
     pub split_reads: AtomicU64,
     /// `never` mode: GETATTRs answered with the attributes the same thread's LOOKUP had
@@ -160,6 +163,7 @@ impl Stats {
                 "keep_cache_opens": c.keep_cache_opens.load(Relaxed),
                 "readdir_buffer_hits": c.readdir_buffer_hits.load(Relaxed),
                 "readdirplus_entries": c.readdirplus_entries.load(Relaxed),
+                "listed_attrs_reused": c.listed_attrs_reused.load(Relaxed),
                 "split_reads": c.split_reads.load(Relaxed),
                 "lookup_attrs_reused": c.lookup_attrs_reused.load(Relaxed),
             },

@@ -77,16 +77,24 @@ struct Applier<'a> {
 impl Applier<'_> {
     fn run(&self, client: &Client, fid: Fid) {
         let max = client.max_io();
+        let listed = &self.shared.listed;
+        // Attached: every change from now on will come as an event.
+        listed.set_following(true);
         loop {
             let data = match client.read(fid, 0, max) {
-                Ok(d) => d,
+                Ok(d) => {
+                    listed.set_following(true);
+                    d
+                }
                 // Reconnecting: the next read waits for the new connection, which resumes
                 // after the last event applied (see `follow_changes`).
                 Err(ClientError::Disconnected(_)) if client.reconnects_enabled() => {
+                    listed.set_following(false);
                     std::thread::sleep(std::time::Duration::from_millis(100));
                     continue;
                 }
                 Err(e) => {
+                    listed.set_following(false);
                     if !client.is_shut_down() {
                         tracing::warn!(
                             "change events stopped: {e}; caches follow their timeouts only"
@@ -109,6 +117,7 @@ impl Applier<'_> {
         c.stats.received.fetch_add(1, Relaxed);
         *super::lock(&c.position) = Some((ev.epoch, ev.seq));
         tracing::debug!("change event {ev}");
+        self.mark_changed(ev);
         match &ev.kind {
             EventKind::Sync { cookie } => c.marker_applied(*cookie),
             EventKind::Warning { message } => tracing::warn!("server: {message}"),
@@ -180,6 +189,32 @@ impl Applier<'_> {
                 false
             }
         }
+    }
+
+    /// Ends reuse of the attributes of the files an event names (see
+    /// `crate::listed_attrs`): by its qid, by its path and its old path, and their
+    /// directories. An event the mount cannot place counts for every file.
+    fn mark_changed(&self, ev: &Event) {
+        let listed = &self.shared.listed;
+        let from = match &ev.kind {
+            EventKind::Sync { .. } | EventKind::Warning { .. } => return,
+            EventKind::Rescan { .. } => return listed.all_changed(),
+            EventKind::Renamed { from } => Some(from),
+            _ => None,
+        };
+        let inodes = &self.shared.inodes;
+        let mut files: Vec<u64> = ev.qid.into_iter().collect();
+        for path in std::iter::once(&ev.path).chain(from) {
+            let Some(dir) = self.known_parent(path) else {
+                if ev.qid.is_none() {
+                    return listed.all_changed();
+                }
+                continue;
+            };
+            files.extend(inodes.qid_path(dir));
+            files.extend(self.kernel_entry(dir, path.file_name()));
+        }
+        listed.changed(files);
     }
 
     /// The node of the directory holding `path`, from what the mount knows (no system

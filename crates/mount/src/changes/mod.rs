@@ -309,7 +309,7 @@ impl Shared {
         let at = (parent, name);
         match present {
             Present::Found(fid, a) => {
-                let fa = self.remember(at, fid, &a);
+                let fa = self.remember(at, fid, &a, None);
                 reply.entry_with_ttls(&Duration::ZERO, &Duration::ZERO, &fa, Generation(0));
             }
             Present::Gone(kind, format) => {

@@ -78,6 +78,7 @@ impl Shared {
     /// Fetches attributes and answers from the completion.
     fn reply_attr(self: &Arc<Self>, ino: INodeNo, fid: Arc<FidRef>, reply: ReplyAttr) {
         let shared = self.clone();
+        let fetched = self.listed.before_fetch();
         let msg = Tmessage::Getattr(Tgetattr {
             fid: fid.fid(),
             request_mask: ATTR_MASK,
@@ -88,7 +89,7 @@ impl Shared {
                 drop(fid);
                 match expect_reply!(r, Getattr) {
                     Ok(a) => {
-                        shared.inodes.observe(ino.0, attr::stamp(&a));
+                        shared.inodes.observe(ino.0, &a, Some(fetched));
                         let fa = attr::file_attr(ino.0, &a, shared.ids);
                         reply.attr(&shared.attr_ttl(), &fa);
                     }

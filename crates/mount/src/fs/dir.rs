@@ -7,13 +7,16 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
 
 use crossfs_wire::DirEntry;
 use fuser::{FileHandle, FileType, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus};
 
 use super::{errno, Shared};
 use crate::attr::{self, kind_of_dtype};
+use crate::fid::FidRef;
 use crate::handle::{lock, DirStream};
+use crate::listed_attrs::Fetched;
 use crate::remote::resolve_listed;
 
 /// Bytes asked of one Treaddir.
@@ -92,7 +95,6 @@ impl Shared {
             (Ok(f), Ok(d)) => (f, d),
             (Err(e), _) | (_, Err(e)) => return reply.error(e),
         };
-        let ttl = self.entry_ttl();
         let mut s = lock(&file.dir);
         s.seek(offset);
         'batches: loop {
@@ -104,14 +106,7 @@ impl Shared {
             }
             let batch: Vec<DirEntry> = s.entries.iter().take(PLUS_BATCH).cloned().collect();
             let listed: Vec<&DirEntry> = batch.iter().filter(|e| !is_dot(&e.name)).collect();
-            let names: Vec<&[u8]> = listed.iter().map(|e| e.name.as_slice()).collect();
-            let qids: Vec<u64> = listed.iter().map(|e| e.qid.path).collect();
-            let expected = names
-                .iter()
-                .map(|n| self.inodes.expected(ino.0, n))
-                .collect();
-            let mut resolved =
-                resolve_listed(&self.client, &dir, &names, &qids, expected).into_iter();
+            let mut resolved = self.resolve_batch(ino, &dir, &listed).into_iter();
             for e in &batch {
                 let name = OsStr::from_bytes(&e.name);
                 if is_dot(&e.name) {
@@ -122,6 +117,7 @@ impl Shared {
                         self.dirent_ino(e)
                     };
                     let a = attr::placeholder(ino, FileType::Directory);
+                    let ttl = self.entry_ttl();
                     if reply.add(INodeNo(ino), e.offset, name, &ttl, &a, Generation(0)) {
                         break 'batches;
                     }
@@ -129,8 +125,13 @@ impl Shared {
                     continue;
                 }
                 // An entry gone since the listing was read (or unreadable) is left out.
-                if let Some(Ok((fid, a))) = resolved.next() {
-                    let fa = self.remember((ino, &e.name), fid, &a);
+                if let Some(ListedEntry {
+                    found: Ok((fid, a)),
+                    fetched,
+                    ttl,
+                }) = resolved.next()
+                {
+                    let fa = self.remember((ino, &e.name), fid, &a, fetched);
                     if reply.add(fa.ino, e.offset, name, &ttl, &fa, Generation(0)) {
                         // Not sent: take back the lookup just counted.
                         self.inodes.forget(fa.ino.0, 1);
@@ -143,4 +144,53 @@ impl Shared {
         }
         reply.ok();
     }
+
+    /// The file and attributes of each entry listed in directory `ino`, in order. A name
+    /// whose known node has the listed qid and attributes that may be reused (see
+    /// `crate::listed_attrs`) costs nothing; the others are fetched together.
+    fn resolve_batch(&self, ino: INodeNo, dir: &FidRef, listed: &[&DirEntry]) -> Vec<ListedEntry> {
+        let ttl = self.entry_ttl();
+        let fetched = self.listed.before_fetch();
+        let mut out: Vec<Option<ListedEntry>> = Vec::with_capacity(listed.len());
+        let (mut ask, mut names, mut qids, mut expected) = (vec![], vec![], vec![], vec![]);
+        for (i, e) in listed.iter().enumerate() {
+            let known = self.inodes.expected_listed(ino.0, &e.name);
+            if let Some((fid, path, Some(kept))) = &known {
+                let (a, at) = &**kept;
+                let left = self.listed.reusable_for(*path, at, self.attr_ttl());
+                if let (true, Some(left)) = (*path == e.qid.path, left) {
+                    self.stats.caches.listed_attrs_reused.fetch_add(1, Relaxed);
+                    out.push(Some(ListedEntry {
+                        found: Ok((fid.clone(), a.clone())),
+                        fetched: Some(*at),
+                        ttl: ttl.min(left),
+                    }));
+                    continue;
+                }
+            }
+            out.push(None);
+            ask.push(i);
+            names.push(e.name.as_slice());
+            qids.push(e.qid.path);
+            expected.push(known.map(|(fid, path, _)| (fid, path)));
+        }
+        let found = resolve_listed(&self.client, dir, &names, &qids, expected);
+        for (i, found) in ask.into_iter().zip(found) {
+            out[i] = Some(ListedEntry {
+                found,
+                fetched: Some(fetched),
+                ttl,
+            });
+        }
+        out.into_iter().flatten().collect()
+    }
+}
+
+/// One listed name, resolved.
+struct ListedEntry {
+    found: crate::remote::Resolved,
+    /// When its attributes were fetched, if they may be reused.
+    fetched: Option<Fetched>,
+    /// How long the kernel may trust the entry and its attributes.
+    ttl: Duration,
 }

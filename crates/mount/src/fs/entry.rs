@@ -14,20 +14,21 @@ use super::{errno, Caller, Shared};
 use crate::attr::{self, decode_dev};
 use crate::cache::CacheMode;
 use crate::fid::FidRef;
+use crate::listed_attrs::Fetched;
 use crate::remote::{expect_reply, resolve_one};
 
 impl Shared {
     /// Records a looked-up file (one more kernel reference) and builds its entry.
+    /// `fetched`: when `a` was fetched, if a READDIRPLUS may reuse it (see
+    /// `crate::listed_attrs`).
     pub(crate) fn remember(
         &self,
         at: (INodeNo, &[u8]),
         fid: Arc<FidRef>,
         a: &Rgetattr,
+        fetched: Option<Fetched>,
     ) -> fuser::FileAttr {
-        let at = (at.0 .0, at.1);
-        let ino = self
-            .inodes
-            .remember(at, fid, a.qid, a.mode & libc::S_IFMT, attr::stamp(a));
+        let ino = self.inodes.remember((at.0 .0, at.1), fid, a, fetched);
         attr::file_attr(ino, a, self.ids)
     }
 
@@ -40,10 +41,11 @@ impl Shared {
         reply: ReplyEntry,
         r: Result<(Arc<FidRef>, Rgetattr), ClientError>,
         looked_up_by: Option<u32>,
+        fetched: Option<Fetched>,
     ) {
         match r {
             Ok((fid, a)) => {
-                let fa = self.remember(at, fid, &a);
+                let fa = self.remember(at, fid, &a, fetched);
                 if let (Some(pid), CacheMode::Never) = (looked_up_by, self.config.cache) {
                     self.recent.record(pid, fa.ino.0, fa);
                 }
@@ -62,12 +64,13 @@ impl Shared {
             Err(e) => return reply.error(e),
         };
         let expected = self.inodes.expected(parent.0, name);
+        let fetched = self.listed.before_fetch();
         match resolve_one(&self.client, &dir, name, expected) {
             Err(ClientError::Errno(libc::ENOENT)) => {
                 self.changes.note_missing(parent.0, name);
                 self.reply_missing(reply)
             }
-            r => self.reply_entry((parent, name), reply, r, Some(pid)),
+            r => self.reply_entry((parent, name), reply, r, Some(pid), Some(fetched)),
         }
     }
 
@@ -77,7 +80,7 @@ impl Shared {
         match self.node(parent) {
             Ok(dir) => {
                 let r = resolve_one(&self.client, &dir, name, None);
-                self.reply_entry((parent, name), reply, r, None);
+                self.reply_entry((parent, name), reply, r, None, None);
             }
             Err(e) => reply.error(e),
         }
@@ -168,7 +171,7 @@ impl Shared {
             Some(c) => Ok((fid.clone(), self.give_to(c, &fid, a)?)),
             None => Ok((fid, a)),
         });
-        self.reply_entry((parent, name), reply, r, None);
+        self.reply_entry((parent, name), reply, r, None, None);
     }
 
     pub(super) fn mkdir(

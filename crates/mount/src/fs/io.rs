@@ -18,6 +18,7 @@ use super::{errno, Caller, Shared};
 use crate::cache::CacheMode;
 use crate::fid::FidRef;
 use crate::handle::{lock, Reopen};
+use crate::listed_attrs::ChangeInFlight;
 use crate::remote::{clone_fid, expect_reply, resolve_one};
 
 /// Tlopen/Tlcreate flags for a Linux open(2) `flags`.
@@ -198,7 +199,7 @@ impl Shared {
             });
         match found {
             Ok((node, a)) => {
-                let fa = self.remember((parent, name), node, &a);
+                let fa = self.remember((parent, name), node, &a, None);
                 let fh = self.handles.insert(fid, Reopen::new(fa.ino.0, wire));
                 let open_flags = self.fopen_flags(fa.ino.0, flags);
                 reply.created(
@@ -261,7 +262,15 @@ impl Shared {
         }
     }
 
-    pub(super) fn write(&self, fh: FileHandle, offset: u64, data: &[u8], reply: ReplyWrite) {
+    /// `change`: held until the server has answered (see `crate::listed_attrs`).
+    pub(super) fn write(
+        &self,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        change: ChangeInFlight,
+        reply: ReplyWrite,
+    ) {
         if let Err(e) = self.writable() {
             return reply.error(e);
         }
@@ -279,7 +288,7 @@ impl Shared {
             offset,
             data,
             Box::new(move |r| {
-                drop(file);
+                drop((file, change));
                 match r {
                     Ok(n) => reply.written(n),
                     Err(e) => reply.error(errno(&e)),

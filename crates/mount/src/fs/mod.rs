@@ -40,6 +40,7 @@ use crate::config::{MountConfig, RequestSize};
 use crate::fid::FidRef;
 use crate::handle::{HandleTable, OpenFile};
 use crate::inode::InodeTable;
+use crate::listed_attrs::{ChangeInFlight, ListedAttrs};
 use crate::stats::{Op, Stats};
 
 /// The state every request handler shares (and the mount handle reads for stats).
@@ -59,6 +60,8 @@ pub(crate) struct Shared {
     pub recent: RecentLookups,
     /// Change events from the server: replay recognition, own changes, syncs.
     pub changes: ChangeState,
+    /// Whether attributes fetched earlier may answer a READDIRPLUS again.
+    pub listed: Arc<ListedAttrs>,
     /// The server refused to give a new file to its creator (it is not root).
     pub chown_refused: std::sync::atomic::AtomicBool,
 }
@@ -100,6 +103,7 @@ impl Shared {
             lock_client: format!("crossfs@{host}"),
             legacy_names: std::sync::atomic::AtomicBool::new(false),
             changes: ChangeState::default(),
+            listed: Arc::default(),
             chown_refused: std::sync::atomic::AtomicBool::new(false),
             client,
         }
@@ -205,6 +209,27 @@ impl CrossFs {
         }
         s
     }
+
+    /// [`Self::s`] for a request that changes files on the server: nodes `nodes`, the
+    /// directories of `names` and the files they name now. Their fetched attributes are
+    /// not reused from now on; hold the guard until the server has answered (see
+    /// `crate::listed_attrs`).
+    fn s_changing(
+        &self,
+        req: &Request,
+        op: Op,
+        nodes: &[u64],
+        names: &[(u64, &[u8])],
+    ) -> (&Arc<Shared>, ChangeInFlight) {
+        let s = self.s(req, op);
+        let named = names.iter().flat_map(|&(dir, name)| {
+            let file = s.inodes.expected(dir, name).map(|(_, qid_path)| qid_path);
+            [s.inodes.qid_path(dir), file]
+        });
+        let nodes = nodes.iter().map(|&ino| s.inodes.qid_path(ino));
+        let files = nodes.chain(named).flatten().collect();
+        (s, s.listed.change(files))
+    }
 }
 
 /// Background requests the kernel may have outstanding (FUSE's default is 12).
@@ -306,7 +331,7 @@ impl Filesystem for CrossFs {
             mtime,
             ctime: ctime.is_some(),
         };
-        let s = self.s(req, Op::Setattr);
+        let (s, _change) = self.s_changing(req, Op::Setattr, &[ino.0], &[]);
         if s.changes.is_replay(req.pid()) {
             // A replayed change: the kernel is told what the server has, nothing is sent.
             return s.getattr(req.pid(), ino, None, reply);
@@ -329,7 +354,7 @@ impl Filesystem for CrossFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let s = self.s(req, Op::Mknod);
+        let (s, _change) = self.s_changing(req, Op::Mknod, &[], &[(parent.0, bytes(name))]);
         if s.changes.is_replay(req.pid()) {
             return s.lookup_existing(parent, bytes(name), reply);
         }
@@ -353,7 +378,7 @@ impl Filesystem for CrossFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        let s = self.s(req, Op::Mkdir);
+        let (s, _change) = self.s_changing(req, Op::Mkdir, &[], &[(parent.0, bytes(name))]);
         if s.changes.is_replay(req.pid()) {
             return s.lookup_existing(parent, bytes(name), reply);
         }
@@ -362,7 +387,7 @@ impl Filesystem for CrossFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let s = self.s(req, Op::Unlink);
+        let (s, _change) = self.s_changing(req, Op::Unlink, &[], &[(parent.0, bytes(name))]);
         if s.changes.is_replay(req.pid()) {
             return reply.ok();
         }
@@ -371,7 +396,7 @@ impl Filesystem for CrossFs {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let s = self.s(req, Op::Rmdir);
+        let (s, _change) = self.s_changing(req, Op::Rmdir, &[], &[(parent.0, bytes(name))]);
         if s.changes.is_replay(req.pid()) {
             return reply.ok();
         }
@@ -387,7 +412,7 @@ impl Filesystem for CrossFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let s = self.s(req, Op::Symlink);
+        let (s, _change) = self.s_changing(req, Op::Symlink, &[], &[(parent.0, bytes(link_name))]);
         if s.changes.is_replay(req.pid()) {
             return s.lookup_existing(parent, bytes(link_name), reply);
         }
@@ -411,7 +436,12 @@ impl Filesystem for CrossFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let s = self.s(req, Op::Rename);
+        let (s, _change) = self.s_changing(
+            req,
+            Op::Rename,
+            &[],
+            &[(parent.0, bytes(name)), (newparent.0, bytes(newname))],
+        );
         if s.changes.is_replay(req.pid()) {
             return reply.ok();
         }
@@ -428,7 +458,8 @@ impl Filesystem for CrossFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let s = self.s(req, Op::Link);
+        let (s, _change) =
+            self.s_changing(req, Op::Link, &[ino.0], &[(newparent.0, bytes(newname))]);
         s.changes.note_name(newparent.0, bytes(newname));
         s.link(ino, newparent, bytes(newname), reply);
     }
@@ -463,9 +494,9 @@ impl Filesystem for CrossFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let s = self.s(req, Op::Write);
+        let (s, change) = self.s_changing(req, Op::Write, &[ino.0], &[]);
         s.changes.note_node(ino.0);
-        s.write(fh, offset, data, reply);
+        s.write(fh, offset, data, change, reply);
     }
 
     fn flush(
@@ -568,8 +599,8 @@ impl Filesystem for CrossFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        self.s(req, Op::Setxattr)
-            .setxattr(ino, bytes(name), value, flags, reply);
+        let (s, _change) = self.s_changing(req, Op::Setxattr, &[ino.0], &[]);
+        s.setxattr(ino, bytes(name), value, flags, reply);
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
@@ -585,8 +616,8 @@ impl Filesystem for CrossFs {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.s(req, Op::Removexattr)
-            .removexattr(ino, bytes(name), reply);
+        let (s, _change) = self.s_changing(req, Op::Removexattr, &[ino.0], &[]);
+        s.removexattr(ino, bytes(name), reply);
     }
 
     /// No 9P request answers access(2); the server checks permissions on every operation
@@ -606,7 +637,7 @@ impl Filesystem for CrossFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let s = self.s(req, Op::Create);
+        let (s, _change) = self.s_changing(req, Op::Create, &[], &[(parent.0, bytes(name))]);
         s.changes.note_name(parent.0, bytes(name));
         s.create(
             parent,

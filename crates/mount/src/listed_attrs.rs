@@ -1,0 +1,207 @@
+//! When attributes the mount fetched earlier may answer a READDIRPLUS again, with no
+//! Tgetattr.
+//!
+//! The kernel lists a directory from its start with READDIRPLUS every time a program reads
+//! it (`ls -l`, `git status`, a build scanning its tree), and every entry carries the file's
+//! attributes, which the kernel then takes as its own. Fetching them again for every entry
+//! of every listing is most of what a repeated `git status` costs. A file's attributes may
+//! be reused when nothing can have changed them since they were fetched:
+//! - **no change through this mount** touched the file since: a write, setattr, xattr
+//!   change or link marks the file, and an entry change (create, remove, rename, link)
+//!   marks the directories and the files it names, when it starts and again once the
+//!   server has answered (a fetch overlapping the change may have missed it);
+//! - **no change event** named the file since: its qid, its path, or its directory (a
+//!   rescan, or an event the mount cannot place, counts for every file);
+//! - and, unless change events were followed all the while, they are **younger than the
+//!   attribute timeout** of the cache mode: the kernel would have trusted them that long
+//!   anyway, and gets them for what is left of it only. While events are followed they
+//!   stay good until a change or an event says otherwise; losing the event stream, and
+//!   binding files again after a reconnect, count for every file.
+//!
+//! Files are named by `qid.path`, so a hard link changed under another name counts too.
+//! Only the clock and these rules live here; the attributes are kept with their node in the
+//! inode table. What this module must not do: decide anything for LOOKUP or GETATTR (those
+//! always ask the server, as the cache mode promises).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// Files remembered as changed, beyond which all count as changed and are forgotten.
+const CHANGED_LIMIT: usize = 1 << 16;
+
+/// When attributes were fetched (taken before the request is sent).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fetched {
+    tick: u64,
+    at: Instant,
+    following: bool,
+}
+
+/// The change clock of the mount's files and the rules for reusing attributes (see the
+/// module doc).
+#[derive(Debug, Default)]
+pub(crate) struct ListedAttrs {
+    /// Moves on with every change noted.
+    clock: AtomicU64,
+    /// The tick of the last change that counts for every file.
+    all_changed: AtomicU64,
+    /// `qid.path` -> the tick of its last change.
+    changed: Mutex<HashMap<u64, u64>>,
+    following: AtomicBool,
+}
+
+/// A change through the mount in progress: the files it touches are marked changed now
+/// and again when this is dropped, which must be once the server has answered.
+#[must_use = "the change must be marked again once the server has answered"]
+pub(crate) struct ChangeInFlight {
+    listed: Arc<ListedAttrs>,
+    files: Vec<u64>,
+}
+
+impl Drop for ChangeInFlight {
+    fn drop(&mut self) {
+        self.listed.changed(self.files.iter().copied());
+    }
+}
+
+impl ListedAttrs {
+    /// Call before sending the request that fetches attributes.
+    pub(crate) fn before_fetch(&self) -> Fetched {
+        Fetched {
+            tick: self.clock.load(SeqCst),
+            at: Instant::now(),
+            following: self.following.load(SeqCst),
+        }
+    }
+
+    /// Notes that the files with these `qid.path`s may have changed.
+    pub(crate) fn changed(&self, files: impl IntoIterator<Item = u64>) {
+        let tick = self.clock.fetch_add(1, SeqCst) + 1;
+        let mut changed = self.changed.lock().unwrap_or_else(PoisonError::into_inner);
+        for file in files {
+            changed.insert(file, tick);
+        }
+        if changed.len() > CHANGED_LIMIT {
+            changed.clear();
+            self.all_changed.store(tick, SeqCst);
+        }
+    }
+
+    /// Starts a change through the mount to the files with these `qid.path`s.
+    pub(crate) fn change(self: &Arc<Self>, files: Vec<u64>) -> ChangeInFlight {
+        self.changed(files.iter().copied());
+        ChangeInFlight {
+            listed: self.clone(),
+            files,
+        }
+    }
+
+    /// Anything may have changed (a rescan, files bound again after a reconnect).
+    pub(crate) fn all_changed(&self) {
+        let tick = self.clock.fetch_add(1, SeqCst) + 1;
+        self.all_changed.store(tick, SeqCst);
+    }
+
+    /// Whether the server's change events are followed from now on. Either way, nothing
+    /// fetched before is reused: stopping may have lost events, and what was fetched
+    /// before starting was not followed.
+    pub(crate) fn set_following(&self, following: bool) {
+        if self.following.swap(following, SeqCst) != following {
+            self.all_changed();
+        }
+    }
+
+    /// For how long the kernel may trust the attributes of file `qid_path` fetched at `f`
+    /// if they are sent to it now, with `ttl` the cache mode's attribute timeout; `None` if
+    /// they must be fetched again.
+    pub(crate) fn reusable_for(
+        &self,
+        qid_path: u64,
+        f: &Fetched,
+        ttl: Duration,
+    ) -> Option<Duration> {
+        if self.all_changed.load(SeqCst) > f.tick {
+            return None;
+        }
+        let changed = self.changed.lock().unwrap_or_else(PoisonError::into_inner);
+        if changed.get(&qid_path).is_some_and(|&tick| tick > f.tick) {
+            return None;
+        }
+        drop(changed);
+        if f.following {
+            // Still following: had it stopped since, every file would count as changed.
+            return Some(ttl);
+        }
+        ttl.checked_sub(f.at.elapsed())
+            .filter(|left| !left.is_zero())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TTL: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn fresh_attributes_are_reused_for_what_is_left_of_the_timeout() {
+        let l = ListedAttrs::default();
+        let f = l.before_fetch();
+        let left = l.reusable_for(1, &f, TTL).unwrap();
+        assert!(left <= TTL && left > TTL / 2, "{left:?}");
+        assert_eq!(l.reusable_for(1, &f, Duration::ZERO), None);
+    }
+
+    #[test]
+    fn a_change_through_the_mount_ends_reuse_of_its_files_only() {
+        let l = Arc::new(ListedAttrs::default());
+        let before = l.before_fetch();
+        let change = l.change(vec![1, 2]);
+        assert_eq!(l.reusable_for(1, &before, TTL), None);
+        assert_eq!(l.reusable_for(2, &before, TTL), None);
+        assert!(l.reusable_for(3, &before, TTL).is_some());
+        // Fetched while the change is in flight: maybe without it.
+        let during = l.before_fetch();
+        drop(change);
+        assert_eq!(l.reusable_for(1, &during, TTL), None);
+        let after = l.before_fetch();
+        assert!(l.reusable_for(1, &after, TTL).is_some());
+    }
+
+    #[test]
+    fn a_change_that_counts_for_every_file_ends_all_reuse() {
+        let l = ListedAttrs::default();
+        let f = l.before_fetch();
+        l.all_changed();
+        assert_eq!(l.reusable_for(7, &f, TTL), None);
+        assert!(l.reusable_for(7, &l.before_fetch(), TTL).is_some());
+    }
+
+    #[test]
+    fn too_many_changed_files_count_as_every_file_changed() {
+        let l = ListedAttrs::default();
+        let f = l.before_fetch();
+        l.changed(0..CHANGED_LIMIT as u64 + 1);
+        assert_eq!(l.reusable_for(u64::MAX, &f, TTL), None);
+        assert!(l.changed.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn while_following_events_reuse_has_no_age_limit_and_ends_when_they_stop() {
+        let l = ListedAttrs::default();
+        let unfollowed = l.before_fetch();
+        l.set_following(true);
+        assert_eq!(l.reusable_for(1, &unfollowed, TTL), None);
+        let f = l.before_fetch();
+        std::thread::sleep(Duration::from_millis(20));
+        let ttl = Duration::from_millis(10);
+        assert_eq!(l.reusable_for(1, &f, ttl), Some(ttl));
+        // Following again (no change) keeps it; stopping ends reuse.
+        l.set_following(true);
+        assert_eq!(l.reusable_for(1, &f, ttl), Some(ttl));
+        l.set_following(false);
+        assert_eq!(l.reusable_for(1, &f, ttl), None);
+    }
+}
