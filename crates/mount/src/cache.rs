@@ -48,7 +48,11 @@ const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
 /// Missing names follow `--negative-ttl` when set (see [`NegativeTtl`]).
 ///
 /// Changes made through this mount are always seen at once by this mount: the kernel
-/// updates its own caches for operations it performs. The modes differ in how long a change
+/// updates its own caches for operations it performs.
+///
+/// A directory listing may carry attributes the mount fetched earlier instead of asking
+/// again: never past the attribute timeout, unless the mount follows the server's change
+/// events, in which case until a change event or a change through the mount names the file. The modes differ in how long a change
 /// made elsewhere (on the host, or through another mount) may go unseen.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CacheMode {

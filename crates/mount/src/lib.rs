@@ -19,7 +19,9 @@
 //! mode a `stat` is one LOOKUP: the GETATTR that follows is answered with what the LOOKUP
 //! fetched (see [`CacheMode::Never`] for the exact promise). A READDIRPLUS (the kernel lists
 //! every directory from its start that way) costs, for each name listed whose known node has
-//! the qid the Treaddir gave, one Tgetattr of that node's fid and no walk.
+//! the qid the Treaddir gave, no walk, and no Tgetattr either if the attributes the mount
+//! fetched for that file may be reused (nothing can have changed them since: see
+//! `listed_attrs.rs`); otherwise one Tgetattr of that node's fid.
 //!
 //! Change events (`changes/`, started by [`MountHandle::follow_changes`] on a second
 //! connection): the kernel's caches are invalidated as the host changes, and host changes
