@@ -135,13 +135,7 @@ impl InodeTable {
     /// The node `name` in directory `parent` last led to, if the kernel still holds it:
     /// its fid and `qid.path`.
     pub(crate) fn expected(&self, parent: u64, name: &[u8]) -> Option<(Arc<FidRef>, u64)> {
-        let inner = self.lock();
-        let ino = inner.names.get(&parent)?.get(name)?;
-        inner
-            .by_ino
-            .get(ino)
-            .filter(|node| !node.stale)
-            .map(|node| (node.fid.clone(), node.qid_path))
+        self.with_known(parent, name, |node| (node.fid.clone(), node.qid_path))
     }
 
     /// As [`InodeTable::expected`], with the node's newest fetched attributes, if kept.
@@ -150,13 +144,15 @@ impl InodeTable {
         parent: u64,
         name: &[u8],
     ) -> Option<(Arc<FidRef>, u64, Option<FetchedAttrs>)> {
+        self.with_known(parent, name, |node| {
+            (node.fid.clone(), node.qid_path, node.listed.clone())
+        })
+    }
+
+    fn with_known<T>(&self, parent: u64, name: &[u8], f: impl FnOnce(&Inode) -> T) -> Option<T> {
         let inner = self.lock();
         let ino = inner.names.get(&parent)?.get(name)?;
-        inner
-            .by_ino
-            .get(ino)
-            .filter(|node| !node.stale)
-            .map(|node| (node.fid.clone(), node.qid_path, node.listed.clone()))
+        inner.by_ino.get(ino).filter(|node| !node.stale).map(f)
     }
 
     /// Notes that `name` in directory `parent` leads to node `ino`.

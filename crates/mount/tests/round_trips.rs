@@ -130,9 +130,10 @@ fn a_repeated_listing_reuses_the_attributes_it_fetched() {
             assert!(clunks <= 1, "{clunks} Tclunk");
             assert!(getattrs <= 1, "{getattrs} Tgetattr");
         }
-        // A file replaced on the host (a new qid) is fetched however fresh the rest is.
-        fs::remove_file(fx.e("f7")).unwrap();
-        fs::write(fx.e("f7"), b"seven").unwrap();
+        // A file replaced on the host (a new qid: written beside the old one, so that it
+        // cannot take the old inode number) is fetched however fresh the rest is.
+        fs::write(fx.e("f7.new"), b"seven").unwrap();
+        fs::rename(fx.e("f7.new"), fx.e("f7")).unwrap();
         let (listed, (_, _, _, reused)) = listing_cost(&fx);
         assert_eq!(listed["f7"], 5);
         assert!(reused <= 49, "{reused}");
