@@ -1,6 +1,8 @@
-//! Directory entries as packed in Rreaddir: `qid[13] offset[8] type[1] name[s]`.
+//! Directory entries as packed in Rreaddir: `qid[13] offset[8] type[1] name[s]`, and in the
+//! crossfs extension's Rreaddirattr, each followed by an Rgetattr body.
 
 use crate::codec::{DecodeError, Field, Reader};
+use crate::messages::Rgetattr;
 use crate::types::Qid;
 
 /// One directory entry of an Rreaddir payload.
@@ -66,6 +68,69 @@ impl Iterator for DirEntryIter<'_> {
     }
 }
 
+/// One entry of an Rreaddirattr payload: the entry as Rreaddir packs it, then the file's
+/// attributes as Rgetattr's body (`valid[8] qid[13] mode[4] ...`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntryAttr {
+    /// The entry.
+    pub entry: DirEntry,
+    /// The attributes of the file it names, as an lstat there found them.
+    pub attr: Rgetattr,
+}
+
+impl DirEntryAttr {
+    /// Bytes an entry with a name of `name_len` bytes takes in a payload.
+    pub fn wire_len(name_len: usize) -> usize {
+        DirEntry::wire_len(name_len) + ATTR_LEN
+    }
+
+    /// Appends this entry to a payload.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        self.entry.encode(out);
+        self.attr.encode(out);
+    }
+
+    /// Iterates over the entries packed in an Rreaddirattr payload.
+    pub fn iter(data: &[u8]) -> DirEntryAttrIter<'_> {
+        DirEntryAttrIter {
+            r: Reader::new(data),
+        }
+    }
+}
+
+/// Bytes of an Rgetattr body.
+const ATTR_LEN: usize = 8 + 13 + 4 * 3 + 8 * 15;
+
+/// Iterator over packed entries with attributes; yields an error (once) for a malformed
+/// payload.
+pub struct DirEntryAttrIter<'a> {
+    r: Reader<'a>,
+}
+
+impl Iterator for DirEntryAttrIter<'_> {
+    type Item = Result<DirEntryAttr, DecodeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.r.remaining() == 0 {
+            return None;
+        }
+        let entry = (|| {
+            let entry = DirEntry {
+                qid: Qid::decode(&mut self.r)?,
+                offset: u64::decode(&mut self.r)?,
+                ty: u8::decode(&mut self.r)?,
+                name: Vec::<u8>::decode(&mut self.r)?,
+            };
+            let attr = Rgetattr::decode(&mut self.r)?;
+            Ok(DirEntryAttr { entry, attr })
+        })();
+        if entry.is_err() {
+            self.r = Reader::new(&[]);
+        }
+        Some(entry)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,6 +163,46 @@ mod tests {
         }
         let back: Vec<_> = DirEntry::iter(&data).map(Result::unwrap).collect();
         assert_eq!(back, entries);
+    }
+
+    #[test]
+    fn entries_with_attributes_round_trip_and_sizes_agree() {
+        let attr = Rgetattr {
+            valid: 0x7ff,
+            qid: Qid { ty: 0, version: 0, path: 9 },
+            mode: 0o100644,
+            uid: 1,
+            gid: 2,
+            nlink: 1,
+            rdev: 0,
+            size: 5,
+            blksize: 4096,
+            blocks: 8,
+            atime_sec: 1,
+            atime_nsec: 2,
+            mtime_sec: 3,
+            mtime_nsec: 4,
+            ctime_sec: 5,
+            ctime_nsec: 6,
+            btime_sec: 7,
+            btime_nsec: 8,
+            gen: 0,
+            data_version: 0,
+        };
+        let e = DirEntryAttr {
+            entry: DirEntry { qid: attr.qid, offset: 77, ty: 8, name: b"a.c".to_vec() },
+            attr,
+        };
+        let mut data = Vec::new();
+        e.encode(&mut data);
+        e.encode(&mut data);
+        assert_eq!(data.len(), 2 * DirEntryAttr::wire_len(3));
+        let back: Vec<_> = DirEntryAttr::iter(&data).map(Result::unwrap).collect();
+        assert_eq!(back, vec![e.clone(), e]);
+        let mut it = DirEntryAttr::iter(&data[..data.len() - 1]);
+        assert!(it.next().unwrap().is_ok());
+        assert!(it.next().unwrap().is_err());
+        assert!(it.next().is_none());
     }
 
     #[test]

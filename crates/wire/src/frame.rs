@@ -185,15 +185,21 @@ mod tests {
 
     /// Arbitrary values may break limits the encoder trusts its callers to keep.
     fn within_limits_t(mut m: Tmessage) -> Tmessage {
-        if let Tmessage::Walk(w) = &mut m {
-            w.wnames.truncate(MAX_WALK_ELEMENTS);
+        match &mut m {
+            Tmessage::Walk(Twalk { wnames, .. })
+            | Tmessage::Walkgetattr(Twalkgetattr { wnames, .. })
+            | Tmessage::Walkopen(Twalkopen { wnames, .. }) => wnames.truncate(MAX_WALK_ELEMENTS),
+            _ => {}
         }
         m
     }
 
     fn within_limits_r(mut m: Rmessage) -> Rmessage {
-        if let Rmessage::Walk(w) = &mut m {
-            w.wqids.truncate(MAX_WALK_ELEMENTS);
+        match &mut m {
+            Rmessage::Walk(Rwalk { wqids })
+            | Rmessage::Walkgetattr(Rwalkgetattr { wqids, .. })
+            | Rmessage::Walkopen(Rwalkopen { wqids, .. }) => wqids.truncate(MAX_WALK_ELEMENTS),
+            _ => {}
         }
         m
     }

@@ -13,6 +13,11 @@
 //!   connection.
 //! - Names and strings are bytes ([`Vec<u8>`]): Linux file names need not be UTF-8.
 //!
+//! The crossfs extension (`9P2000.L.crossfs`, type numbers from [`EXTENSION_FIRST`]) adds
+//! compound messages that save round trips; they live in the same table and are decoded by
+//! the same code. `docs/protocol.md` documents them (generated: `cargo run -p crossfs-wire
+//! --example protocol_doc`).
+//!
 //! The message table lives in one place (`messages.rs`); the enums, the type numbers, the
 //! names used by counters and the codec are all generated from it.
 #![forbid(unsafe_code)]
@@ -27,7 +32,7 @@ mod types;
 
 pub use codec::DecodeError;
 pub use counters::{CounterSnapshot, MessageCount, MessageCounters};
-pub use dirent::{DirEntry, DirEntryIter};
+pub use dirent::{DirEntry, DirEntryAttr, DirEntryAttrIter, DirEntryIter};
 pub use frame::{
     check_frame_size, decode_rframe, decode_tframe, encode_rread_with, encode_twrite, message_name,
     Rframe, Tframe, DEFAULT_MSIZE, HEADER_LEN, IOHDRSZ, MIN_MSIZE, RREAD_HEADER_LEN,
@@ -35,3 +40,6 @@ pub use frame::{
 };
 pub use messages::*;
 pub use types::*;
+
+mod protocol_doc;
+pub use protocol_doc::protocol_doc;

@@ -6,6 +6,38 @@
 use crate::codec::{DecodeError, Field, Reader};
 use crate::types::{Data, Fid, Qid, Tag};
 
+/// One row of the message table, for documentation.
+#[derive(Clone, Copy, Debug)]
+pub struct MessageInfo {
+    /// The protocol name ("Twalk").
+    pub name: &'static str,
+    /// The type number.
+    pub number: u8,
+    /// The fields in wire order, as written in the table (`fid: Fid, wnames: Vec<Vec<u8>>`).
+    pub fields: &'static str,
+    /// The doc comment, as the attributes the compiler saw (`#[doc = " ..."]`).
+    pub doc: &'static str,
+}
+
+impl MessageInfo {
+    /// The doc comment as plain text, its lines joined with spaces.
+    pub fn doc_text(&self) -> String {
+        let mut out = String::new();
+        for part in self.doc.split("#[doc").skip(1) {
+            // `= r" text"]`, possibly with line breaks: the text is between the quotes.
+            let (Some(start), Some(end)) = (part.find('"'), part.rfind('"')) else {
+                continue;
+            };
+            let text = part[start + 1..end.max(start + 1)].trim();
+            if !out.is_empty() && !text.is_empty() {
+                out.push(' ');
+            }
+            out.push_str(text);
+        }
+        out
+    }
+}
+
 macro_rules! messages {
     (
         $enum:ident, $what:literal {
@@ -27,6 +59,17 @@ macro_rules! messages {
             impl From<$name> for $enum {
                 fn from(m: $name) -> Self { $enum::$variant(m) }
             }
+
+            // A message body is a field too, so that a compound reply can carry another
+            // reply's body (Rwalkgetattr holds an Rgetattr).
+            impl Field for $name {
+                fn encode(&self, _out: &mut Vec<u8>) {
+                    $( self.$field.encode(_out); )*
+                }
+                fn decode(_r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+                    Ok($name { $( $field: <$ty>::decode(_r)?, )* })
+                }
+            }
         )*
 
         #[doc = concat!("Any 9P2000.L ", $what, ".")]
@@ -36,6 +79,17 @@ macro_rules! messages {
         pub enum $enum { $( $variant($name), )* }
 
         impl $enum {
+            /// Every message of this direction, in table order: what docs/protocol.md is
+            /// generated from.
+            pub const TABLE: &'static [MessageInfo] = &[
+                $( MessageInfo {
+                    name: stringify!($name),
+                    number: $num,
+                    fields: stringify!($( $field : $ty ),*),
+                    doc: stringify!($(#[$doc])*),
+                }, )*
+            ];
+
             /// The type number on the wire.
             pub fn msg_type(&self) -> u8 {
                 match self { $( $enum::$variant(_) => $num, )* }
@@ -53,15 +107,21 @@ macro_rules! messages {
 
             pub(crate) fn encode_body(&self, out: &mut Vec<u8>) {
                 match self {
-                    $( $enum::$variant(_m) => { $( _m.$field.encode(out); )* } )*
+                    $( $enum::$variant(m) => m.encode(out), )*
                 }
             }
 
             pub(crate) fn decode_body(ty: u8, r: &mut Reader<'_>) -> Result<Self, DecodeError> {
                 Ok(match ty {
-                    $( $num => $enum::$variant($name { $( $field: <$ty>::decode(r)?, )* }), )*
+                    $( $num => $enum::$variant(<$name>::decode(r)?), )*
                     other => return Err(DecodeError::UnknownType(other)),
                 })
+            }
+
+            /// Whether a type number of this direction belongs to the crossfs extension
+            /// (see [`crate::EXTENSION_FIRST`]), which only a client that negotiated it sends.
+            pub fn is_extension(&self) -> bool {
+                self.msg_type() >= crate::EXTENSION_FIRST
             }
         }
     };
@@ -129,6 +189,27 @@ messages! { Tmessage, "request" {
     Renameat(Trenameat = 74) { olddirfid: Fid, oldname: Vec<u8>, newdirfid: Fid, newname: Vec<u8> }
     /// Remove `name` from `dirfd` (`flags` may hold AT_REMOVEDIR).
     Unlinkat(Tunlinkat = 76) { dirfd: Fid, name: Vec<u8>, flags: u32 }
+
+    // The crossfs extension (`9P2000.L.crossfs`, see docs/protocol.md): compounds that save
+    // round trips. Sent only to a server that answered Tversion with that version.
+
+    /// Twalk, then Tgetattr of the file reached, in one round trip. Every name must be
+    /// walked: a missing one is an error (the errno of that step) and binds nothing.
+    Walkgetattr(Twalkgetattr = 150) { fid: Fid, newfid: Fid, wnames: Vec<Vec<u8>>, request_mask: u64 }
+    /// A directory listing with every entry's attributes ([`crate::DirEntryAttr`]), from the
+    /// cookie `offset`; "." and ".." are left out. `fid` need not be open.
+    Readdirattr(Treaddirattr = 152) { fid: Fid, offset: u64, count: u32, request_mask: u64 }
+    /// Twalk to `newfid`, then Tlopen of it, in one round trip; `newfid` is bound only if
+    /// both succeed.
+    Walkopen(Twalkopen = 154) { fid: Fid, newfid: Fid, wnames: Vec<Vec<u8>>, flags: u32, request_mask: u64 }
+    /// Tlcreate of `name` in `dfid` (left as it is), binding `openfid` to the new open file
+    /// and `nodefid` to the file unopened, with the file's attributes.
+    Createattr(Tcreateattr = 156) {
+        dfid: Fid, nodefid: Fid, openfid: Fid, name: Vec<u8>, flags: u32, mode: u32, gid: u32,
+        request_mask: u64,
+    }
+    /// Tsetattr, then Tgetattr of the same fid, in one round trip.
+    Setattrget(Tsetattrget = 158) { set: Tsetattr, request_mask: u64 }
 }}
 
 messages! { Rmessage, "reply" {
@@ -199,6 +280,17 @@ messages! { Rmessage, "reply" {
     Renameat(Rrenameat = 75) {}
     /// Removed.
     Unlinkat(Runlinkat = 77) {}
+
+    /// The qids walked (one per name) and the attributes of the last.
+    Walkgetattr(Rwalkgetattr = 151) { wqids: Vec<Qid>, attr: Rgetattr }
+    /// Packed entries with attributes (see [`crate::DirEntryAttr`]); empty at the end.
+    Readdirattr(Rreaddirattr = 153) { data: Data }
+    /// The opened file's qid, advised I/O size (0: msize - 24) and attributes.
+    Walkopen(Rwalkopen = 155) { wqids: Vec<Qid>, iounit: u32, attr: Rgetattr }
+    /// The created file's advised I/O size and attributes (its qid among them).
+    Createattr(Rcreateattr = 157) { iounit: u32, attr: Rgetattr }
+    /// The attributes after the change.
+    Setattrget(Rsetattrget = 159) { attr: Rgetattr }
 }}
 
 impl Tsetattr {

@@ -60,6 +60,14 @@ pub const MAX_WALK_ELEMENTS: usize = 16;
 /// The only protocol version crossfs speaks.
 pub const VERSION_9P2000_L: &[u8] = b"9P2000.L";
 
+/// 9P2000.L with the crossfs extension: a client asks for it in Tversion, and a server that
+/// has it answers with it; any other server answers "9P2000.L" (as Linux's clients accept any
+/// version starting so) or "unknown", and the client then speaks plain 9P2000.L.
+pub const VERSION_CROSSFS: &[u8] = b"9P2000.L.crossfs";
+
+/// The lowest message type of the crossfs extension. 9P2000.L uses numbers below 128.
+pub const EXTENSION_FIRST: u8 = 150;
+
 /// Flags of Tlopen and Tlcreate. 9P2000.L defines its own values; they equal Linux's generic
 /// ones, but a server must translate them rather than pass them through.
 pub mod open_flags {

@@ -1,0 +1,100 @@
+//! docs/protocol.md, generated from the message table so the two cannot disagree.
+
+use std::fmt::Write;
+
+use crate::messages::{MessageInfo, Rmessage, Tmessage};
+use crate::types::{EXTENSION_FIRST, VERSION_CROSSFS};
+
+const PREAMBLE: &str = r#"# The crossfs extension of 9P2000.L
+
+Generated from `crates/wire/src/messages.rs` by
+`cargo run -p crossfs-wire --example protocol_doc > docs/protocol.md`; a test fails when this
+file and the table disagree.
+
+crossfs speaks 9P2000.L as Linux defines it (`include/net/9p/9p.h`, `net/9p/client.c`), so
+the kernel's own client, diod and py9p work unchanged. Between `crossfs mount` and
+`crossfs serve` it adds a few compound messages, each doing in one round trip what plain
+9P2000.L does in two or three, and a listing that carries every entry's attributes.
+
+## Negotiation
+- The client sends `Tversion` with the version string `9P2000.L.crossfs`.
+- A crossfs server answers `Rversion` with `9P2000.L.crossfs`: both sides may use the
+  messages below on this connection.
+- Any other answer starting with `9P2000.L` (an older crossfs, QEMU, and any server that,
+  like Linux's client, accepts a version that starts with `9P2000.L`) means plain 9P2000.L.
+- A server that answers `unknown` or `Rlerror` (diod) gets a second `Tversion` with
+  `9P2000.L` on the same connection, as 9P allows, and the connection is plain 9P2000.L.
+- The extension is negotiated again on every connection, including after a reconnect.
+  A client that did not negotiate it never sends its messages; a server receiving one
+  on a plain connection answers it all the same (a plain client never sends them).
+
+## Layouts
+Every message is `size[4] type[1] tag[2]` followed by its fields in the order shown,
+little-endian: `u8`/`u16`/`u32`/`u64` are 1/2/4/8 bytes, `Fid` is 4, `Qid` is
+`type[1] version[4] path[8]`, `Vec<u8>` (a name or string) is `len[2]` and bytes,
+`Data` is `len[4]` and bytes, `Vec<Vec<u8>>` is `count[2]` and that many strings (at most
+16), `Vec<Qid>` is `count[2]` and that many qids. `Rgetattr` inside a reply is the body of
+Rgetattr (`valid[8] qid[13] mode[4] uid[4] gid[4] nlink[8] rdev[8] size[8] blksize[8]
+blocks[8] atime_sec[8] atime_nsec[8] mtime_sec[8] mtime_nsec[8] ctime_sec[8] ctime_nsec[8]
+btime_sec[8] btime_nsec[8] gen[8] data_version[8]`, 153 bytes), and `Tsetattr` inside a
+request is the body of Tsetattr.
+
+An `Rreaddirattr` payload is a sequence of entries, each an Rreaddir entry
+(`qid[13] offset[8] type[1] name[s]`) followed by the 153-byte attributes of the file it
+names, taken with `lstat` beneath the directory. `offset` is the cookie to continue after
+the entry. "." and ".." are not listed, nor entries that vanished between the listing and
+their `lstat`. An empty payload means the end of the directory. Entries are never split
+across replies: a `count` too small for the next entry is `EINVAL`, as getdents(2) says.
+
+## Errors
+Each compound succeeds or fails whole, with `Rlerror` carrying the errno of the step that
+failed, and binds no new fid when it fails: `Twalkgetattr` and `Twalkopen` fail with
+`ENOENT` (or the step's errno) if any name cannot be walked, where Twalk would answer with
+fewer qids. `Tcreateattr` fails like Tlcreate (`EEXIST`, `EACCES`, ...) and binds neither
+fid. `Tsetattrget` fails like Tsetattr; the attributes are only sent on success. The same
+confinement, name rules (no "", ".", "..", nor "/" in a name), limits and statistics apply
+as to the plain messages the compound replaces: the server runs the same code for each step.
+"#;
+
+fn table(out: &mut String, title: &str, rows: &[MessageInfo], extension: bool) {
+    let _ = writeln!(out, "\n## {title}\n");
+    let _ = writeln!(out, "| type | message | fields | meaning |");
+    let _ = writeln!(out, "|---|---|---|---|");
+    for m in rows
+        .iter()
+        .filter(|m| (m.number >= EXTENSION_FIRST) == extension)
+    {
+        let fields = if m.fields.is_empty() {
+            "(none)".to_string()
+        } else {
+            let fields = m.fields.split_whitespace().collect::<Vec<_>>().join(" ");
+            format!("`{}`", fields.replace(" :", ":").replace(" >", ">"))
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            m.number,
+            m.name,
+            fields,
+            m.doc_text().replace("crate::", "")
+        );
+    }
+}
+
+/// The text of docs/protocol.md.
+pub fn protocol_doc() -> String {
+    let mut out = PREAMBLE.replace(
+        "`9P2000.L.crossfs`",
+        &format!("`{}`", String::from_utf8_lossy(VERSION_CROSSFS)),
+    );
+    table(&mut out, "Extension requests", Tmessage::TABLE, true);
+    table(&mut out, "Extension replies", Rmessage::TABLE, true);
+    let _ = writeln!(
+        out,
+        "\n## The plain 9P2000.L messages, for reference\n\nType numbers below {EXTENSION_FIRST}; \
+         each reply is its request's number plus one (Rlerror is 7)."
+    );
+    table(&mut out, "Requests", Tmessage::TABLE, false);
+    table(&mut out, "Replies", Rmessage::TABLE, false);
+    out
+}
