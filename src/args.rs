@@ -128,6 +128,11 @@ pub struct ServeArgs {
     /// owned by any uid it names when the server runs as root.
     #[arg(long)]
     pub allow_setuid: bool,
+    /// Speak plain 9P2000.L only: do not offer crossfs's extension (compound messages and
+    /// listings with attributes, docs/protocol.md) to `crossfs mount`. For comparisons; the
+    /// kernel's 9p client never asks for it either way.
+    #[arg(long)]
+    pub no_extensions: bool,
     /// Serve TCP on an address other than loopback (needs --token-file). 9P is not
     /// encrypted: whoever can read the traffic sees the files and the token. Use only on a
     /// private network.

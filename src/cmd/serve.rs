@@ -24,6 +24,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         read_only: args.read_only,
         allow_devices: args.allow_devices,
         allow_setuid: args.allow_setuid,
+        extensions: !args.no_extensions,
         workers_per_connection: usize::from(args.workers),
         max_in_flight: usize::from(args.max_in_flight),
         max_fids: args.max_fids,

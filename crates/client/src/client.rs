@@ -209,6 +209,12 @@ impl Client {
         self.link.current().negotiation
     }
 
+    /// Whether the connection in use speaks the crossfs extension (docs/protocol.md). It
+    /// can change across a reconnect, to a server with or without it.
+    pub fn has_extensions(&self) -> bool {
+        self.negotiation().extensions
+    }
+
     /// The msize in force.
     pub fn msize(&self) -> u32 {
         self.negotiation().effective

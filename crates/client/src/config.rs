@@ -12,6 +12,10 @@ pub struct ClientConfig {
     /// Requests that may be in flight at once (tags; default 256). Further callers wait for a
     /// tag to come free: that is the client's back-pressure. Clamped to 1..=65535.
     pub max_in_flight: u16,
+    /// Ask for the crossfs extension of 9P2000.L (default true; see
+    /// [`MsizeNegotiation::extensions`]). A server without it is spoken to in plain
+    /// 9P2000.L either way.
+    pub extensions: bool,
 }
 
 impl Default for ClientConfig {
@@ -20,6 +24,7 @@ impl Default for ClientConfig {
             msize: crossfs_wire::DEFAULT_MSIZE,
             transport_max: u32::MAX,
             max_in_flight: 256,
+            extensions: true,
         }
     }
 }
@@ -36,4 +41,7 @@ pub struct MsizeNegotiation {
     pub server: u32,
     /// The msize in force: `min(requested, transport_max, server)`.
     pub effective: u32,
+    /// Whether the server answered with the crossfs extension (`9P2000.L.crossfs`): its
+    /// compound messages may be sent on this connection.
+    pub extensions: bool,
 }

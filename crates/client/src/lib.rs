@@ -45,6 +45,8 @@ mod version;
 
 pub use client::Client;
 pub use config::{ClientConfig, MsizeNegotiation};
-pub use crossfs_wire::{CounterSnapshot, DirEntry, Fid, Qid, Rgetattr, Rmessage, Tmessage};
+pub use crossfs_wire::{
+    CounterSnapshot, DirEntry, DirEntryAttr, Fid, Qid, Rgetattr, Rmessage, Tmessage,
+};
 pub use error::ClientError;
 pub use redial::{Dial, RestoreHook, Transport};

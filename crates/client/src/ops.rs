@@ -1,7 +1,7 @@
 //! Typed blocking helpers: thin wrappers over [`Client::call`] that unpack the reply.
 
 use crossfs_wire::{
-    DirEntry, Fid, Qid, Rgetattr, Rmessage, Tattach, Tauth, Tclunk, Tgetattr, Tlopen, Treaddir,
+    getattr, DirEntry, DirEntryAttr, Fid, Treaddirattr, Qid, Rgetattr, Rmessage, Tattach, Tauth, Tclunk, Tgetattr, Tlopen, Treaddir,
     Treadlink, Twalk, MAX_WALK_ELEMENTS, NOFID,
 };
 
@@ -278,6 +278,32 @@ impl Client {
             Rmessage::Readdir(r) => DirEntry::iter(&r.data.0)
                 .collect::<Result<_, _>>()
                 .map_err(|e| ClientError::Protocol(format!("Rreaddir: {e}"))),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Directory entries of `fid` (open or not) from cookie `offset`, each with its file's
+    /// attributes: the crossfs extension's Treaddirattr (see [`Client::has_extensions`]).
+    /// "." and ".." are not listed; an empty list is the end.
+    ///
+    /// # Errors
+    /// As [`Client::call`]; `EOPNOTSUPP` from a server without the extension.
+    pub fn readdirattr(
+        &self,
+        fid: Fid,
+        offset: u64,
+        count: u32,
+    ) -> Result<Vec<DirEntryAttr>, ClientError> {
+        let msg = Treaddirattr {
+            fid,
+            offset,
+            count,
+            request_mask: getattr::BASIC,
+        };
+        match self.call(msg.into())? {
+            Rmessage::Readdirattr(r) => DirEntryAttr::iter(&r.data.0)
+                .collect::<Result<_, _>>()
+                .map_err(|e| ClientError::Protocol(format!("Rreaddirattr: {e}"))),
             other => Err(unexpected(other)),
         }
     }

@@ -4,7 +4,7 @@ use std::io::{self, Read, Write};
 
 use crossfs_wire::{
     check_frame_size, decode_rframe, MessageCounters, Rmessage, Tmessage, Tversion, MIN_MSIZE,
-    NOTAG, VERSION_9P2000_L,
+    NOTAG, VERSION_9P2000_L, VERSION_CROSSFS,
 };
 
 use crate::client::unexpected;
@@ -25,10 +25,31 @@ pub(crate) fn negotiate(
             "msize {ask} is below the minimum {MIN_MSIZE}"
         )));
     }
+    if config.extensions {
+        // A server that does not know the extension may answer "unknown" or an error
+        // rather than plain 9P2000.L (diod does): then ask again for plain 9P2000.L, on the
+        // same connection, as 9P allows.
+        match exchange(r, w, config, counters, ask, VERSION_CROSSFS) {
+            Err(ClientError::Protocol(_) | ClientError::Errno(_)) => {}
+            other => return other,
+        }
+    }
+    exchange(r, w, config, counters, ask, VERSION_9P2000_L)
+}
+
+/// One Tversion asking for `version`, and its Rversion.
+fn exchange(
+    r: &mut impl Read,
+    w: &mut impl Write,
+    config: &ClientConfig,
+    counters: &MessageCounters,
+    ask: u32,
+    version: &[u8],
+) -> Result<MsizeNegotiation, ClientError> {
     let mut frame = Vec::new();
     Tmessage::Version(Tversion {
         msize: ask,
-        version: VERSION_9P2000_L.to_vec(),
+        version: version.to_vec(),
     })
     .encode(NOTAG, &mut frame);
     counters.record(Tversion::TYPE, frame.len());
@@ -70,6 +91,7 @@ pub(crate) fn negotiate(
                 transport_max: config.transport_max,
                 server: v.msize,
                 effective,
+                extensions: v.version == VERSION_CROSSFS,
             })
         }
         Rmessage::Version(v) => Err(ClientError::Protocol(format!(

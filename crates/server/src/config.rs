@@ -22,6 +22,9 @@ pub struct ServerConfig {
     /// file with either bit loses them when a client opens it for writing or truncates it
     /// (Linux exempts a root server's own writes from clearing them).
     pub allow_setuid: bool,
+    /// Offer the crossfs extension of 9P2000.L (docs/protocol.md) to clients that ask for
+    /// it. Off, every client gets plain 9P2000.L (for comparisons and tests).
+    pub extensions: bool,
     /// Threads that execute requests that may block (reads from disk, writes, fsync, opening
     /// fifos, ...), per connection; the connection's reader runs the others itself.
     pub workers_per_connection: usize,
@@ -97,6 +100,7 @@ impl Default for ServerConfig {
             read_only: false,
             allow_devices: false,
             allow_setuid: false,
+            extensions: true,
             workers_per_connection: 4,
             max_in_flight: 64,
             // Four 1 MiB writes: one per default worker.

@@ -37,7 +37,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crossfs_wire::{
     check_frame_size, decode_tframe, DecodeError, Rflush, Rmessage, Rversion, Tag, Tframe,
-    Tmessage, Tversion, MIN_MSIZE, VERSION_9P2000_L,
+    Tmessage, Tversion, MIN_MSIZE, VERSION_9P2000_L, VERSION_CROSSFS,
 };
 
 use crate::budget::{ByteBudget, FdAccount};
@@ -329,6 +329,14 @@ impl Session {
         self.conn.fids.clear();
         let max = self.conn.server.config.max_msize;
         let ok = v.version.starts_with(VERSION_9P2000_L) && v.msize >= MIN_MSIZE;
+        // The crossfs extension, if asked for exactly and not switched off; any other
+        // version starting with 9P2000.L gets plain 9P2000.L, as before.
+        let version =
+            if v.version == VERSION_CROSSFS && self.conn.server.config.extensions {
+                VERSION_CROSSFS
+            } else {
+                VERSION_9P2000_L
+            };
         let reply = if ok {
             let msize = v.msize.min(max);
             self.conn.msize.store(msize, Relaxed);
@@ -338,11 +346,12 @@ impl Session {
                 peer = %self.conn.stats.peer,
                 requested = v.msize,
                 msize,
-                "negotiated 9P2000.L"
+                version = %String::from_utf8_lossy(version),
+                "negotiated"
             );
             Rversion {
                 msize,
-                version: VERSION_9P2000_L.to_vec(),
+                version: version.to_vec(),
             }
         } else {
             self.conn.msize.store(0, Relaxed);

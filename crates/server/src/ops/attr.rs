@@ -19,6 +19,11 @@ pub(crate) fn getattr(conn: &Conn, m: Tgetattr) -> OpResult<Rmessage> {
     let state = conn.fids.get(m.fid)?;
     let f = state.file()?;
     let st = sys::stat(f.fd())?;
+    Ok(Rmessage::Getattr(rgetattr(conn, &st)))
+}
+
+/// The Rgetattr body for a file's `statx`.
+pub(crate) fn rgetattr(conn: &Conn, st: &rustix::fs::Statx) -> Rgetattr {
     let has_btime = StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::BTIME);
     let mut valid = ga::BASIC;
     if has_btime {
@@ -29,9 +34,9 @@ pub(crate) fn getattr(conn: &Conn, m: Tgetattr) -> OpResult<Rmessage> {
     } else {
         (0, 0)
     };
-    Ok(Rmessage::Getattr(Rgetattr {
+    Rgetattr {
         valid,
-        qid: conn.server.qid(&st),
+        qid: conn.server.qid(st),
         mode: u32::from(st.stx_mode),
         uid: st.stx_uid,
         gid: st.stx_gid,
@@ -51,7 +56,7 @@ pub(crate) fn getattr(conn: &Conn, m: Tgetattr) -> OpResult<Rmessage> {
         btime_nsec,
         gen: 0,
         data_version: 0,
-    }))
+    }
 }
 
 /// Tsetattr. Applied in the order that keeps each change: owner first (a chown clears

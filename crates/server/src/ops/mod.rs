@@ -3,6 +3,7 @@
 
 mod attr;
 mod auth;
+mod bulk;
 mod dir;
 mod io;
 mod lock;
@@ -81,7 +82,9 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
         | T::Rename(_)
         | T::Renameat(_)
         | T::Lock(_)
-        | T::Getlock(_) => true,
+        | T::Getlock(_)
+        | T::Walkgetattr(_)
+        | T::Readdirattr(_) => true,
         T::Lopen(m) => match conn.fids.get(m.fid) {
             Ok(state) => match &*state {
                 FidState::File(f) => matches!(f.kind, libc::S_IFREG | libc::S_IFDIR),
@@ -99,7 +102,12 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
         | T::Unlinkat(_)
         | T::Remove(_)
         | T::Version(_)
-        | T::Flush(_) => false,
+        | T::Flush(_)
+        // Opening may wait (a fifo), creating and setting attributes go where their plain
+        // forms go.
+        | T::Walkopen(_)
+        | T::Createattr(_)
+        | T::Setattrget(_) => false,
     }
 }
 
@@ -131,6 +139,11 @@ fn dispatch(conn: &Conn, msg: Tmessage) -> OpResult<Rmessage> {
         T::Lock(m) => lock::lock(conn, m),
         T::Getlock(m) => lock::getlock(conn, m),
         T::Auth(m) => auth::auth(conn, m),
+        T::Walkgetattr(m) => bulk::walkgetattr(conn, m),
+        T::Readdirattr(m) => bulk::readdirattr(conn, m),
+        T::Walkopen(m) => bulk::walkopen(conn, m),
+        T::Createattr(m) => bulk::createattr(conn, m),
+        T::Setattrget(m) => bulk::setattrget(conn, m),
         // Handled by the session before dispatch; never queued.
         T::Read(_) | T::Version(_) | T::Flush(_) => Err(OpError::Invalid("not dispatched")),
     }

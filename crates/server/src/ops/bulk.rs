@@ -1,0 +1,233 @@
+//! The crossfs extension (docs/protocol.md): compounds of the plain handlers, so that each
+//! step runs the same confinement, name rules, limits and setid policy as the message it
+//! replaces, and listings that carry every entry's attributes.
+
+use std::ffi::CString;
+use std::os::fd::AsFd;
+
+use crossfs_wire::{
+    Data, DirEntry, DirEntryAttr, Fid, Rcreateattr, Rgetattr, Rmessage, Rreaddirattr,
+    Rsetattrget, Rwalkgetattr, Rwalkopen, Tcreateattr, Tgetattr, Tlcreate, Tlopen, Treaddirattr,
+    Tsetattrget, Twalk, Twalkgetattr, Twalkopen, RREAD_HEADER_LEN,
+};
+use rustix::fs::OFlags;
+use rustix::io::Errno;
+
+use crate::budget::Handle;
+use crate::error::{OpError, OpResult};
+use crate::fid::{lock, FidState, FileFid};
+use crate::ops::{attr, io, walk};
+use crate::session::Conn;
+use crate::sys;
+
+/// Largest `getdents64` buffer per system call.
+const GETDENTS_BUF: usize = 64 * 1024;
+
+/// Walks every name of `wnames` from `fid` to `newfid`, or fails binding nothing: a partial
+/// walk, which plain Twalk reports with fewer qids, is `ENOENT` here.
+fn walk_all(
+    conn: &Conn,
+    fid: Fid,
+    newfid: Fid,
+    wnames: Vec<Vec<u8>>,
+) -> OpResult<Vec<crossfs_wire::Qid>> {
+    let n = wnames.len();
+    match walk::walk(conn, Twalk { fid, newfid, wnames })? {
+        Rmessage::Walk(w) if w.wqids.len() == n => Ok(w.wqids),
+        Rmessage::Walk(_) => Err(Errno::NOENT.into()),
+        _ => Err(OpError::Invalid("walk gave no Rwalk")),
+    }
+}
+
+/// Unbinds `newfid` after a later step failed, unless the walk was in place.
+fn unbind(conn: &Conn, fid: Fid, newfid: Fid) {
+    if newfid != fid {
+        let _ = conn.fids.remove(newfid);
+    }
+}
+
+fn getattr(conn: &Conn, fid: Fid, request_mask: u64) -> OpResult<Rgetattr> {
+    match attr::getattr(conn, Tgetattr { fid, request_mask })? {
+        Rmessage::Getattr(a) => Ok(a),
+        _ => Err(OpError::Invalid("getattr gave no Rgetattr")),
+    }
+}
+
+/// Twalkgetattr: Twalk, then Tgetattr of the file reached.
+pub(crate) fn walkgetattr(conn: &Conn, m: Twalkgetattr) -> OpResult<Rmessage> {
+    let wqids = walk_all(conn, m.fid, m.newfid, m.wnames)?;
+    match getattr(conn, m.newfid, m.request_mask) {
+        Ok(attr) => Ok(Rmessage::Walkgetattr(Rwalkgetattr { wqids, attr })),
+        Err(e) => {
+            unbind(conn, m.fid, m.newfid);
+            Err(e)
+        }
+    }
+}
+
+/// Twalkopen: Twalk to `newfid`, Tlopen of it, and its attributes.
+pub(crate) fn walkopen(conn: &Conn, m: Twalkopen) -> OpResult<Rmessage> {
+    if m.newfid == m.fid {
+        // Opening in place would leave the fid open if a later step failed.
+        return Err(OpError::Invalid("walkopen needs a new fid"));
+    }
+    let wqids = walk_all(conn, m.fid, m.newfid, m.wnames)?;
+    let opened = io::lopen(
+        conn,
+        Tlopen {
+            fid: m.newfid,
+            flags: m.flags,
+        },
+    )
+    .and_then(|r| match r {
+        Rmessage::Lopen(o) => Ok(o.iounit),
+        _ => Err(OpError::Invalid("lopen gave no Rlopen")),
+    })
+    .and_then(|iounit| Ok((iounit, getattr(conn, m.newfid, m.request_mask)?)));
+    match opened {
+        Ok((iounit, attr)) => Ok(Rmessage::Walkopen(Rwalkopen {
+            wqids,
+            iounit,
+            attr,
+        })),
+        Err(e) => {
+            unbind(conn, m.fid, m.newfid);
+            Err(e)
+        }
+    }
+}
+
+/// Tcreateattr: Tlcreate on a clone of `dfid` bound to `openfid`, then `nodefid` bound to
+/// the same file (sharing its `O_PATH` handle: the name is not walked again, so a rename on
+/// the host in between cannot give `nodefid` another file).
+pub(crate) fn createattr(conn: &Conn, m: Tcreateattr) -> OpResult<Rmessage> {
+    if m.nodefid == m.openfid || m.nodefid == m.dfid || m.openfid == m.dfid {
+        return Err(OpError::Invalid("createattr needs two new fids"));
+    }
+    if conn.fids.contains(m.nodefid) {
+        return Err(Errno::BADF.into());
+    }
+    walk_all(conn, m.dfid, m.openfid, Vec::new())?;
+    let created = io::lcreate(
+        conn,
+        Tlcreate {
+            fid: m.openfid,
+            name: m.name,
+            flags: m.flags,
+            mode: m.mode,
+            gid: m.gid,
+        },
+    )
+    .and_then(|r| match r {
+        Rmessage::Lcreate(c) => Ok(c.iounit),
+        _ => Err(OpError::Invalid("lcreate gave no Rlcreate")),
+    })
+    .and_then(|iounit| {
+        let state = conn.fids.get(m.openfid)?;
+        let f = state.file()?;
+        let node = FileFid::new(
+            f.handle.clone(),
+            f.qid,
+            (f.dev, f.kind),
+            f.location(),
+            f.n_uname,
+        );
+        conn.fids.insert_new(m.nodefid, FidState::File(node))?;
+        Ok(iounit)
+    });
+    let iounit = match created {
+        Ok(iounit) => iounit,
+        Err(e) => {
+            let _ = conn.fids.remove(m.openfid);
+            return Err(e);
+        }
+    };
+    match getattr(conn, m.nodefid, m.request_mask) {
+        Ok(attr) => Ok(Rmessage::Createattr(Rcreateattr { iounit, attr })),
+        Err(e) => {
+            let _ = conn.fids.remove(m.openfid);
+            let _ = conn.fids.remove(m.nodefid);
+            Err(e)
+        }
+    }
+}
+
+/// Tsetattrget: Tsetattr, then Tgetattr of the same fid.
+pub(crate) fn setattrget(conn: &Conn, m: Tsetattrget) -> OpResult<Rmessage> {
+    let fid = m.set.fid;
+    attr::setattr(conn, m.set)?;
+    let attr = getattr(conn, fid, m.request_mask)?;
+    Ok(Rmessage::Setattrget(Rsetattrget { attr }))
+}
+
+/// Treaddirattr: like Treaddir, each entry followed by the attributes an `lstat` of it
+/// beneath the directory gives. The fid need not be open: a directory descriptor is opened
+/// for this call only (charged to the connection's descriptor budget). An entry that
+/// vanished before its `lstat` is left out; any other failure to stat one fails the call,
+/// so a listing never claims a name missing that a walk would find.
+pub(crate) fn readdirattr(conn: &Conn, m: Treaddirattr) -> OpResult<Rmessage> {
+    let room = (conn.msize() as usize).saturating_sub(RREAD_HEADER_LEN + 1);
+    let max = (m.count as usize).min(room);
+    let state = conn.fids.get(m.fid)?;
+    let f = state.file()?;
+    if f.kind != libc::S_IFDIR {
+        return Err(Errno::NOTDIR.into());
+    }
+    let mut data = Vec::with_capacity(max.min(GETDENTS_BUF));
+    let mut too_small = false;
+    let mut failed = None;
+    let mut each = |dir: std::os::fd::BorrowedFd<'_>, e: sys::RawEntry<'_>| {
+        if e.name == b"." || e.name == b".." || conn.server.is_reserved(f.qid.path, e.name) {
+            return true;
+        }
+        if data.len() + DirEntryAttr::wire_len(e.name.len()) > max {
+            too_small = data.is_empty();
+            return false;
+        }
+        let Ok(name) = CString::new(e.name) else {
+            return true;
+        };
+        let st = match sys::stat_at(dir, &name) {
+            Ok(st) => st,
+            Err(Errno::NOENT) => return true,
+            Err(err) => {
+                failed = Some(err);
+                return false;
+            }
+        };
+        let attr = attr::rgetattr(conn, &st);
+        DirEntryAttr {
+            entry: DirEntry {
+                qid: attr.qid,
+                offset: e.next,
+                ty: e.ty,
+                name: e.name.to_vec(),
+            },
+            attr,
+        }
+        .encode(&mut data);
+        true
+    };
+    let buf = max.min(GETDENTS_BUF);
+    match f.open.get() {
+        Some(open) => {
+            let _cursor = lock(&open.dir_cursor);
+            let fd = open.fd.as_fd();
+            sys::read_dir(fd, m.offset, buf, |e| each(fd, e))?;
+        }
+        None => {
+            let charge = conn.fds.charge()?;
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY;
+            let dir = Handle::new(sys::reopen(conn.server.proc_fd(), f.fd(), flags)?, charge);
+            let fd = dir.as_fd();
+            sys::read_dir(fd, m.offset, buf, |e| each(fd, e))?;
+        }
+    }
+    if let Some(err) = failed {
+        return Err(err.into());
+    }
+    if too_small {
+        return Err(Errno::INVAL.into());
+    }
+    Ok(Rmessage::Readdirattr(Rreaddirattr { data: Data(data) }))
+}
