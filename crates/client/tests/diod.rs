@@ -149,11 +149,18 @@ fn msize_is_the_smallest_of_every_layer() {
     );
     assert_eq!(client.msize(), 65536);
     assert_eq!(client.max_io(), 65536 - 24);
-    // diod answers "9P2000.L.crossfs" with plain "9P2000.L": no extension, one exchange.
+    // diod answers "9P2000.L.crossfs" with Rlerror EIO: the client asks again for plain
+    // 9P2000.L on the same connection.
     assert!(!n.extensions);
     let counts = client.counters();
-    assert_eq!(counts.messages["Tversion"].count, 1);
+    assert_eq!(counts.messages["Tversion"].count, 2);
+    assert_eq!(counts.messages["Rlerror"].count, 1);
     assert_eq!(counts.messages["Rversion"].count, 1);
+    let plain = diod.connect(&ClientConfig {
+        extensions: false,
+        ..ClientConfig::default()
+    });
+    assert_eq!(plain.counters().messages["Tversion"].count, 1);
 
     let small = diod.connect(&ClientConfig {
         msize: 8192,

@@ -21,8 +21,8 @@ the kernel's own client, diod and py9p work unchanged. Between `crossfs mount` a
 - A crossfs server answers `Rversion` with `9P2000.L.crossfs`: both sides may use the
   messages below on this connection.
 - Any other answer starting with `9P2000.L` (an older crossfs, QEMU, and any server that,
-  like Linux's client, accepts a version that starts with `9P2000.L`; diod 1.0.24 answers so) means plain 9P2000.L.
-- A server that answers `unknown` or `Rlerror` gets a second `Tversion` with
+  like Linux's client, accepts a version that starts with `9P2000.L`) means plain 9P2000.L.
+- A server that answers `unknown` or `Rlerror` (diod 1.0.24: EIO) gets a second `Tversion` with
   `9P2000.L` on the same connection, as 9P allows, and the connection is plain 9P2000.L.
 - The extension is negotiated again on every connection, including after a reconnect.
   A client that did not negotiate it never sends its messages; a server receiving one
