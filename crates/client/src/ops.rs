@@ -1,8 +1,8 @@
 //! Typed blocking helpers: thin wrappers over [`Client::call`] that unpack the reply.
 
 use crossfs_wire::{
-    getattr, DirEntry, DirEntryAttr, Fid, Treaddirattr, Qid, Rgetattr, Rmessage, Tattach, Tauth, Tclunk, Tgetattr, Tlopen, Treaddir,
-    Treadlink, Twalk, MAX_WALK_ELEMENTS, NOFID,
+    getattr, DirEntry, DirEntryAttr, Fid, Qid, Rgetattr, Rmessage, Tattach, Tauth, Tclunk,
+    Tgetattr, Tlopen, Treaddir, Treaddirattr, Treadlink, Twalk, MAX_WALK_ELEMENTS, NOFID,
 };
 
 use crate::client::unexpected;

@@ -331,12 +331,11 @@ impl Session {
         let ok = v.version.starts_with(VERSION_9P2000_L) && v.msize >= MIN_MSIZE;
         // The crossfs extension, if asked for exactly and not switched off; any other
         // version starting with 9P2000.L gets plain 9P2000.L, as before.
-        let version =
-            if v.version == VERSION_CROSSFS && self.conn.server.config.extensions {
-                VERSION_CROSSFS
-            } else {
-                VERSION_9P2000_L
-            };
+        let version = if v.version == VERSION_CROSSFS && self.conn.server.config.extensions {
+            VERSION_CROSSFS
+        } else {
+            VERSION_9P2000_L
+        };
         let reply = if ok {
             let msize = v.msize.min(max);
             self.conn.msize.store(msize, Relaxed);

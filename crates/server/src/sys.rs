@@ -412,11 +412,12 @@ pub fn unlink(dir: BorrowedFd<'_>, name: &CStr, remove_dir: bool) -> Result<()> 
 /// # Errors
 /// `ENOENT`, `EACCES`, ...
 pub fn stat_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<Statx> {
+    // The same fields as [`stat`], so a listing's attributes equal a getattr's.
     rustix::fs::statx(
         dir,
         name,
         AtFlags::SYMLINK_NOFOLLOW,
-        StatxFlags::BASIC_STATS,
+        StatxFlags::BASIC_STATS | StatxFlags::BTIME,
     )
 }
 

@@ -169,7 +169,11 @@ mod tests {
     fn entries_with_attributes_round_trip_and_sizes_agree() {
         let attr = Rgetattr {
             valid: 0x7ff,
-            qid: Qid { ty: 0, version: 0, path: 9 },
+            qid: Qid {
+                ty: 0,
+                version: 0,
+                path: 9,
+            },
             mode: 0o100644,
             uid: 1,
             gid: 2,
@@ -190,7 +194,12 @@ mod tests {
             data_version: 0,
         };
         let e = DirEntryAttr {
-            entry: DirEntry { qid: attr.qid, offset: 77, ty: 8, name: b"a.c".to_vec() },
+            entry: DirEntry {
+                qid: attr.qid,
+                offset: 77,
+                ty: 8,
+                name: b"a.c".to_vec(),
+            },
             attr,
         };
         let mut data = Vec::new();

@@ -11,7 +11,10 @@ fn docs_protocol_md_matches_the_message_table() {
          `cargo run -p crossfs-wire --example protocol_doc > docs/protocol.md`"
     );
     // Every extension message is documented with its number.
-    for m in crossfs_wire::Tmessage::TABLE.iter().chain(crossfs_wire::Rmessage::TABLE) {
+    for m in crossfs_wire::Tmessage::TABLE
+        .iter()
+        .chain(crossfs_wire::Rmessage::TABLE)
+    {
         assert!(committed.contains(&format!("| {} | {} |", m.number, m.name)));
         assert!(!m.doc_text().is_empty(), "{} has no doc comment", m.name);
     }

@@ -6,9 +6,9 @@ use std::ffi::CString;
 use std::os::fd::AsFd;
 
 use crossfs_wire::{
-    Data, DirEntry, DirEntryAttr, Fid, Rcreateattr, Rgetattr, Rmessage, Rreaddirattr,
-    Rsetattrget, Rwalkgetattr, Rwalkopen, Tcreateattr, Tgetattr, Tlcreate, Tlopen, Treaddirattr,
-    Tsetattrget, Twalk, Twalkgetattr, Twalkopen, RREAD_HEADER_LEN,
+    Data, DirEntry, DirEntryAttr, Fid, Rcreateattr, Rgetattr, Rmessage, Rreaddirattr, Rsetattrget,
+    Rwalkgetattr, Rwalkopen, Tcreateattr, Tgetattr, Tlcreate, Tlopen, Treaddirattr, Tsetattrget,
+    Twalk, Twalkgetattr, Twalkopen, RREAD_HEADER_LEN,
 };
 use rustix::fs::OFlags;
 use rustix::io::Errno;
@@ -32,7 +32,14 @@ fn walk_all(
     wnames: Vec<Vec<u8>>,
 ) -> OpResult<Vec<crossfs_wire::Qid>> {
     let n = wnames.len();
-    match walk::walk(conn, Twalk { fid, newfid, wnames })? {
+    match walk::walk(
+        conn,
+        Twalk {
+            fid,
+            newfid,
+            wnames,
+        },
+    )? {
         Rmessage::Walk(w) if w.wqids.len() == n => Ok(w.wqids),
         Rmessage::Walk(_) => Err(Errno::NOENT.into()),
         _ => Err(OpError::Invalid("walk gave no Rwalk")),

@@ -1,0 +1,292 @@
+//! The crossfs extension of 9P2000.L (docs/protocol.md): negotiation, each compound's
+//! result against its plain steps, failures that bind nothing, and confinement through the
+//! compounds.
+
+mod common;
+
+use common::{Harness, Outside, ROOT};
+use crossfs_wire::*;
+
+fn extended(h: &Harness) -> common::Client {
+    let mut c = h.connect_raw();
+    let v = c.version(1 << 20, VERSION_CROSSFS);
+    assert_eq!(v.version, VERSION_CROSSFS);
+    c.attach(ROOT);
+    c
+}
+
+fn names(v: &[&str]) -> Vec<Vec<u8>> {
+    v.iter().map(|n| n.as_bytes().to_vec()).collect()
+}
+
+#[test]
+fn the_extension_is_offered_only_when_asked_for_and_not_switched_off() {
+    let h = Harness::new();
+    assert_eq!(
+        h.connect_raw().version(8192, b"9P2000.L").version,
+        b"9P2000.L"
+    );
+    assert_eq!(
+        h.connect_raw().version(8192, VERSION_CROSSFS).version,
+        VERSION_CROSSFS
+    );
+    assert_eq!(
+        h.connect_raw().version(8192, b"9P2000.L.other").version,
+        b"9P2000.L"
+    );
+    let off = Harness::with(|c| c.extensions = false);
+    assert_eq!(
+        off.connect_raw().version(8192, VERSION_CROSSFS).version,
+        b"9P2000.L"
+    );
+}
+
+#[test]
+fn walkgetattr_equals_walk_then_getattr_and_a_missing_name_binds_nothing() {
+    let h = Harness::new();
+    std::fs::create_dir_all(h.path("a/b")).unwrap();
+    std::fs::write(h.path("a/b/f"), b"12345").unwrap();
+    let mut c = extended(&h);
+    let r = c.ok(Twalkgetattr {
+        fid: ROOT,
+        newfid: Fid(1),
+        wnames: names(&["a", "b", "f"]),
+        request_mask: getattr::BASIC,
+    });
+    let Rmessage::Walkgetattr(r) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(r.wqids.len(), 3);
+    assert_eq!(r.attr.size, 5);
+    assert_eq!(r.attr.qid, r.wqids[2]);
+    assert_eq!(c.getattr(Fid(1)).unwrap(), r.attr);
+    // A missing last name: ENOENT, and fid 2 stays unbound.
+    let e = c.err(Twalkgetattr {
+        fid: ROOT,
+        newfid: Fid(2),
+        wnames: names(&["a", "nope"]),
+        request_mask: getattr::BASIC,
+    });
+    assert_eq!(e, libc::ENOENT);
+    assert_eq!(c.getattr(Fid(2)), Err(libc::EBADF));
+}
+
+#[test]
+fn readdirattr_lists_every_entry_with_what_getattr_says_across_small_replies() {
+    let h = Harness::new();
+    for i in 0..300 {
+        std::fs::write(h.path(&format!("file-{i:03}")), vec![b'x'; i]).unwrap();
+    }
+    std::fs::create_dir(h.path("sub")).unwrap();
+    std::os::unix::fs::symlink("file-001", h.path("link")).unwrap();
+    let mut c = extended(&h);
+    // An unopened fid, in replies of at most 4 KiB: many calls, no entry lost or repeated.
+    c.walk(ROOT, Fid(1), &[]).unwrap();
+    let mut offset = 0;
+    let mut seen = Vec::new();
+    loop {
+        let r = c.ok(Treaddirattr {
+            fid: Fid(1),
+            offset,
+            count: 4096,
+            request_mask: getattr::BASIC,
+        });
+        let Rmessage::Readdirattr(r) = r else {
+            panic!("{r:?}")
+        };
+        assert!(r.data.0.len() <= 4096);
+        let entries: Vec<DirEntryAttr> =
+            DirEntryAttr::iter(&r.data.0).map(Result::unwrap).collect();
+        let Some(last) = entries.last() else { break };
+        offset = last.entry.offset;
+        seen.extend(entries);
+    }
+    assert_eq!(seen.len(), 302, "300 files, sub and link; no . or ..");
+    for e in &seen {
+        let name = String::from_utf8(e.entry.name.clone()).unwrap();
+        c.walk(ROOT, Fid(9), &[&name]).unwrap();
+        let mut plain = c.getattr(Fid(9)).unwrap();
+        c.clunk(Fid(9)).unwrap();
+        // Access times may move with the walk's own reads of nothing: compare the rest.
+        plain.atime_sec = e.attr.atime_sec;
+        plain.atime_nsec = e.attr.atime_nsec;
+        assert_eq!(plain, e.attr, "{name}");
+        assert_eq!(e.entry.qid, e.attr.qid);
+    }
+    // A count too small for one entry is EINVAL, as getdents says.
+    assert_eq!(
+        c.err(Treaddirattr {
+            fid: Fid(1),
+            offset: 0,
+            count: 20,
+            request_mask: 0
+        }),
+        libc::EINVAL
+    );
+    // A file is not a directory.
+    c.walk(ROOT, Fid(2), &["file-000"]).unwrap();
+    assert_eq!(
+        c.err(Treaddirattr {
+            fid: Fid(2),
+            offset: 0,
+            count: 4096,
+            request_mask: 0
+        }),
+        libc::ENOTDIR
+    );
+}
+
+#[test]
+fn walkopen_createattr_and_setattrget_do_what_their_steps_do() {
+    let h = Harness::new();
+    std::fs::write(h.path("data"), b"hello").unwrap();
+    let mut c = extended(&h);
+    let r = c.ok(Twalkopen {
+        fid: ROOT,
+        newfid: Fid(1),
+        wnames: names(&["data"]),
+        flags: open_flags::RDONLY,
+        request_mask: getattr::BASIC,
+    });
+    let Rmessage::Walkopen(o) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(o.attr.size, 5);
+    assert_eq!(c.read(Fid(1), 0, 100).unwrap(), b"hello");
+    // A directory opened for writing fails whole: fid 3 is not bound.
+    let e = c.err(Twalkopen {
+        fid: ROOT,
+        newfid: Fid(3),
+        wnames: vec![],
+        flags: open_flags::RDWR,
+        request_mask: getattr::BASIC,
+    });
+    assert_eq!(e, libc::EISDIR);
+    assert_eq!(c.getattr(Fid(3)), Err(libc::EBADF));
+
+    let r = c.ok(Tcreateattr {
+        dfid: ROOT,
+        nodefid: Fid(4),
+        openfid: Fid(5),
+        name: b"new".to_vec(),
+        flags: open_flags::RDWR,
+        mode: 0o640,
+        gid: !0,
+        request_mask: getattr::BASIC,
+    });
+    let Rmessage::Createattr(cr) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(cr.attr.mode, libc::S_IFREG | 0o640);
+    assert_eq!(c.write(Fid(5), 0, b"abc").unwrap(), 3);
+    assert_eq!(
+        c.getattr(Fid(4)).unwrap().size,
+        3,
+        "the node fid is the same file"
+    );
+    // The directory fid was left as it was.
+    c.walk(ROOT, Fid(6), &["data"]).unwrap();
+    // Creating it again exclusively fails and binds neither fid.
+    let e = c.err(Tcreateattr {
+        dfid: ROOT,
+        nodefid: Fid(7),
+        openfid: Fid(8),
+        name: b"new".to_vec(),
+        flags: open_flags::RDWR | open_flags::EXCL,
+        mode: 0o640,
+        gid: !0,
+        request_mask: getattr::BASIC,
+    });
+    assert_eq!(e, libc::EEXIST);
+    assert_eq!(c.getattr(Fid(7)), Err(libc::EBADF));
+    assert_eq!(c.getattr(Fid(8)), Err(libc::EBADF));
+
+    let mut set = Tsetattr::unchanged(Fid(4));
+    set.valid = setattr::MODE | setattr::SIZE;
+    set.mode = 0o600;
+    set.size = 1;
+    let r = c.ok(Tsetattrget {
+        set,
+        request_mask: getattr::BASIC,
+    });
+    let Rmessage::Setattrget(s) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!((s.attr.mode & 0o7777, s.attr.size), (0o600, 1));
+    assert_eq!(std::fs::read(h.path("new")).unwrap(), b"a");
+}
+
+#[test]
+fn the_compounds_keep_the_export_confined_and_read_only_holds() {
+    let o = Outside::new();
+    std::os::unix::fs::symlink(&o.dir, o.h.path("escape")).unwrap();
+    let mut c = extended(&o.h);
+    for bad in [&[".."][..], &["escape", "secret"], &["a/b"], &[""], &["."]] {
+        let e = c.err(Twalkgetattr {
+            fid: ROOT,
+            newfid: Fid(1),
+            wnames: names(bad),
+            request_mask: getattr::BASIC,
+        });
+        assert!(e != 0, "{bad:?}");
+        let e = c.err(Twalkopen {
+            fid: ROOT,
+            newfid: Fid(1),
+            wnames: names(bad),
+            flags: open_flags::RDONLY,
+            request_mask: getattr::BASIC,
+        });
+        assert!(e != 0, "{bad:?}");
+    }
+    // The symlink is listed as a symlink, never followed.
+    c.walk(ROOT, Fid(2), &[]).unwrap();
+    let Rmessage::Readdirattr(r) = c.ok(Treaddirattr {
+        fid: Fid(2),
+        offset: 0,
+        count: 65536,
+        request_mask: getattr::BASIC,
+    }) else {
+        panic!()
+    };
+    let entries: Vec<_> = DirEntryAttr::iter(&r.data.0).map(Result::unwrap).collect();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].attr.mode & libc::S_IFMT, libc::S_IFLNK);
+    for name in ["..", "a/b", ""] {
+        let e = c.err(Tcreateattr {
+            dfid: ROOT,
+            nodefid: Fid(3),
+            openfid: Fid(4),
+            name: name.as_bytes().to_vec(),
+            flags: open_flags::RDWR,
+            mode: 0o644,
+            gid: !0,
+            request_mask: getattr::BASIC,
+        });
+        assert_eq!(e, libc::EINVAL, "{name:?}");
+    }
+    o.assert_untouched();
+
+    let ro = Harness::with(|c| c.read_only = true);
+    let mut c = extended(&ro);
+    let e = c.err(Tcreateattr {
+        dfid: ROOT,
+        nodefid: Fid(3),
+        openfid: Fid(4),
+        name: b"x".to_vec(),
+        flags: open_flags::RDWR,
+        mode: 0o644,
+        gid: !0,
+        request_mask: getattr::BASIC,
+    });
+    assert_eq!(e, libc::EROFS);
+    let mut set = Tsetattr::unchanged(ROOT);
+    set.valid = setattr::MODE;
+    set.mode = 0o700;
+    assert_eq!(
+        c.err(Tsetattrget {
+            set,
+            request_mask: 0
+        }),
+        libc::EROFS
+    );
+}
