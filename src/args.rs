@@ -231,15 +231,25 @@ pub struct MountArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=65536))]
     pub max_pages: Option<u32>,
     /// Cache policy: never (every access asks the server), metadata (attributes and entries
-    /// cached briefly, data never), auto (default: short timeouts, page cache kept while the
-    /// file is unchanged), always (long timeouts, writeback cache; for exports nobody else
-    /// changes).
+    /// cached, data never), auto (default: page cache kept while the file is unchanged),
+    /// always (writeback cache; for exports nobody else changes). While change events are
+    /// followed (the default, see --no-events), every mode but never keeps names,
+    /// attributes and listings until an event says they changed; without events, auto
+    /// trusts them for 1 s, metadata and always for 24 h.
     #[arg(long, value_name = "MODE", default_value = "auto")]
     pub cache: crossfs_mount::CacheMode,
+    /// Directory entries kept in directory replicas, all directories together (0: none).
+    /// While events are followed and the server speaks crossfs's extension, the first
+    /// lookup in a directory fetches it whole with every entry's attributes; lookups,
+    /// stats and listings in it are then answered here until an event says otherwise.
+    /// Least recently used directories go first; each entry takes about 300 bytes.
+    #[arg(long, value_name = "N", default_value_t = crossfs_mount::DEFAULT_REPLICA_ENTRIES)]
+    pub replica_entries: usize,
     /// How long a missing name stays known to be missing, in milliseconds (0: never cached,
     /// -1: until the name is created through this mount). Default: follows --cache (off for
-    /// never, 10 s for auto, 24 h for metadata and always). A file created on the host under
-    /// a name this mount found missing stays invisible here for that long.
+    /// never, 10 s for auto, 24 h for metadata and always; while change events are
+    /// followed, until an event creates the name). A file created on the host under a name
+    /// this mount found missing stays invisible here for that long.
     #[arg(long, value_name = "MS", allow_negative_numbers = true)]
     pub negative_ttl: Option<i64>,
     /// Mount read-only.

@@ -80,6 +80,7 @@ pub fn run(args: MountArgs) -> Result<()> {
         gid: args.gid,
         threads: args.threads.max(1),
         fs_name: format!("crossfs:{}", args.addr),
+        replica_entries: args.replica_entries,
         ..MountConfig::default()
     };
     let mut handle = crossfs_mount::mount(client, root, &mountpoint, &config)

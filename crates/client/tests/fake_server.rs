@@ -490,6 +490,7 @@ fn version_negotiation_takes_the_smallest_limit() {
         msize: 1 << 20,
         transport_max: 256 * 1024,
         max_in_flight: 4,
+        extensions: true,
     };
     let (client, _fake) = pair(&config, u32::MAX);
     let n = client.negotiation();

@@ -118,6 +118,11 @@ pub(crate) fn placeholder(ino: u64, kind: FileType) -> FileAttr {
     }
 }
 
+/// Whether attributes are a directory's.
+pub(crate) fn is_dir(a: &crossfs_wire::Rgetattr) -> bool {
+    a.mode & libc::S_IFMT == libc::S_IFDIR
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,6 +25,9 @@ const NEVER_DIR_ENTRY: Duration = Duration::from_millis(10);
 /// In `never` mode, how old the attributes a LOOKUP fetched may be and still answer the
 /// GETATTR the same thread sends next (see [`CacheMode::Never`]).
 pub(crate) const NEVER_LOOKUP_ATTR_REUSE: Duration = Duration::from_millis(5);
+/// What the kernel is told to keep names, attributes and missing names for while change
+/// events are followed (in every mode but `never`): the events invalidate what changes.
+pub(crate) const FOLLOWED: Duration = LONG;
 /// "Forever" as far as the kernel is concerned: a century.
 const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
 

@@ -37,6 +37,10 @@ pub struct MountConfig {
     pub threads: usize,
     /// The "device" shown in /proc/mounts (for example `host:/src`).
     pub fs_name: String,
+    /// Directory entries kept in all directory replicas at most (see `replica/`; 0: no
+    /// replicas). Replicas are used only while change events are followed, with a server
+    /// that speaks the crossfs extension, and not in `never` mode.
+    pub replica_entries: usize,
 }
 
 impl Default for MountConfig {
@@ -52,6 +56,7 @@ impl Default for MountConfig {
             gid: None,
             threads: 4,
             fs_name: "crossfs".to_string(),
+            replica_entries: crate::replica::DEFAULT_REPLICA_ENTRIES,
         }
     }
 }

@@ -4,7 +4,9 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crossfs_wire::DirEntry;
+use crossfs_wire::{DirEntry, Rgetattr};
+
+use crate::replica::Ticket;
 
 use crate::fid::FidRef;
 
@@ -44,32 +46,94 @@ impl Reopen {
     }
 }
 
+/// One listed entry, with the file's attributes when the listing carried them (the
+/// crossfs extension's Treaddirattr, or a directory replica).
+#[derive(Clone, Debug)]
+pub(crate) struct Listed {
+    pub entry: DirEntry,
+    pub attr: Option<Box<Rgetattr>>,
+}
+
 /// Entries fetched by one Treaddir but not yet handed to the kernel, which asks for a page
 /// at a time while one Treaddir returns many pages' worth.
 #[derive(Default)]
 pub(crate) struct DirStream {
     /// The cookie after which `entries` continue.
     pub from: u64,
-    pub entries: VecDeque<DirEntry>,
+    pub entries: VecDeque<Listed>,
     /// The server said there is nothing after `from` + `entries`.
     pub eof: bool,
+    /// The whole listing, taken from a directory replica when the directory was opened:
+    /// cookies are positions in it (entry `i` has cookie `i + 1`), and nothing is fetched.
+    pub snapshot: Option<Arc<[Listed]>>,
+    /// A listing with attributes read from the start so far, to become the directory's
+    /// replica if it runs to the end with nothing touching the directory meanwhile.
+    pub gathered: Option<(Ticket, crate::replica::Listing)>,
+    /// The directory's replica ticket taken before the listing was fetched (what a
+    /// directory listed in it is anchored with).
+    pub ticket: Option<Ticket>,
 }
 
 impl DirStream {
     /// Entries continuing after cookie `offset`: the buffer if it continues there, else
     /// nothing (the caller fetches from `offset`).
     pub(crate) fn seek(&mut self, offset: u64) {
+        if let Some(snapshot) = &self.snapshot {
+            if offset != self.from {
+                let start = usize::try_from(offset).unwrap_or(usize::MAX);
+                self.entries = snapshot
+                    .get(start..)
+                    .unwrap_or_default()
+                    .iter()
+                    .cloned()
+                    .collect();
+                self.from = offset;
+            }
+            self.eof = true;
+            return;
+        }
         if offset != self.from {
             self.from = offset;
             self.entries.clear();
             self.eof = false;
+            // Not a listing from the start any more.
+            self.gathered = None;
         }
     }
 
     /// Marks the first entry as handed to the kernel.
     pub(crate) fn consume(&mut self) {
         if let Some(e) = self.entries.pop_front() {
-            self.from = e.offset;
+            self.from = e.entry.offset;
+        }
+    }
+
+    /// A stream over `listing` (a replica's), with "." and ".." first.
+    pub(crate) fn from_replica(listing: Vec<(Vec<u8>, Box<Rgetattr>)>) -> DirStream {
+        let dots = [&b"."[..], b".."].map(|name| (name.to_vec(), None));
+        let all: Arc<[Listed]> = dots
+            .into_iter()
+            .chain(listing.into_iter().map(|(n, a)| (n, Some(a))))
+            .enumerate()
+            .map(|(i, (name, attr))| Listed {
+                entry: DirEntry {
+                    qid: attr.as_ref().map(|a| a.qid).unwrap_or_default(),
+                    offset: i as u64 + 1,
+                    ty: attr
+                        .as_ref()
+                        .map_or(libc::DT_DIR, |a| ((a.mode & libc::S_IFMT) >> 12) as u8),
+                    name,
+                },
+                attr,
+            })
+            .collect();
+        DirStream {
+            from: 0,
+            entries: all.iter().cloned().collect(),
+            eof: true,
+            snapshot: Some(all),
+            gathered: None,
+            ticket: None,
         }
     }
 }
@@ -132,7 +196,8 @@ mod tests {
     fn dir_stream_continues_or_restarts() {
         let mut s = DirStream::default();
         s.seek(0);
-        s.entries.extend([entry(10), entry(20), entry(30)]);
+        s.entries
+            .extend([entry(10), entry(20), entry(30)].map(|entry| Listed { entry, attr: None }));
         s.consume();
         assert_eq!(s.from, 10);
         s.seek(10);

@@ -30,7 +30,11 @@ pub(crate) struct DataStamp {
 
 struct Inode {
     /// An unopened fid for the file: the base of walks, getattr, setattr, xattrs, opens.
-    fid: Arc<FidRef>,
+    /// `None` for a node answered from a directory replica: walked from `origin` when
+    /// first needed (see [`NodeFid::Lazy`]).
+    fid: Option<Arc<FidRef>>,
+    /// Where a node without a fid was found: its directory's fid and node, and its name.
+    origin: Option<(Arc<FidRef>, u64, Vec<u8>)>,
     qid_path: u64,
     /// `S_IFMT` bits: a qid.path reused by a file of another type is another file.
     format: u32,
@@ -56,7 +60,17 @@ struct Inner {
     /// linger until the table is cleared at [`NAMES_LIMIT`].
     names: HashMap<u64, HashMap<Vec<u8>, u64>>,
     name_count: usize,
+    /// Names the kernel may still hold were forgotten (see [`InodeTable::name`]).
+    names_lost: bool,
     next: u64,
+}
+
+/// How a file being remembered was reached.
+enum Found {
+    /// By a walk: this fid names it.
+    Walked(Arc<FidRef>),
+    /// In a directory replica: as this name in the directory with this fid and node.
+    Listed(Arc<FidRef>, u64, Vec<u8>),
 }
 
 /// A name the kernel may hold, as [`InodeTable::subtree`] lists it.
@@ -77,6 +91,20 @@ pub(crate) type FetchedAttrs = Box<(Rgetattr, Fetched)>;
 /// Node id -> its fid and `qid.path`.
 pub(crate) type NodeFids = HashMap<u64, (Fid, u64)>;
 
+/// How to reach a node's file on the server.
+pub(crate) enum NodeFid {
+    /// Through its fid.
+    Bound(Arc<FidRef>),
+    /// Not walked yet: walk `name` from the directory's fid, and check that it reaches
+    /// `qid_path`.
+    Lazy {
+        dir: Arc<FidRef>,
+        dir_ino: u64,
+        name: Vec<u8>,
+        qid_path: u64,
+    },
+}
+
 /// Remembered (directory, name) pairs after which all are forgotten.
 const NAMES_LIMIT: usize = 1 << 20;
 
@@ -95,7 +123,8 @@ impl InodeTable {
         inner.by_ino.insert(
             ROOT,
             Inode {
-                fid: root,
+                fid: Some(root),
+                origin: None,
                 qid_path: root_qid.path,
                 format: libc::S_IFDIR,
                 nlookup: 1,
@@ -115,11 +144,48 @@ impl InodeTable {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The fid of node `ino`, if the kernel still holds it.
+    /// The fid of node `ino`, if the kernel still holds it and it has one.
     pub(crate) fn fid(&self, ino: u64) -> Option<Arc<FidRef>> {
         let inner = self.lock();
         let node = inner.by_ino.get(&ino)?;
-        (!node.stale).then(|| node.fid.clone())
+        if node.stale {
+            return None;
+        }
+        node.fid.clone()
+    }
+
+    /// How to reach node `ino`'s file: its fid, or where to walk from (see
+    /// [`NodeFid::Lazy`]); `None` if the kernel no longer holds it or it is stale.
+    pub(crate) fn node_fid(&self, ino: u64) -> Option<NodeFid> {
+        let inner = self.lock();
+        let node = inner.by_ino.get(&ino).filter(|n| !n.stale)?;
+        match (&node.fid, &node.origin) {
+            (Some(fid), _) => Some(NodeFid::Bound(fid.clone())),
+            (None, Some((dir, dir_ino, name))) => Some(NodeFid::Lazy {
+                dir: dir.clone(),
+                dir_ino: *dir_ino,
+                name: name.clone(),
+                qid_path: node.qid_path,
+            }),
+            (None, None) => None,
+        }
+    }
+
+    /// Gives lazy node `ino` the fid just walked for it, and returns the node's fid (the
+    /// one another thread bound first, if one did; that walk's fid is then dropped).
+    pub(crate) fn bind(&self, ino: u64, fid: Arc<FidRef>) -> Arc<FidRef> {
+        let mut inner = self.lock();
+        let Some(node) = inner.by_ino.get_mut(&ino) else {
+            return fid;
+        };
+        if let Some(bound) = &node.fid {
+            return bound.clone();
+        }
+        node.fid = Some(fid.clone());
+        let origin = node.origin.take();
+        drop(inner);
+        drop(origin); // its directory fid reference, released outside the lock
+        fid
     }
 
     /// The `qid.path` of node `ino`'s file, if the kernel still holds it.
@@ -135,7 +201,9 @@ impl InodeTable {
     /// The node `name` in directory `parent` last led to, if the kernel still holds it:
     /// its fid and `qid.path`.
     pub(crate) fn expected(&self, parent: u64, name: &[u8]) -> Option<(Arc<FidRef>, u64)> {
-        self.with_known(parent, name, |node| (node.fid.clone(), node.qid_path))
+        self.with_known(parent, name, |node| {
+            (node.fid.clone().expect("with_known"), node.qid_path)
+        })
     }
 
     /// As [`InodeTable::expected`], with the node's newest fetched attributes, if kept.
@@ -145,21 +213,40 @@ impl InodeTable {
         name: &[u8],
     ) -> Option<(Arc<FidRef>, u64, Option<FetchedAttrs>)> {
         self.with_known(parent, name, |node| {
-            (node.fid.clone(), node.qid_path, node.listed.clone())
+            (
+                node.fid.clone().expect("with_known"),
+                node.qid_path,
+                node.listed.clone(),
+            )
         })
     }
 
     fn with_known<T>(&self, parent: u64, name: &[u8], f: impl FnOnce(&Inode) -> T) -> Option<T> {
         let inner = self.lock();
         let ino = inner.names.get(&parent)?.get(name)?;
-        inner.by_ino.get(ino).filter(|node| !node.stale).map(f)
+        inner
+            .by_ino
+            .get(ino)
+            .filter(|node| !node.stale && node.fid.is_some())
+            .map(f)
     }
 
-    /// Notes that `name` in directory `parent` leads to node `ino`.
+    /// Notes that `name` in directory `parent` leads to node `ino`. At [`NAMES_LIMIT`],
+    /// names of nodes the kernel forgot are dropped first; if that is not enough, all are,
+    /// and [`InodeTable::take_names_lost`] says so once.
     fn name(inner: &mut Inner, parent: u64, name: &[u8], ino: u64) {
         if inner.name_count >= NAMES_LIMIT {
-            inner.names.clear();
-            inner.name_count = 0;
+            let Inner { names, by_ino, .. } = &mut *inner;
+            names.retain(|dir, entries| {
+                entries.retain(|_, node| by_ino.contains_key(node));
+                by_ino.contains_key(dir) && !entries.is_empty()
+            });
+            inner.name_count = inner.names.values().map(HashMap::len).sum();
+            if inner.name_count >= NAMES_LIMIT / 2 {
+                inner.names.clear();
+                inner.name_count = 0;
+                inner.names_lost = true;
+            }
         }
         let dir = inner.names.entry(parent).or_default();
         if let Some(old) = dir.get_mut(name) {
@@ -202,6 +289,38 @@ impl InodeTable {
         a: &Rgetattr,
         fetched: Option<Fetched>,
     ) -> (u64, Option<Arc<FidRef>>) {
+        Self::remember_node(inner, Found::Walked(fid), a, fetched)
+    }
+
+    /// [`InodeTable::remember`] for a file a directory replica answered for: a node already
+    /// known keeps its fid; a new one gets none until it is needed (see [`NodeFid::Lazy`]),
+    /// walked then as `name` from `dir`.
+    pub(crate) fn remember_lazy(
+        &self,
+        (parent, name): (u64, &[u8]),
+        dir: Arc<FidRef>,
+        a: &Rgetattr,
+        fetched: Option<Fetched>,
+    ) -> u64 {
+        let mut inner = self.lock();
+        let (ino, unused) = Self::remember_node(
+            &mut inner,
+            Found::Listed(dir, parent, name.to_vec()),
+            a,
+            fetched,
+        );
+        Self::name(&mut inner, parent, name, ino);
+        drop(inner);
+        drop(unused);
+        ino
+    }
+
+    fn remember_node(
+        inner: &mut Inner,
+        found: Found,
+        a: &Rgetattr,
+        fetched: Option<Fetched>,
+    ) -> (u64, Option<Arc<FidRef>>) {
         let (qid, format, stamp) = (a.qid, a.mode & libc::S_IFMT, crate::attr::stamp(a));
         let listed = fetched.map(|f| Box::new((a.clone(), f)));
         if let Some(&ino) = inner.by_path.get(&qid.path) {
@@ -210,15 +329,27 @@ impl InodeTable {
                     node.nlookup += 1;
                     node.seen = Some(stamp);
                     node.listed = listed;
+                    let Found::Walked(fid) = found else {
+                        // A listed name: the node keeps whatever fid it has.
+                        return (ino, None);
+                    };
                     node.stale = false;
                     if ino == ROOT {
                         return (ino, Some(fid));
                     }
-                    return (ino, Some(std::mem::replace(&mut node.fid, fid)));
+                    node.origin = None;
+                    return (ino, node.fid.replace(fid));
                 }
             }
         }
+        let (fid, origin) = match found {
+            Found::Walked(fid) => (Some(fid), None),
+            Found::Listed(dir, dir_ino, name) => (None, Some((dir, dir_ino, name))),
+        };
         let ino = Self::insert(inner, fid, qid.path, format, Some(stamp));
+        if let Some(node) = inner.by_ino.get_mut(&ino) {
+            node.origin = origin;
+        }
         inner.by_path.insert(qid.path, ino);
         if let Some(node) = inner.by_ino.get_mut(&ino) {
             node.listed = listed;
@@ -229,7 +360,7 @@ impl InodeTable {
     /// A new node with one kernel reference.
     fn insert(
         inner: &mut Inner,
-        fid: Arc<FidRef>,
+        fid: Option<Arc<FidRef>>,
         qid_path: u64,
         format: u32,
         seen: Option<DataStamp>,
@@ -240,6 +371,7 @@ impl InodeTable {
             ino,
             Inode {
                 fid,
+                origin: None,
                 qid_path,
                 format,
                 nlookup: 1,
@@ -300,7 +432,7 @@ impl InodeTable {
         format: u32,
     ) -> u64 {
         let mut inner = self.lock();
-        let ino = Self::insert(&mut inner, fid, PLACEHOLDER, format, None);
+        let ino = Self::insert(&mut inner, Some(fid), PLACEHOLDER, format, None);
         Self::name(&mut inner, parent, name, ino);
         ino
     }
@@ -319,32 +451,37 @@ impl InodeTable {
     }
 
     /// Gives the node of `qid_path`, if known, a fresher fid for the same file.
-    pub(crate) fn refresh(&self, qid_path: u64, mut fid: Arc<FidRef>) {
+    pub(crate) fn refresh(&self, qid_path: u64, fid: Arc<FidRef>) {
         let mut inner = self.lock();
         if let Some(ino) = inner.by_path.get(&qid_path).copied() {
             if let Some(node) = inner.by_ino.get_mut(&ino) {
                 if ino != ROOT {
-                    std::mem::swap(&mut node.fid, &mut fid);
+                    let old = node.fid.replace(fid);
+                    node.origin = None;
                     node.stale = false;
+                    drop(inner);
+                    drop(old); // the older fid, clunked outside the lock
+                    return;
                 }
             }
         }
         drop(inner);
-        drop(fid); // the older fid (or the unused one), clunked outside the lock
+        drop(fid); // the unused one, clunked outside the lock
     }
 
-    /// The kernel dropped `n` of its references to `ino`; at zero the node goes.
-    pub(crate) fn forget(&self, ino: u64, n: u64) {
+    /// The kernel dropped `n` of its references to `ino`; at zero the node goes (and this
+    /// returns true).
+    pub(crate) fn forget(&self, ino: u64, n: u64) -> bool {
         if ino == ROOT {
-            return;
+            return false;
         }
         let mut inner = self.lock();
         let Some(node) = inner.by_ino.get_mut(&ino) else {
-            return;
+            return false;
         };
         node.nlookup = node.nlookup.saturating_sub(n);
         if node.nlookup > 0 {
-            return;
+            return false;
         }
         let path = node.qid_path;
         let gone = inner.by_ino.remove(&ino);
@@ -353,6 +490,7 @@ impl InodeTable {
         }
         drop(inner);
         drop(gone); // its fid is clunked outside the lock
+        true
     }
 
     /// Notes attributes fresh from the server (`fetched`: as for [`InodeTable::remember`]).
@@ -392,7 +530,7 @@ impl InodeTable {
             .by_ino
             .iter()
             .filter(|(_, node)| node.qid_path != PLACEHOLDER)
-            .map(|(&ino, node)| (ino, (node.fid.fid(), node.qid_path)))
+            .filter_map(|(&ino, node)| Some((ino, (node.fid.as_ref()?.fid(), node.qid_path))))
             .collect();
         let names = inner
             .names
@@ -409,12 +547,21 @@ impl InodeTable {
         let mut inner = self.lock();
         let mut stale = 0;
         for (ino, node) in inner.by_ino.iter_mut() {
-            if *ino != ROOT && node.qid_path != PLACEHOLDER && !bound.contains_key(ino) {
+            // A node without a fid is walked from its directory's when needed; if that
+            // one was not bound again, the walk fails and the node answers ESTALE then.
+            let lazy = node.fid.is_none();
+            if *ino != ROOT && node.qid_path != PLACEHOLDER && !lazy && !bound.contains_key(ino) {
                 node.stale = true;
                 stale += 1;
             }
         }
         stale
+    }
+
+    /// Whether names the kernel may still hold were forgotten since the last call: change
+    /// events can no longer reach them, so nothing may be kept long from then on.
+    pub(crate) fn take_names_lost(&self) -> bool {
+        std::mem::take(&mut self.lock().names_lost)
     }
 
     /// Nodes currently known (the root included).

@@ -75,6 +75,7 @@ mod inode;
 mod listed_attrs;
 mod mount;
 mod remote;
+mod replica;
 mod restore;
 mod stats;
 
@@ -82,3 +83,4 @@ pub use cache::{CacheMode, InvalidNegativeTtl, NegativeTtl, UnknownCacheMode};
 pub use config::MountConfig;
 pub use error::MountError;
 pub use mount::{mount, MountHandle};
+pub use replica::DEFAULT_REPLICA_ENTRIES;

@@ -58,11 +58,24 @@ pub(crate) struct ListedAttrs {
 pub(crate) struct ChangeInFlight {
     listed: Arc<ListedAttrs>,
     files: Vec<u64>,
+    /// Also run once the server has answered (the directory replicas' update).
+    at_end: Option<Box<dyn FnOnce() + Send>>,
 }
 
 impl Drop for ChangeInFlight {
     fn drop(&mut self) {
         self.listed.changed(self.files.iter().copied());
+        if let Some(f) = self.at_end.take() {
+            f();
+        }
+    }
+}
+
+impl ChangeInFlight {
+    /// Runs `f` too once the server has answered.
+    pub(crate) fn also_at_end(mut self, f: impl FnOnce() + Send + 'static) -> Self {
+        self.at_end = Some(Box::new(f));
+        self
     }
 }
 
@@ -95,6 +108,7 @@ impl ListedAttrs {
         ChangeInFlight {
             listed: self.clone(),
             files,
+            at_end: None,
         }
     }
 
@@ -111,6 +125,11 @@ impl ListedAttrs {
         if self.following.swap(following, SeqCst) != following {
             self.all_changed();
         }
+    }
+
+    /// Whether change events are followed now.
+    pub(crate) fn is_following(&self) -> bool {
+        self.following.load(SeqCst)
     }
 
     /// For how long the kernel may trust the attributes of file `qid_path` fetched at `f`

@@ -342,6 +342,8 @@ fn stats_json(s: &Shared, mountpoint: &Path, readahead_kb: Option<u32>) -> serde
         .to_json(&ctx, s.client.negotiation(), &s.client.counters());
     if let Some(obj) = doc.as_object_mut() {
         obj.insert("changes".into(), s.changes.stats_json());
+        obj.insert("replicas".into(), s.replicas.stats_json());
+        obj.insert("extensions".into(), s.client.has_extensions().into());
         obj.insert("reconnects".into(), s.client.reconnects().into());
     }
     doc

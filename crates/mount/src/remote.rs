@@ -6,7 +6,9 @@
 use std::sync::Arc;
 
 use crossfs_client::{Client, ClientError};
-use crossfs_wire::{getattr, Fid, Qid, Rgetattr, Rmessage, Tgetattr, Tmessage, Twalk};
+use crossfs_wire::{
+    getattr, Fid, Qid, Rgetattr, Rmessage, Tgetattr, Tmessage, Twalk, Twalkgetattr,
+};
 
 use crate::fid::FidRef;
 
@@ -104,6 +106,9 @@ pub(crate) fn resolve(
     names: &[&[u8]],
     expected: Vec<Expected>,
 ) -> Vec<Resolved> {
+    if client.has_extensions() {
+        return walkgetattr_each(client, dir, names);
+    }
     let fids: Vec<Fid> = names.iter().map(|_| client.alloc_fid()).collect();
     let mut msgs = Vec::with_capacity(names.len() * 2);
     for ((name, &newfid), known) in names.iter().zip(&fids).zip(&expected) {
@@ -158,6 +163,37 @@ pub(crate) fn resolve(
         .map(|r| {
             let (fid, attr) = r?;
             Ok((fid, attr.ok_or_else(lost_error)?))
+        })
+        .collect()
+}
+
+/// [`resolve`] with the crossfs extension: one Twalkgetattr per name, all sent at once, so
+/// every name costs one round trip whether known or not.
+fn walkgetattr_each(client: &Arc<Client>, dir: &FidRef, names: &[&[u8]]) -> Vec<Resolved> {
+    let fids: Vec<Fid> = names.iter().map(|_| client.alloc_fid()).collect();
+    let msgs = names
+        .iter()
+        .zip(&fids)
+        .map(|(name, &newfid)| {
+            Tmessage::Walkgetattr(Twalkgetattr {
+                fid: dir.fid(),
+                newfid,
+                wnames: vec![name.to_vec()],
+                request_mask: ATTR_MASK,
+            })
+        })
+        .collect();
+    call_all(client, msgs)
+        .into_iter()
+        .zip(fids)
+        .map(|(r, newfid)| match r {
+            Ok(Rmessage::Walkgetattr(w)) => Ok((FidRef::new(client, newfid), w.attr)),
+            // The server's view of the fid is unknown: leave the number unused.
+            Ok(other) => Err(unexpected(other)),
+            Err(e) => {
+                client.free_fid(newfid);
+                Err(e)
+            }
         })
         .collect()
 }

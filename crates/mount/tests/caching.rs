@@ -30,19 +30,19 @@ fn stat_missing(fx: &Fixture, name: &str, times: usize) {
 fn a_thousand_stats_of_a_missing_name_cost_one_walk() {
     each_backend(|b| {
         let fx = Fixture::new(b);
-        let before = fx.count("Twalk");
+        let before = fx.walks();
         stat_missing(&fx, "no-such-file.h", 1000);
-        let walks = fx.count("Twalk") - before;
-        eprintln!("{b:?}: 1000 stats of a missing name, default TTL: {walks} Twalk");
-        assert!(walks <= 1, "{walks} Twalks");
+        let walks = fx.walks() - before;
+        eprintln!("{b:?}: 1000 stats of a missing name, default TTL: {walks} walks");
+        assert!(walks <= 1, "{walks} walks");
         let stats = fx.handle().stats_json();
         assert!(stats["caches"]["negative_entries_sent"].as_u64().unwrap() >= 1);
 
         let fx = with_negative_ttl(b, NegativeTtl::Off);
-        let before = fx.count("Twalk");
+        let before = fx.walks();
         stat_missing(&fx, "no-such-file.h", 1000);
-        let walks = fx.count("Twalk") - before;
-        eprintln!("{b:?}: 1000 stats of a missing name, negative TTL off: {walks} Twalk");
+        let walks = fx.walks() - before;
+        eprintln!("{b:?}: 1000 stats of a missing name, negative TTL off: {walks} walks");
         assert_eq!(walks, 1000);
     });
 }
@@ -145,7 +145,9 @@ fn stats_json_has_every_section() {
     assert!(s["max_pages"].as_u64().unwrap() >= 32);
     assert!(s["fuse"]["LOOKUP"]["count"].as_u64().unwrap() >= 1);
     assert!(s["fuse"]["CREATE"]["count"].as_u64().unwrap() >= 1);
-    assert!(s["9p"]["Twalk"]["count"].as_u64().unwrap() >= 1);
+    assert!(s["9p"]["Twalkgetattr"]["count"].as_u64().unwrap() >= 1);
+    assert_eq!(s["extensions"], true);
+    assert!(s["replicas"]["limit"].as_u64().unwrap() > 0);
     assert!(s["9p"]["bytes_out"].as_u64().unwrap() > 0);
     assert!(s["caches"]["negative_entries_sent"].as_u64().unwrap() >= 1);
     eprintln!("{}", serde_json::to_string_pretty(&s).unwrap());

@@ -1,4 +1,5 @@
-//! 9P messages per FUSE operation: a lookup is one Twalk and one Tgetattr (sent together
+//! 9P messages per FUSE operation over plain 9P2000.L (the server's extension switched off;
+//! `extension.rs` counts what it saves): a lookup is one Twalk and one Tgetattr (sent together
 //! when the name is known), `never` mode answers a stat's GETATTR with its LOOKUP's
 //! attributes and trusts directory names briefly, and missing names are cached as the cache
 //! mode says. Counts, never timings (the few bounds below allow for a machine stalling a
@@ -18,6 +19,7 @@ fn in_mode(b: Backend, cache: CacheMode) -> Fixture {
             cache,
             ..MountConfig::default()
         },
+        extensions: false,
         ..Setup::new(b)
     })
 }

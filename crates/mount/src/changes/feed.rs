@@ -77,24 +77,27 @@ struct Applier<'a> {
 impl Applier<'_> {
     fn run(&self, client: &Client, fid: Fid) {
         let max = client.max_io();
-        let listed = &self.shared.listed;
+        let following = |on: bool| {
+            self.shared.listed.set_following(on);
+            self.shared.replicas.set_following(on);
+        };
         // Attached: every change from now on will come as an event.
-        listed.set_following(true);
+        following(true);
         loop {
             let data = match client.read(fid, 0, max) {
                 Ok(d) => {
-                    listed.set_following(true);
+                    following(true);
                     d
                 }
                 // Reconnecting: the next read waits for the new connection, which resumes
                 // after the last event applied (see `follow_changes`).
                 Err(ClientError::Disconnected(_)) if client.reconnects_enabled() => {
-                    listed.set_following(false);
+                    following(false);
                     std::thread::sleep(std::time::Duration::from_millis(100));
                     continue;
                 }
                 Err(e) => {
-                    listed.set_following(false);
+                    following(false);
                     if !client.is_shut_down() {
                         tracing::warn!(
                             "change events stopped: {e}; caches follow their timeouts only"
@@ -118,6 +121,10 @@ impl Applier<'_> {
         *super::lock(&c.position) = Some((ev.epoch, ev.seq));
         tracing::debug!("change event {ev}");
         self.mark_changed(ev);
+        // Replicas first: a lookup the kernel sends after the invalidations below must
+        // not be answered with what the event changed.
+        self.shared.replicas.apply(ev);
+        self.inval_containers(ev);
         match &ev.kind {
             EventKind::Sync { cookie } => c.marker_applied(*cookie),
             EventKind::Warning { message } => tracing::warn!("server: {message}"),
@@ -130,6 +137,26 @@ impl Applier<'_> {
             EventKind::Removed => self.removed(ev),
             EventKind::Modified | EventKind::Attrib => self.changed(ev),
             EventKind::Renamed { from } => self.renamed(from, ev),
+        }
+    }
+
+    /// For an event that adds, removes or renames a name: the directories' attributes and
+    /// cached listings (their times, sizes and entries changed), and the attributes of the
+    /// file named (its link count may have changed), everything the kernel may keep long
+    /// while events are followed.
+    fn inval_containers(&self, ev: &Event) {
+        let from = match &ev.kind {
+            EventKind::Created | EventKind::Removed => None,
+            EventKind::Renamed { from } => Some(from),
+            _ => return,
+        };
+        for path in std::iter::once(&ev.path).chain(from) {
+            if let Some(dir) = self.known_parent(path) {
+                self.inval_inode(dir, true);
+            }
+        }
+        if let Some(ino) = ev.qid.and_then(|q| self.shared.inodes.ino_of(q)) {
+            self.inval_inode(ino, false);
         }
     }
 

@@ -164,21 +164,26 @@ impl ChangeState {
         }
     }
 
-    /// Notes a name answered "missing", so a rescan of its directory can invalidate it.
-    pub(crate) fn note_missing(&self, parent: u64, name: &[u8]) {
+    /// Notes a name answered "missing", so that its creation on the host, or a rescan of
+    /// its directory, can invalidate it. Returns whether it is tracked: not without a feed,
+    /// nor past [`NEGATIVE_NAMES_LIMIT`] (the kernel then gets the mode's short timeout).
+    pub(crate) fn note_missing(&self, parent: u64, name: &[u8]) -> bool {
         if !self.enabled.load(Relaxed) {
-            return;
+            return false;
         }
         let mut neg = lock(&self.negative);
+        if let Some(set) = neg.get(&parent) {
+            if set.contains(name) {
+                return true;
+            }
+        }
         if self.negative_count.load(Relaxed) as usize >= NEGATIVE_NAMES_LIMIT {
-            // Forgetting them only costs coherence after a rescan; say so once.
-            tracing::warn!("too many missing names to track; a rescan may leave some cached");
-            neg.clear();
-            self.negative_count.store(0, Relaxed);
+            return false;
         }
         if neg.entry(parent).or_default().insert(name.to_vec()) {
             self.negative_count.fetch_add(1, Relaxed);
         }
+        true
     }
 
     fn take_missing(&self, dir: u64) -> Vec<Vec<u8>> {

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crossfs_wire::{setattr as valid, Tgetattr, Tmessage, Tsetattr, Tstatfs};
+use crossfs_wire::{setattr as valid, Tgetattr, Tmessage, Tsetattr, Tsetattrget, Tstatfs};
 use fuser::{FileHandle, INodeNo, ReplyAttr, ReplyStatfs, TimeOrNow};
 
 use super::{errno, wire_time, Shared};
@@ -138,6 +138,21 @@ impl Shared {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
+        if self.client.has_extensions() {
+            // Both in one round trip (Tsetattrget).
+            let msg = Tmessage::Setattrget(Tsetattrget {
+                set: change.to_wire(fid.fid()),
+                request_mask: ATTR_MASK,
+            });
+            return match expect_reply!(self.client.call(msg), Setattrget) {
+                Ok(r) => {
+                    self.inodes.observe(ino.0, &r.attr, None);
+                    let fa = attr::file_attr(ino.0, &r.attr, self.ids);
+                    reply.attr(&self.attr_ttl(), &fa);
+                }
+                Err(e) => reply.error(errno(&e)),
+            };
+        }
         // The getattr must see the change, and a server may run two requests in either
         // order: wait for Rsetattr before asking.
         let msg = Tmessage::Setattr(change.to_wire(fid.fid()));

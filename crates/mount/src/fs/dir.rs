@@ -9,18 +9,24 @@ use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use crossfs_wire::DirEntry;
+use std::sync::Arc;
+
+use crossfs_wire::{DirEntry, DirEntryAttr};
 use fuser::{FileHandle, FileType, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus};
 
 use super::{errno, Shared};
 use crate::attr::{self, kind_of_dtype};
+use crate::cache::CacheMode;
 use crate::fid::FidRef;
-use crate::handle::{lock, DirStream};
+use crate::handle::{lock, DirStream, Listed};
 use crate::listed_attrs::Fetched;
 use crate::remote::resolve_listed;
 
 /// Bytes asked of one Treaddir.
 const READDIR_COUNT: u32 = 64 * 1024;
+/// The longest name Linux allows: a Treaddirattr reply with room for one more entry of
+/// this length was the directory's last.
+const NAME_MAX: usize = 255;
 /// Entries resolved (walk + getattr, pipelined) per readdirplus batch.
 const PLUS_BATCH: usize = 32;
 
@@ -29,8 +35,16 @@ fn is_dot(name: &[u8]) -> bool {
 }
 
 impl Shared {
-    /// Makes sure `s` has entries to offer, unless the directory is exhausted.
-    fn fill(&self, fid: crossfs_wire::Fid, s: &mut DirStream) -> Result<(), fuser::Errno> {
+    /// Makes sure `s` has entries to offer, unless the directory is exhausted. With the
+    /// crossfs extension (outside `never` mode) the listing carries every entry's
+    /// attributes, and a listing read from the start to the end with nothing touching the
+    /// directory meanwhile becomes its replica.
+    fn fill(
+        &self,
+        ino: u64,
+        fid: crossfs_wire::Fid,
+        s: &mut DirStream,
+    ) -> Result<(), fuser::Errno> {
         if !s.entries.is_empty() {
             self.stats.caches.readdir_buffer_hits.fetch_add(1, Relaxed);
             return Ok(());
@@ -38,14 +52,77 @@ impl Shared {
         if s.eof {
             return Ok(());
         }
-        let count = READDIR_COUNT.min(self.client.max_io());
+        let with_attrs = self.client.has_extensions() && self.config.cache != CacheMode::Never;
+        if !with_attrs {
+            let count = READDIR_COUNT.min(self.client.max_io());
+            let entries = self
+                .client
+                .readdir(fid, s.from, count)
+                .map_err(|e| errno(&e))?;
+            s.eof = entries.is_empty();
+            s.entries.extend(
+                entries
+                    .into_iter()
+                    .map(|entry| Listed { entry, attr: None }),
+            );
+            return Ok(());
+        }
+        let ticket = self.replicas.ticket(ino);
+        if s.from == 0 {
+            s.ticket = ticket;
+            s.gathered = ticket.map(|t| (t, Vec::new()));
+        }
+        let count = self.client.max_io();
         let entries = self
             .client
-            .readdir(fid, s.from, count)
+            .readdirattr(fid, s.from, count)
             .map_err(|e| errno(&e))?;
-        s.eof = entries.is_empty();
-        s.entries.extend(entries);
+        let used: usize = entries
+            .iter()
+            .map(|e| DirEntryAttr::wire_len(e.entry.name.len()))
+            .sum();
+        // The server fills each reply: one with room for another entry is the last.
+        s.eof = used + DirEntryAttr::wire_len(NAME_MAX) <= count as usize;
+        if let Some((_, gathered)) = &mut s.gathered {
+            gathered.extend(
+                entries
+                    .iter()
+                    .map(|e| (e.entry.name.clone(), e.attr.clone())),
+            );
+        }
+        s.entries.extend(entries.into_iter().map(|e| Listed {
+            entry: e.entry,
+            attr: Some(Box::new(e.attr)),
+        }));
+        if s.eof {
+            if let Some((ticket, gathered)) = s.gathered.take() {
+                self.replicas.install(ino, ticket, gathered, true);
+            }
+        }
         Ok(())
+    }
+
+    /// Fills directory `ino`'s replica with one Treaddirattr from its start: as many
+    /// entries as one message holds, complete if that was the whole directory (else the
+    /// replica answers for the names it holds and asks the server about others, until a
+    /// listing from the start runs to the end).
+    pub(super) fn fill_replica(&self, ino: u64, dir: &FidRef, ticket: crate::replica::Ticket) {
+        let count = self.client.max_io();
+        match self.client.readdirattr(dir.fid(), 0, count) {
+            Ok(entries) => {
+                let used: usize = entries
+                    .iter()
+                    .map(|e| DirEntryAttr::wire_len(e.entry.name.len()))
+                    .sum();
+                let complete = used + DirEntryAttr::wire_len(NAME_MAX) <= count as usize;
+                let listed = entries
+                    .into_iter()
+                    .map(|e| (e.entry.name, e.attr))
+                    .collect();
+                self.replicas.install(ino, ticket, listed, complete);
+            }
+            Err(e) => tracing::debug!("filling the replica of node {ino}: {e}"),
+        }
     }
 
     /// The d_ino to show for an entry without attributes: its node id if the kernel knows
@@ -68,10 +145,12 @@ impl Shared {
         let mut s = lock(&file.dir);
         s.seek(offset);
         loop {
-            if let Err(e) = self.fill(file.fid.fid(), &mut s) {
+            if let Err(e) = self.fill(file.reopen.node, file.fid.fid(), &mut s) {
                 return reply.error(e);
             }
-            let Some(e) = s.entries.front() else { break };
+            let Some(Listed { entry: e, .. }) = s.entries.front() else {
+                break;
+            };
             let ino = self.dirent_ino(e);
             let name = OsStr::from_bytes(&e.name);
             if reply.add(INodeNo(ino), e.offset, kind_of_dtype(e.ty), name) {
@@ -98,16 +177,17 @@ impl Shared {
         let mut s = lock(&file.dir);
         s.seek(offset);
         'batches: loop {
-            if let Err(e) = self.fill(file.fid.fid(), &mut s) {
+            if let Err(e) = self.fill(ino.0, file.fid.fid(), &mut s) {
                 return reply.error(e);
             }
             if s.entries.is_empty() {
                 break;
             }
-            let batch: Vec<DirEntry> = s.entries.iter().take(PLUS_BATCH).cloned().collect();
-            let listed: Vec<&DirEntry> = batch.iter().filter(|e| !is_dot(&e.name)).collect();
-            let mut resolved = self.resolve_batch(ino, &dir, &listed).into_iter();
-            for e in &batch {
+            let ticket = s.ticket;
+            let batch: Vec<Listed> = s.entries.iter().take(PLUS_BATCH).cloned().collect();
+            let listed: Vec<&Listed> = batch.iter().filter(|l| !is_dot(&l.entry.name)).collect();
+            let mut resolved = self.resolve_batch(ino, &dir, &listed, ticket).into_iter();
+            for Listed { entry: e, .. } in &batch {
                 let name = OsStr::from_bytes(&e.name);
                 if is_dot(&e.name) {
                     // The kernel links neither "." nor "..": no lookup is counted.
@@ -125,13 +205,29 @@ impl Shared {
                     continue;
                 }
                 // An entry gone since the listing was read (or unreadable) is left out.
-                if let Some(ListedEntry {
-                    found: Ok((fid, a)),
-                    fetched,
-                    ttl,
-                }) = resolved.next()
-                {
-                    let fa = self.remember((ino, &e.name), fid, &a, fetched);
+                let remembered = match resolved.next() {
+                    Some(ListedEntry {
+                        found: Found::Walked(Ok((fid, a))),
+                        fetched,
+                        ttl,
+                    }) => Some((self.remember((ino, &e.name), fid, &a, fetched), ttl)),
+                    Some(ListedEntry {
+                        found: Found::Listed(a),
+                        ttl,
+                        ..
+                    }) => {
+                        let node =
+                            self.inodes
+                                .remember_lazy((ino.0, &e.name), dir.clone(), &a, None);
+                        self.check_names_lost();
+                        if let (Some(t), true) = (s.ticket, attr::is_dir(&a)) {
+                            self.replicas.anchor(ino.0, &e.name, node, t);
+                        }
+                        Some((attr::file_attr(node, &a, self.ids), ttl))
+                    }
+                    _ => None,
+                };
+                if let Some((fa, ttl)) = remembered {
                     if reply.add(fa.ino, e.offset, name, &ttl, &fa, Generation(0)) {
                         // Not sent: take back the lookup just counted.
                         self.inodes.forget(fa.ino.0, 1);
@@ -145,15 +241,30 @@ impl Shared {
         reply.ok();
     }
 
-    /// The file and attributes of each entry listed in directory `ino`, in order. A name
-    /// whose known node has the listed qid and attributes that may be reused (see
-    /// `crate::listed_attrs`) costs nothing; the others are fetched together.
-    fn resolve_batch(&self, ino: INodeNo, dir: &FidRef, listed: &[&DirEntry]) -> Vec<ListedEntry> {
+    /// The file and attributes of each entry listed in directory `ino`, in order. An
+    /// entry listed with its attributes costs nothing (its node is walked when needed); so
+    /// does a name whose known node has the listed qid and attributes that may be reused
+    /// (see `crate::listed_attrs`); the others are fetched together.
+    fn resolve_batch(
+        &self,
+        ino: INodeNo,
+        dir: &Arc<FidRef>,
+        listed: &[&Listed],
+        ticket: Option<crate::replica::Ticket>,
+    ) -> Vec<ListedEntry> {
         let ttl = self.entry_ttl();
         let fetched = self.listed.before_fetch();
         let mut out: Vec<Option<ListedEntry>> = Vec::with_capacity(listed.len());
         let (mut ask, mut names, mut qids, mut expected) = (vec![], vec![], vec![], vec![]);
-        for (i, e) in listed.iter().enumerate() {
+        for (i, Listed { entry: e, attr }) in listed.iter().enumerate() {
+            if let Some(a) = attr {
+                out.push(Some(ListedEntry {
+                    found: Found::Listed(a.clone()),
+                    fetched: None,
+                    ttl,
+                }));
+                continue;
+            }
             let known = self.inodes.expected_listed(ino.0, &e.name);
             if let Some((fid, path, Some(kept))) = &known {
                 let (a, at) = &**kept;
@@ -161,7 +272,7 @@ impl Shared {
                 if let (true, Some(left)) = (*path == e.qid.path, left) {
                     self.stats.caches.listed_attrs_reused.fetch_add(1, Relaxed);
                     out.push(Some(ListedEntry {
-                        found: Ok((fid.clone(), a.clone())),
+                        found: Found::Walked(Ok((fid.clone(), a.clone()))),
                         fetched: Some(*at),
                         ttl: ttl.min(left),
                     }));
@@ -177,18 +288,27 @@ impl Shared {
         let found = resolve_listed(&self.client, dir, &names, &qids, expected);
         for (i, found) in ask.into_iter().zip(found) {
             out[i] = Some(ListedEntry {
-                found,
+                found: Found::Walked(found),
                 fetched: Some(fetched),
                 ttl,
             });
         }
+        let _ = ticket;
         out.into_iter().flatten().collect()
     }
 }
 
+/// How a listed name was resolved.
+enum Found {
+    /// Walked (or reused from an earlier walk): a fid and the attributes, or the error.
+    Walked(crate::remote::Resolved),
+    /// The listing carried the attributes: a node is made without a walk.
+    Listed(Box<crossfs_wire::Rgetattr>),
+}
+
 /// One listed name, resolved.
 struct ListedEntry {
-    found: crate::remote::Resolved,
+    found: Found,
     /// When its attributes were fetched, if they may be reused.
     fetched: Option<Fetched>,
     /// How long the kernel may trust the entry and its attributes.

@@ -16,6 +16,7 @@ use crate::cache::CacheMode;
 use crate::fid::FidRef;
 use crate::listed_attrs::Fetched;
 use crate::remote::{expect_reply, resolve_one};
+use crate::replica::Answer;
 
 impl Shared {
     /// Records a looked-up file (one more kernel reference) and builds its entry.
@@ -29,7 +30,23 @@ impl Shared {
         fetched: Option<Fetched>,
     ) -> fuser::FileAttr {
         let ino = self.inodes.remember((at.0 .0, at.1), fid, a, fetched);
+        self.check_names_lost();
         attr::file_attr(ino, a, self.ids)
+    }
+
+    /// After the name table overflowed, events can no longer reach every name the kernel
+    /// holds: replicas go, and the kernel gets the cache mode's timeouts from then on.
+    pub(crate) fn check_names_lost(&self) {
+        if self.inodes.take_names_lost() {
+            tracing::warn!(
+                "more names in use than the mount can track: long cache timeouts and \
+                 directory replicas are off for the rest of this mount"
+            );
+            self.untracked
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            self.replicas.set_limit_zero();
+            self.listed.all_changed();
+        }
     }
 
     /// Answers with the looked-up file. `looked_up_by`: the thread of a LOOKUP, whose
@@ -42,7 +59,7 @@ impl Shared {
         r: Result<(Arc<FidRef>, Rgetattr), ClientError>,
         looked_up_by: Option<u32>,
         fetched: Option<Fetched>,
-    ) {
+    ) -> Option<u64> {
         match r {
             Ok((fid, a)) => {
                 let fa = self.remember(at, fid, &a, fetched);
@@ -51,27 +68,83 @@ impl Shared {
                 }
                 let entry_ttl = self.entry_ttl_for(fa.kind);
                 reply.entry_with_ttls(&self.attr_ttl(), &entry_ttl, &fa, Generation(0));
+                Some(fa.ino.0)
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => {
+                reply.error(errno(&e));
+                None
+            }
         }
     }
 
-    /// LOOKUP from thread `pid`: one round trip for a name already known (see
-    /// [`crate::remote::resolve`]), two for a new one.
+    /// LOOKUP from thread `pid`: answered from the directory's replica when there is one
+    /// (see `crate::replica`), the first lookup in a directory filling it; otherwise one
+    /// round trip for a name already known (see [`crate::remote::resolve`]), two for a new
+    /// one (one with the crossfs extension).
     pub(super) fn lookup(&self, pid: u32, parent: INodeNo, name: &[u8], reply: ReplyEntry) {
         let dir = match self.node(parent) {
             Ok(d) => d,
             Err(e) => return reply.error(e),
         };
+        let ticket = if self.replicas_usable() {
+            self.replicas.ticket(parent.0)
+        } else {
+            None
+        };
+        if let Some(ticket) = ticket {
+            let mut answer = self.replicas.lookup(parent.0, name);
+            if answer == Answer::Ask && !self.replicas.has(parent.0) {
+                self.fill_replica(parent.0, &dir, ticket);
+                answer = self.replicas.lookup(parent.0, name);
+            }
+            match answer {
+                Answer::Found(a) => {
+                    return self.reply_replica((parent, name), dir, &a, ticket, reply)
+                }
+                Answer::Missing => return self.reply_missing(parent.0, name, reply),
+                Answer::Ask => {}
+            }
+        }
         let expected = self.inodes.expected(parent.0, name);
         let fetched = self.listed.before_fetch();
         match resolve_one(&self.client, &dir, name, expected) {
             Err(ClientError::Errno(libc::ENOENT)) => {
-                self.changes.note_missing(parent.0, name);
-                self.reply_missing(reply)
+                if let Some(t) = ticket {
+                    self.replicas.learned(parent.0, t, name, None);
+                }
+                self.reply_missing(parent.0, name, reply)
             }
-            r => self.reply_entry((parent, name), reply, r, Some(pid), Some(fetched)),
+            r => {
+                if let (Some(t), Ok((_, a))) = (ticket, &r) {
+                    self.replicas.learned(parent.0, t, name, Some(a));
+                }
+                let anchor = ticket.filter(|_| r.as_ref().is_ok_and(|(_, a)| attr::is_dir(a)));
+                let ino = self.reply_entry((parent, name), reply, r, Some(pid), Some(fetched));
+                if let (Some(t), Some(ino)) = (anchor, ino) {
+                    self.replicas.anchor(parent.0, name, ino, t);
+                }
+            }
         }
+    }
+
+    /// Answers a LOOKUP with what the replica of `parent` says `name` is: the node the
+    /// mount already has for that file, or a new one walked only when needed.
+    fn reply_replica(
+        &self,
+        (parent, name): (INodeNo, &[u8]),
+        dir: Arc<FidRef>,
+        a: &Rgetattr,
+        ticket: crate::replica::Ticket,
+        reply: ReplyEntry,
+    ) {
+        let ino = self.inodes.remember_lazy((parent.0, name), dir, a, None);
+        self.check_names_lost();
+        if attr::is_dir(a) {
+            self.replicas.anchor(parent.0, name, ino, ticket);
+        }
+        let fa = attr::file_attr(ino, a, self.ids);
+        let entry_ttl = self.entry_ttl_for(fa.kind);
+        reply.entry_with_ttls(&self.attr_ttl(), &entry_ttl, &fa, Generation(0));
     }
 
     /// LOOKUP for a replayed creation (see `crate::changes`): the file the server has,
@@ -88,10 +161,19 @@ impl Shared {
 
     /// A missing name: an entry of node 0 that the kernel caches for the negative timeout,
     /// answering further lookups of the name itself. The kernel replaces it when the name
-    /// is created through this mount.
-    fn reply_missing(&self, reply: ReplyEntry) {
+    /// is created through this mount. While events are followed and the mount can track
+    /// the name (so that its creation on the host invalidates it), and no `--negative-ttl`
+    /// was given, the timeout is long.
+    fn reply_missing(&self, parent: u64, name: &[u8], reply: ReplyEntry) {
         use std::sync::atomic::Ordering::Relaxed;
-        match self.config.negative_ttl.timeout() {
+        let tracked = self.changes.note_missing(parent, name);
+        let ttl = match self.config.negative_ttl.timeout() {
+            Some(_) if tracked && self.negative_by_mode && self.follows_events() => {
+                Some(crate::cache::FOLLOWED)
+            }
+            ttl => ttl,
+        };
+        match ttl {
             Some(ttl) => {
                 self.stats
                     .caches
@@ -171,6 +253,11 @@ impl Shared {
             Some(c) => Ok((fid.clone(), self.give_to(c, &fid, a)?)),
             None => Ok((fid, a)),
         });
+        match &r {
+            Ok((_, a)) => self.replicas.own_created(parent.0, name, a),
+            // Created, but its attributes are unknown.
+            Err(_) => self.replicas.stale(parent.0, name),
+        }
         self.reply_entry((parent, name), reply, r, None, None);
     }
 
@@ -303,7 +390,11 @@ impl Shared {
                 self.client.call(msg).map(|_| ())
             })
         };
-        match run() {
+        let r = run();
+        if r.is_ok() {
+            self.replicas.own_removed(parent.0, name);
+        }
+        match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
@@ -346,7 +437,12 @@ impl Shared {
                 Ok(())
             })
         };
-        match run() {
+        let r = run();
+        if r.is_ok() {
+            self.replicas
+                .own_renamed(parent.0, name, newparent.0, newname);
+        }
+        match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }

@@ -8,18 +8,21 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crossfs_client::ClientError;
-use crossfs_wire::{open_flags as of, Tfsync, Tlcreate, Tlopen, Tmessage};
+use crossfs_wire::{
+    open_flags as of, Rmessage, Tcreateattr, Tfsync, Tlcreate, Tlopen, Tmessage, Twalkopen,
+};
 use fuser::{
-    FileHandle, FopenFlags, Generation, INodeNo, ReplyCreate, ReplyData, ReplyEmpty, ReplyOpen,
-    ReplyWrite,
+    Errno, FileHandle, FopenFlags, Generation, INodeNo, ReplyCreate, ReplyData, ReplyEmpty,
+    ReplyOpen, ReplyWrite,
 };
 
 use super::{errno, Caller, Shared};
 use crate::cache::CacheMode;
 use crate::fid::FidRef;
-use crate::handle::{lock, Reopen};
+use crate::handle::{lock, DirStream, Reopen};
+use crate::inode::NodeFid;
 use crate::listed_attrs::ChangeInFlight;
-use crate::remote::{clone_fid, expect_reply, resolve_one};
+use crate::remote::{clone_fid, expect_reply, resolve_one, ATTR_MASK};
 
 /// Tlopen/Tlcreate flags for a Linux open(2) `flags`.
 ///
@@ -105,44 +108,112 @@ impl Shared {
         }
     }
 
+    /// Opens a fresh fid for node `ino`: with the crossfs extension one Twalkopen (from the
+    /// node's fid, or for a node answered from a replica from its directory's, checking
+    /// that the name still leads to the node's file), else [`Shared::open_fid`].
+    fn open_node(&self, ino: INodeNo, flags: i32) -> Result<(Arc<FidRef>, u32), Errno> {
+        if !self.client.has_extensions() {
+            let node = self.node(ino)?;
+            return self.open_fid(&node, flags).map_err(|e| errno(&e));
+        }
+        let (base, wnames, lazy) = match self.inodes.node_fid(ino.0) {
+            Some(NodeFid::Bound(fid)) => (fid, vec![], None),
+            Some(NodeFid::Lazy {
+                dir,
+                dir_ino,
+                name,
+                qid_path,
+            }) => (dir, vec![name.clone()], Some((dir_ino, name, qid_path))),
+            None => return Err(Errno::ESTALE),
+        };
+        let walkopen = |wire: u32| {
+            let newfid = self.client.alloc_fid();
+            let msg = Tmessage::Walkopen(Twalkopen {
+                fid: base.fid(),
+                newfid,
+                wnames: wnames.clone(),
+                flags: wire,
+                request_mask: ATTR_MASK,
+            });
+            match self.client.call(msg) {
+                Ok(Rmessage::Walkopen(o)) => Ok((FidRef::new(&self.client, newfid), o.attr)),
+                Ok(other) => Err(crate::remote::unexpected(other)),
+                Err(e) => {
+                    self.client.free_fid(newfid);
+                    Err(e)
+                }
+            }
+        };
+        let writeback = self.config.cache.writeback();
+        let wanted = wire_open_flags(flags, writeback);
+        let opened = match walkopen(wanted) {
+            Err(ClientError::Errno(libc::EACCES))
+                if writeback && flags & libc::O_ACCMODE == libc::O_WRONLY =>
+            {
+                let plain = wire_open_flags(flags, false) & !of::APPEND;
+                walkopen(plain).map(|o| (o, plain))
+            }
+            r => r.map(|o| (o, wanted)),
+        };
+        let ((fid, a), wire) = match opened {
+            Ok(o) => o,
+            Err(ClientError::Errno(libc::ENOENT)) if lazy.is_some() => {
+                let (dir_ino, name, _) = lazy.unwrap_or_default();
+                return Err(self.lazy_failed(dir_ino, &name));
+            }
+            Err(e) => return Err(errno(&e)),
+        };
+        if let Some((dir_ino, name, qid_path)) = lazy {
+            if a.qid.path != qid_path {
+                return Err(self.lazy_failed(dir_ino, &name));
+            }
+        }
+        self.inodes.observe(ino.0, &a, None);
+        Ok((fid, wire))
+    }
+
     pub(super) fn open(&self, ino: INodeNo, flags: i32, reply: ReplyOpen) {
         if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
             if let Err(e) = self.writable() {
                 return reply.error(e);
             }
         }
-        let node = match self.node(ino) {
-            Ok(n) => n,
-            Err(e) => return reply.error(e),
-        };
-        match self.open_fid(&node, flags) {
+        match self.open_node(ino, flags) {
             Ok((fid, wire)) => {
                 let fh = self.handles.insert(fid, Reopen::new(ino.0, wire));
                 reply.opened(FileHandle(fh), self.fopen_flags(ino.0, flags));
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(e),
         }
     }
 
     pub(super) fn opendir(&self, ino: INodeNo, reply: ReplyOpen) {
-        let node = match self.node(ino) {
-            Ok(n) => n,
-            Err(e) => return reply.error(e),
-        };
-        match self.open_fid(&node, libc::O_RDONLY | libc::O_DIRECTORY) {
+        match self.open_node(ino, libc::O_RDONLY | libc::O_DIRECTORY) {
             Ok((fid, wire)) => {
                 let fh = self.handles.insert(fid, Reopen::new(ino.0, wire));
+                if self.replicas_usable() {
+                    if let (Some(listing), Some(file)) =
+                        (self.replicas.listing(ino.0), self.handles.get(fh))
+                    {
+                        // The listing is answered from the replica, as it is now.
+                        *lock(&file.dir) = DirStream::from_replica(listing);
+                    }
+                }
                 // Directory listings may stay in the page cache where names do too; the
-                // kernel drops them when the directory changes through this mount.
+                // kernel drops them when the directory changes through this mount, and
+                // the change events drop them when it changes on the host.
                 let flags = match self.config.cache {
                     CacheMode::Metadata | CacheMode::Always => {
+                        FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
+                    }
+                    CacheMode::Auto if self.follows_events() => {
                         FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
                     }
                     CacheMode::Never | CacheMode::Auto => FopenFlags::empty(),
                 };
                 reply.opened(FileHandle(fh), flags);
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(e),
         }
     }
 
@@ -169,6 +240,15 @@ impl Shared {
             Err(e) => return reply.error(e),
         };
         let wire = wire_open_flags(flags, self.config.cache.writeback());
+        if self.client.has_extensions() {
+            match self.create_in_one(&dir, name, wire, mode, caller) {
+                Ok((fid, node, a)) => {
+                    return self.reply_created((parent, name), fid, node, a, (flags, wire), reply)
+                }
+                Err(ClientError::Errno(libc::EEXIST)) if flags & libc::O_EXCL == 0 => {}
+                Err(e) => return reply.error(errno(&e)),
+            }
+        }
         let created = clone_fid(&self.client, &dir).and_then(|fid| {
             let msg = Tmessage::Lcreate(Tlcreate {
                 fid: fid.fid(),
@@ -198,20 +278,71 @@ impl Shared {
                 None => Ok((node, a)),
             });
         match found {
-            Ok((node, a)) => {
-                let fa = self.remember((parent, name), node, &a, None);
-                let fh = self.handles.insert(fid, Reopen::new(fa.ino.0, wire));
-                let open_flags = self.fopen_flags(fa.ino.0, flags);
-                reply.created(
-                    &self.entry_ttl(),
-                    &fa,
-                    Generation(0),
-                    FileHandle(fh),
-                    open_flags,
-                );
-            }
+            Ok((node, a)) => self.reply_created((parent, name), fid, node, a, (flags, wire), reply),
             Err(e) => reply.error(errno(&e)),
         }
+    }
+
+    /// The crossfs extension's Tcreateattr: the file created and opened, a fid for its
+    /// node and its attributes, in one round trip. Returns (open fid, node fid, attributes).
+    fn create_in_one(
+        &self,
+        dir: &FidRef,
+        name: &[u8],
+        wire: u32,
+        mode: u32,
+        caller: Caller,
+    ) -> Result<(Arc<FidRef>, Arc<FidRef>, crossfs_wire::Rgetattr), ClientError> {
+        let (nodefid, openfid) = (self.client.alloc_fid(), self.client.alloc_fid());
+        let msg = Tmessage::Createattr(Tcreateattr {
+            dfid: dir.fid(),
+            nodefid,
+            openfid,
+            name: name.to_vec(),
+            flags: wire,
+            mode: mode & 0o7777,
+            gid: caller.gid,
+            request_mask: ATTR_MASK,
+        });
+        match self.client.call(msg) {
+            Ok(Rmessage::Createattr(c)) => {
+                let (fid, node) = (
+                    FidRef::new(&self.client, openfid),
+                    FidRef::new(&self.client, nodefid),
+                );
+                let a = self.give_to(caller, &node, c.attr)?;
+                Ok((fid, node, a))
+            }
+            Ok(other) => Err(crate::remote::unexpected(other)),
+            Err(e) => {
+                self.client.free_fid(nodefid);
+                self.client.free_fid(openfid);
+                Err(e)
+            }
+        }
+    }
+
+    /// Answers a CREATE: the new file's node, and its open handle.
+    fn reply_created(
+        &self,
+        (parent, name): (INodeNo, &[u8]),
+        fid: Arc<FidRef>,
+        node: Arc<FidRef>,
+        a: crossfs_wire::Rgetattr,
+        (flags, wire): (i32, u32),
+        reply: ReplyCreate,
+    ) {
+        self.replicas.own_created(parent.0, name, &a);
+        let fa = self.remember((parent, name), node, &a, None);
+        let fh = self.handles.insert(fid, Reopen::new(fa.ino.0, wire));
+        let open_flags = self.fopen_flags(fa.ino.0, flags);
+        reply.created(
+            &self.entry_ttl(),
+            &fa,
+            Generation(0),
+            FileHandle(fh),
+            open_flags,
+        );
     }
 
     pub(super) fn read(&self, fh: FileHandle, offset: u64, size: u32, reply: ReplyData) {

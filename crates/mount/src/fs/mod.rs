@@ -39,8 +39,9 @@ use crate::changes::{ChangeState, SYNC_XATTR};
 use crate::config::{MountConfig, RequestSize};
 use crate::fid::FidRef;
 use crate::handle::{HandleTable, OpenFile};
-use crate::inode::InodeTable;
+use crate::inode::{InodeTable, NodeFid};
 use crate::listed_attrs::{ChangeInFlight, ListedAttrs};
+use crate::replica::DirReplicas;
 use crate::stats::{Op, Stats};
 
 /// The state every request handler shares (and the mount handle reads for stats).
@@ -64,6 +65,15 @@ pub(crate) struct Shared {
     pub listed: Arc<ListedAttrs>,
     /// The server refused to give a new file to its creator (it is not root).
     pub chown_refused: std::sync::atomic::AtomicBool,
+    /// Whole directories with their entries' attributes, while events are followed.
+    pub replicas: DirReplicas,
+    /// No `--negative-ttl` was given: while events are followed, missing names the mount
+    /// tracks are kept long too.
+    pub negative_by_mode: bool,
+    /// The mount lost track of names the kernel may hold (its name table overflowed):
+    /// from then on the kernel gets the cache mode's timeouts, never the long ones that
+    /// following events allows.
+    pub untracked: std::sync::atomic::AtomicBool,
 }
 
 /// The owner and group of a file a request creates: the caller's, or for the group, the
@@ -105,13 +115,56 @@ impl Shared {
             changes: ChangeState::default(),
             listed: Arc::default(),
             chown_refused: std::sync::atomic::AtomicBool::new(false),
+            replicas: DirReplicas::new(if config.cache == CacheMode::Never {
+                0
+            } else {
+                config.replica_entries
+            }),
+            untracked: std::sync::atomic::AtomicBool::new(false),
+            negative_by_mode: config.negative_ttl == crate::NegativeTtl::ByCacheMode,
             client,
         }
     }
 
-    /// The unopened fid of node `ino`.
+    /// The unopened fid of node `ino`, walked now if the node was answered from a
+    /// directory replica and has none yet.
     fn node(&self, ino: INodeNo) -> Result<Arc<FidRef>, Errno> {
-        self.inodes.fid(ino.0).ok_or(Errno::ESTALE)
+        match self.inodes.node_fid(ino.0) {
+            Some(NodeFid::Bound(fid)) => Ok(fid),
+            Some(NodeFid::Lazy {
+                dir,
+                dir_ino,
+                name,
+                qid_path,
+            }) => match self.walk_name(&dir, &name) {
+                Ok((fid, qid)) if qid.path == qid_path => Ok(self.inodes.bind(ino.0, fid)),
+                _ => Err(self.lazy_failed(dir_ino, &name)),
+            },
+            None => Err(Errno::ESTALE),
+        }
+    }
+
+    /// A node answered from a replica is not where the replica said (the host changed it
+    /// and its event has not come yet): the replica asks the server about that name from
+    /// now on, and the kernel gets ESTALE, which makes it look the path up again.
+    fn lazy_failed(&self, dir_ino: u64, name: &[u8]) -> Errno {
+        self.replicas.stale(dir_ino, name);
+        Errno::ESTALE
+    }
+
+    /// Whether the kernel may keep what it is told for long: change events are followed
+    /// (and the mount can still name everything the kernel holds), and the cache mode
+    /// caches at all. What the events change is invalidated as they come.
+    pub(crate) fn follows_events(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.config.cache != CacheMode::Never
+            && self.listed.is_following()
+            && !self.untracked.load(Relaxed)
+    }
+
+    /// Whether directory replicas may answer for now.
+    pub(crate) fn replicas_usable(&self) -> bool {
+        self.client.has_extensions() && self.replicas.enabled()
     }
 
     fn open_file(&self, fh: FileHandle) -> Result<Arc<OpenFile>, Errno> {
@@ -125,19 +178,22 @@ impl Shared {
     }
 
     fn entry_ttl(&self) -> Duration {
+        if self.follows_events() {
+            return crate::cache::FOLLOWED;
+        }
         self.config.cache.entry_ttl()
     }
 
     /// The entry timeout for a name leading to a file of `kind`.
     fn entry_ttl_for(&self, kind: FileType) -> Duration {
         match kind {
-            FileType::Directory => self.config.cache.dir_entry_ttl(),
+            FileType::Directory if !self.follows_events() => self.config.cache.dir_entry_ttl(),
             _ => self.entry_ttl(),
         }
     }
 
     fn attr_ttl(&self) -> Duration {
-        self.config.cache.attr_ttl()
+        self.entry_ttl()
     }
 
     fn writable(&self) -> Result<(), Errno> {
@@ -226,9 +282,28 @@ impl CrossFs {
             let file = s.inodes.expected(dir, name).map(|(_, qid_path)| qid_path);
             [s.inodes.qid_path(dir), file]
         });
-        let nodes = nodes.iter().map(|&ino| s.inodes.qid_path(ino));
-        let files = nodes.chain(named).flatten().collect();
-        (s, s.listed.change(files))
+        let changed: Vec<(u64, u64)> = nodes
+            .iter()
+            .filter_map(|&ino| Some((ino, s.inodes.qid_path(ino)?)))
+            .collect();
+        let files = changed
+            .iter()
+            .map(|&(_, q)| Some(q))
+            .chain(named)
+            .flatten()
+            .collect();
+        let mut change = s.listed.change(files);
+        if !changed.is_empty() {
+            // The files' entries in directory replicas are asked of the server again once
+            // the change is done (entry changes update replicas in their handlers).
+            let shared = s.clone();
+            change = change.also_at_end(move || {
+                for (ino, qid_path) in changed {
+                    shared.replicas.own_changed(ino, qid_path);
+                }
+            });
+        }
+        (s, change)
     }
 }
 
@@ -297,7 +372,10 @@ impl Filesystem for CrossFs {
     }
 
     fn forget(&self, req: &Request, ino: INodeNo, nlookup: u64) {
-        self.s(req, Op::Forget).inodes.forget(ino.0, nlookup);
+        let s = self.s(req, Op::Forget);
+        if s.inodes.forget(ino.0, nlookup) {
+            s.replicas.forget(ino.0);
+        }
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {

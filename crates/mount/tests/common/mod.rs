@@ -39,6 +39,8 @@ pub struct Setup {
     pub config: MountConfig,
     /// msize the client asks for (and the crossfs server allows).
     pub msize: u32,
+    /// Whether crossfs's server offers its extension of 9P2000.L (and the client asks).
+    pub extensions: bool,
 }
 
 impl Setup {
@@ -47,6 +49,7 @@ impl Setup {
             backend,
             config: MountConfig::default(),
             msize: 1 << 20,
+            extensions: std::env::var_os("CROSSFS_TEST_PLAIN_9P").is_none(),
         }
     }
 }
@@ -72,6 +75,7 @@ impl Fixture {
                 let s = Server::new(ServerConfig {
                     export: export.path().to_path_buf(),
                     max_msize: setup.msize,
+                    extensions: setup.extensions,
                     ..Default::default()
                 })
                 .unwrap();
@@ -101,6 +105,7 @@ impl Fixture {
                 msize: setup.msize,
                 transport_max: u32::MAX,
                 max_in_flight: 256,
+                extensions: setup.extensions,
             },
             move || {
                 let _ = closer.shutdown(std::net::Shutdown::Both);
@@ -145,6 +150,14 @@ impl Fixture {
             .messages
             .get(name)
             .map_or(0, |c| c.count)
+    }
+
+    /// Messages that walk a name: Twalk, and the extension's Twalkgetattr and Twalkopen.
+    pub fn walks(&self) -> u64 {
+        ["Twalk", "Twalkgetattr", "Twalkopen"]
+            .iter()
+            .map(|m| self.count(m))
+            .sum()
     }
 
     pub fn counters(&self) -> CounterSnapshot {

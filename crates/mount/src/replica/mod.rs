@@ -1,0 +1,607 @@
+//! Directory replicas: whole directories, every entry with its attributes, kept in the mount
+//! while the server's change events are followed, so that lookups (of names present and
+//! missing alike), stats and listings in a directory seen once cost no round trip.
+//!
+//! A replica is filled by the crossfs extension's Treaddirattr (a listing with attributes,
+//! as many entries per message as msize allows), the first time a name is looked up in the
+//! directory or the directory is listed from its start. What makes each answer exact:
+//! - **Filled only while events are followed** and only for a directory whose path the
+//!   events can name (anchored, see `tree.rs`), and kept only if no event and no change
+//!   through the mount touched the directory while the listing was in flight (a
+//!   [`Ticket`]: the directory's change count and the replicas' epoch, taken before the
+//!   request is sent).
+//! - **Every event updates or drops what it names**, before the kernel is told: a
+//!   creation, modification or attribute change keeps an entry only if the event's
+//!   attributes (inode, mode, size, mtime, ctime) equal the entry's, else the entry becomes
+//!   unknown (asked of the server, and learnt again from the answer); a removal removes it;
+//!   a rename does both; the directory's own entry in its parent becomes unknown (its
+//!   times changed), and so does every other name of a file whose link count changed. A
+//!   directory removed, renamed or replaced loses its replica and its subtree's.
+//! - **A rescan drops** the replicas of its subtree (of everything, at the top); so do a
+//!   lost event stream, a reconnect (both end "following"), and a clear of the mount's
+//!   name table.
+//! - **Changes through the mount** update the replica once the server has answered:
+//!   the created entry with the attributes the server returned, a removal, a rename (the
+//!   target unknown, as its ctime moved), and attribute changes make the file's entries
+//!   unknown.
+//!
+//! So after `crossfs sync` (every host change before it applied) a replica answers what
+//! the server would. Between a host change and its event (20 ms to 200 ms of coalescing on
+//! the server) it may answer the older state, as every cache that events keep does.
+//!
+//! Memory is bounded: at most [`DirReplicas::limit`] entries in all; past it, the least
+//! recently used directories are dropped first. A directory larger than the limit is not
+//! replicated whole (lookups in it ask the server, as without replicas).
+//!
+//! What this module must not do: send anything (the callers fill it), or answer for a
+//! directory it has no complete knowledge of (a missing name is "missing" only in a
+//! complete replica).
+
+mod tree;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use crossfs_events::{Attrs, Event, EventKind, RelPath};
+use crossfs_wire::Rgetattr;
+use serde_json::{json, Value};
+
+use tree::DirTree;
+
+/// Entries kept in all replicas by default (about 300 bytes each).
+pub const DEFAULT_REPLICA_ENTRIES: usize = 1 << 18;
+
+/// A directory's entries as listed: names and attributes.
+pub(crate) type Listing = Vec<(Vec<u8>, Rgetattr)>;
+
+/// What a replica says about one name.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Answer {
+    /// The name exists, with these attributes.
+    Found(Box<Rgetattr>),
+    /// The directory has no such name.
+    Missing,
+    /// No replica, or it cannot say: ask the server.
+    Ask,
+}
+
+enum Slot {
+    Known(Box<Rgetattr>),
+    /// Changed since it was listed: the server knows.
+    Unknown,
+}
+
+struct Replica {
+    slots: HashMap<Vec<u8>, Slot>,
+    unknown: usize,
+    /// Every name of the directory is in `slots` (absent: missing).
+    complete: bool,
+    /// The replicas' clock when it was last used (least recently used go first).
+    used: u64,
+}
+
+/// A directory's state when a fill or a lookup was sent: what it learns is kept only if
+/// nothing touched the directory since.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ticket {
+    epoch: u64,
+    changes: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    following: bool,
+    /// Moves on with every change that counts for every directory.
+    epoch: u64,
+    /// Directory node -> changes routed to it so far.
+    changes: HashMap<u64, u64>,
+    tree: DirTree,
+    dirs: HashMap<u64, Replica>,
+    /// `qid.path` of a non-directory -> the entries naming it (hard links share one).
+    by_qid: HashMap<u64, Vec<(u64, Vec<u8>)>>,
+    entries: usize,
+    clock: u64,
+}
+
+/// Counters shown by `crossfs stats` under `"replicas"`.
+#[derive(Default)]
+struct Counters {
+    hits: AtomicU64,
+    negative_hits: AtomicU64,
+    asked: AtomicU64,
+    fills: AtomicU64,
+    filled_entries: AtomicU64,
+    fills_discarded: AtomicU64,
+    dropped: AtomicU64,
+    evicted: AtomicU64,
+}
+
+/// The mount's directory replicas (see the module doc).
+pub(crate) struct DirReplicas {
+    inner: Mutex<Inner>,
+    limit: AtomicUsize,
+    counters: Counters,
+}
+
+fn same_as_event(a: &Rgetattr, e: &Attrs) -> bool {
+    let ns = |s: u64, n: u64| (s as i64).saturating_mul(1_000_000_000) + n as i64;
+    a.qid.path == e.ino
+        && a.mode == e.mode
+        && a.size == e.size
+        && ns(a.mtime_sec, a.mtime_nsec) == e.mtime_ns
+        && ns(a.ctime_sec, a.ctime_nsec) == e.ctime_ns
+}
+
+fn is_dir(a: &Rgetattr) -> bool {
+    a.mode & libc::S_IFMT == libc::S_IFDIR
+}
+
+impl Inner {
+    fn bump(&mut self, dir: u64) {
+        *self.changes.entry(dir).or_default() += 1;
+    }
+
+    fn ticket(&self, dir: u64) -> Ticket {
+        Ticket {
+            epoch: self.epoch,
+            changes: self.changes.get(&dir).copied().unwrap_or(0),
+        }
+    }
+
+    fn still(&self, dir: u64, t: Ticket) -> bool {
+        self.following
+            && self.tree.is_anchored(dir)
+            && t.epoch == self.epoch
+            && t.changes == self.changes.get(&dir).copied().unwrap_or(0)
+    }
+
+    fn unindex(&mut self, dir: u64, name: &[u8], slot: &Slot) {
+        let Slot::Known(a) = slot else { return };
+        if is_dir(a) {
+            return;
+        }
+        if let Some(names) = self.by_qid.get_mut(&a.qid.path) {
+            names.retain(|(d, n)| !(*d == dir && n == name));
+            if names.is_empty() {
+                self.by_qid.remove(&a.qid.path);
+            }
+        }
+    }
+
+    /// Sets `name` in `dir`'s replica, if there is one: `Some(slot)`, or absent.
+    fn set(&mut self, dir: u64, name: &[u8], slot: Option<Slot>) {
+        let Some(r) = self.dirs.get_mut(&dir) else {
+            return;
+        };
+        // In a partial replica an absent name already means "ask the server".
+        let slot = match slot {
+            Some(Slot::Unknown) if !r.complete => None,
+            slot => slot,
+        };
+        let indexed = match &slot {
+            Some(Slot::Known(a)) if !is_dir(a) => Some(a.qid.path),
+            _ => None,
+        };
+        let old = match slot {
+            Some(slot) => {
+                r.unknown += usize::from(matches!(slot, Slot::Unknown));
+                r.slots.insert(name.to_vec(), slot)
+            }
+            None => r.slots.remove(name),
+        };
+        let present = r.slots.contains_key(name);
+        if let Some(Slot::Unknown) = old {
+            r.unknown -= 1;
+        }
+        match (old.is_some(), present) {
+            (false, true) => self.entries += 1,
+            (true, false) => self.entries -= 1,
+            _ => {}
+        }
+        if let Some(old) = old {
+            self.unindex(dir, name, &old);
+        }
+        if let Some(q) = indexed {
+            self.by_qid.entry(q).or_default().push((dir, name.to_vec()));
+        }
+    }
+
+    /// An event or a change says `name` in `dir` may now be other than the replica says.
+    fn touch(&mut self, dir: u64, name: &[u8], now: Option<&Attrs>) {
+        let keep = match self.dirs.get(&dir).and_then(|r| r.slots.get(name)) {
+            Some(Slot::Known(a)) => now.is_some_and(|e| same_as_event(a, e)),
+            _ => false,
+        };
+        if !keep {
+            self.set(dir, name, Some(Slot::Unknown));
+        }
+    }
+
+    /// The directory's own entry in its parent's replica: its times changed.
+    fn touch_self(&mut self, dir: u64) {
+        if let Some((parent, name)) = self.tree.parent(dir) {
+            let name = name.to_vec();
+            self.touch(parent, &name, None);
+            self.bump(parent);
+        }
+    }
+
+    /// Every other name of the file with `qid_path`: its link count or attributes changed.
+    fn touch_links(&mut self, qid_path: u64, now: Option<&Attrs>) {
+        for (dir, name) in self.by_qid.get(&qid_path).cloned().unwrap_or_default() {
+            self.touch(dir, &name, now);
+            self.bump(dir);
+        }
+    }
+
+    /// Drops the replicas of `dirs`; returns how many there were. (A fill in flight for
+    /// one of them is refused by what made it go: a detach, an event's count, an epoch.)
+    fn drop_dirs(&mut self, dirs: &[u64]) -> u64 {
+        let mut dropped = 0;
+        for dir in dirs {
+            if let Some(r) = self.dirs.remove(dir) {
+                dropped += 1;
+                self.entries -= r.slots.len();
+                for (name, slot) in &r.slots {
+                    self.unindex(*dir, name, slot);
+                }
+            }
+        }
+        dropped
+    }
+
+    /// A directory named `name` in `dir`, if anchored, goes with its subtree.
+    fn detach_child(&mut self, dir: u64, name: &[u8], counters: &Counters) {
+        if let Some(child) = self.tree.child(dir, name) {
+            let gone = self.tree.detach(child);
+            let n = self.drop_dirs(&gone);
+            counters.dropped.fetch_add(n, Relaxed);
+        }
+    }
+
+    /// `name` in `dir` is gone; a directory of that name goes with its subtree.
+    fn removed(&mut self, dir: u64, name: &[u8], counters: &Counters) {
+        self.detach_child(dir, name, counters);
+        let qid = match self.dirs.get(&dir).and_then(|r| r.slots.get(name)) {
+            Some(Slot::Known(a)) if !is_dir(a) => Some(a.qid.path),
+            _ => None,
+        };
+        self.set(dir, name, None);
+        if let Some(q) = qid {
+            self.touch_links(q, None);
+        }
+        self.touch_self(dir);
+        self.bump(dir);
+    }
+
+    /// `name` in `dir` may be new or changed (`now`: its attributes, if known).
+    /// A directory of that name keeps its place only if the event says it is still one
+    /// (its attributes then tell whether it is the same one: see `touch`).
+    fn changed(&mut self, dir: u64, name: &[u8], now: Option<&Attrs>, counters: &Counters) {
+        if !now.is_some_and(|a| a.is_dir()) {
+            self.detach_child(dir, name, counters);
+        }
+        self.touch(dir, name, now);
+        self.bump(dir);
+    }
+
+    fn clear(&mut self, counters: &Counters) {
+        counters.dropped.fetch_add(self.dirs.len() as u64, Relaxed);
+        self.dirs.clear();
+        self.by_qid.clear();
+        self.changes.clear();
+        self.tree.clear();
+        self.entries = 0;
+        self.epoch += 1;
+    }
+
+    /// Drops least recently used replicas until `room` more entries fit under `limit`.
+    fn make_room(&mut self, room: usize, limit: usize, counters: &Counters) {
+        while self.entries + room > limit {
+            let Some((&oldest, _)) = self.dirs.iter().min_by_key(|(_, r)| r.used) else {
+                break;
+            };
+            let n = self.drop_dirs(&[oldest]);
+            counters.evicted.fetch_add(n, Relaxed);
+        }
+    }
+}
+
+impl DirReplicas {
+    /// Replicas of at most `limit` entries in all (0: none are kept).
+    pub(crate) fn new(limit: usize) -> Self {
+        DirReplicas {
+            inner: Mutex::default(),
+            limit: AtomicUsize::new(limit),
+            counters: Counters::default(),
+        }
+    }
+
+    /// Entries kept at most (see the module doc).
+    pub(crate) fn limit(&self) -> usize {
+        self.limit.load(Relaxed)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether replicas may be used at all.
+    pub(crate) fn enabled(&self) -> bool {
+        self.limit() > 0 && self.lock().following
+    }
+
+    /// Whether change events are followed from now on. A change either way drops every
+    /// replica: stopping may have lost events, and nothing was followed before starting.
+    pub(crate) fn set_following(&self, following: bool) {
+        let mut inner = self.lock();
+        if inner.following != following {
+            inner.following = following;
+            inner.clear(&self.counters);
+        }
+    }
+
+    /// No more replicas for this mount (it can no longer follow every name).
+    pub(crate) fn set_limit_zero(&self) {
+        self.limit.store(0, Relaxed);
+        self.lock().clear(&self.counters);
+    }
+
+    /// What `dir`'s replica says about `name`.
+    pub(crate) fn lookup(&self, dir: u64, name: &[u8]) -> Answer {
+        let mut inner = self.lock();
+        inner.clock += 1;
+        let clock = inner.clock;
+        let Some(r) = inner.dirs.get_mut(&dir) else {
+            return Answer::Ask;
+        };
+        r.used = clock;
+        let answer = match r.slots.get(name) {
+            Some(Slot::Known(a)) => Answer::Found(a.clone()),
+            None if r.complete => Answer::Missing,
+            _ => Answer::Ask,
+        };
+        let c = &self.counters;
+        match answer {
+            Answer::Found(_) => c.hits.fetch_add(1, Relaxed),
+            Answer::Missing => c.negative_hits.fetch_add(1, Relaxed),
+            Answer::Ask => c.asked.fetch_add(1, Relaxed),
+        };
+        answer
+    }
+
+    /// Whether `dir` has a replica.
+    pub(crate) fn has(&self, dir: u64) -> bool {
+        self.lock().dirs.contains_key(&dir)
+    }
+
+    /// The entries of `dir`'s replica, in name order, if it is complete and knows every
+    /// entry (a listing can then be answered from it).
+    pub(crate) fn listing(&self, dir: u64) -> Option<Vec<(Vec<u8>, Box<Rgetattr>)>> {
+        let mut inner = self.lock();
+        inner.clock += 1;
+        let clock = inner.clock;
+        let r = inner.dirs.get_mut(&dir)?;
+        if !r.complete || r.unknown > 0 {
+            return None;
+        }
+        r.used = clock;
+        let mut out: Vec<_> = r
+            .slots
+            .iter()
+            .filter_map(|(n, s)| match s {
+                Slot::Known(a) => Some((n.clone(), a.clone())),
+                Slot::Unknown => None,
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Some(out)
+    }
+
+    /// A ticket for a fill of, or a lookup in, `dir`; `None` if its replica could not be
+    /// kept (not following, or the directory is not anchored).
+    pub(crate) fn ticket(&self, dir: u64) -> Option<Ticket> {
+        if self.limit() == 0 {
+            return None;
+        }
+        let inner = self.lock();
+        (inner.following && inner.tree.is_anchored(dir)).then(|| inner.ticket(dir))
+    }
+
+    /// Keeps a listing of `dir` fetched under `ticket`, if nothing touched the directory
+    /// since and it fits: `complete` when it runs to the directory's end. Returns whether
+    /// it was kept.
+    pub(crate) fn install(
+        &self,
+        dir: u64,
+        ticket: Ticket,
+        listed: Listing,
+        complete: bool,
+    ) -> bool {
+        let c = &self.counters;
+        let mut inner = self.lock();
+        if !inner.still(dir, ticket) || listed.len() > self.limit() {
+            c.fills_discarded.fetch_add(1, Relaxed);
+            return false;
+        }
+        inner.drop_dirs(&[dir]);
+        inner.make_room(listed.len(), self.limit(), c);
+        inner.clock += 1;
+        let used = inner.clock;
+        let n = listed.len();
+        inner.dirs.insert(
+            dir,
+            Replica {
+                slots: HashMap::with_capacity(n),
+                unknown: 0,
+                complete,
+                used,
+            },
+        );
+        for (name, a) in listed {
+            inner.set(dir, &name, Some(Slot::Known(Box::new(a))));
+        }
+        c.fills.fetch_add(1, Relaxed);
+        c.filled_entries.fetch_add(n as u64, Relaxed);
+        true
+    }
+
+    /// What a lookup sent under `ticket` found for `name` in `dir` (`None`: missing).
+    pub(crate) fn learned(&self, dir: u64, ticket: Ticket, name: &[u8], found: Option<&Rgetattr>) {
+        let mut inner = self.lock();
+        if !inner.still(dir, ticket) || !inner.dirs.contains_key(&dir) {
+            return;
+        }
+        match found {
+            Some(a) => inner.set(dir, name, Some(Slot::Known(Box::new(a.clone())))),
+            None => inner.set(dir, name, None),
+        }
+    }
+
+    /// Directory node `ino` was found as `name` in `parent` by a request sent under
+    /// `ticket` (of `parent`): it is anchored there if nothing touched `parent` since.
+    pub(crate) fn anchor(&self, parent: u64, name: &[u8], ino: u64, ticket: Ticket) {
+        let mut inner = self.lock();
+        if !inner.still(parent, ticket) {
+            return;
+        }
+        let gone = inner.tree.anchor(parent, name, ino);
+        let n = inner.drop_dirs(&gone);
+        self.counters.dropped.fetch_add(n, Relaxed);
+    }
+
+    /// The kernel forgot directory node `ino`: its replica and subtree go.
+    pub(crate) fn forget(&self, ino: u64) {
+        let mut inner = self.lock();
+        if inner.tree.parent(ino).is_some() || inner.dirs.contains_key(&ino) {
+            let gone = inner.tree.detach(ino);
+            let n = inner.drop_dirs(&gone);
+            self.counters.dropped.fetch_add(n, Relaxed);
+            for dir in gone {
+                inner.changes.remove(&dir);
+            }
+        }
+    }
+
+    /// Applies a change event (see the module doc), before the kernel's caches are told.
+    pub(crate) fn apply(&self, ev: &Event) {
+        let c = &self.counters;
+        let mut inner = self.lock();
+        let parent_of = |inner: &Inner, p: &RelPath| -> Option<u64> {
+            inner.tree.resolve(p.parent()?.components())
+        };
+        match &ev.kind {
+            EventKind::Sync { .. } | EventKind::Warning { .. } => {}
+            EventKind::Rescan { .. } => {
+                if ev.path.is_root() {
+                    inner.clear(c);
+                    return;
+                }
+                if let Some(dir) = parent_of(&inner, &ev.path) {
+                    inner.changed(dir, ev.path.file_name(), None, c);
+                }
+            }
+            EventKind::Removed => {
+                if let Some(dir) = parent_of(&inner, &ev.path) {
+                    inner.removed(dir, ev.path.file_name(), c);
+                }
+            }
+            EventKind::Created | EventKind::Modified | EventKind::Attrib => {
+                if let Some(dir) = parent_of(&inner, &ev.path) {
+                    inner.changed(dir, ev.path.file_name(), ev.attrs.as_ref(), c);
+                    if matches!(ev.kind, EventKind::Created) {
+                        inner.touch_self(dir);
+                    }
+                }
+            }
+            EventKind::Renamed { from } => {
+                if let Some(dir) = parent_of(&inner, from) {
+                    inner.removed(dir, from.file_name(), c);
+                }
+                if let Some(dir) = parent_of(&inner, &ev.path) {
+                    // Whatever had the name goes, and a directory that comes with its old
+                    // subtree's knowledge too.
+                    inner.changed(dir, ev.path.file_name(), None, c);
+                    inner.touch_self(dir);
+                }
+            }
+        }
+        if let Some(q) = ev.qid {
+            let now = ev.attrs.filter(|_| !matches!(ev.kind, EventKind::Removed));
+            inner.touch_links(q, now.as_ref());
+        }
+    }
+
+    /// A file was created through the mount as `name` in `dir`, with attributes `a`.
+    pub(crate) fn own_created(&self, dir: u64, name: &[u8], a: &Rgetattr) {
+        let mut inner = self.lock();
+        inner.detach_child(dir, name, &self.counters);
+        if !is_dir(a) {
+            // A hard link: the file's other names have a new link count.
+            inner.touch_links(a.qid.path, None);
+        }
+        inner.set(dir, name, Some(Slot::Known(Box::new(a.clone()))));
+        inner.touch_self(dir);
+        inner.bump(dir);
+    }
+
+    /// `name` in `dir` was removed through the mount.
+    pub(crate) fn own_removed(&self, dir: u64, name: &[u8]) {
+        self.lock().removed(dir, name, &self.counters);
+    }
+
+    /// `name` in `dir` was renamed through the mount to `to_name` in `to_dir`.
+    pub(crate) fn own_renamed(&self, dir: u64, name: &[u8], to_dir: u64, to_name: &[u8]) {
+        let mut inner = self.lock();
+        let c = &self.counters;
+        let moved = match inner.dirs.get(&dir).and_then(|r| r.slots.get(name)) {
+            Some(Slot::Known(a)) if !is_dir(a) => Some(a.qid.path),
+            _ => None,
+        };
+        inner.removed(dir, name, c);
+        inner.changed(to_dir, to_name, None, c);
+        inner.touch_self(to_dir);
+        if let Some(q) = moved {
+            inner.touch_links(q, None);
+        }
+    }
+
+    /// The file with `qid_path` (node `ino`) was changed through the mount: its entries
+    /// are unknown until looked up again.
+    pub(crate) fn own_changed(&self, ino: u64, qid_path: u64) {
+        let mut inner = self.lock();
+        inner.touch_links(qid_path, None);
+        if inner.tree.is_anchored(ino) {
+            inner.touch_self(ino);
+        }
+    }
+
+    /// `name` in `dir` did not lead where the replica said: ask the server from now on.
+    pub(crate) fn stale(&self, dir: u64, name: &[u8]) {
+        let mut inner = self.lock();
+        inner.touch(dir, name, None);
+        inner.bump(dir);
+    }
+
+    /// The counters, for `crossfs stats`.
+    pub(crate) fn stats_json(&self) -> Value {
+        let c = &self.counters;
+        let inner = self.lock();
+        json!({
+            "limit": self.limit(),
+            "following": inner.following,
+            "directories": inner.dirs.len(),
+            "entries": inner.entries,
+            "anchored": inner.tree.len(),
+            "hits": c.hits.load(Relaxed),
+            "negative_hits": c.negative_hits.load(Relaxed),
+            "asked": c.asked.load(Relaxed),
+            "fills": c.fills.load(Relaxed),
+            "filled_entries": c.filled_entries.load(Relaxed),
+            "fills_discarded": c.fills_discarded.load(Relaxed),
+            "dropped": c.dropped.load(Relaxed),
+            "evicted": c.evicted.load(Relaxed),
+        })
+    }
+}
