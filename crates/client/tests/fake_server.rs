@@ -507,14 +507,23 @@ fn a_server_that_is_not_9p2000l_is_refused() {
         let mut fake = Fake {
             stream: theirs.try_clone().unwrap(),
         };
-        fake.read_request().unwrap();
-        fake.reply(
-            NOTAG,
-            Rmessage::Version(Rversion {
-                msize: 8192,
-                version: b"unknown".to_vec(),
-            }),
-        );
+        // Asked for the crossfs extension, then (after "unknown") for plain 9P2000.L.
+        let mut asked = Vec::new();
+        for _ in 0..2 {
+            let f = fake.read_request().unwrap();
+            let Ok(Tmessage::Version(v)) = f.msg else {
+                panic!("expected Tversion, got {f:?}")
+            };
+            asked.push(v.version);
+            fake.reply(
+                NOTAG,
+                Rmessage::Version(Rversion {
+                    msize: 8192,
+                    version: b"unknown".to_vec(),
+                }),
+            );
+        }
+        assert_eq!(asked, [&b"9P2000.L.crossfs"[..], b"9P2000.L"]);
         let mut rest = Vec::new();
         let _ = theirs.read_to_end(&mut rest);
     });
