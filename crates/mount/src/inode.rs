@@ -33,8 +33,8 @@ struct Inode {
     /// `None` for a node answered from a directory replica: walked from `origin` when
     /// first needed (see [`NodeFid::Lazy`]).
     fid: Option<Arc<FidRef>>,
-    /// Where a node without a fid was found: its directory's fid and node, and its name.
-    origin: Option<(Arc<FidRef>, u64, Vec<u8>)>,
+    /// Where a node without a fid was found: its directory's node and its name there.
+    origin: Option<(u64, Vec<u8>)>,
     qid_path: u64,
     /// `S_IFMT` bits: a qid.path reused by a file of another type is another file.
     format: u32,
@@ -69,8 +69,8 @@ struct Inner {
 enum Found {
     /// By a walk: this fid names it.
     Walked(Arc<FidRef>),
-    /// In a directory replica: as this name in the directory with this fid and node.
-    Listed(Arc<FidRef>, u64, Vec<u8>),
+    /// In a listing or a directory replica: as this name in this directory node.
+    Listed(u64, Vec<u8>),
 }
 
 /// A name the kernel may hold, as [`InodeTable::subtree`] lists it.
@@ -81,8 +81,6 @@ pub(crate) struct KnownName {
     pub qid_path: u64,
     /// `S_IFMT` bits.
     pub format: u32,
-    /// The newest attributes seen from the server.
-    pub seen: Option<DataStamp>,
 }
 
 /// A node's newest attributes and when they were fetched (see `crate::listed_attrs`).
@@ -95,10 +93,9 @@ pub(crate) type NodeFids = HashMap<u64, (Fid, u64)>;
 pub(crate) enum NodeFid {
     /// Through its fid.
     Bound(Arc<FidRef>),
-    /// Not walked yet: walk `name` from the directory's fid, and check that it reaches
-    /// `qid_path`.
+    /// Not walked yet: walk `name` from directory node `dir_ino`'s fid, and check that it
+    /// reaches `qid_path`.
     Lazy {
-        dir: Arc<FidRef>,
         dir_ino: u64,
         name: Vec<u8>,
         qid_path: u64,
@@ -161,8 +158,7 @@ impl InodeTable {
         let node = inner.by_ino.get(&ino).filter(|n| !n.stale)?;
         match (&node.fid, &node.origin) {
             (Some(fid), _) => Some(NodeFid::Bound(fid.clone())),
-            (None, Some((dir, dir_ino, name))) => Some(NodeFid::Lazy {
-                dir: dir.clone(),
+            (None, Some((dir_ino, name))) => Some(NodeFid::Lazy {
                 dir_ino: *dir_ino,
                 name: name.clone(),
                 qid_path: node.qid_path,
@@ -182,9 +178,7 @@ impl InodeTable {
             return bound.clone();
         }
         node.fid = Some(fid.clone());
-        let origin = node.origin.take();
-        drop(inner);
-        drop(origin); // its directory fid reference, released outside the lock
+        node.origin = None;
         fid
     }
 
@@ -292,23 +286,18 @@ impl InodeTable {
         Self::remember_node(inner, Found::Walked(fid), a, fetched)
     }
 
-    /// [`InodeTable::remember`] for a file a directory replica answered for: a node already
-    /// known keeps its fid; a new one gets none until it is needed (see [`NodeFid::Lazy`]),
-    /// walked then as `name` from `dir`.
+    /// [`InodeTable::remember`] for a file a directory replica or a listing answered for: a
+    /// node already known keeps its fid; a new one gets none until it is needed (see
+    /// [`NodeFid::Lazy`]), walked then as `name` from `parent`.
     pub(crate) fn remember_lazy(
         &self,
         (parent, name): (u64, &[u8]),
-        dir: Arc<FidRef>,
         a: &Rgetattr,
         fetched: Option<Fetched>,
     ) -> u64 {
         let mut inner = self.lock();
-        let (ino, unused) = Self::remember_node(
-            &mut inner,
-            Found::Listed(dir, parent, name.to_vec()),
-            a,
-            fetched,
-        );
+        let (ino, unused) =
+            Self::remember_node(&mut inner, Found::Listed(parent, name.to_vec()), a, fetched);
         Self::name(&mut inner, parent, name, ino);
         drop(inner);
         drop(unused);
@@ -329,9 +318,21 @@ impl InodeTable {
                     node.nlookup += 1;
                     node.seen = Some(stamp);
                     node.listed = listed;
-                    let Found::Walked(fid) = found else {
-                        // A listed name: the node keeps whatever fid it has.
-                        return (ino, None);
+                    let fid = match found {
+                        Found::Walked(fid) => fid,
+                        Found::Listed(dir_ino, name) => {
+                            // A listed name: the node keeps the fid it has, unless that one
+                            // is stale; one without is walked from where it was found last.
+                            let mut unused = None;
+                            if node.stale {
+                                unused = node.fid.take();
+                                node.stale = false;
+                            }
+                            if node.fid.is_none() {
+                                node.origin = Some((dir_ino, name));
+                            }
+                            return (ino, unused);
+                        }
                     };
                     node.stale = false;
                     if ino == ROOT {
@@ -344,7 +345,7 @@ impl InodeTable {
         }
         let (fid, origin) = match found {
             Found::Walked(fid) => (Some(fid), None),
-            Found::Listed(dir, dir_ino, name) => (None, Some((dir, dir_ino, name))),
+            Found::Listed(dir_ino, name) => (None, Some((dir_ino, name))),
         };
         let ino = Self::insert(inner, fid, qid.path, format, Some(stamp));
         if let Some(node) = inner.by_ino.get_mut(&ino) {
@@ -414,7 +415,6 @@ impl InodeTable {
                     ino,
                     qid_path: node.qid_path,
                     format: node.format,
-                    seen: node.seen,
                 });
             }
         }

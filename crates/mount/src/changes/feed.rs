@@ -412,22 +412,6 @@ impl Applier<'_> {
         }
     }
 
-    /// With the writeback cache, the kernel takes a file's size only from a new inode: when
-    /// the server's size differs from the last one seen, the file gets one.
-    fn refresh_size(&self, k: &crate::inode::KnownName) {
-        let s = &self.shared;
-        let Some(fid) = s.inodes.fid(k.ino) else {
-            return;
-        };
-        let Ok(a) = s.client.getattr(fid.fid(), crate::remote::ATTR_MASK) else {
-            return;
-        };
-        if k.seen.is_some_and(|seen| seen.size == a.size) {
-            return;
-        }
-        self.renew_if_size_is_local(k.dir, &k.name, k.ino);
-    }
-
     /// With the writeback cache the kernel keeps its own idea of a file's size, whatever
     /// the server says: only a new inode takes the server's. So the file's node is retired
     /// (the next lookup makes a new one; open files keep the old) and its entry dropped, a
@@ -468,7 +452,10 @@ impl Applier<'_> {
             if !self.still_leads_to(k.dir, &k.name, k.qid_path) {
                 self.inval_entry(k.dir, &k.name);
             } else if writeback && k.format == libc::S_IFREG {
-                self.refresh_size(k);
+                // What size the kernel holds is unknown (it ignores the server's sizes for
+                // inodes it has, whatever the mount told it since): a new inode takes the
+                // server's.
+                self.renew_if_size_is_local(k.dir, &k.name, k.ino);
             }
             self.inval_inode(k.ino, true);
             dirs.push(k.ino);

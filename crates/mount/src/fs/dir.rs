@@ -216,9 +216,7 @@ impl Shared {
                         ttl,
                         ..
                     }) => {
-                        let node =
-                            self.inodes
-                                .remember_lazy((ino.0, &e.name), dir.clone(), &a, None);
+                        let node = self.inodes.remember_lazy((ino.0, &e.name), &a, None);
                         self.check_names_lost();
                         if let (Some(t), true) = (s.ticket, attr::is_dir(&a)) {
                             self.replicas.anchor(ino.0, &e.name, node, t);

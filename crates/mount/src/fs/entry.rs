@@ -98,9 +98,7 @@ impl Shared {
                 answer = self.replicas.lookup(parent.0, name);
             }
             match answer {
-                Answer::Found(a) => {
-                    return self.reply_replica((parent, name), dir, &a, ticket, reply)
-                }
+                Answer::Found(a) => return self.reply_replica((parent, name), &a, ticket, reply),
                 Answer::Missing => return self.reply_missing(parent.0, name, reply),
                 Answer::Ask => {}
             }
@@ -132,12 +130,11 @@ impl Shared {
     fn reply_replica(
         &self,
         (parent, name): (INodeNo, &[u8]),
-        dir: Arc<FidRef>,
         a: &Rgetattr,
         ticket: crate::replica::Ticket,
         reply: ReplyEntry,
     ) {
-        let ino = self.inodes.remember_lazy((parent.0, name), dir, a, None);
+        let ino = self.inodes.remember_lazy((parent.0, name), a, None);
         self.check_names_lost();
         if attr::is_dir(a) {
             self.replicas.anchor(parent.0, name, ino, ticket);

@@ -119,11 +119,14 @@ impl Shared {
         let (base, wnames, lazy) = match self.inodes.node_fid(ino.0) {
             Some(NodeFid::Bound(fid)) => (fid, vec![], None),
             Some(NodeFid::Lazy {
-                dir,
                 dir_ino,
                 name,
                 qid_path,
-            }) => (dir, vec![name.clone()], Some((dir_ino, name, qid_path))),
+            }) => (
+                self.node(INodeNo(dir_ino))?,
+                vec![name.clone()],
+                Some((dir_ino, name, qid_path)),
+            ),
             None => return Err(Errno::ESTALE),
         };
         let walkopen = |wire: u32| {
@@ -168,7 +171,8 @@ impl Shared {
                 return Err(self.lazy_failed(dir_ino, &name));
             }
         }
-        self.inodes.observe(ino.0, &a, None);
+        // The attributes are not recorded as seen: with the writeback cache, what the
+        // kernel was last told is what a rescan compares with (see `changes/feed.rs`).
         Ok((fid, wire))
     }
 

@@ -132,14 +132,18 @@ impl Shared {
         match self.inodes.node_fid(ino.0) {
             Some(NodeFid::Bound(fid)) => Ok(fid),
             Some(NodeFid::Lazy {
-                dir,
                 dir_ino,
                 name,
                 qid_path,
-            }) => match self.walk_name(&dir, &name) {
-                Ok((fid, qid)) if qid.path == qid_path => Ok(self.inodes.bind(ino.0, fid)),
-                _ => Err(self.lazy_failed(dir_ino, &name)),
-            },
+            }) => {
+                // The directory outlives its entries in the kernel, so it is known; it may
+                // be lazy itself (walked first, then).
+                let dir = self.node(INodeNo(dir_ino))?;
+                match self.walk_name(&dir, &name) {
+                    Ok((fid, qid)) if qid.path == qid_path => Ok(self.inodes.bind(ino.0, fid)),
+                    _ => Err(self.lazy_failed(dir_ino, &name)),
+                }
+            }
             None => Err(Errno::ESTALE),
         }
     }
@@ -148,6 +152,10 @@ impl Shared {
     /// and its event has not come yet): the replica asks the server about that name from
     /// now on, and the kernel gets ESTALE, which makes it look the path up again.
     fn lazy_failed(&self, dir_ino: u64, name: &[u8]) -> Errno {
+        tracing::debug!(
+            "'{}' in node {dir_ino} no longer leads where its replica said",
+            String::from_utf8_lossy(name)
+        );
         self.replicas.stale(dir_ino, name);
         Errno::ESTALE
     }

@@ -218,6 +218,20 @@ impl Inner {
         }
     }
 
+    /// The entry of the directory holding `path`, in its own parent's replica: an entry
+    /// was added or removed in it, so its times, size and link count changed. Found by
+    /// path, so it holds whether the directory itself is anchored or not.
+    fn touch_container(&mut self, path: &RelPath) {
+        let Some(dir) = path.parent().filter(|d| !d.is_root()) else {
+            return;
+        };
+        let grandparent = dir.parent().and_then(|g| self.tree.resolve(g.components()));
+        if let Some(g) = grandparent {
+            self.touch(g, dir.file_name(), None);
+            self.bump(g);
+        }
+    }
+
     /// The directory's own entry in its parent's replica: its times changed.
     fn touch_self(&mut self, dir: u64) {
         if let Some((parent, name)) = self.tree.parent(dir) {
@@ -506,25 +520,27 @@ impl DirReplicas {
                 if let Some(dir) = parent_of(&inner, &ev.path) {
                     inner.removed(dir, ev.path.file_name(), c);
                 }
+                inner.touch_container(&ev.path);
             }
             EventKind::Created | EventKind::Modified | EventKind::Attrib => {
                 if let Some(dir) = parent_of(&inner, &ev.path) {
                     inner.changed(dir, ev.path.file_name(), ev.attrs.as_ref(), c);
-                    if matches!(ev.kind, EventKind::Created) {
-                        inner.touch_self(dir);
-                    }
+                }
+                if matches!(ev.kind, EventKind::Created) {
+                    inner.touch_container(&ev.path);
                 }
             }
             EventKind::Renamed { from } => {
                 if let Some(dir) = parent_of(&inner, from) {
                     inner.removed(dir, from.file_name(), c);
                 }
+                // Whatever had the name goes, and a directory that comes with its old
+                // subtree's knowledge too.
                 if let Some(dir) = parent_of(&inner, &ev.path) {
-                    // Whatever had the name goes, and a directory that comes with its old
-                    // subtree's knowledge too.
                     inner.changed(dir, ev.path.file_name(), None, c);
-                    inner.touch_self(dir);
                 }
+                inner.touch_container(from);
+                inner.touch_container(&ev.path);
             }
         }
         if let Some(q) = ev.qid {

@@ -1,0 +1,381 @@
+//! Directory replicas (`crates/mount/src/replica/`) against the real binaries: after
+//! `crossfs sync`, every lookup, stat and listing through the mount equals the export,
+//! whatever the host did meanwhile and whatever faults came between (a tiny event queue,
+//! an overflow while the mount was stopped, a server restart). And what they save: the
+//! first stat of 1,000 files in a directory, and stats of missing names, cost a bounded
+//! number of requests.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    export: PathBuf,
+    addr: String,
+    serve_args: Vec<String>,
+    serve: Option<Serve>,
+    mount: Mount,
+}
+
+impl Setup {
+    fn new(serve_args: &[&str], mount_args: &[&str]) -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let export = dir.path().join("export");
+        std::fs::create_dir(&export).unwrap();
+        let addr = format!("unix:{}", dir.path().join("s.sock").display());
+        let serve = Serve::start(&export, &addr, serve_args);
+        let mount = Mount::start(&addr, mount_args);
+        let s = Setup {
+            _dir: dir,
+            export,
+            addr,
+            serve_args: serve_args.iter().map(|a| a.to_string()).collect(),
+            serve: Some(serve),
+            mount,
+        };
+        s.wait_following();
+        s
+    }
+
+    fn wait_following(&self) {
+        wait_until(
+            "the mount to follow change events",
+            Duration::from_secs(30),
+            || {
+                std::os::unix::net::UnixStream::connect(&self.mount.control).is_ok()
+                    && self.mount.stats()["replicas"]["following"] == true
+            },
+        );
+    }
+
+    /// Kills the server and starts a new one on the same address; the mount reconnects.
+    fn restart_server(&mut self) {
+        let mut old = self.serve.take().unwrap();
+        old.child.kill().unwrap();
+        old.child.wait().unwrap();
+        drop(old);
+        let args: Vec<&str> = self.serve_args.iter().map(String::as_str).collect();
+        self.serve = Some(Serve::start(&self.export, &self.addr, &args));
+    }
+
+    fn host(&self, rel: &str) -> PathBuf {
+        self.export.join(rel)
+    }
+
+    fn guest(&self, rel: &str) -> PathBuf {
+        self.mount.mountpoint.join(rel)
+    }
+
+    fn sync(&self) {
+        run_ok(
+            Command::new(crossfs_bin())
+                .arg("sync")
+                .arg(&self.mount.mountpoint),
+        );
+    }
+
+    fn replicas(&self, counter: &str) -> u64 {
+        self.mount.stats()["replicas"][counter].as_u64().unwrap()
+    }
+
+    fn requests(&self) -> u64 {
+        let stats = self.mount.stats();
+        stats["9p"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(k, _)| k.starts_with('T'))
+            .map(|(_, v)| v["count"].as_u64().unwrap())
+            .sum()
+    }
+}
+
+/// What a stat shows that the replica may answer: type and mode, size, links, owner,
+/// modification and change times, and a file's content. `None` for a missing name; any
+/// other error is described.
+fn describe(path: &Path) -> Option<String> {
+    let md = match std::fs::symlink_metadata(path) {
+        Ok(md) => md,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => return Some(format!("stat failed: {e}")),
+    };
+    let content = if md.is_file() {
+        match std::fs::read(path) {
+            Ok(c) => format!("{c:?}"),
+            Err(e) => format!("read failed: {e}"),
+        }
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "{:o} {}B nlink {} uid {} mtime {}.{} ctime {}.{} {content}",
+        md.mode(),
+        md.len(),
+        md.nlink(),
+        md.uid(),
+        md.mtime(),
+        md.mtime_nsec(),
+        md.ctime(),
+        md.ctime_nsec(),
+    ))
+}
+
+/// Everything under `root` as path -> description, by listing every directory.
+fn tree(root: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let dir = std::fs::read_dir(root.join(&rel))
+            .unwrap_or_else(|e| panic!("listing {}: {e}", root.join(&rel).display()));
+        for entry in dir {
+            let rel = rel.join(entry.unwrap().file_name());
+            let path = root.join(&rel);
+            if std::fs::symlink_metadata(&path).unwrap().is_dir() {
+                stack.push(rel.clone());
+            }
+            let desc = describe(&path).unwrap_or_else(|| "listed, but missing".into());
+            out.insert(rel.to_string_lossy().into_owned(), desc);
+        }
+    }
+    out
+}
+
+/// A small deterministic generator (xorshift), so a failure can be replayed by its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+const NAMES: [&str; 5] = ["a", "b", "c", "d", "e"];
+const DIRS: [&str; 4] = ["", "p/", "q/", "p/r/"];
+
+fn any_path(rng: &mut Rng) -> String {
+    format!(
+        "{}{}",
+        DIRS[rng.below(DIRS.len())],
+        NAMES[rng.below(NAMES.len())]
+    )
+}
+
+/// One random host change; failures (a name that is not there, a directory that is not
+/// empty) are part of the game: the host simply did not change then.
+fn host_change(s: &Setup, rng: &mut Rng, batch: usize) {
+    let (path, other) = (any_path(rng), any_path(rng));
+    let (host, other) = (s.host(&path), s.host(&other));
+    let op = rng.below(11);
+    if std::env::var_os("CROSSFS_TEST_TRACE_OPS").is_some() {
+        eprintln!(
+            "batch {batch}: op {op} on {path}, other {}",
+            other.display()
+        );
+    }
+    let _ = match op {
+        0 => std::fs::write(&host, format!("{batch}-{}", rng.below(1000))),
+        1 => std::fs::OpenOptions::new()
+            .append(true)
+            .open(&host)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, b"+")),
+        2 => std::fs::OpenOptions::new()
+            .write(true)
+            .open(&host)
+            .and_then(|f| f.set_len(rng.below(3) as u64)),
+        3 => std::fs::set_permissions(
+            &host,
+            std::fs::Permissions::from_mode([0o600, 0o644, 0o755][rng.below(3)]),
+        ),
+        // Within a directory and across directories.
+        4 => std::fs::rename(&host, &other),
+        5 => std::fs::create_dir(&host),
+        6 => std::fs::remove_dir(&host),
+        // A hard link changes the link count of the file's other names.
+        7 => std::fs::hard_link(&host, &other),
+        // A directory replaced by a file of the same name.
+        8 => std::fs::remove_dir(&host).and_then(|()| std::fs::write(&host, "was a dir")),
+        9 => std::fs::File::open(&host)
+            .and_then(|f| f.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1 << 30))),
+        _ => std::fs::remove_file(&host),
+    };
+}
+
+/// Guest lookups, stats, reads and listings, so replicas are filled and answer while the
+/// host changes things (what they answer before a sync may be stale by design).
+fn guest_look(s: &Setup, rng: &mut Rng) {
+    let path = s.guest(&any_path(rng));
+    match rng.below(3) {
+        0 => {
+            let _ = describe(&path);
+        }
+        1 => {
+            let dir = s.guest(DIRS[rng.below(DIRS.len())]);
+            let _ = std::fs::read_dir(dir).map(|d| d.count());
+        }
+        _ => {
+            let _ = std::fs::metadata(path.with_extension("missing"));
+        }
+    }
+}
+
+/// Random host changes in batches, interleaved with guest lookups, stats and listings, with
+/// the mount stopped now and then (its queue overflows if `tiny_queue`) and the server
+/// restarted; after every sync, every name and every listing equals the export.
+fn host_changes_against_replicas(tiny_queue: bool, seed: u64) {
+    let serve_args: &[&str] = if tiny_queue {
+        &["--event-queue", "4"]
+    } else {
+        &[]
+    };
+    let mut s = Setup::new(serve_args, &[]);
+    for d in ["p", "q", "p/r"] {
+        std::fs::create_dir(s.host(d)).unwrap();
+    }
+    let mut rng = Rng(seed);
+    for batch in 0..16 {
+        let stalled = batch % 4 == 1;
+        let restart = batch % 5 == 3;
+        let pid = s.mount.child.id().to_string();
+        if stalled {
+            run_ok(Command::new("kill").args(["-STOP", &pid]));
+        }
+        for _ in 0..if stalled { 60 } else { 20 } {
+            host_change(&s, &mut rng, batch);
+            if !stalled {
+                guest_look(&s, &mut rng);
+                guest_look(&s, &mut rng);
+            }
+        }
+        if stalled {
+            run_ok(Command::new("kill").args(["-CONT", &pid]));
+        }
+        if restart {
+            s.restart_server();
+            // The mount answers from what it has until it reconnects: keep looking.
+            for _ in 0..10 {
+                guest_look(&s, &mut rng);
+            }
+            s.wait_following();
+        }
+        s.sync();
+        // Every name that could exist, looked up one by one (replicas answer lookups of
+        // missing names too), then every listing.
+        for dir in DIRS {
+            for name in NAMES {
+                let rel = format!("{dir}{name}");
+                assert_eq!(
+                    describe(&s.guest(&rel)),
+                    describe(&s.host(&rel)),
+                    "{rel} after batch {batch} (stalled: {stalled}, restart: {restart})"
+                );
+            }
+        }
+        assert_eq!(
+            tree(&s.mount.mountpoint),
+            tree(&s.export),
+            "after batch {batch} (stalled: {stalled}, restart: {restart})"
+        );
+    }
+    let stats = s.mount.stats();
+    println!("replicas after the run: {}", stats["replicas"]);
+    println!("changes after the run: {}", stats["changes"]);
+    // The replicas were used, and the faults happened.
+    assert!(s.replicas("fills") >= 4);
+    assert!(s.replicas("hits") + s.replicas("negative_hits") >= 50);
+    assert!(stats["changes"]["rescans"].as_u64().unwrap() >= 1);
+    assert!(stats["reconnects"].as_u64().unwrap() >= 1);
+}
+
+#[test]
+fn replicas_answer_what_the_export_has_after_every_sync_with_a_tiny_queue() {
+    host_changes_against_replicas(true, 0x2545_f491_4f6c_dd1d);
+}
+
+#[test]
+fn replicas_answer_what_the_export_has_after_every_sync() {
+    host_changes_against_replicas(false, 0x9e37_79b9_7f4a_7c15);
+}
+
+#[test]
+fn a_name_a_replica_answered_missing_shows_after_the_host_creates_it_and_a_sync() {
+    let s = Setup::new(&[], &[]);
+    std::fs::create_dir(s.host("inc")).unwrap();
+    std::fs::write(s.host("inc/there.h"), "x").unwrap();
+    assert!(s.guest("inc/there.h").exists());
+    // Answered by the replica, not the server.
+    let negatives = s.replicas("negative_hits");
+    assert!(!s.guest("inc/later.h").exists());
+    assert!(s.replicas("negative_hits") > negatives);
+    std::fs::write(s.host("inc/later.h"), "now").unwrap();
+    s.sync();
+    assert_eq!(std::fs::read(s.guest("inc/later.h")).unwrap(), b"now");
+    // And a name removed on the host is gone after a sync, though a replica held it.
+    std::fs::remove_file(s.host("inc/there.h")).unwrap();
+    s.sync();
+    assert!(!s.guest("inc/there.h").exists());
+    let names: Vec<_> = std::fs::read_dir(s.guest("inc"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["later.h"]);
+}
+
+#[test]
+fn first_stats_of_a_thousand_files_and_of_missing_names_cost_a_bounded_number_of_requests() {
+    let s = Setup::new(&[], &[]);
+    std::fs::create_dir(s.host("d")).unwrap();
+    for i in 0..1000 {
+        std::fs::write(s.host(&format!("d/f{i}")), format!("{i}")).unwrap();
+    }
+    s.sync();
+    let before = s.requests();
+    for i in 0..1000 {
+        let md = std::fs::metadata(s.guest(&format!("d/f{i}"))).unwrap();
+        assert_eq!(md.len(), format!("{i}").len() as u64);
+    }
+    let first = s.requests() - before;
+    // The directory's node, and its listing with attributes (1,000 entries fit in one
+    // message of 1 MiB; one more tells the end when they do not).
+    eprintln!("first stat of 1,000 files: {first} requests");
+    assert!(first <= 4, "{first} requests");
+    let before = s.requests();
+    for i in 0..1000 {
+        assert!(std::fs::metadata(s.guest(&format!("d/nope{i}.h"))).is_err());
+    }
+    let missing = s.requests() - before;
+    eprintln!("stats of 1,000 missing names: {missing} requests");
+    assert_eq!(missing, 0);
+    // A second pass over the unchanged directory, however long after: none at all.
+    std::thread::sleep(Duration::from_millis(1100));
+    let before = s.requests();
+    for i in 0..1000 {
+        std::fs::metadata(s.guest(&format!("d/f{i}"))).unwrap();
+    }
+    assert_eq!(s.requests() - before, 0);
+    assert!(s.replicas("entries") >= 1000);
+}
+
+#[test]
+fn without_the_extension_the_mount_works_as_before() {
+    let s = Setup::new(&["--no-extensions"], &[]);
+    std::fs::create_dir(s.host("d")).unwrap();
+    std::fs::write(s.host("d/f"), "x").unwrap();
+    assert_eq!(std::fs::read(s.guest("d/f")).unwrap(), b"x");
+    assert!(!s.guest("d/g").exists());
+    std::fs::write(s.guest("d/g"), "y").unwrap();
+    assert_eq!(std::fs::read(s.host("d/g")).unwrap(), b"y");
+    let stats = s.mount.stats();
+    assert_eq!(stats["extensions"], false);
+    assert_eq!(stats["replicas"]["fills"], 0);
+    assert!(stats["9p"].get("Twalkgetattr").is_none());
+}
