@@ -50,6 +50,13 @@ const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
 ///
 /// Missing names follow `--negative-ttl` when set (see [`NegativeTtl`]).
 ///
+/// **While change events are followed** (the mount's default with a crossfs server), every
+/// mode but `never` lets the kernel keep names, missing names (unless `--negative-ttl` is
+/// set), attributes and directory listings for 24 hours: each host change invalidates what
+/// it touches as its event arrives, so after `crossfs sync` nothing older than the export
+/// is shown. The timeouts in the table are those without events (a server without them,
+/// `--no-events`, or while the event stream is lost).
+///
 /// Changes made through this mount are always seen at once by this mount: the kernel
 /// updates its own caches for operations it performs.
 ///

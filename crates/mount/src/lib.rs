@@ -12,16 +12,29 @@
 //! with writes up to 1 MiB (never more than one Twrite can carry) and the mount's readahead
 //! raised to match, so a large read or write is one 9P message.
 //!
-//! Round trips: a LOOKUP of a name the mount has resolved before costs one (Twalk and a
-//! Tgetattr of the known node's fid, sent together; the reply is used only if the walk
-//! finds the same file), a new name two (a Tgetattr is never sent ahead of the Rwalk that
-//! binds its fid: 9P does not order requests, and diod drops the connection). In `never`
+//! Directory replicas (`replica/`): while change events are followed and the server speaks
+//! crossfs's extension of 9P2000.L (docs/protocol.md), the first lookup in a directory
+//! fetches the whole directory with every entry's attributes (Treaddirattr), and lookups
+//! of names present or missing, stats and listings of it are answered here from then on,
+//! kept exact by the events (see that module's doc for what makes each answer exact). A
+//! node answered from a replica has no fid until something needs one. While events are
+//! followed the kernel keeps names, missing names, attributes and listings
+//! (`FOPEN_CACHE_DIR`) until an event invalidates them, in every mode but `never`.
+//!
+//! Round trips without a replica: with the extension, a LOOKUP costs one (Twalkgetattr), an
+//! open one (Twalkopen), a create one (Tcreateattr: the file, its node's fid and its
+//! attributes), a setattr one (Tsetattrget). Over plain 9P2000.L, a LOOKUP of a name the
+//! mount has resolved before costs one (Twalk and a Tgetattr of the known node's fid, sent
+//! together; the reply is used only if the walk finds the same file), a new name two (a
+//! Tgetattr is never sent ahead of the Rwalk that binds its fid: 9P does not order
+//! requests, and diod drops the connection). In `never`
 //! mode a `stat` is one LOOKUP: the GETATTR that follows is answered with what the LOOKUP
 //! fetched (see [`CacheMode::Never`] for the exact promise). A READDIRPLUS (the kernel lists
 //! every directory from its start that way) costs, for each name listed whose known node has
 //! the qid the Treaddir gave, no walk, and no Tgetattr either if the attributes the mount
 //! fetched for that file may be reused (nothing can have changed them since: see
-//! `listed_attrs.rs`); otherwise one Tgetattr of that node's fid.
+//! `listed_attrs.rs`); otherwise one Tgetattr of that node's fid. With the extension a
+//! listing carries the attributes itself (Treaddirattr), and costs nothing per entry.
 //!
 //! Change events (`changes/`, started by [`MountHandle::follow_changes`] on a second
 //! connection): the kernel's caches are invalidated as the host changes, and host changes

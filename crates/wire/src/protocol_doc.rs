@@ -43,8 +43,12 @@ An `Rreaddirattr` payload is a sequence of entries, each an Rreaddir entry
 (`qid[13] offset[8] type[1] name[s]`) followed by the 153-byte attributes of the file it
 names, taken with `lstat` beneath the directory. `offset` is the cookie to continue after
 the entry. "." and ".." are not listed, nor entries that vanished between the listing and
-their `lstat`. An empty payload means the end of the directory. Entries are never split
-across replies: a `count` too small for the next entry is `EINVAL`, as getdents(2) says.
+their `lstat` (any other failure to stat an entry fails the request: a listing never
+leaves out a name a walk would find). The server fills each reply as far as `count` (and
+msize) allow, so a reply that leaves room for another entry with a 255-byte name is the
+last, and an empty payload means the end as well. Entries are never split across
+replies: a `count` too small for the next entry is `EINVAL`, as getdents(2) says.
+`fid` may be an unopened directory fid; the server opens the directory for the call.
 
 ## Errors
 Each compound succeeds or fails whole, with `Rlerror` carrying the errno of the step that
