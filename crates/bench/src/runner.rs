@@ -289,8 +289,10 @@ fn run_cell(cell: &Cell<'_>, pools: &mut Pools) -> RunRecord {
                 let pool = pools.get(cell.prep_root, cell.sizes)?;
                 prepare = t.elapsed();
                 pool::replicate(&pool, &prep, &workloads::copy_if(cell.id))?;
-                settle(cell.target);
             }
+            // Even an empty work directory was made natively: the mount must know it
+            // exists (its parent's replica may say it does not until the event comes).
+            settle(cell.target);
             workloads::run(cell.id, &mut ctx)
         });
     // Cleanup goes through the target, the way the files were written, so a
