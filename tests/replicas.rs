@@ -379,3 +379,72 @@ fn without_the_extension_the_mount_works_as_before() {
     assert_eq!(stats["replicas"]["fills"], 0);
     assert!(stats["9p"].get("Twalkgetattr").is_none());
 }
+
+#[test]
+fn a_repeated_git_status_on_an_unchanged_tree_costs_at_most_ten_requests() {
+    let s = Setup::new(&[], &[]);
+    let git = |dir: &Path, args: &[&str]| {
+        run_ok(
+            Command::new("git")
+                .args([
+                    "-c",
+                    "user.name=t",
+                    "-c",
+                    "user.email=t@t",
+                    "-c",
+                    "core.fsmonitor=false",
+                ])
+                .arg("-C")
+                .arg(dir)
+                .args(args),
+        )
+    };
+    git(&s.export, &["init", "-q"]);
+    for d in 0..10 {
+        std::fs::create_dir(s.host(&format!("src{d}"))).unwrap();
+        for f in 0..30 {
+            std::fs::write(
+                s.host(&format!("src{d}/f{f}.c")),
+                format!("int f{d}_{f};\n"),
+            )
+            .unwrap();
+        }
+    }
+    // Older than the index git is about to write, so that no file is "racily clean"
+    // (git reads those again on every status, whatever the file system).
+    let past = std::time::SystemTime::now() - Duration::from_secs(100);
+    for d in 0..10 {
+        for f in 0..30 {
+            let file = std::fs::File::options()
+                .write(true)
+                .open(s.host(&format!("src{d}/f{f}.c")))
+                .unwrap();
+            file.set_modified(past).unwrap();
+        }
+    }
+    git(&s.export, &["add", "-A"]);
+    git(&s.export, &["commit", "-qm", "tree"]);
+    s.sync();
+    let status = |what: &str| {
+        let before = s.requests();
+        let out = git(&s.mount.mountpoint, &["status", "--porcelain"]);
+        assert!(
+            out.stdout.is_empty(),
+            "{what}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let cost = s.requests() - before;
+        eprintln!(
+            "{what} git status: {cost} requests, {}",
+            s.mount.stats()["9p"]
+        );
+        cost
+    };
+    status("first");
+    // git may refresh its index after the first status: let that event in.
+    s.sync();
+    status("second");
+    std::thread::sleep(Duration::from_millis(1100));
+    let repeated = status("repeated, more than a second later");
+    assert!(repeated <= 10, "{repeated} requests");
+}

@@ -284,7 +284,7 @@ impl Client {
 
     /// Directory entries of `fid` (open or not) from cookie `offset`, each with its file's
     /// attributes: the crossfs extension's Treaddirattr (see [`Client::has_extensions`]).
-    /// "." and ".." are not listed; an empty list is the end.
+    /// "." and ".." come with attributes whose `valid` is 0 (none); an empty list is the end.
     ///
     /// # Errors
     /// As [`Client::call`]; `EOPNOTSUPP` from a server without the extension.

@@ -26,6 +26,9 @@ pub(crate) struct OpenFile {
     pub lock_owners: Mutex<HashSet<u64>>,
     /// Directory entries read ahead of the kernel (directories only).
     pub dir: Mutex<DirStream>,
+    /// A directory handle that lists through its node's own fid, unopened (the crossfs
+    /// extension's Treaddirattr needs no open fid): opening and closing it cost nothing.
+    pub listing_only: bool,
 }
 
 /// What an open file was opened as: its node and the Tlopen flags (without create,
@@ -147,6 +150,15 @@ pub(crate) struct HandleTable {
 
 impl HandleTable {
     pub(crate) fn insert(&self, fid: Arc<FidRef>, reopen: Reopen) -> u64 {
+        self.insert_handle(fid, reopen, false)
+    }
+
+    /// A directory handle listing through its node's fid (see [`OpenFile::listing_only`]).
+    pub(crate) fn insert_listing(&self, node_fid: Arc<FidRef>, reopen: Reopen) -> u64 {
+        self.insert_handle(node_fid, reopen, true)
+    }
+
+    fn insert_handle(&self, fid: Arc<FidRef>, reopen: Reopen, listing_only: bool) -> u64 {
         let fh = self.next.fetch_add(1, Ordering::Relaxed) + 1;
         let file = Arc::new(OpenFile {
             fid,
@@ -154,6 +166,7 @@ impl HandleTable {
             stale: AtomicBool::new(false),
             lock_owners: Mutex::default(),
             dir: Mutex::default(),
+            listing_only,
         });
         lock(&self.open).insert(fh, file);
         fh

@@ -521,24 +521,31 @@ impl InodeTable {
         unchanged
     }
 
-    /// Every node's fid and `qid.path`, and every name known to lead to a node (directory,
-    /// name, node): what binding the fids again on a new connection needs (see
+    /// Every node's fid and `qid.path`, the nodes without a fid (answered from a replica:
+    /// node and `qid.path`), and every name known to lead to a node (directory, name,
+    /// node): what binding the fids again on a new connection needs (see
     /// `crate::restore`). Placeholders, which borrow their directory's fid, are left out.
-    pub(crate) fn snapshot(&self) -> (NodeFids, Vec<(u64, Vec<u8>, u64)>) {
+    pub(crate) fn snapshot(&self) -> (NodeFids, Vec<(u64, u64)>, Vec<(u64, Vec<u8>, u64)>) {
         let inner = self.lock();
-        let nodes: NodeFids = inner
+        let real = inner
             .by_ino
             .iter()
-            .filter(|(_, node)| node.qid_path != PLACEHOLDER)
+            .filter(|(_, node)| node.qid_path != PLACEHOLDER);
+        let nodes: NodeFids = real
+            .clone()
             .filter_map(|(&ino, node)| Some((ino, (node.fid.as_ref()?.fid(), node.qid_path))))
+            .collect();
+        let lazy: Vec<(u64, u64)> = real
+            .filter(|(_, node)| node.fid.is_none())
+            .map(|(&ino, node)| (ino, node.qid_path))
             .collect();
         let names = inner
             .names
             .iter()
             .flat_map(|(&dir, names)| names.iter().map(move |(n, &ino)| (dir, n.clone(), ino)))
-            .filter(|(_, _, ino)| nodes.contains_key(ino))
+            .filter(|(_, _, ino)| inner.by_ino.contains_key(ino))
             .collect();
-        (nodes, names)
+        (nodes, lazy, names)
     }
 
     /// Marks every node but those in `bound` (and the root) stale: their fids were not

@@ -84,6 +84,7 @@ mod error;
 mod fid;
 mod fs;
 mod handle;
+mod idle;
 mod inode;
 mod listed_attrs;
 mod mount;

@@ -39,8 +39,26 @@ const BATCH: usize = 64;
 pub(crate) fn restore(shared: &Shared, client: &Client) -> Result<(), ClientError> {
     // The files may have changed while the server was away.
     shared.listed.all_changed();
-    let (nodes, names) = shared.inodes.snapshot();
+    // Idle open fids are not in the handle table: not worth reopening.
+    shared.idle.clear();
+    let (mut nodes, lazy, names) = shared.inodes.snapshot();
+    // Nodes answered from a replica have no fid yet; a directory among them may hold
+    // bound nodes, and an open file may be one. Each gets a fid now if its name leads
+    // to it; the others stay without one (walked when next needed).
+    for &(ino, qid_path) in &lazy {
+        nodes.insert(ino, (client.alloc_fid(), qid_path));
+    }
     let bound = rebind_nodes(client, &nodes, &names)?;
+    for (ino, _) in lazy {
+        let fid = nodes[&ino].0;
+        if bound.contains_key(&ino) {
+            shared
+                .inodes
+                .bind(ino, crate::fid::FidRef::new(&shared.client, fid));
+        } else {
+            client.free_fid(fid);
+        }
+    }
     // A node bound after the snapshot (a lookup racing with the restore) is bound on the
     // old connection only: stale like the rest, until looked up again.
     shared.inodes.mark_stale_except(&bound);
@@ -52,13 +70,15 @@ pub(crate) fn restore(shared: &Shared, client: &Client) -> Result<(), ClientErro
             locks_lost += 1;
         }
         match bound.get(&file.reopen.node) {
+            // It lists through its node's fid, bound again above.
+            Some(_) if file.listing_only => {}
             Some(&(node_fid, _)) => reopen.push((node_fid, file.fid.fid(), file.reopen.flags)),
             None => file.stale.store(true, Relaxed),
         }
     }
     let reopened = reopen_files(client, &reopen)?;
     for file in &files {
-        if !reopened.contains(&file.fid.fid()) {
+        if !file.listing_only && !reopened.contains(&file.fid.fid()) {
             file.stale.store(true, Relaxed);
         }
     }

@@ -197,7 +197,7 @@ messages! { Tmessage, "request" {
     /// walked: a missing one is an error (the errno of that step) and binds nothing.
     Walkgetattr(Twalkgetattr = 150) { fid: Fid, newfid: Fid, wnames: Vec<Vec<u8>>, request_mask: u64 }
     /// A directory listing with every entry's attributes ([`crate::DirEntryAttr`]), from the
-    /// cookie `offset`; "." and ".." are left out. `fid` need not be open.
+    /// cookie `offset` ("." and ".." with none: `valid` 0). `fid` need not be open.
     Readdirattr(Treaddirattr = 152) { fid: Fid, offset: u64, count: u32, request_mask: u64 }
     /// Twalk to `newfid`, then Tlopen of it, in one round trip; `newfid` is bound only if
     /// both succeed.

@@ -42,8 +42,9 @@ request is the body of Tsetattr.
 An `Rreaddirattr` payload is a sequence of entries, each an Rreaddir entry
 (`qid[13] offset[8] type[1] name[s]`) followed by the 153-byte attributes of the file it
 names, taken with `lstat` beneath the directory. `offset` is the cookie to continue after
-the entry. "." and ".." are not listed, nor entries that vanished between the listing and
-their `lstat` (any other failure to stat an entry fails the request: a listing never
+the entry. "." and ".." are listed as Treaddir lists them, with attributes all zero
+(`valid` 0: none; `..` of the export's root is outside it). Entries that vanished between
+the listing and their `lstat` are left out (any other failure to stat an entry fails the request: a listing never
 leaves out a name a walk would find). The server fills each reply as far as `count` (and
 msize) allow, so a reply that leaves room for another entry with a 255-byte name is the
 last, and an empty payload means the end as well. Entries are never split across

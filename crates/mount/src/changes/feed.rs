@@ -124,6 +124,9 @@ impl Applier<'_> {
         // Replicas first: a lookup the kernel sends after the invalidations below must
         // not be answered with what the event changed.
         self.shared.replicas.apply(ev);
+        if let Some(ino) = ev.qid.and_then(|q| self.shared.inodes.ino_of(q)) {
+            self.shared.idle.forget(ino);
+        }
         self.inval_containers(ev);
         match &ev.kind {
             EventKind::Sync { cookie } => c.marker_applied(*cookie),

@@ -87,12 +87,14 @@ impl Shared {
             gathered.extend(
                 entries
                     .iter()
+                    .filter(|e| !is_dot(&e.entry.name))
                     .map(|e| (e.entry.name.clone(), e.attr.clone())),
             );
         }
         s.entries.extend(entries.into_iter().map(|e| Listed {
+            // "." and ".." come without attributes.
+            attr: (e.attr.valid != 0).then(|| Box::new(e.attr)),
             entry: e.entry,
-            attr: Some(Box::new(e.attr)),
         }));
         if s.eof {
             if let Some((ticket, gathered)) = s.gathered.take() {
@@ -117,6 +119,7 @@ impl Shared {
                 let complete = used + DirEntryAttr::wire_len(NAME_MAX) <= count as usize;
                 let listed = entries
                     .into_iter()
+                    .filter(|e| !is_dot(&e.entry.name))
                     .map(|e| (e.entry.name, e.attr))
                     .collect();
                 self.replicas.install(ino, ticket, listed, complete);

@@ -20,6 +20,7 @@ use super::{errno, Caller, Shared};
 use crate::cache::CacheMode;
 use crate::fid::FidRef;
 use crate::handle::{lock, DirStream, Reopen};
+use crate::idle::IdleOpens;
 use crate::inode::NodeFid;
 use crate::listed_attrs::ChangeInFlight;
 use crate::remote::{clone_fid, expect_reply, resolve_one, ATTR_MASK};
@@ -182,7 +183,12 @@ impl Shared {
                 return reply.error(e);
             }
         }
-        match self.open_node(ino, flags) {
+        let wanted = wire_open_flags(flags, self.config.cache.writeback());
+        let reused = IdleOpens::keeps(wanted)
+            .then(|| self.idle.take(ino.0, wanted))
+            .flatten()
+            .map(|fid| (fid, wanted));
+        match reused.map_or_else(|| self.open_node(ino, flags), Ok) {
             Ok((fid, wire)) => {
                 let fh = self.handles.insert(fid, Reopen::new(ino.0, wire));
                 reply.opened(FileHandle(fh), self.fopen_flags(ino.0, flags));
@@ -191,10 +197,40 @@ impl Shared {
         }
     }
 
+    /// A file closed: its fid is kept for the next open of the file, if it was opened for
+    /// reading only (see `crate::idle`), outside `never` mode.
+    pub(crate) fn keep_idle(&self, file: &crate::handle::OpenFile) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let keep = self.config.cache != CacheMode::Never
+            && !file.listing_only
+            && !file.stale.load(Relaxed)
+            && IdleOpens::keeps(file.reopen.flags)
+            && lock(&file.lock_owners).is_empty();
+        if keep {
+            self.idle
+                .put(file.reopen.node, file.reopen.flags, file.fid.clone());
+        }
+    }
+
+    /// With the crossfs extension (outside `never` mode) a directory is listed through its
+    /// node's own fid, so opening it sends nothing (and closing it neither).
     pub(super) fn opendir(&self, ino: INodeNo, reply: ReplyOpen) {
-        match self.open_node(ino, libc::O_RDONLY | libc::O_DIRECTORY) {
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY;
+        let listing_only = self.client.has_extensions() && self.config.cache != CacheMode::Never;
+        let opened = if listing_only {
+            self.node(ino)
+                .map(|fid| (fid, wire_open_flags(flags, false)))
+        } else {
+            self.open_node(ino, flags)
+        };
+        match opened {
             Ok((fid, wire)) => {
-                let fh = self.handles.insert(fid, Reopen::new(ino.0, wire));
+                let reopen = Reopen::new(ino.0, wire);
+                let fh = if listing_only {
+                    self.handles.insert_listing(fid, reopen)
+                } else {
+                    self.handles.insert(fid, reopen)
+                };
                 if self.replicas_usable() {
                     if let (Some(listing), Some(file)) =
                         (self.replicas.listing(ino.0), self.handles.get(fh))
@@ -479,14 +515,24 @@ impl Shared {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
+        // A directory listed through its node's fid is opened for the fsync alone.
+        let fid = if file.listing_only {
+            let dir = INodeNo(file.reopen.node);
+            match self.open_node(dir, libc::O_RDONLY | libc::O_DIRECTORY) {
+                Ok((fid, _)) => fid,
+                Err(e) => return reply.error(e),
+            }
+        } else {
+            file.fid.clone()
+        };
         let msg = Tmessage::Fsync(Tfsync {
-            fid: file.fid.fid(),
+            fid: fid.fid(),
             datasync: u32::from(datasync),
         });
         self.client.call_async(
             msg,
             Box::new(move |r| {
-                drop(file);
+                drop((file, fid));
                 match r {
                     Ok(_) => reply.ok(),
                     Err(e) => reply.error(errno(&e)),

@@ -39,6 +39,7 @@ use crate::changes::{ChangeState, SYNC_XATTR};
 use crate::config::{MountConfig, RequestSize};
 use crate::fid::FidRef;
 use crate::handle::{HandleTable, OpenFile};
+use crate::idle::IdleOpens;
 use crate::inode::{InodeTable, NodeFid};
 use crate::listed_attrs::{ChangeInFlight, ListedAttrs};
 use crate::replica::DirReplicas;
@@ -67,6 +68,8 @@ pub(crate) struct Shared {
     pub chown_refused: std::sync::atomic::AtomicBool,
     /// Whole directories with their entries' attributes, while events are followed.
     pub replicas: DirReplicas,
+    /// Read-only open fids of closed files, for the next open of the same file.
+    pub idle: IdleOpens,
     /// No `--negative-ttl` was given: while events are followed, missing names the mount
     /// tracks are kept long too.
     pub negative_by_mode: bool,
@@ -121,6 +124,7 @@ impl Shared {
                 config.replica_entries
             }),
             untracked: std::sync::atomic::AtomicBool::new(false),
+            idle: IdleOpens::default(),
             negative_by_mode: config.negative_ttl == crate::NegativeTtl::ByCacheMode,
             client,
         }
@@ -383,6 +387,7 @@ impl Filesystem for CrossFs {
         let s = self.s(req, Op::Forget);
         if s.inodes.forget(ino.0, nlookup) {
             s.replicas.forget(ino.0);
+            s.idle.forget(ino.0);
         }
     }
 
@@ -606,7 +611,10 @@ impl Filesystem for CrossFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.s(req, Op::Release).handles.remove(fh.0);
+        let s = self.s(req, Op::Release);
+        if let Some(file) = s.handles.remove(fh.0) {
+            s.keep_idle(&file);
+        }
         reply.ok();
     }
 

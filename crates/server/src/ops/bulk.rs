@@ -20,6 +20,34 @@ use crate::ops::{attr, io, walk};
 use crate::session::Conn;
 use crate::sys;
 
+/// The attributes of "." and "..": none (`valid` 0).
+const NO_ATTRIBUTES: Rgetattr = Rgetattr {
+    valid: 0,
+    qid: crossfs_wire::Qid {
+        ty: 0,
+        version: 0,
+        path: 0,
+    },
+    mode: 0,
+    uid: 0,
+    gid: 0,
+    nlink: 0,
+    rdev: 0,
+    size: 0,
+    blksize: 0,
+    blocks: 0,
+    atime_sec: 0,
+    atime_nsec: 0,
+    mtime_sec: 0,
+    mtime_nsec: 0,
+    ctime_sec: 0,
+    ctime_nsec: 0,
+    btime_sec: 0,
+    btime_nsec: 0,
+    gen: 0,
+    data_version: 0,
+};
+
 /// Largest `getdents64` buffer per system call.
 const GETDENTS_BUF: usize = 64 * 1024;
 
@@ -168,7 +196,7 @@ pub(crate) fn setattrget(conn: &Conn, m: Tsetattrget) -> OpResult<Rmessage> {
 }
 
 /// Treaddirattr: like Treaddir, each entry followed by the attributes an `lstat` of it
-/// beneath the directory gives. The fid need not be open: a directory descriptor is opened
+/// beneath the directory gives ("." and ".." with none: `valid` 0). The fid need not be open: a directory descriptor is opened
 /// for this call only (charged to the connection's descriptor budget). An entry that
 /// vanished before its `lstat` is left out; any other failure to stat one fails the call,
 /// so a listing never claims a name missing that a walk would find.
@@ -184,12 +212,27 @@ pub(crate) fn readdirattr(conn: &Conn, m: Treaddirattr) -> OpResult<Rmessage> {
     let mut too_small = false;
     let mut failed = None;
     let mut each = |dir: std::os::fd::BorrowedFd<'_>, e: sys::RawEntry<'_>| {
-        if e.name == b"." || e.name == b".." || conn.server.is_reserved(f.qid.path, e.name) {
+        if conn.server.is_reserved(f.qid.path, e.name) {
             return true;
         }
         if data.len() + DirEntryAttr::wire_len(e.name.len()) > max {
             too_small = data.is_empty();
             return false;
+        }
+        if e.name == b"." || e.name == b".." {
+            // Listed as Treaddir lists them, without attributes (`..` of the export's
+            // root is outside it).
+            DirEntryAttr {
+                entry: DirEntry {
+                    qid: conn.server.entry_qid(f.dev, e.ino, e.ty),
+                    offset: e.next,
+                    ty: e.ty,
+                    name: e.name.to_vec(),
+                },
+                attr: NO_ATTRIBUTES,
+            }
+            .encode(&mut data);
+            return true;
         }
         let Ok(name) = CString::new(e.name) else {
             return true;
