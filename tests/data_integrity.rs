@@ -464,6 +464,9 @@ fn through_other_paths(mode: &str, reader_mode: &str) {
     let blocks: Vec<Vec<u8>> = (0..32).map(|_| rng.bytes(BLOCK)).collect();
     let shared_a = a.join("shared");
     std::fs::File::create(&shared_a).unwrap();
+    // A reader that follows events knows the new name once its event is in (its replica
+    // of the directory answers "missing" until then), as for any change made elsewhere.
+    settle(&reader, reader_mode);
     std::thread::scope(|s| {
         for (dir, parity) in [(&a, 0), (&b, 1)] {
             let blocks = &blocks;

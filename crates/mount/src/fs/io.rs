@@ -184,7 +184,9 @@ impl Shared {
             }
         }
         let wanted = wire_open_flags(flags, self.config.cache.writeback());
-        let reused = IdleOpens::keeps(wanted)
+        // Not while the connection is down: the node may not be bound again afterwards,
+        // and an open that waits for the server finds that out.
+        let reused = (IdleOpens::keeps(wanted) && self.client.is_connected())
             .then(|| self.idle.take(ino.0, wanted))
             .flatten()
             .map(|fid| (fid, wanted));
