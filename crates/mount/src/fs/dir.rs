@@ -104,28 +104,38 @@ impl Shared {
         Ok(())
     }
 
-    /// Fills directory `ino`'s replica with one Treaddirattr from its start: as many
-    /// entries as one message holds, complete if that was the whole directory (else the
-    /// replica answers for the names it holds and asks the server about others, until a
-    /// listing from the start runs to the end).
+    /// Fills directory `ino`'s replica from its start to its end (as many entries per
+    /// Treaddirattr as one message holds: about 5,000 per MiB of msize), unless the
+    /// directory has more entries than all replicas may hold.
     pub(super) fn fill_replica(&self, ino: u64, dir: &FidRef, ticket: crate::replica::Ticket) {
         let count = self.client.max_io();
-        match self.client.readdirattr(dir.fid(), 0, count) {
-            Ok(entries) => {
-                let used: usize = entries
-                    .iter()
-                    .map(|e| DirEntryAttr::wire_len(e.entry.name.len()))
-                    .sum();
-                let complete = used + DirEntryAttr::wire_len(NAME_MAX) <= count as usize;
-                let listed = entries
+        let limit = self.replicas.limit();
+        let (mut listed, mut offset) = (Vec::new(), 0);
+        loop {
+            let entries = match self.client.readdirattr(dir.fid(), offset, count) {
+                Ok(entries) => entries,
+                Err(e) => return tracing::debug!("filling the replica of node {ino}: {e}"),
+            };
+            let used: usize = entries
+                .iter()
+                .map(|e| DirEntryAttr::wire_len(e.entry.name.len()))
+                .sum();
+            offset = entries.last().map_or(offset, |e| e.entry.offset);
+            listed.extend(
+                entries
                     .into_iter()
                     .filter(|e| !is_dot(&e.entry.name))
-                    .map(|e| (e.entry.name, e.attr))
-                    .collect();
-                self.replicas.install(ino, ticket, listed, complete);
+                    .map(|e| (e.entry.name, e.attr)),
+            );
+            // The server fills each reply: one with room for another entry is the last.
+            if used + DirEntryAttr::wire_len(NAME_MAX) <= count as usize {
+                break;
             }
-            Err(e) => tracing::debug!("filling the replica of node {ino}: {e}"),
+            if listed.len() > limit {
+                return;
+            }
         }
+        self.replicas.install(ino, ticket, listed, true);
     }
 
     /// The d_ino to show for an entry without attributes: its node id if the kernel knows
