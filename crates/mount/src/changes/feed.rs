@@ -153,10 +153,20 @@ impl Applier<'_> {
             EventKind::Renamed { from } => Some(from),
             _ => return,
         };
+        let mut own = true;
         for path in std::iter::once(&ev.path).chain(from) {
-            if let Some(dir) = self.known_parent(path) {
+            let Some(dir) = self.known_parent(path) else {
+                own = false;
+                continue;
+            };
+            // A change through this mount: the kernel updated its own caches as it made it.
+            if !self.shared.changes.is_own_name(dir, path.file_name()) {
+                own = false;
                 self.inval_inode(dir, true);
             }
+        }
+        if own {
+            return;
         }
         if let Some(ino) = ev.qid.and_then(|q| self.shared.inodes.ino_of(q)) {
             self.inval_inode(ino, false);

@@ -94,6 +94,20 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
             // Unknown fid: EBADF at once.
             Err(_) => true,
         },
+        // Inline when what it opens is a regular file or a directory (see Tlopen): the
+        // fid itself, or the one name beneath it, looked at without following anything.
+        T::Walkopen(m) => match (conn.fids.get(m.fid), m.wnames.as_slice()) {
+            (Ok(state), []) => matches!(&*state, FidState::File(f) if matches!(f.kind, libc::S_IFREG | libc::S_IFDIR)),
+            (Ok(state), [name]) => match (&*state, crate::names::component(name)) {
+                (FidState::File(dir), Ok(name)) => crate::sys::stat_at(dir.fd(), &name)
+                    .is_ok_and(|st| {
+                        matches!(u32::from(st.stx_mode) & libc::S_IFMT, libc::S_IFREG | libc::S_IFDIR)
+                    }),
+                // Refused at once.
+                _ => true,
+            },
+            _ => false,
+        },
         T::Read(_)
         | T::Write(_)
         | T::Lcreate(_)
@@ -103,9 +117,7 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
         | T::Remove(_)
         | T::Version(_)
         | T::Flush(_)
-        // Opening may wait (a fifo), creating and setting attributes go where their plain
-        // forms go.
-        | T::Walkopen(_)
+        // Creating and setting attributes go where their plain forms go.
         | T::Createattr(_)
         | T::Setattrget(_) => false,
     }
