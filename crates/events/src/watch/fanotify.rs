@@ -101,11 +101,24 @@ impl Fanotify {
         }
         let flags = libc::O_PATH | libc::O_CLOEXEC;
         let fd = sys::open_by_handle_at(root.fd().as_fd(), d.handle_type, d.handle, flags).ok()?;
-        let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
-        let rel = link
-            .strip_prefix(&self.root_path)
-            .ok()
-            .and_then(|r| RelPath::new(r.as_os_str().as_bytes()).ok());
+        let rel = match std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) {
+            Ok(link) => link
+                .strip_prefix(&self.root_path)
+                .ok()
+                .and_then(|r| RelPath::new(r.as_os_str().as_bytes()).ok()),
+            // Deeper than PATH_MAX: /proc cannot show the path, so find it by walking up.
+            Err(e) if e.raw_os_error() == Some(libc::ENAMETOOLONG) => {
+                match root.path_of_dir(fd.as_fd()) {
+                    Ok(rel) => rel,
+                    Err(e) => {
+                        // Not cached: the next event for this directory tries again.
+                        tracing::warn!("placing a directory deeper than PATH_MAX: {e}");
+                        return None;
+                    }
+                }
+            }
+            Err(_) => return None,
+        };
         if self.cache.len() >= CACHE_LIMIT {
             self.cache.clear();
         }
