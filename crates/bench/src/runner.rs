@@ -289,6 +289,7 @@ fn run_cell(cell: &Cell<'_>, pools: &mut Pools) -> RunRecord {
                 let pool = pools.get(cell.prep_root, cell.sizes)?;
                 prepare = t.elapsed();
                 pool::replicate(&pool, &prep, &workloads::copy_if(cell.id))?;
+                workloads::before_run(cell.id, &prep)?;
                 settle(cell.target);
             }
             workloads::run(cell.id, &mut ctx)

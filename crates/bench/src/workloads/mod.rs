@@ -273,6 +273,16 @@ pub(crate) fn prepare(id: WorkloadId, pool: &Path, sizes: &Sizes) -> Result<(), 
     }
 }
 
+/// Puts `id`'s replica in `dir` (this run's, in the prepare directory) in the same state
+/// before every target's run, where earlier runs on other targets could have changed it
+/// (untimed).
+pub(crate) fn before_run(id: WorkloadId, dir: &Path) -> Result<(), WorkloadError> {
+    match id {
+        WorkloadId::Random => random::warm(dir),
+        _ => Ok(()),
+    }
+}
+
 /// Files of `id`'s pool (relative paths) that each run must own outright,
 /// because the workload changes them in place in ways that must not leak.
 pub(crate) fn copy_if(id: WorkloadId) -> fn(&Path) -> bool {
