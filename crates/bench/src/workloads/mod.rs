@@ -1,4 +1,4 @@
-//! The nine workloads and the frame they run in.
+//! The eleven workloads and the frame they run in.
 //!
 //! A workload is a `prepare(pool)` that writes its input (untimed, once) and a
 //! `run(&mut Ctx)` that calls [`Ctx::measure`] once per figure, so that only the measured
@@ -29,6 +29,7 @@ use crate::target::{MessageCounts, Target, TargetKind};
 
 pub(crate) mod build;
 pub(crate) mod cmd;
+pub(crate) mod gentree;
 pub(crate) mod git;
 pub(crate) mod meta;
 pub(crate) mod negative;
@@ -37,6 +38,8 @@ pub(crate) mod random;
 pub(crate) mod rng;
 pub(crate) mod seq;
 pub(crate) mod symlink;
+pub(crate) mod tree;
+pub(crate) mod untar;
 pub(crate) mod watcher;
 
 /// One figure a workload reports.
@@ -217,6 +220,8 @@ pub(crate) fn metrics(id: WorkloadId) -> &'static [MetricDef] {
         WorkloadId::Build => build::METRICS,
         WorkloadId::Git => git::METRICS,
         WorkloadId::Watcher => watcher::METRICS,
+        WorkloadId::Untar => untar::METRICS,
+        WorkloadId::Tree => tree::METRICS,
     }
 }
 
@@ -232,6 +237,8 @@ pub(crate) fn title(id: WorkloadId, sizes: &Sizes) -> String {
         WorkloadId::Build => build::title(sizes),
         WorkloadId::Git => git::title(sizes),
         WorkloadId::Watcher => watcher::title(sizes),
+        WorkloadId::Untar => untar::title(sizes),
+        WorkloadId::Tree => tree::title(sizes),
     }
 }
 
@@ -240,6 +247,8 @@ pub(crate) fn required_tools(id: WorkloadId) -> &'static [&'static str] {
     match id {
         WorkloadId::Build => build::TOOLS,
         WorkloadId::Git => git::TOOLS,
+        WorkloadId::Untar => untar::TOOLS,
+        WorkloadId::Tree => tree::TOOLS,
         _ => &[],
     }
 }
@@ -270,6 +279,8 @@ pub(crate) fn prepare(id: WorkloadId, pool: &Path, sizes: &Sizes) -> Result<(), 
         WorkloadId::Symlink => symlink::prepare(pool, sizes),
         WorkloadId::Build => build::prepare(pool, sizes),
         WorkloadId::Git => git::prepare(pool, sizes),
+        WorkloadId::Untar => untar::prepare(pool, sizes),
+        WorkloadId::Tree => tree::prepare(pool, sizes),
     }
 }
 
@@ -304,6 +315,8 @@ pub(crate) fn run(id: WorkloadId, ctx: &mut Ctx<'_>) -> Result<(), WorkloadError
         WorkloadId::Build => build::run(ctx),
         WorkloadId::Git => git::run(ctx),
         WorkloadId::Watcher => watcher::run(ctx),
+        WorkloadId::Untar => untar::run(ctx),
+        WorkloadId::Tree => tree::run(ctx),
     }
 }
 
