@@ -276,6 +276,7 @@ fn run_cell(cell: &Cell<'_>, pools: &mut Pools) -> RunRecord {
     let mut ctx = Ctx {
         target: cell.target,
         work: work.clone(),
+        prep: prep.clone(),
         sizes: cell.sizes,
         samples: Vec::new(),
         warnings: Vec::new(),

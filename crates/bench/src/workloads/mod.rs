@@ -121,6 +121,10 @@ pub(crate) struct Ctx<'a> {
     /// This run's fresh directory as seen through the target, holding a
     /// replica of the workload's pool: the timed part uses it.
     pub work: PathBuf,
+    /// The same directory in the tree input is prepared in: natively behind a mount when
+    /// the runner found the native tree, else `work` itself. Never for timed reads or
+    /// writes; for flushing the host's side of what the target wrote (untar's sync).
+    pub prep: PathBuf,
     pub sizes: &'a Sizes,
     pub samples: Vec<Sample>,
     /// Things worth knowing that did not stop the run (unexpected git status output...).
