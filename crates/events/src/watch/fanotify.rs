@@ -45,6 +45,9 @@ pub(crate) struct Fanotify {
     buf: Box<[u8]>,
     root_path: PathBuf,
     cache: HashMap<Box<[u8]>, Option<RelPath>>,
+    /// A directory could not be placed (an error walking up from one deeper than
+    /// PATH_MAX): its event is lost, so the read ends with a rescan of the export.
+    unplaced: bool,
 }
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
@@ -90,6 +93,7 @@ impl Fanotify {
             buf: vec![0; READ_BUFFER].into_boxed_slice(),
             root_path: root.path().to_path_buf(),
             cache: HashMap::new(),
+            unplaced: false,
         }
     }
 
@@ -112,7 +116,8 @@ impl Fanotify {
                     Ok(rel) => rel,
                     Err(e) => {
                         // Not cached: the next event for this directory tries again.
-                        tracing::warn!("placing a directory deeper than PATH_MAX: {e}");
+                        tracing::warn!("placing a directory deeper than PATH_MAX: {e}; rescanning");
+                        self.unplaced = true;
                         return None;
                     }
                 }
@@ -252,6 +257,11 @@ impl Watcher for Fanotify {
                 at += len;
             }
             self.buf = buf;
+            if std::mem::take(&mut self.unplaced) {
+                out.push(Raw::Rescan {
+                    path: RelPath::root(),
+                });
+            }
         }
         Ok(())
     }
