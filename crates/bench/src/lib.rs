@@ -27,7 +27,7 @@
 //! | 7 | build     | seconds | 120 .c, 40 -I dirs (10 symlinked) | 12 .c, 8 -I dirs |
 //! | 8 | git       | seconds: status first/repeat, checkout | 10,000 files | 500 files |
 //! | 9 | watcher   | files/s created + deleted, events off and on, and on/off (native only) | 1,000 files, 2 rounds each | 1,000 files, 1 round each |
-//! | 10 | untar    | seconds: tar -xf, then syncfs | 10,000 entries | 2,000 |
+//! | 10 | untar    | seconds: tar -xf, then syncfs, and both | 10,000 entries | 1,000 |
 //! | 11 | tree     | seconds: find, grep -r, each first and repeated | 10,000 entries | 2,000 |
 //! | | runs per figure (`--runs`) | | 3, median | 1 |
 //! | | time cap per looping figure | | 3 s | 0.5 s |
