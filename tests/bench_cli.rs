@@ -59,7 +59,9 @@ fn quick_bench_runs_every_workload_on_every_target() {
             "symlink",
             "build",
             "git",
-            "watcher"
+            "watcher",
+            "untar",
+            "tree"
         ]
     );
     for w in workloads {

@@ -58,7 +58,7 @@ fn workloads_help() -> String {
     let mut s = String::from("Workloads (--workloads takes names or numbers):\n");
     for id in WorkloadId::ALL {
         s.push_str(&format!(
-            "  {}. {:<10} {}\n",
+            "  {:>2}. {:<10} {}\n",
             id.number(),
             id.name(),
             id.summary()
@@ -69,10 +69,12 @@ fn workloads_help() -> String {
         "\nSizes, full (quick): sequential {} MiB ({} MiB); random I/O in a {} MiB file ({} MiB);\n\
          metadata on {} entries ({}); include probing {} dirs x {} headers, {} passes ({});\n\
          symlinks {} + {} x {} ({} + {} x {}); build {} .c files ({}); git {} files ({});\n\
-         watcher cost {} files, {} rounds with events off and {} on ({} and {}), natively only.\n\
+         watcher cost {} files, {} rounds with events off and {} on ({} and {}), natively only;\n\
+         untar {} entries ({}); tree {} entries ({}).\n\
          Each figure that loops stops at a time cap of {} s ({} s) and is then the rate over\n\
-         what it did, marked \"capped\" with the amount. Build, git and watcher run to completion;\n\
-         a workload whose first run on a target takes over {} s ({} s) is not repeated there.\n\
+         what it did, marked \"capped\" with the amount. Build, git, watcher, untar and tree\n\
+         run to completion; a workload whose first run on a target takes over {} s ({} s) is\n\
+         not repeated there.\n\
          --quick (one run per figure) takes under a minute on 2 cores; a full run (three\n\
          runs, median) is meant to stay under 15 minutes.\n",
         full.seq_bytes >> 20,
@@ -100,6 +102,10 @@ fn workloads_help() -> String {
         full.watcher_rounds,
         quick.watcher_rounds,
         quick.watcher_rounds,
+        full.untar_entries,
+        quick.untar_entries,
+        full.tree_entries,
+        quick.tree_entries,
         full.time_cap_ms as f64 / 1000.0,
         quick.time_cap_ms as f64 / 1000.0,
         full.repeat_budget_ms / 1000,

@@ -6,7 +6,8 @@ use std::str::FromStr;
 use serde::Serialize;
 
 /// The workloads, in the order the issue lists them and the report shows them; the
-/// ninth, watcher cost, is brief lesson 5 (change events must never slow the producer).
+/// ninth, watcher cost, is brief lesson 5 (change events must never slow the producer);
+/// untar and tree are issue #11's metadata in bulk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(into = "&'static str")]
 pub enum WorkloadId {
@@ -19,10 +20,12 @@ pub enum WorkloadId {
     Build,
     Git,
     Watcher,
+    Untar,
+    Tree,
 }
 
 impl WorkloadId {
-    pub const ALL: [WorkloadId; 9] = [
+    pub const ALL: [WorkloadId; 11] = [
         Self::SeqRead,
         Self::SeqWrite,
         Self::Random,
@@ -32,6 +35,8 @@ impl WorkloadId {
         Self::Build,
         Self::Git,
         Self::Watcher,
+        Self::Untar,
+        Self::Tree,
     ];
 
     /// The name used on the command line, in the JSON and in directory names.
@@ -58,11 +63,13 @@ impl WorkloadId {
             Self::Watcher => {
                 "create + delete files natively, change events off and on (files/s, ratio)"
             }
+            Self::Untar => "extract a generated tarball of many small files, then syncfs (seconds)",
+            Self::Tree => "find over a generated tree, then grep -r of every file (seconds)",
         }
     }
 }
 
-const WORKLOAD_NAMES: [&str; 9] = [
+const WORKLOAD_NAMES: [&str; 11] = [
     "seq-read",
     "seq-write",
     "random",
@@ -72,6 +79,8 @@ const WORKLOAD_NAMES: [&str; 9] = [
     "build",
     "git",
     "watcher",
+    "untar",
+    "tree",
 ];
 
 /// Workload names in report order, for `--help` and `--workloads` validation.
@@ -91,9 +100,9 @@ impl From<WorkloadId> for &'static str {
     }
 }
 
-/// The string was neither a workload name nor a number 1..=9.
+/// The string was neither a workload name nor a number 1..=11.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown workload {given:?}; expected one of {} or 1..=9", WORKLOAD_NAMES.join(", "))]
+#[error("unknown workload {given:?}; expected one of {} or 1..={}", WORKLOAD_NAMES.join(", "), WORKLOAD_NAMES.len())]
 pub struct UnknownWorkload {
     pub given: String,
 }
@@ -241,6 +250,10 @@ pub struct Sizes {
     /// Watcher cost: rounds of each mode (events off, events on) per run, in
     /// the order off on on off off on ..., so drift favours neither.
     pub watcher_rounds: usize,
+    /// Untar: entries (directories, files, symlinks) in the generated tarball.
+    pub untar_entries: usize,
+    /// Tree: entries of the generated tree that `find` walks and `grep -r` reads.
+    pub tree_entries: usize,
 }
 
 impl Sizes {
@@ -288,6 +301,13 @@ impl Sizes {
             // rounds of each mode (off on on off) per full run, one in --quick.
             watcher_files: count(1_000, 1_000, 20),
             watcher_rounds: count(2, 1, 1),
+            // A source tarball's shape (about one directory per 20 entries, small text
+            // files): 10,000 entries is a mid-sized project. Each extracted file costs a
+            // create, three setattrs and a write on a mount: 2,000 took 3.3-7.5 s per
+            // mount in a quick run at load 7, which put --quick over its minute; 1,000
+            // keep the same per-file pattern.
+            untar_entries: count(10_000, 1_000, 30),
+            tree_entries: count(10_000, 2_000, 30),
         }
     }
 }
@@ -309,7 +329,8 @@ mod tests {
         );
         assert!("0".parse::<WorkloadId>().is_err());
         assert_eq!("9".parse::<WorkloadId>().unwrap(), WorkloadId::Watcher);
-        assert!("10".parse::<WorkloadId>().is_err());
+        assert_eq!("11".parse::<WorkloadId>().unwrap(), WorkloadId::Tree);
+        assert!("12".parse::<WorkloadId>().is_err());
         let err = "fio".parse::<WorkloadId>().unwrap_err();
         assert!(err.to_string().contains("seq-read"), "{err}");
         assert_eq!(workload_names().len(), WorkloadId::ALL.len());
@@ -325,7 +346,7 @@ mod tests {
             config.selected_workloads(),
             vec![WorkloadId::SeqRead, WorkloadId::Git]
         );
-        assert_eq!(BenchConfig::default().selected_workloads().len(), 9);
+        assert_eq!(BenchConfig::default().selected_workloads().len(), 11);
     }
 
     #[test]

@@ -3,8 +3,10 @@
 //! What this crate owns:
 //! - the eight workloads of the issue ([`WorkloadId`], `workloads/`): sequential
 //!   read and write, random O_DIRECT I/O, metadata, include-path negative
-//!   lookups, symlink resolution, a generated C build, and git; and a ninth,
-//!   the watcher cost of the brief's lesson 5, on native targets only;
+//!   lookups, symlink resolution, a generated C build, and git; a ninth,
+//!   the watcher cost of the brief's lesson 5, on native targets only; and
+//!   issue #11's metadata in bulk: extracting a tarball, and `find` + `grep -r`
+//!   over a tree;
 //! - the run loop ([`run`]): targets interleaved A B A B for every run, each
 //!   (workload, target, run) in its own fresh directory, removed afterwards;
 //!   only the measured operations are timed and counted;
@@ -25,11 +27,13 @@
 //! | 7 | build     | seconds | 120 .c, 40 -I dirs (10 symlinked) | 12 .c, 8 -I dirs |
 //! | 8 | git       | seconds: status first/repeat, checkout | 10,000 files | 500 files |
 //! | 9 | watcher   | files/s created + deleted, events off and on, and on/off (native only) | 1,000 files, 2 rounds each | 1,000 files, 1 round each |
+//! | 10 | untar    | seconds: tar -xf, then syncfs, and both | 10,000 entries | 1,000 |
+//! | 11 | tree     | seconds: find, grep -r, each first and repeated | 10,000 entries | 2,000 |
 //! | | runs per figure (`--runs`) | | 3, median | 1 |
 //! | | time cap per looping figure | | 3 s | 0.5 s |
 //! | | no repeats on a target after a first run longer than | | 15 s | 15 s |
 //!
-//! Every figure that loops (all but build, git and watcher) stops at the time cap
+//! Every figure that loops (all but build, git, watcher, untar and tree) stops at the time cap
 //! ([`Sizes::time_cap_ms`]), so a slow target cannot stretch a run: the
 //! figure is then the rate over what was done, the sample says `capped`, and
 //! the table shows the amount. Repeated passes revisit only what the first

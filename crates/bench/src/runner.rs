@@ -276,6 +276,7 @@ fn run_cell(cell: &Cell<'_>, pools: &mut Pools) -> RunRecord {
     let mut ctx = Ctx {
         target: cell.target,
         work: work.clone(),
+        prep: prep.clone(),
         sizes: cell.sizes,
         samples: Vec::new(),
         warnings: Vec::new(),
@@ -289,6 +290,7 @@ fn run_cell(cell: &Cell<'_>, pools: &mut Pools) -> RunRecord {
                 let pool = pools.get(cell.prep_root, cell.sizes)?;
                 prepare = t.elapsed();
                 pool::replicate(&pool, &prep, &workloads::copy_if(cell.id))?;
+                workloads::before_run(cell.id, &prep)?;
             }
             // Even an empty work directory was made natively: the mount must know it
             // exists (its parent's replica may say it does not until the event comes).

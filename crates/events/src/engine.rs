@@ -326,8 +326,16 @@ impl Engine {
         if path.is_root() || self.is_control(path) {
             return;
         }
-        let Ok(now) = self.root.lstat(path) else {
-            return; // unreadable for now: a later event or rescan will tell
+        let now = match self.root.lstat(path) {
+            Ok(now) => now,
+            Err(e) => {
+                // Dropping the change would leave subscribers wrong until some later event
+                // happened to touch this path: tell them to re-read the parent instead.
+                tracing::warn!(%path, "cannot stat: {e}; announcing a rescan of its parent");
+                let parent = path.parent().unwrap_or_default();
+                self.compare_subtree(&parent, "unreadable", true, out);
+                return;
+            }
         };
         let old = self.snapshot.get(path).copied();
         match (old, now) {

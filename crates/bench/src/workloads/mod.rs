@@ -1,4 +1,4 @@
-//! The nine workloads and the frame they run in.
+//! The eleven workloads and the frame they run in.
 //!
 //! A workload is a `prepare(pool)` that writes its input (untimed, once) and a
 //! `run(&mut Ctx)` that calls [`Ctx::measure`] once per figure, so that only the measured
@@ -29,6 +29,7 @@ use crate::target::{MessageCounts, Target, TargetKind};
 
 pub(crate) mod build;
 pub(crate) mod cmd;
+pub(crate) mod gentree;
 pub(crate) mod git;
 pub(crate) mod meta;
 pub(crate) mod negative;
@@ -37,6 +38,8 @@ pub(crate) mod random;
 pub(crate) mod rng;
 pub(crate) mod seq;
 pub(crate) mod symlink;
+pub(crate) mod tree;
+pub(crate) mod untar;
 pub(crate) mod watcher;
 
 /// One figure a workload reports.
@@ -118,6 +121,10 @@ pub(crate) struct Ctx<'a> {
     /// This run's fresh directory as seen through the target, holding a
     /// replica of the workload's pool: the timed part uses it.
     pub work: PathBuf,
+    /// The same directory in the tree input is prepared in: natively behind a mount when
+    /// the runner found the native tree, else `work` itself. Never for timed reads or
+    /// writes; for flushing the host's side of what the target wrote (untar's sync).
+    pub prep: PathBuf,
     pub sizes: &'a Sizes,
     pub samples: Vec<Sample>,
     /// Things worth knowing that did not stop the run (unexpected git status output...).
@@ -217,6 +224,8 @@ pub(crate) fn metrics(id: WorkloadId) -> &'static [MetricDef] {
         WorkloadId::Build => build::METRICS,
         WorkloadId::Git => git::METRICS,
         WorkloadId::Watcher => watcher::METRICS,
+        WorkloadId::Untar => untar::METRICS,
+        WorkloadId::Tree => tree::METRICS,
     }
 }
 
@@ -232,6 +241,8 @@ pub(crate) fn title(id: WorkloadId, sizes: &Sizes) -> String {
         WorkloadId::Build => build::title(sizes),
         WorkloadId::Git => git::title(sizes),
         WorkloadId::Watcher => watcher::title(sizes),
+        WorkloadId::Untar => untar::title(sizes),
+        WorkloadId::Tree => tree::title(sizes),
     }
 }
 
@@ -240,6 +251,8 @@ pub(crate) fn required_tools(id: WorkloadId) -> &'static [&'static str] {
     match id {
         WorkloadId::Build => build::TOOLS,
         WorkloadId::Git => git::TOOLS,
+        WorkloadId::Untar => untar::TOOLS,
+        WorkloadId::Tree => tree::TOOLS,
         _ => &[],
     }
 }
@@ -270,6 +283,18 @@ pub(crate) fn prepare(id: WorkloadId, pool: &Path, sizes: &Sizes) -> Result<(), 
         WorkloadId::Symlink => symlink::prepare(pool, sizes),
         WorkloadId::Build => build::prepare(pool, sizes),
         WorkloadId::Git => git::prepare(pool, sizes),
+        WorkloadId::Untar => untar::prepare(pool, sizes),
+        WorkloadId::Tree => tree::prepare(pool, sizes),
+    }
+}
+
+/// Puts `id`'s replica in `dir` (this run's, in the prepare directory) in the same state
+/// before every target's run, where earlier runs on other targets could have changed it
+/// (untimed).
+pub(crate) fn before_run(id: WorkloadId, dir: &Path) -> Result<(), WorkloadError> {
+    match id {
+        WorkloadId::Random => random::warm(dir),
+        _ => Ok(()),
     }
 }
 
@@ -294,6 +319,8 @@ pub(crate) fn run(id: WorkloadId, ctx: &mut Ctx<'_>) -> Result<(), WorkloadError
         WorkloadId::Build => build::run(ctx),
         WorkloadId::Git => git::run(ctx),
         WorkloadId::Watcher => watcher::run(ctx),
+        WorkloadId::Untar => untar::run(ctx),
+        WorkloadId::Tree => tree::run(ctx),
     }
 }
 

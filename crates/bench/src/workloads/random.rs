@@ -178,6 +178,31 @@ pub(crate) fn prepare(pool: &Path, sizes: &Sizes) -> Result<(), WorkloadError> {
     f.sync_all().ctx(|| format!("fsync {}", path.display()))
 }
 
+/// Before each run, natively in the prepared replica (the same inode on every target):
+/// write back what the previous target left dirty, then read the whole file so the host's
+/// page cache holds it, for every target alike.
+///
+/// Without this the first mount after the native target measured the disk, not the
+/// crossing: the native target's O_DIRECT writes drop the file from the host's page cache
+/// (ext4 invalidates the cached folios a direct write overlaps, and with large folios that
+/// was the whole 128 MiB file here: `fincore` showed 128M resident before and 0B after), so
+/// the first mount's server read from the disk and warmed the cache for the mounts after
+/// it: 9.0k reads/s against 13.8k-18.4k on one thread (docs/bench.md).
+pub(crate) fn warm(replica: &Path) -> Result<(), WorkloadError> {
+    use std::io::Read;
+    let path = replica.join("random.dat");
+    let mut f = File::open(&path).ctx(|| format!("opening {}", path.display()))?;
+    f.sync_data()
+        .ctx(|| format!("fdatasync {}", path.display()))?;
+    let mut buf = vec![0u8; 1 << 20];
+    while f
+        .read(&mut buf)
+        .ctx(|| format!("reading {}", path.display()))?
+        > 0
+    {}
+    Ok(())
+}
+
 pub(crate) fn run(ctx: &mut Ctx<'_>) -> Result<(), WorkloadError> {
     let bytes = ctx.sizes.random_file_bytes;
     let path = ctx.work.join("random.dat");

@@ -45,6 +45,9 @@ pub(crate) struct Fanotify {
     buf: Box<[u8]>,
     root_path: PathBuf,
     cache: HashMap<Box<[u8]>, Option<RelPath>>,
+    /// A directory could not be placed (an error walking up from one deeper than
+    /// PATH_MAX): its event is lost, so the read ends with a rescan of the export.
+    unplaced: bool,
 }
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
@@ -90,6 +93,7 @@ impl Fanotify {
             buf: vec![0; READ_BUFFER].into_boxed_slice(),
             root_path: root.path().to_path_buf(),
             cache: HashMap::new(),
+            unplaced: false,
         }
     }
 
@@ -101,11 +105,25 @@ impl Fanotify {
         }
         let flags = libc::O_PATH | libc::O_CLOEXEC;
         let fd = sys::open_by_handle_at(root.fd().as_fd(), d.handle_type, d.handle, flags).ok()?;
-        let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
-        let rel = link
-            .strip_prefix(&self.root_path)
-            .ok()
-            .and_then(|r| RelPath::new(r.as_os_str().as_bytes()).ok());
+        let rel = match std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) {
+            Ok(link) => link
+                .strip_prefix(&self.root_path)
+                .ok()
+                .and_then(|r| RelPath::new(r.as_os_str().as_bytes()).ok()),
+            // Deeper than PATH_MAX: /proc cannot show the path, so find it by walking up.
+            Err(e) if e.raw_os_error() == Some(libc::ENAMETOOLONG) => {
+                match root.path_of_dir(fd.as_fd()) {
+                    Ok(rel) => rel,
+                    Err(e) => {
+                        // Not cached: the next event for this directory tries again.
+                        tracing::warn!("placing a directory deeper than PATH_MAX: {e}; rescanning");
+                        self.unplaced = true;
+                        return None;
+                    }
+                }
+            }
+            Err(_) => return None,
+        };
         if self.cache.len() >= CACHE_LIMIT {
             self.cache.clear();
         }
@@ -239,6 +257,11 @@ impl Watcher for Fanotify {
                 at += len;
             }
             self.buf = buf;
+            if std::mem::take(&mut self.unplaced) {
+                out.push(Raw::Rescan {
+                    path: RelPath::root(),
+                });
+            }
         }
         Ok(())
     }

@@ -121,6 +121,11 @@ impl Watches {
 
     /// Watches `top` and every directory beneath it, watch first and listing second; with
     /// `report`, everything found is reported as created.
+    ///
+    /// A directory that cannot be watched or listed (out of descriptors, say) is not skipped
+    /// in silence: it joins the polled subtrees, and with `report` its subtree is also asked
+    /// to be rescanned now, so whatever it holds is still published. Only the export root
+    /// itself failing is an error (the watcher cannot start).
     fn add_tree(
         &mut self,
         ifd: BorrowedFd<'_>,
@@ -130,14 +135,28 @@ impl Watches {
     ) -> io::Result<()> {
         let mut work = vec![top.clone()];
         while let Some(dir) = work.pop() {
-            if !self.add(ifd, root, &dir)? {
-                continue;
-            }
-            let Some(fd) = root.open_dir(&dir)? else {
-                continue;
-            };
-            let Ok(entries) = Dir::read_from(&fd) else {
-                continue;
+            let listed = self
+                .add(ifd, root, &dir)
+                .and_then(|watched| match watched {
+                    true => root.open_dir(&dir),
+                    false => Ok(None),
+                })
+                .and_then(|fd| match fd {
+                    Some(fd) => Ok(Some((Dir::read_from(&fd)?, fd))),
+                    None => Ok(None),
+                });
+            let (entries, fd) = match listed {
+                Ok(Some(listed)) => listed,
+                Ok(None) => continue,
+                Err(e) if dir.is_root() => return Err(e),
+                Err(e) => {
+                    tracing::warn!(%dir, "cannot watch or list: {e}; polling it instead");
+                    self.unwatch_later(&dir);
+                    if let Some(out) = report.as_deref_mut() {
+                        out.push(Raw::Rescan { path: dir });
+                    }
+                    continue;
+                }
             };
             for entry in entries {
                 let Ok(entry) = entry else { break };
