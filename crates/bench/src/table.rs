@@ -172,17 +172,28 @@ fn format_messages(fig: &Figure, key_messages: &[&str]) -> String {
     };
     // Alternatives (Trenameat/Trename) are listed together; show those that
     // occurred, or the first at zero so the reader sees that none did.
-    let shown: Vec<String> = key_messages
+    // The crossfs extension's compounds (docs/protocol.md) stand in for the plain
+    // messages they replace, so those that occurred are shown too; and every figure
+    // starts with all requests sent.
+    let extension = crossfs_wire::Tmessage::TABLE
         .iter()
-        .filter_map(|&k| counts.get(k).map(|&n| format!("{k} {}", thousands(n))))
+        .filter(|m| m.number >= crossfs_wire::EXTENSION_FIRST)
+        .map(|m| m.name);
+    let mut shown: Vec<String> = key_messages
+        .iter()
+        .copied()
+        .chain(extension)
+        .filter_map(|k| counts.get(k).map(|&n| format!("{k} {}", thousands(n))))
         .collect();
     if shown.is_empty() {
-        key_messages
-            .first()
-            .map_or_else(String::new, |k| format!("{k} 0"))
-    } else {
-        shown.join(" ")
+        shown.extend(key_messages.first().map(|k| format!("{k} 0")));
     }
+    let total: u64 = counts
+        .iter()
+        .filter(|(k, _)| k.starts_with('T'))
+        .map(|(_, &n)| n)
+        .sum();
+    format!("all {}: {}", thousands(total), shown.join(" "))
 }
 
 /// Four significant digits or so, whatever the magnitude.
