@@ -440,18 +440,6 @@ fn tree(root: &Path) -> BTreeMap<String, String> {
     out
 }
 
-/// A small deterministic generator (xorshift), so a failure can be replayed by its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as usize
-    }
-}
-
 /// Random host changes (create, write, truncate, chmod, rename, mkdir, rmdir, unlink) in
 /// batches, with faults between them: a stalled client (SIGSTOP) and a tiny per-client
 /// queue of 4 events (forcing "fell behind" rescans). After every sync the mount shows

@@ -147,18 +147,6 @@ fn tree(root: &Path) -> BTreeMap<String, String> {
     out
 }
 
-/// A small deterministic generator (xorshift), so a failure can be replayed by its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as usize
-    }
-}
-
 const NAMES: [&str; 5] = ["a", "b", "c", "d", "e"];
 const DIRS: [&str; 4] = ["", "p/", "q/", "p/r/"];
 

@@ -305,3 +305,15 @@ pub fn is_mounted(path: &Path) -> bool {
     let target = path.to_str().unwrap();
     info.lines().any(|l| l.split(' ').nth(4) == Some(target))
 }
+
+/// A small deterministic generator (xorshift), so a failure can be replayed by its seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}

@@ -64,11 +64,14 @@ impl IdleOpens {
 
     /// An idle fid open on `node` with `flags`, if one is kept and young enough.
     pub(crate) fn take(&self, node: u64, flags: u32) -> Option<Arc<FidRef>> {
-        let mut idle = self.lock();
-        let i = idle
-            .iter()
-            .rposition(|i| i.node == node && i.flags == flags)?;
-        let found = idle.remove(i)?;
+        let found = {
+            let mut idle = self.lock();
+            let i = idle
+                .iter()
+                .rposition(|i| i.node == node && i.flags == flags)?;
+            idle.remove(i)?
+        };
+        // Too old: dropped (and clunked) here, outside the lock.
         (found.since.elapsed() < IDLE_FOR).then_some(found.fid)
     }
 
@@ -87,5 +90,25 @@ impl IdleOpens {
     pub(crate) fn clear(&self) {
         let gone: VecDeque<Idle> = std::mem::take(&mut *self.lock());
         drop(gone);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossfs_wire::open_flags as of;
+
+    #[test]
+    fn only_plain_read_only_opens_are_kept() {
+        assert!(IdleOpens::keeps(of::RDONLY));
+        assert!(IdleOpens::keeps(of::RDONLY | of::DIRECTORY | of::NOATIME));
+        for flags in [
+            of::WRONLY,
+            of::RDWR,
+            of::RDONLY | of::TRUNC,
+            of::RDONLY | of::APPEND,
+        ] {
+            assert!(!IdleOpens::keeps(flags), "{flags:o}");
+        }
     }
 }

@@ -195,9 +195,7 @@ impl InodeTable {
     /// The node `name` in directory `parent` last led to, if the kernel still holds it:
     /// its fid and `qid.path`.
     pub(crate) fn expected(&self, parent: u64, name: &[u8]) -> Option<(Arc<FidRef>, u64)> {
-        self.with_known(parent, name, |node| {
-            (node.fid.clone().expect("with_known"), node.qid_path)
-        })
+        self.with_known(parent, name, |node, fid| (fid.clone(), node.qid_path))
     }
 
     /// As [`InodeTable::expected`], with the node's newest fetched attributes, if kept.
@@ -206,23 +204,22 @@ impl InodeTable {
         parent: u64,
         name: &[u8],
     ) -> Option<(Arc<FidRef>, u64, Option<FetchedAttrs>)> {
-        self.with_known(parent, name, |node| {
-            (
-                node.fid.clone().expect("with_known"),
-                node.qid_path,
-                node.listed.clone(),
-            )
+        self.with_known(parent, name, |node, fid| {
+            (fid.clone(), node.qid_path, node.listed.clone())
         })
     }
 
-    fn with_known<T>(&self, parent: u64, name: &[u8], f: impl FnOnce(&Inode) -> T) -> Option<T> {
+    /// `f` of the node `name` in `parent` leads to, if it is bound (not stale, with a fid).
+    fn with_known<T>(
+        &self,
+        parent: u64,
+        name: &[u8],
+        f: impl FnOnce(&Inode, &Arc<FidRef>) -> T,
+    ) -> Option<T> {
         let inner = self.lock();
         let ino = inner.names.get(&parent)?.get(name)?;
-        inner
-            .by_ino
-            .get(ino)
-            .filter(|node| !node.stale && node.fid.is_some())
-            .map(f)
+        let node = inner.by_ino.get(ino).filter(|node| !node.stale)?;
+        Some(f(node, node.fid.as_ref()?))
     }
 
     /// Notes that `name` in directory `parent` leads to node `ino`. At [`NAMES_LIMIT`],

@@ -46,7 +46,7 @@ macro_rules! messages {
     ) => {
         $(
             $(#[$doc])*
-            #[derive(Clone, Debug, PartialEq, Eq)]
+            #[derive(Clone, Debug, Default, PartialEq, Eq)]
             #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
             #[allow(missing_docs)]
             pub struct $name { $( pub $field: $ty, )* }

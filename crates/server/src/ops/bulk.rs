@@ -20,34 +20,6 @@ use crate::ops::{attr, io, walk};
 use crate::session::Conn;
 use crate::sys;
 
-/// The attributes of "." and "..": none (`valid` 0).
-const NO_ATTRIBUTES: Rgetattr = Rgetattr {
-    valid: 0,
-    qid: crossfs_wire::Qid {
-        ty: 0,
-        version: 0,
-        path: 0,
-    },
-    mode: 0,
-    uid: 0,
-    gid: 0,
-    nlink: 0,
-    rdev: 0,
-    size: 0,
-    blksize: 0,
-    blocks: 0,
-    atime_sec: 0,
-    atime_nsec: 0,
-    mtime_sec: 0,
-    mtime_nsec: 0,
-    ctime_sec: 0,
-    ctime_nsec: 0,
-    btime_sec: 0,
-    btime_nsec: 0,
-    gen: 0,
-    data_version: 0,
-};
-
 /// Largest `getdents64` buffer per system call.
 const GETDENTS_BUF: usize = 64 * 1024;
 
@@ -229,7 +201,8 @@ pub(crate) fn readdirattr(conn: &Conn, m: Treaddirattr) -> OpResult<Rmessage> {
                     ty: e.ty,
                     name: e.name.to_vec(),
                 },
-                attr: NO_ATTRIBUTES,
+                // No attributes: `valid` 0.
+                attr: Rgetattr::default(),
             }
             .encode(&mut data);
             return true;
