@@ -89,6 +89,10 @@ pub(crate) type FetchedAttrs = Box<(Rgetattr, Fetched)>;
 /// Node id -> its fid and `qid.path`.
 pub(crate) type NodeFids = HashMap<u64, (Fid, u64)>;
 
+/// What [`InodeTable::snapshot`] returns: the nodes with fids, those without (node and
+/// `qid.path`), and the names (directory, name, node).
+pub(crate) type Snapshot = (NodeFids, Vec<(u64, u64)>, Vec<(u64, Vec<u8>, u64)>);
+
 /// How to reach a node's file on the server.
 pub(crate) enum NodeFid {
     /// Through its fid.
@@ -522,7 +526,7 @@ impl InodeTable {
     /// node and `qid.path`), and every name known to lead to a node (directory, name,
     /// node): what binding the fids again on a new connection needs (see
     /// `crate::restore`). Placeholders, which borrow their directory's fid, are left out.
-    pub(crate) fn snapshot(&self) -> (NodeFids, Vec<(u64, u64)>, Vec<(u64, Vec<u8>, u64)>) {
+    pub(crate) fn snapshot(&self) -> Snapshot {
         let inner = self.lock();
         let real = inner
             .by_ino

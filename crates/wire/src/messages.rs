@@ -46,7 +46,7 @@ macro_rules! messages {
     ) => {
         $(
             $(#[$doc])*
-            #[derive(Clone, Debug, Default, PartialEq, Eq)]
+            #[derive(Clone, Debug, PartialEq, Eq)]
             #[cfg_attr(test, derive(proptest_derive::Arbitrary))]
             #[allow(missing_docs)]
             pub struct $name { $( pub $field: $ty, )* }
@@ -307,6 +307,34 @@ impl Tsetattr {
             atime_nsec: 0,
             mtime_sec: 0,
             mtime_nsec: 0,
+        }
+    }
+}
+
+/// No attributes: every field zero, `valid` 0 (how Rreaddirattr lists "." and "..").
+impl Default for Rgetattr {
+    fn default() -> Self {
+        Rgetattr {
+            valid: 0,
+            qid: Qid::default(),
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            nlink: 0,
+            rdev: 0,
+            size: 0,
+            blksize: 0,
+            blocks: 0,
+            atime_sec: 0,
+            atime_nsec: 0,
+            mtime_sec: 0,
+            mtime_nsec: 0,
+            ctime_sec: 0,
+            ctime_nsec: 0,
+            btime_sec: 0,
+            btime_nsec: 0,
+            gen: 0,
+            data_version: 0,
         }
     }
 }
