@@ -276,10 +276,15 @@ impl Server {
 
     /// Refuses a mutation on a read-only export.
     pub(crate) fn check_writable(&self) -> OpResult<()> {
-        if self.config.read_only {
-            Err(OpError::ReadOnly)
-        } else {
-            Ok(())
+        Ok(self.policy().check_writable()?)
+    }
+
+    /// What clients may change, as the export core rules it (shared with the virtio door).
+    pub(crate) fn policy(&self) -> crossfs_export::policy::Policy {
+        crossfs_export::policy::Policy {
+            read_only: self.config.read_only,
+            allow_devices: self.config.allow_devices,
+            allow_setuid: self.config.allow_setuid,
         }
     }
 

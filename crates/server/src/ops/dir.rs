@@ -9,7 +9,7 @@ use crossfs_wire::{
 };
 use rustix::io::Errno;
 
-use crate::error::{OpError, OpResult};
+use crate::error::OpResult;
 use crate::fid::{lock, Location};
 use crate::names;
 use crate::ops::setid;
@@ -153,10 +153,8 @@ pub(crate) fn symlink(conn: &Conn, m: Tsymlink) -> OpResult<Rmessage> {
 pub(crate) fn mknod(conn: &Conn, m: Tmknod) -> OpResult<Rmessage> {
     conn.server.check_writable()?;
     let name = names::component(&m.name)?;
+    conn.server.policy().check_device(m.mode)?;
     match m.mode & libc::S_IFMT {
-        libc::S_IFCHR | libc::S_IFBLK if !conn.server.config.allow_devices => {
-            return Err(OpError::NotPermitted("device nodes are not exported"))
-        }
         libc::S_IFCHR | libc::S_IFBLK | libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFREG | 0 => {}
         _ => return Err(Errno::INVAL.into()),
     }
