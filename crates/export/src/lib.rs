@@ -12,6 +12,8 @@
 //! - [`policy`]: read-only, device nodes, set-user-ID and set-group-ID bits.
 //! - [`budget`]: descriptors shared fairly between clients, and byte budgets.
 //! - [`lookup`]: one confined lookup step, name rule included, as both doors walk.
+//! - [`Export`]: an opened export (root, `/proc/self/fd`, policy, descriptor pool).
+//! - [`policy::finish_create`]: ownership and exact permission bits of a new file.
 //!
 //! It speaks no protocol (no 9P, no FUSE types), owns no sockets, threads or sessions, and
 //! keeps no table of clients' handles: each door keeps its own (fids, FUSE node ids).
@@ -20,6 +22,7 @@
 
 pub mod budget;
 mod error;
+mod export;
 pub mod names;
 pub mod policy;
 pub mod sys;
@@ -27,6 +30,7 @@ pub mod sys;
 use std::os::fd::{BorrowedFd, OwnedFd};
 
 pub use error::{ExportError, ExportResult};
+pub use export::{Export, OpenError};
 pub use rustix::fs::Statx;
 
 /// One confined lookup step: checks `name` with [`names::component`], opens it beneath `dir`

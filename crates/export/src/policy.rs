@@ -129,6 +129,48 @@ pub fn drop_bits(proc_fd: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> ExportResult<()
     Ok(())
 }
 
+/// After creating a file system object through `fd` (an `O_PATH` handle on it): gives it to
+/// `owner` (uid, gid; `None` keeps each) when there is one (a root server gives files to the
+/// caller, as a local create by that user would), then sets exactly the permission bits
+/// `perm` (the client applied its own umask; the server's must not apply twice). In that
+/// order, because a chown clears set-id bits. `perm` has been through
+/// [`Policy::client_perm`]; a directory keeps the `S_ISGID` it inherited from a setgid
+/// parent, and a symlink only gets its owner.
+///
+/// # Errors
+/// What `statx`, `chown` or `chmod` report.
+pub fn finish_create(
+    proc_fd: BorrowedFd<'_>,
+    fd: BorrowedFd<'_>,
+    perm: u32,
+    owner: Option<(Option<u32>, Option<u32>)>,
+) -> ExportResult<()> {
+    let mut mode = u32::from(sys::stat(fd)?.stx_mode);
+    let chown = match owner {
+        Some((uid, gid)) if uid.is_some() || gid.is_some() => {
+            sys::chown(fd, uid, gid)?;
+            true
+        }
+        _ => false,
+    };
+    if mode & libc::S_IFMT == libc::S_IFLNK {
+        return Ok(());
+    }
+    if chown {
+        mode = u32::from(sys::stat(fd)?.stx_mode);
+    }
+    let inherited = if mode & libc::S_IFMT == libc::S_IFDIR {
+        mode & libc::S_ISGID
+    } else {
+        0
+    };
+    let wanted = (perm & 0o7777) | inherited;
+    if mode & 0o7777 != wanted {
+        sys::chmod(proc_fd, fd, wanted)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,10 @@ pub(super) fn client_perm(conn: &Conn, mode: u32) -> u32 {
 /// Clears from the inode behind `fd` the bits a chown drops
 /// ([`crossfs_export::policy::dropped_on_change`]), if it has any.
 pub(super) fn drop_bits(conn: &Conn, fd: BorrowedFd<'_>) -> OpResult<()> {
-    Ok(crossfs_export::policy::drop_bits(conn.server.proc_fd(), fd)?)
+    Ok(crossfs_export::policy::drop_bits(
+        conn.server.proc_fd(),
+        fd,
+    )?)
 }
 
 /// Before a client may write to or truncate the file behind `fd`, whose mode is `mode`:

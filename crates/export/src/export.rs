@@ -1,0 +1,83 @@
+//! An opened export: the root handle, `/proc/self/fd`, the policy and the descriptor pool
+//! that a door needs before it serves anyone.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::budget::{FdPool, Handle};
+use crate::policy::Policy;
+use crate::sys;
+
+/// Why an export could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The directory could not be opened.
+    #[error("cannot open export {path}: {source}")]
+    Export {
+        /// The export as given.
+        path: PathBuf,
+        /// What the kernel said.
+        source: std::io::Error,
+    },
+    /// `/proc/self/fd` is not procfs.
+    #[error("/proc/self/fd is unavailable ({0}); crossfs needs procfs mounted at /proc")]
+    NoProc(std::io::Error),
+}
+
+/// One exported directory, opened.
+#[derive(Debug)]
+pub struct Export {
+    /// The export as given, for logs.
+    pub path: PathBuf,
+    /// `O_PATH` handle on the root; every handle a client holds descends from it.
+    pub root: Arc<Handle>,
+    /// `O_PATH` handle on `/proc/self/fd`, through which handles are reopened.
+    proc_fd: OwnedFd,
+    /// Whether walks use `openat2(RESOLVE_BENEATH|...)`.
+    pub openat2: bool,
+    /// What clients may change.
+    pub policy: Policy,
+    /// Whether the server runs as root (then created files are given to the caller).
+    pub is_root: bool,
+    /// Descriptors held for clients.
+    pub fds: Arc<FdPool>,
+}
+
+impl Export {
+    /// Opens `path` (a directory) and `/proc/self/fd`, raises the open-file limit to its hard
+    /// maximum and sizes the descriptor pool (`fd_budget`, or the limit less an eighth).
+    ///
+    /// # Errors
+    /// [`OpenError`].
+    pub fn open(
+        path: &Path,
+        policy: Policy,
+        fd_budget: Option<usize>,
+    ) -> Result<Export, OpenError> {
+        let export_err = |e: rustix::io::Errno| OpenError::Export {
+            path: path.to_owned(),
+            source: e.into(),
+        };
+        let root = sys::open_root(path).map_err(export_err)?;
+        sys::stat(root.as_fd()).map_err(export_err)?;
+        let proc_fd = sys::open_proc_fd_dir().map_err(|e| OpenError::NoProc(e.into()))?;
+        let openat2 = sys::has_openat2(root.as_fd());
+        let limit = sys::raise_fd_limit();
+        let budget = fd_budget.unwrap_or_else(|| FdPool::budget_for_limit(limit));
+        Ok(Export {
+            path: path.to_owned(),
+            root: Arc::new(Handle::uncharged(root)),
+            proc_fd,
+            openat2,
+            policy,
+            is_root: sys::euid() == 0,
+            fds: FdPool::new(budget),
+        })
+    }
+
+    /// The descriptor of `/proc/self/fd`.
+    pub fn proc_fd(&self) -> BorrowedFd<'_> {
+        self.proc_fd.as_fd()
+    }
+}
