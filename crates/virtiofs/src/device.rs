@@ -189,6 +189,26 @@ impl VhostUserBackend for FsBackend {
         Ok(())
     }
 
+    fn exit_event(
+        &self,
+        _thread_index: usize,
+    ) -> Option<(
+        vmm_sys_util::event::EventConsumer,
+        vmm_sys_util::event::EventNotifier,
+    )> {
+        // Without one, a queue thread never learns that its VMM left, and dropping the
+        // daemon (to serve the next VMM) would wait for it forever.
+        match vmm_sys_util::event::new_event_consumer_and_notifier(
+            vmm_sys_util::event::EventFlag::NONBLOCK,
+        ) {
+            Ok(pair) => Some(pair),
+            Err(e) => {
+                tracing::warn!("virtiofs: no exit event for a queue thread: {e}");
+                None
+            }
+        }
+    }
+
     fn queues_per_thread(&self) -> Vec<u64> {
         // One thread per queue: a slow request holds up only its own queue.
         (0..self.num_queues()).map(|q| 1u64 << q).collect()

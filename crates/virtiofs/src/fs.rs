@@ -671,7 +671,9 @@ impl FuseFs {
             }
             f &= !OFlags::APPEND;
         }
-        f | OFlags::NOFOLLOW
+        // No O_NOFOLLOW: reopening goes through the /proc magic link, which lands on the
+        // inode (a symlink is refused before), and create_at adds it itself.
+        f
     }
 
     fn open_flags(&self) -> u32 {

@@ -97,13 +97,16 @@ impl VirtioFs {
     /// again on the same socket).
     ///
     /// # Errors
-    /// [`VirtioFsError::Daemon`] when the socket cannot be bound or the daemon cannot start;
-    /// a connection that fails is logged and the next one is awaited.
+    /// [`VirtioFsError::Daemon`] when the socket cannot be bound or the daemon cannot be
+    /// made; a connection that fails is logged and the next one is awaited.
     pub fn serve(&self) -> Result<(), VirtioFsError> {
-        let err = |e: vhost_user_backend::Error| VirtioFsError::Daemon {
+        let err = |message: String| VirtioFsError::Daemon {
             socket: self.socket.clone(),
-            message: e.to_string(),
+            message,
         };
+        // One listening socket for the life of the device: a VMM that comes back finds it.
+        let mut listener =
+            vhost::vhost_user::Listener::new(&self.socket, true).map_err(|e| err(e.to_string()))?;
         loop {
             let fs = FuseFs::new(self.export.clone(), self.config.clone(), self.stats.clone());
             let backend = device::FsBackend::new(fs, self.request_queues);
@@ -112,23 +115,29 @@ impl VirtioFs {
                 backend,
                 GuestMemoryAtomic::new(GuestMemoryMmap::new()),
             )
-            .map_err(err)?;
+            .map_err(|e| err(e.to_string()))?;
             tracing::info!(socket = %self.socket.display(), "vhost-user-fs: waiting for the VMM");
-            match daemon.serve(&self.socket) {
-                Ok(()) => {
+            if let Err(e) = daemon.start(&mut listener) {
+                tracing::warn!(socket = %self.socket.display(), "vhost-user-fs: accept: {e}");
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                continue;
+            }
+            self.stats.record_connection();
+            tracing::info!(socket = %self.socket.display(), "vhost-user-fs: VMM connected");
+            match daemon.wait() {
+                Ok(())
+                | Err(vhost_user_backend::Error::HandleRequest(
+                    vhost::vhost_user::Error::Disconnected
+                    | vhost::vhost_user::Error::PartialMessage,
+                )) => {
                     tracing::info!(socket = %self.socket.display(), "vhost-user-fs: VMM disconnected")
-                }
-                Err(vhost_user_backend::Error::CreateVhostUserListener(e)) => {
-                    return Err(VirtioFsError::Daemon {
-                        socket: self.socket.clone(),
-                        message: e.to_string(),
-                    })
                 }
                 Err(e) => {
                     tracing::warn!(socket = %self.socket.display(), "vhost-user-fs: connection ended: {e}")
                 }
             }
-            self.stats.record_connection();
+            // Dropping the daemon stops its queue threads and closes the guest's node table.
+            drop(daemon);
         }
     }
 }

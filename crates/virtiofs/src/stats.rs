@@ -19,6 +19,8 @@ struct Counter {
     bytes_out: AtomicU64,
     data: AtomicU64,
     max_data: AtomicU64,
+    /// READ and WRITE payloads by size: bucket `i` counts sizes in `(2^(i-1), 2^i]`.
+    sizes: [AtomicU64; 32],
 }
 
 struct Slots([Counter; SLOTS]);
@@ -95,6 +97,8 @@ impl Stats {
         if data > 0 {
             c.data.fetch_add(data, Relaxed);
             c.max_data.fetch_max(data, Relaxed);
+            let bucket = (64 - (data - 1).leading_zeros()).min(31) as usize;
+            c.sizes[bucket].fetch_add(1, Relaxed);
         }
     }
 
@@ -118,7 +122,8 @@ impl Stats {
         self.slots[slot(opcode as u32)].count.load(Relaxed)
     }
 
-    /// `{"FUSE_LOOKUP":{"count","errors","bytes_in","bytes_out"[,"data","max_data"]},...,
+    /// `{"FUSE_LOOKUP":{"count","errors","bytes_in","bytes_out"[,"data","max_data",
+    /// "sizes":{"1048576":N,...}]},...,
     /// "unknown":{...},"malformed":N,"connections":N,"init":{...}}`; opcodes never seen are
     /// left out.
     pub fn to_json(&self) -> Value {
@@ -138,6 +143,15 @@ impl Stats {
             if data > 0 {
                 v["data"] = json!(data);
                 v["max_data"] = json!(c.max_data.load(Relaxed));
+                // "up to N bytes": count, for the sizes seen.
+                let sizes: Map<String, Value> = c
+                    .sizes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, n)| n.load(Relaxed) > 0)
+                    .map(|(i, n)| ((1u64 << i).to_string(), json!(n.load(Relaxed))))
+                    .collect();
+                v["sizes"] = Value::Object(sizes);
             }
             ops.insert(name.to_owned(), v);
         };
@@ -156,5 +170,27 @@ impl Stats {
             "connections": self.connections.load(Relaxed),
             "init": init,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_fall_in_power_of_two_buckets() {
+        let s = Stats::default();
+        s.record(15, 80, 16 + 4096, false, 4096);
+        s.record(15, 80, 16 + 4097, false, 4097);
+        s.record(15, 80, 16, false, 1 << 20);
+        s.record(4242, 40, 16, true, 0);
+        let j = s.to_json();
+        let read = &j["ops"]["FUSE_READ"];
+        assert_eq!(read["count"], 3);
+        assert_eq!(read["max_data"], 1 << 20);
+        assert_eq!(read["sizes"]["4096"], 1);
+        assert_eq!(read["sizes"]["8192"], 1);
+        assert_eq!(read["sizes"]["1048576"], 1);
+        assert_eq!(j["ops"]["unknown"]["errors"], 1);
     }
 }
