@@ -502,7 +502,7 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "unknown transport scheme `udp` in `udp:1.2.3.4:5`; \
-             expected unix:PATH, tcp:HOST:PORT, vsock:CID:PORT or fd:N"
+             expected unix:PATH, tcp:HOST:PORT, vsock:CID:PORT, fd:N or vhost-user-fs:PATH"
         );
         let err = parse("localhost:564").unwrap_err();
         assert!(

@@ -597,20 +597,24 @@ mod tests {
     #[test]
     fn bad_bodies_keep_the_unique() {
         // No NUL: the name runs off the end.
-        let req = decode(&request(1, b"abc")).unwrap();
+        let bytes1 = request(1, b"abc");
+        let req = decode(&bytes1).unwrap();
         assert_eq!(req.header.unique, 7);
         assert_eq!(req.op, Err(DecodeError::Unterminated(Opcode::LOOKUP)));
         // A write claiming more data than sent.
         let mut body = vec![0u8; 40];
         body[16..20].copy_from_slice(&100u32.to_le_bytes());
-        let req = decode(&request(16, &body)).unwrap();
+        let bytes2 = request(16, &body);
+        let req = decode(&bytes2).unwrap();
         assert_eq!(req.op, Err(DecodeError::Truncated(Opcode::WRITE)));
         // A batch forget with a count the body cannot hold.
         let mut body = vec![0u8; 8 + 16];
         body[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
-        let req = decode(&request(42, &body)).unwrap();
+        let bytes3 = request(42, &body);
+        let req = decode(&bytes3).unwrap();
         assert!(matches!(req.op, Err(DecodeError::BadCount(..))));
-        let req = decode(&request(4242, b"")).unwrap();
+        let bytes4 = request(4242, b"");
+        let req = decode(&bytes4).unwrap();
         assert_eq!(req.op, Err(DecodeError::UnknownOpcode(4242)));
     }
 
@@ -626,7 +630,8 @@ mod tests {
 
     #[test]
     fn symlink_and_rename_carry_two_names() {
-        let req = decode(&request(6, b"l\0../t\0")).unwrap();
+        let bytes5 = request(6, b"l\0../t\0");
+        let req = decode(&bytes5).unwrap();
         assert_eq!(
             req.op,
             Ok(Op::Symlink {
@@ -636,7 +641,8 @@ mod tests {
         );
         let mut body = 5u64.to_le_bytes().to_vec();
         body.extend_from_slice(b"a\0b\0");
-        let req = decode(&request(12, &body)).unwrap();
+        let bytes6 = request(12, &body);
+        let req = decode(&bytes6).unwrap();
         assert_eq!(
             req.op,
             Ok(Op::Rename {
