@@ -57,6 +57,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
             Some(Arc::new(hub))
         }
     };
+    // The event hub's sync cookies are hidden by both doors.
+    let reserved_prefix = events.as_ref().map(|hub| hub.cookie_prefix().to_vec());
     // vhost-user-fs listeners are served by the virtio door; the others carry 9P.
     let (vhost, listen): (Vec<Addr>, Vec<Addr>) = args
         .listen
@@ -86,10 +88,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 allow_devices: args.allow_devices,
                 allow_setuid: args.allow_setuid,
             };
-            let core = Arc::new(
-                crossfs_export::Export::open(&export, policy, Some(budget))
-                    .with_context(|| format!("exporting {}", export.display()))?,
-            );
+            let mut core = crossfs_export::Export::open(&export, policy, Some(budget))
+                .with_context(|| format!("exporting {}", export.display()))?;
+            core.reserved_prefix = reserved_prefix;
+            let core = Arc::new(core);
             let fs_config = crossfs_virtiofs::FsConfig {
                 cache: args.cache,
                 max_pages: args.max_pages,

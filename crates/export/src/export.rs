@@ -42,6 +42,10 @@ pub struct Export {
     pub is_root: bool,
     /// Descriptors held for clients.
     pub fds: Arc<FdPool>,
+    /// Top-level names with this prefix are not the clients' (the event hub's sync
+    /// cookies): looking one up finds nothing, listings skip them, making or removing one
+    /// is `EPERM`.
+    pub reserved_prefix: Option<Vec<u8>>,
 }
 
 impl Export {
@@ -73,7 +77,31 @@ impl Export {
             policy,
             is_root: sys::euid() == 0,
             fds: FdPool::new(budget),
+            reserved_prefix: None,
         })
+    }
+
+    /// Whether `name` in a directory (`in_root`: the export root) is reserved (see
+    /// [`Export::reserved_prefix`]).
+    pub fn is_reserved(&self, in_root: bool, name: &[u8]) -> bool {
+        in_root
+            && self
+                .reserved_prefix
+                .as_ref()
+                .is_some_and(|p| name.starts_with(p))
+    }
+
+    /// Refuses to make, remove or rename a reserved name.
+    ///
+    /// # Errors
+    /// [`crate::ExportError::NotPermitted`].
+    pub fn check_not_reserved(&self, in_root: bool, name: &[u8]) -> crate::ExportResult<()> {
+        if self.is_reserved(in_root, name) {
+            return Err(crate::ExportError::NotPermitted(
+                "name reserved for change events",
+            ));
+        }
+        Ok(())
     }
 
     /// The descriptor of `/proc/self/fd`.

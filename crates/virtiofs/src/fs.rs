@@ -99,6 +99,8 @@ struct Nodes {
 /// An open file or directory.
 struct OpenFile {
     fd: Handle,
+    /// Whether this is the export root opened as a directory (reserved names are hidden).
+    root: bool,
     /// Directory listings seek the descriptor: one at a time.
     dir: Mutex<()>,
 }
@@ -462,7 +464,12 @@ impl FuseFs {
 
     fn lookup(&self, parent: u64, name: &[u8]) -> OpResult<Reply> {
         let dir = self.node(parent)?;
-        match crossfs_export::lookup(dir.as_fd(), name, self.export.openat2) {
+        let found = if self.export.is_reserved(parent == fuse::ROOT_ID, name) {
+            Err(ExportError::Os(Errno::NOENT))
+        } else {
+            crossfs_export::lookup(dir.as_fd(), name, self.export.openat2)
+        };
+        match found {
             Ok((fd, st)) => self.entry(fd, &st),
             Err(ExportError::Os(Errno::NOENT)) if self.config.negative_ttl() != Ttl::ZERO => {
                 // A negative entry: the guest answers this name itself until it times out.
@@ -562,8 +569,15 @@ impl FuseFs {
         self.entry(fd, &st)
     }
 
+    /// Refuses a reserved name in directory `parent`.
+    fn not_reserved(&self, parent: u64, name: &[u8]) -> OpResult<()> {
+        self.export
+            .check_not_reserved(parent == fuse::ROOT_ID, name)
+    }
+
     fn symlink(&self, h: &InHeader, name: &[u8], target: &[u8]) -> OpResult<Reply> {
         self.export.policy.check_writable()?;
+        self.not_reserved(h.nodeid, name)?;
         let name = names::component(name)?;
         let target = names::c_string(target)?;
         let dir = self.node(h.nodeid)?;
@@ -573,6 +587,7 @@ impl FuseFs {
 
     fn mknod(&self, h: &InHeader, mode: u32, rdev: u32, name: &[u8]) -> OpResult<Reply> {
         self.export.policy.check_writable()?;
+        self.not_reserved(h.nodeid, name)?;
         let name = names::component(name)?;
         self.export.policy.check_device(mode)?;
         let kind = mode & libc::S_IFMT;
@@ -598,6 +613,7 @@ impl FuseFs {
 
     fn mkdir(&self, h: &InHeader, mode: u32, name: &[u8]) -> OpResult<Reply> {
         self.export.policy.check_writable()?;
+        self.not_reserved(h.nodeid, name)?;
         let name = names::component(name)?;
         let dir = self.node(h.nodeid)?;
         // As mkdir(2): set-id bits of the mode are ignored.
@@ -608,6 +624,7 @@ impl FuseFs {
 
     fn unlink(&self, parent: u64, name: &[u8], dir: bool) -> OpResult<Reply> {
         self.export.policy.check_writable()?;
+        self.not_reserved(parent, name)?;
         let name = names::component(name)?;
         sys::unlink(self.node(parent)?.as_fd(), &name, dir)?;
         Ok(Reply::new())
@@ -618,6 +635,8 @@ impl FuseFs {
         if flags != 0 {
             return Err(Errno::INVAL.into());
         }
+        self.not_reserved(from, old)?;
+        self.not_reserved(to, new)?;
         let old = names::component(old)?;
         let new = names::component(new)?;
         sys::rename(self.node(from)?.as_fd(), &old, self.node(to)?.as_fd(), &new)?;
@@ -626,6 +645,7 @@ impl FuseFs {
 
     fn link(&self, target: u64, parent: u64, name: &[u8]) -> OpResult<Reply> {
         self.export.policy.check_writable()?;
+        self.not_reserved(parent, name)?;
         let name = names::component(name)?;
         let handle = self.node(target)?;
         let dir = self.node(parent)?;
@@ -645,7 +665,7 @@ impl FuseFs {
             .ok_or(ExportError::Os(Errno::BADF))
     }
 
-    fn add_file(&self, fd: OwnedFd, charge: crossfs_export::budget::FdCharge) -> u64 {
+    fn add_file(&self, fd: OwnedFd, charge: crossfs_export::budget::FdCharge, root: bool) -> u64 {
         let mut files = lock(&self.files);
         let fh = files.1;
         files.1 += 1;
@@ -653,6 +673,7 @@ impl FuseFs {
             fh,
             Arc::new(OpenFile {
                 fd: Handle::new(fd, charge),
+                root,
                 dir: Mutex::new(()),
             }),
         );
@@ -713,7 +734,7 @@ impl FuseFs {
                 u32::from(st.stx_mode),
             )?;
         }
-        let fh = self.add_file(fd, charge);
+        let fh = self.add_file(fd, charge, false);
         let mut r = Reply::new();
         r.open_out(fh, self.open_flags());
         Ok(r)
@@ -721,6 +742,7 @@ impl FuseFs {
 
     fn create(&self, h: &InHeader, flags: u32, mode: u32, name: &[u8]) -> OpResult<Reply> {
         self.export.policy.check_writable()?;
+        self.not_reserved(h.nodeid, name)?;
         let cname = names::component(name)?;
         let dir = self.node(h.nodeid)?;
         let perm = self.export.policy.client_perm(mode);
@@ -758,7 +780,7 @@ impl FuseFs {
         }
         let st = sys::stat(path.as_fd())?;
         let mut r = self.entry(path, &st)?;
-        let fh = self.add_file(fd, charge);
+        let fh = self.add_file(fd, charge, false);
         r.open_out(fh, self.open_flags());
         Ok(r)
     }
@@ -827,7 +849,7 @@ impl FuseFs {
             handle.as_fd(),
             OFlags::RDONLY | OFlags::DIRECTORY,
         )?;
-        let fh = self.add_file(fd, charge);
+        let fh = self.add_file(fd, charge, id == fuse::ROOT_ID);
         let mut r = Reply::new();
         r.open_out(fh, 0);
         Ok(r)
@@ -844,6 +866,9 @@ impl FuseFs {
         let ttl = self.config.ttl();
         let mut failure = None;
         sys::read_dir(file.fd.as_fd(), r.offset, size.min(64 << 10), |e| {
+            if self.export.is_reserved(file.root, e.name) {
+                return true;
+            }
             let dirent = encode::dirent_len(e.name.len());
             let need = if plus { 128 + dirent } else { dirent };
             if reply.body_len() + need > size {

@@ -37,11 +37,17 @@ struct Guest {
 
 impl Guest {
     fn new(policy: Policy) -> Guest {
+        Guest::with_reserved(policy, None)
+    }
+
+    fn with_reserved(policy: Policy, reserved: Option<&[u8]>) -> Guest {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("export");
         std::fs::create_dir(&root).unwrap();
         std::fs::write(dir.path().join("secret"), "outside").unwrap();
-        let export = Arc::new(Export::open(&root, policy, Some(1024)).unwrap());
+        let mut export = Export::open(&root, policy, Some(1024)).unwrap();
+        export.reserved_prefix = reserved.map(<[u8]>::to_vec);
+        let export = Arc::new(export);
         let fs = FuseFs::new(export, FsConfig::default(), Arc::new(Stats::default()));
         let g = Guest {
             _dir: dir,
@@ -319,4 +325,25 @@ fn missing_names_get_negative_entries_and_bad_input_gets_errors() {
     let mut lying = vec![0u8; 40];
     lying[0..4].copy_from_slice(&4096u32.to_le_bytes());
     assert_eq!(g.fs.handle(&lying), None);
+}
+
+#[test]
+fn event_cookies_are_hidden_at_the_top() {
+    let g = Guest::with_reserved(Policy::default(), Some(b".crossfs-sync-"));
+    std::fs::write(g.path(".crossfs-sync-7"), "").unwrap();
+    std::fs::create_dir(g.path("d")).unwrap();
+    assert_eq!(
+        g.lookup(ROOT, b".crossfs-sync-7"),
+        Ok(0),
+        "a negative entry"
+    );
+    assert_eq!(g.create(ROOT, b".crossfs-sync-8", 0o644), libc::EPERM);
+    assert_eq!(
+        g.named(UNLINK, ROOT, &[], &[b".crossfs-sync-7"]),
+        libc::EPERM
+    );
+    assert!(g.path(".crossfs-sync-7").exists());
+    // Only at the top.
+    let d = g.lookup(ROOT, b"d").unwrap();
+    assert_eq!(g.create(d, b".crossfs-sync-8", 0o644), 0);
 }
