@@ -50,6 +50,11 @@ impl FdPool {
         limit - reserve
     }
 
+    /// The most descriptors that may be charged at once.
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+
     /// Descriptors charged now, over every connection.
     pub fn held(&self) -> usize {
         *lock(&self.held)

@@ -42,6 +42,10 @@ pub struct Export {
     pub is_root: bool,
     /// Descriptors held for clients.
     pub fds: Arc<FdPool>,
+    /// The open-file limit after raising it (for logs).
+    pub fd_limit: u64,
+    /// The root's device and inode number.
+    pub root_dev_ino: (u64, u64),
     /// Top-level names with this prefix are not the clients' (the event hub's sync
     /// cookies): looking one up finds nothing, listings skip them, making or removing one
     /// is `EPERM`.
@@ -64,7 +68,7 @@ impl Export {
             source: e.into(),
         };
         let root = sys::open_root(path).map_err(export_err)?;
-        sys::stat(root.as_fd()).map_err(export_err)?;
+        let st = sys::stat(root.as_fd()).map_err(export_err)?;
         let proc_fd = sys::open_proc_fd_dir().map_err(|e| OpenError::NoProc(e.into()))?;
         let openat2 = sys::has_openat2(root.as_fd());
         let limit = sys::raise_fd_limit();
@@ -77,6 +81,11 @@ impl Export {
             policy,
             is_root: sys::euid() == 0,
             fds: FdPool::new(budget),
+            fd_limit: limit,
+            root_dev_ino: (
+                rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor),
+                st.stx_ino,
+            ),
             reserved_prefix: None,
         })
     }

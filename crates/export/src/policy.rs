@@ -145,13 +145,21 @@ pub fn finish_create(
     perm: u32,
     owner: Option<(Option<u32>, Option<u32>)>,
 ) -> ExportResult<()> {
-    let mut mode = u32::from(sys::stat(fd)?.stx_mode);
+    let st = sys::stat(fd)?;
+    let mut mode = u32::from(st.stx_mode);
+    // Only what differs: a file made by a root server for root needs no chown.
     let chown = match owner {
-        Some((uid, gid)) if uid.is_some() || gid.is_some() => {
-            sys::chown(fd, uid, gid)?;
-            true
+        Some((uid, gid)) => {
+            let uid = uid.filter(|&u| u != st.stx_uid);
+            let gid = gid.filter(|&g| g != st.stx_gid);
+            if uid.is_some() || gid.is_some() {
+                sys::chown(fd, uid, gid)?;
+                true
+            } else {
+                false
+            }
         }
-        _ => false,
+        None => false,
     };
     if mode & libc::S_IFMT == libc::S_IFLNK {
         return Ok(());
