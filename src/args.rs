@@ -104,8 +104,9 @@ pub struct ServeArgs {
     /// The directory to export. Nothing outside it is reachable by a client.
     pub dir: PathBuf,
     /// Where to listen: unix:PATH, tcp:HOST:PORT, vsock:CID:PORT (CID may be `any`), or fd:N
-    /// (an inherited socket: a listening one is accepted on, a connected one is served once).
-    /// Repeat for several transports at once.
+    /// (an inherited socket: a listening one is accepted on, a connected one is served once);
+    /// or vhost-user-fs:PATH, a socket a VMM connects to for a virtio-fs device (the guest
+    /// then runs `mount -t virtiofs TAG DIR`). Repeat for several transports at once.
     #[arg(short, long = "listen", value_name = "ADDR", required = true)]
     pub listen: Vec<Addr>,
     /// Largest message the server accepts; clients get min(their request, this). The default
@@ -187,6 +188,29 @@ pub struct ServeArgs {
     /// limit (raised to its hard maximum) less an eighth.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(64..))]
     pub fd_budget: Option<u64>,
+    /// vhost-user-fs listeners: largest FUSE request in 4 KiB pages (FUSE_MAX_PAGES); the
+    /// guest gets min(this, queue size - 4). 256 pages is 1 MiB; 32 is what a guest uses
+    /// without FUSE_MAX_PAGES.
+    #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65535))]
+    pub max_pages: u32,
+    /// vhost-user-fs listeners: what the guest kernel may cache, as virtiofsd's --cache:
+    /// never (nothing; direct I/O), auto (names and attributes 1 s, page cache dropped at
+    /// open), always (a day, page cache kept, writeback caching).
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = parse_virtiofs_cache)]
+    pub cache: crossfs_virtiofs::CacheMode,
+    /// vhost-user-fs listeners: request queues (besides the high-priority one); the VMM's
+    /// num-request-queues must not exceed it.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub request_queues: u16,
+}
+
+fn parse_virtiofs_cache(s: &str) -> Result<crossfs_virtiofs::CacheMode, String> {
+    match s {
+        "never" => Ok(crossfs_virtiofs::CacheMode::Never),
+        "auto" => Ok(crossfs_virtiofs::CacheMode::Auto),
+        "always" => Ok(crossfs_virtiofs::CacheMode::Always),
+        _ => Err(format!("`{s}`: expected never, auto or always")),
+    }
 }
 
 #[derive(Args, Debug)]

@@ -23,7 +23,8 @@ OUT="${1:-${CROSSFS_GUEST_DIR:-$REPO/.guest-cache}}"
 # virtio_pci+virtio_net: NIC for QEMU user networking.
 # 9p + 9pnet_fd: the 9p client; 9pnet_fd carries the tcp, unix and fd transports.
 # fuse: later tests run a FUSE client in the guest.
-WANT_MODULES=(virtio_pci virtio_net 9pnet_fd 9p fuse)
+# virtiofs: the guest kernel's virtio-fs driver, for `crossfs serve --listen vhost-user-fs:`.
+WANT_MODULES=(virtio_pci virtio_net 9pnet_fd 9p fuse virtiofs)
 
 log() { echo "build-image: $*" >&2; }
 die() { echo "build-image: error: $*" >&2; exit 1; }

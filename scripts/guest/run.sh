@@ -4,6 +4,7 @@
 #
 # Usage: run.sh --port PORT --script FILE [--add HOST:GUEST]... [--add-binary HOST:GUEST]...
 #               [--fwd chardev|socat] [--timeout SECS] [--mem MB] [--log FILE] [--verbose]
+#               [--virtiofs SOCKET:TAG]...
 #
 #   --port PORT        host TCP port (on 127.0.0.1) of the 9P server; the guest
 #                      reaches it as 10.0.2.100:564
@@ -20,6 +21,10 @@
 #   --mem MB           guest RAM (default 512)
 #   --log FILE         keep the raw console log (kernel messages included)
 #   --verbose          show the raw console instead of the filtered one
+#   --virtiofs S:T     a vhost-user-fs-pci device (queue-size 1024) on the
+#                      vhost-user socket S (which must be listening), tag T:
+#                      the guest mounts it with `mount -t virtiofs T DIR`.
+#                      Guest RAM becomes a shared memfd, as vhost-user needs.
 #
 # Exit status: the guest script's status; 124 if the VM never printed the
 # exit marker (timeout, kernel panic, init failure); 2 for usage errors.
@@ -64,10 +69,10 @@ usage() { sed -n '/^# Usage:/,/^# Networking/{/^# Networking/d; s/^# \{0,1\}//; 
 die() { echo "guest-run: error: $*" >&2; exit 2; }
 
 port="" script="" timeout=60 mem=512 logfile="" verbose=0 fwd=chardev
-adds=() bins=()
+adds=() bins=() virtiofs=()
 while (($#)); do
     case "$1" in
-        --port|--script|--add|--add-binary|--timeout|--mem|--log|--fwd)
+        --port|--script|--add|--add-binary|--timeout|--mem|--log|--fwd|--virtiofs)
             if (($# < 2)) || [[ -z "$2" ]]; then die "$1 needs a value"; fi ;;
     esac
     case "$1" in
@@ -79,6 +84,7 @@ while (($#)); do
         --mem) mem="$2"; shift 2 ;;
         --log) logfile="$2"; shift 2 ;;
         --fwd) fwd="$2"; shift 2 ;;
+        --virtiofs) virtiofs+=("$2"); shift 2 ;;
         --verbose) verbose=1; shift ;;
         -h|--help) usage ;;
         *) echo "guest-run: unknown argument: $1" >&2; usage ;;
@@ -162,6 +168,18 @@ qemu_cmd=(qemu-system-x86_64 -accel tcg -m "$mem" -smp 1 -nographic -no-reboot
     -append "console=ttyS0 quiet panic=-1 crossfs.timeout=$timeout"
     -netdev "user,id=n0,restrict=on,guestfwd=tcp:10.0.2.100:564-$fwd_target"
     -device virtio-net-pci,netdev=n0,romfile=)
+# vhost-user-fs devices: the backend maps guest memory, so it must be a shared memfd.
+if ((${#virtiofs[@]})); then
+    qemu_cmd+=(-object "memory-backend-memfd,id=mem,size=${mem}M,share=on" -numa node,memdev=mem)
+    i=0
+    for spec in "${virtiofs[@]}"; do
+        sock="${spec%:*}" tag="${spec##*:}"
+        [[ "$spec" == *:* && -S "$sock" && -n "$tag" ]] || die "--virtiofs: want SOCKET:TAG with a listening socket, got '$spec'"
+        qemu_cmd+=(-chardev "socket,id=vfs$i,path=$sock"
+            -device "vhost-user-fs-pci,queue-size=1024,chardev=vfs$i,tag=$tag")
+        i=$((i + 1))
+    done
+fi
 
 # Strip CRs, terminal escapes and timestamped kernel messages for display.
 filter() {

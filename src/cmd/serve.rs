@@ -58,8 +58,64 @@ pub fn run(args: ServeArgs) -> Result<()> {
             Some(Arc::new(hub))
         }
     };
+    // The event hub's sync cookies are hidden by both doors.
+    let reserved_prefix = events.as_ref().map(|hub| hub.cookie_prefix().to_vec());
+    // vhost-user-fs listeners are served by the virtio door; the others carry 9P.
+    let (vhost, listen): (Vec<Addr>, Vec<Addr>) = args
+        .listen
+        .iter()
+        .cloned()
+        .partition(|a| matches!(a, Addr::VhostUserFs(_)));
+    let mut config = config;
+    let virtio_budget = if vhost.is_empty() {
+        None
+    } else {
+        // The two doors divide the descriptors: each pool is budgeted on its own.
+        let total = config.fd_budget.unwrap_or_else(|| {
+            crossfs_export::budget::FdPool::budget_for_limit(crossfs_export::sys::raise_fd_limit())
+        });
+        if !listen.is_empty() {
+            config.fd_budget = Some(total / 2);
+        }
+        Some(if listen.is_empty() { total } else { total / 2 })
+    };
     let server = Server::with_events(config, events)
         .with_context(|| format!("exporting {}", export.display()))?;
+    let virtio = match virtio_budget {
+        None => Vec::new(),
+        Some(budget) => {
+            let policy = crossfs_export::policy::Policy {
+                read_only: args.read_only,
+                allow_devices: args.allow_devices,
+                allow_setuid: args.allow_setuid,
+            };
+            let mut core = crossfs_export::Export::open(&export, policy, Some(budget))
+                .with_context(|| format!("exporting {}", export.display()))?;
+            core.reserved_prefix = reserved_prefix;
+            let core = Arc::new(core);
+            let fs_config = crossfs_virtiofs::FsConfig {
+                cache: args.cache,
+                max_pages: args.max_pages,
+                negative_ttl: None,
+                max_xattr_size: args.max_xattr_size,
+            };
+            vhost
+                .iter()
+                .filter_map(|addr| match addr {
+                    Addr::VhostUserFs(path) => Some(path),
+                    _ => None,
+                })
+                .map(|path| {
+                    Arc::new(crossfs_virtiofs::VirtioFs::new(
+                        core.clone(),
+                        path.clone(),
+                        fs_config.clone(),
+                        usize::from(args.request_queues),
+                    ))
+                })
+                .collect::<Vec<_>>()
+        }
+    };
     let listen_opts = ListenOptions {
         allow_remote_tcp: args.allow_remote,
         stream: SocketOptions {
@@ -71,7 +127,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     };
     // Bind everything before serving anything, so a bad address fails the command at once.
     let mut listeners = Vec::new();
-    for addr in &args.listen {
+    for addr in &listen {
         let listener =
             Listener::bind(addr, &listen_opts).with_context(|| format!("listening on {addr}"))?;
         listeners.push((addr.clone(), listener));
@@ -79,7 +135,25 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let _control = match &args.control {
         Some(path) => {
             let server = server.clone();
-            Some(ControlEndpoint::start(path, move || server.stats_json())?)
+            let devices: Vec<_> = virtio
+                .iter()
+                .zip(&vhost)
+                .map(|(dev, addr)| (addr.to_string(), dev.stats()))
+                .collect();
+            Some(ControlEndpoint::start(path, move || {
+                let mut stats = server.stats_json();
+                if !devices.is_empty() {
+                    stats["virtiofs"] = devices
+                        .iter()
+                        .map(|(addr, st)| {
+                            let mut v = st.to_json();
+                            v["listen"] = addr.clone().into();
+                            v
+                        })
+                        .collect();
+                }
+                stats
+            })?)
         }
         None => None,
     };
@@ -105,6 +179,18 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 let _ = done.send(None);
             })
             .context("starting an accept thread")?;
+    }
+    for (dev, addr) in virtio.into_iter().zip(vhost) {
+        let done = done_tx.clone();
+        std::thread::Builder::new()
+            .name(format!("serve {addr}"))
+            .spawn(move || {
+                if let Err(err) = dev.serve() {
+                    warn!("{addr}: {err}");
+                }
+                let _ = done.send(None);
+            })
+            .context("starting a vhost-user-fs thread")?;
     }
     let signal_tx = done_tx.clone();
     crate::signals::on_termination(move |sig| {

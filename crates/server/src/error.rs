@@ -81,6 +81,21 @@ impl OpError {
     }
 }
 
+impl From<crossfs_export::ExportError> for OpError {
+    fn from(e: crossfs_export::ExportError) -> Self {
+        use crossfs_export::ExportError as E;
+        match e {
+            E::Os(errno) => OpError::Os(errno),
+            E::InvalidName => OpError::InvalidName,
+            E::Nul => OpError::Invalid("NUL inside a string"),
+            E::ReadOnly => OpError::ReadOnly,
+            E::NotPermitted(why) => OpError::NotPermitted(why),
+            E::TooManyFds => OpError::TooManyFds,
+            E::ByteBudget => OpError::XattrBudget,
+        }
+    }
+}
+
 /// Shorthand for request handlers.
 pub(crate) type OpResult<T> = Result<T, OpError>;
 

@@ -134,7 +134,6 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-mod budget;
 mod config;
 mod error;
 mod fid;
@@ -143,7 +142,9 @@ mod ops;
 mod server;
 mod session;
 mod stats;
-mod sys;
+
+// The confined export core, shared with the virtio door (crates/export).
+pub(crate) use crossfs_export::{budget, sys};
 
 pub use config::{AuthToken, ServerConfig};
 pub use error::ServerError;

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -19,8 +19,8 @@ use crate::budget::{FdAccount, FdPool, Handle};
 use crate::config::ServerConfig;
 use crate::error::{OpError, OpResult, ServerError};
 use crate::fid::lock;
+use crate::session;
 use crate::stats::{add_counters, ConnStats};
-use crate::{session, sys};
 
 /// A directory exported over 9P2000.L. Create one with [`Server::new`], then hand each
 /// accepted connection to [`Server::serve_connection`] on its own thread.
@@ -35,8 +35,9 @@ pub struct Server {
     root_qid_path: u64,
     /// Change events of the export, when watched (see [`Server::with_events`]).
     pub(crate) events: Option<Arc<EventHub>>,
-    /// `O_PATH` handle on `/proc/self/fd`, through which fids are reopened.
-    proc_fd: OwnedFd,
+    /// The opened export (its `/proc/self/fd` handle reopens fids), shared code with the
+    /// virtio door.
+    core: crossfs_export::Export,
     /// Whether walks use `openat2(RESOLVE_BENEATH|...)`.
     pub(crate) openat2: bool,
     /// Whether the server runs as root (then created files are given to the caller).
@@ -103,39 +104,40 @@ impl Server {
                 "workers_per_connection, max_in_flight and max_connections must be at least 1",
             ));
         }
-        let root = sys::open_root(&config.export).map_err(|e| ServerError::Export {
-            path: config.export.clone(),
-            source: e.into(),
-        })?;
-        let proc_fd = sys::open_proc_fd_dir().map_err(|e| ServerError::NoProc(e.into()))?;
-        let st = sys::stat(root.as_fd()).map_err(|e| ServerError::Export {
-            path: config.export.clone(),
-            source: e.into(),
-        })?;
-        let openat2 = sys::has_openat2(root.as_fd());
-        let fd_limit = sys::raise_fd_limit();
-        let fd_budget = config
-            .fd_budget
-            .unwrap_or_else(|| FdPool::budget_for_limit(fd_limit));
+        let policy = crossfs_export::policy::Policy {
+            read_only: config.read_only,
+            allow_devices: config.allow_devices,
+            allow_setuid: config.allow_setuid,
+        };
+        // The export core opens the export as the virtio door does.
+        let core = crossfs_export::Export::open(&config.export, policy, config.fd_budget).map_err(
+            |e| match e {
+                crossfs_export::OpenError::Export { path, source } => {
+                    ServerError::Export { path, source }
+                }
+                crossfs_export::OpenError::NoProc(e) => ServerError::NoProc(e),
+            },
+        )?;
+        let (root_dev, root_ino) = core.root_dev_ino;
         tracing::info!(
             export = %config.export.display(),
-            openat2,
-            fd_limit,
-            fd_budget,
+            openat2 = core.openat2,
+            fd_limit = core.fd_limit,
+            fd_budget = core.fds.budget(),
             read_only = config.read_only,
             "export opened"
         );
         Ok(Arc::new(Server {
             export: config.export.clone(),
             config,
-            root: Arc::new(Handle::uncharged(root)),
-            root_dev: dev_of(&st),
-            root_qid_path: st.stx_ino,
+            root: core.root.clone(),
+            root_dev,
+            root_qid_path: root_ino,
             events,
-            proc_fd,
-            openat2,
-            is_root: sys::euid() == 0,
-            fds: FdPool::new(fd_budget),
+            openat2: core.openat2,
+            is_root: core.is_root,
+            fds: core.fds.clone(),
+            core,
             devices: Mutex::new(HashMap::new()),
             totals: MessageCounters::default(),
             connections: Mutex::new(BTreeMap::new()),
@@ -271,15 +273,20 @@ impl Server {
 
     /// The descriptor of `/proc/self/fd`.
     pub(crate) fn proc_fd(&self) -> BorrowedFd<'_> {
-        self.proc_fd.as_fd()
+        self.core.proc_fd()
     }
 
     /// Refuses a mutation on a read-only export.
     pub(crate) fn check_writable(&self) -> OpResult<()> {
-        if self.config.read_only {
-            Err(OpError::ReadOnly)
-        } else {
-            Ok(())
+        Ok(self.policy().check_writable()?)
+    }
+
+    /// What clients may change, as the export core rules it (shared with the virtio door).
+    pub(crate) fn policy(&self) -> crossfs_export::policy::Policy {
+        crossfs_export::policy::Policy {
+            read_only: self.config.read_only,
+            allow_devices: self.config.allow_devices,
+            allow_setuid: self.config.allow_setuid,
         }
     }
 

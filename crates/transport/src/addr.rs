@@ -19,7 +19,7 @@ pub const VSOCK_PORT_ANY: u32 = u32::MAX;
 pub const UNIX_PATH_MAX: usize = 108;
 
 /// The forms [`Addr`] accepts, for error messages.
-const EXPECTED: &str = "unix:PATH, tcp:HOST:PORT, vsock:CID:PORT or fd:N";
+const EXPECTED: &str = "unix:PATH, tcp:HOST:PORT, vsock:CID:PORT, fd:N or vhost-user-fs:PATH";
 
 /// Where to listen or connect.
 ///
@@ -48,6 +48,14 @@ pub enum Addr {
     /// through `fd:N` by one [`Stream`](crate::Stream) or
     /// [`Listener`](crate::Listener) at a time.
     Fd(RawFd),
+    /// A unix socket at a filesystem path on which a VMM (QEMU, cloud-hypervisor) connects
+    /// to a vhost-user-fs backend. Not a byte stream for 9P: [`Listener::bind`] and
+    /// [`connect`](crate::connect) refuse it with [`TransportError::NotAStream`]; the
+    /// `crossfs-virtiofs` crate serves it.
+    ///
+    /// [`Listener::bind`]: crate::Listener::bind
+    /// [`TransportError::NotAStream`]: crate::TransportError::NotAStream
+    VhostUserFs(PathBuf),
 }
 
 /// Why a string is not a valid [`Addr`].
@@ -131,7 +139,10 @@ impl FromStr for Addr {
 
     fn from_str(input: &str) -> Result<Self, Self::Err> {
         let split = input.split_once(':').filter(|(scheme, _)| {
-            !scheme.is_empty() && scheme.bytes().all(|b| b.is_ascii_alphanumeric())
+            !scheme.is_empty()
+                && scheme
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
         });
         let Some((scheme, rest)) = split else {
             return Err(AddrParseError::MissingScheme {
@@ -144,6 +155,14 @@ impl FromStr for Addr {
             "tcp" => parse_tcp(input, rest),
             "vsock" => parse_vsock(input, rest),
             "fd" => parse_fd(input, rest),
+            "vhost-user-fs" => {
+                if rest.is_empty() {
+                    return Err(missing(input, "path", "vhost-user-fs:PATH"));
+                }
+                let path = PathBuf::from(rest);
+                check_unix_path(input, &path)?;
+                Ok(Addr::VhostUserFs(path))
+            }
             _ => Err(AddrParseError::UnknownScheme {
                 input: input.to_owned(),
                 scheme: scheme.to_owned(),
@@ -171,6 +190,7 @@ impl fmt::Display for Addr {
                 }
             }
             Addr::Fd(fd) => write!(f, "fd:{fd}"),
+            Addr::VhostUserFs(path) => write!(f, "vhost-user-fs:{}", path.display()),
         }
     }
 }
@@ -350,6 +370,10 @@ mod tests {
                 },
             ),
             ("fd:3", Addr::Fd(3)),
+            (
+                "vhost-user-fs:/run/fs.sock",
+                Addr::VhostUserFs("/run/fs.sock".into()),
+            ),
             ("fd:0", Addr::Fd(0)),
         ];
         for (text, addr) in cases {
@@ -478,7 +502,7 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "unknown transport scheme `udp` in `udp:1.2.3.4:5`; \
-             expected unix:PATH, tcp:HOST:PORT, vsock:CID:PORT or fd:N"
+             expected unix:PATH, tcp:HOST:PORT, vsock:CID:PORT, fd:N or vhost-user-fs:PATH"
         );
         let err = parse("localhost:564").unwrap_err();
         assert!(

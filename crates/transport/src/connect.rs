@@ -19,6 +19,11 @@ pub fn connect(addr: &Addr, opts: &SocketOptions) -> Result<Stream, TransportErr
         Addr::Unix(path) => unix::connect(addr, path, opts)?,
         Addr::Tcp(host, port) => tcp::connect(addr, host, *port, opts)?,
         Addr::Vsock { cid, port } => vsock::connect(addr, *cid, *port, opts)?,
+        Addr::VhostUserFs(_) => {
+            return Err(TransportError::NotAStream {
+                addr: addr.to_string(),
+            })
+        }
         Addr::Fd(raw) => {
             let adopted = inherited::adopt(*raw, false)?;
             let peer = inherited::peer(adopted.fd.as_fd(), *raw);

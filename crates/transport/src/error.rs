@@ -130,6 +130,14 @@ pub enum TransportError {
         /// The listener's address.
         addr: String,
     },
+
+    /// The address is not a byte-stream transport (`vhost-user-fs:` is served by the
+    /// virtio door, not as a 9P stream).
+    #[error("{addr}: not a 9P stream transport")]
+    NotAStream {
+        /// The address.
+        addr: String,
+    },
 }
 
 impl TransportError {

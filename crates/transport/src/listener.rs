@@ -59,6 +59,11 @@ impl Listener {
                 let (fd, local) = vsock::bind(addr, *cid, *port, opts)?;
                 (Source::Socket { fd, _claim: None }, local)
             }
+            Addr::VhostUserFs(_) => {
+                return Err(TransportError::NotAStream {
+                    addr: addr.to_string(),
+                })
+            }
             Addr::Fd(raw) => {
                 let adopted = inherited::adopt(*raw, true)?;
                 let source = match adopted.state {

@@ -9,7 +9,7 @@ use crossfs_wire::{
 };
 use rustix::io::Errno;
 
-use crate::error::{OpError, OpResult};
+use crate::error::OpResult;
 use crate::fid::{lock, Location};
 use crate::names;
 use crate::ops::setid;
@@ -72,39 +72,17 @@ pub(super) fn finish_create(
     gid: u32,
     n_uname: u32,
 ) -> OpResult<()> {
-    let mut mode = u32::from(sys::stat(fd)?.stx_mode);
-    if mode & libc::S_IFMT == libc::S_IFLNK {
-        // A symlink's mode means nothing; only its owner is set.
-        give_to_caller(conn, fd, gid, n_uname)?;
-        return Ok(());
-    }
-    if give_to_caller(conn, fd, gid, n_uname)? {
-        mode = u32::from(sys::stat(fd)?.stx_mode);
-    }
-    let inherited = if mode & libc::S_IFMT == libc::S_IFDIR {
-        mode & libc::S_ISGID
-    } else {
-        0
-    };
-    let wanted = (perm & 0o7777) | inherited;
-    if mode & 0o7777 != wanted {
-        sys::chmod(conn.server.proc_fd(), fd, wanted)?;
-    }
-    Ok(())
-}
-
-/// The chown of [`finish_create`]; whether one was made.
-fn give_to_caller(conn: &Conn, fd: BorrowedFd<'_>, gid: u32, n_uname: u32) -> OpResult<bool> {
-    if !conn.server.is_root {
-        return Ok(false);
-    }
-    let uid = (n_uname != NONUNAME).then_some(n_uname);
-    let gid = (gid != NONUNAME).then_some(gid);
-    if uid.is_none() && gid.is_none() {
-        return Ok(false);
-    }
-    sys::chown(fd, uid, gid)?;
-    Ok(true)
+    // Without root the server keeps ownership: it cannot give files away.
+    let owner = conn.server.is_root.then_some((
+        (n_uname != NONUNAME).then_some(n_uname),
+        (gid != NONUNAME).then_some(gid),
+    ));
+    Ok(crossfs_export::policy::finish_create(
+        conn.server.proc_fd(),
+        fd,
+        perm,
+        owner,
+    )?)
 }
 
 /// Opens the object just created as `name` in `dir`, fixes it up, and returns its qid.
@@ -153,10 +131,8 @@ pub(crate) fn symlink(conn: &Conn, m: Tsymlink) -> OpResult<Rmessage> {
 pub(crate) fn mknod(conn: &Conn, m: Tmknod) -> OpResult<Rmessage> {
     conn.server.check_writable()?;
     let name = names::component(&m.name)?;
+    conn.server.policy().check_device(m.mode)?;
     match m.mode & libc::S_IFMT {
-        libc::S_IFCHR | libc::S_IFBLK if !conn.server.config.allow_devices => {
-            return Err(OpError::NotPermitted("device nodes are not exported"))
-        }
         libc::S_IFCHR | libc::S_IFBLK | libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFREG | 0 => {}
         _ => return Err(Errno::INVAL.into()),
     }

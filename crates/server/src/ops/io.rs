@@ -78,13 +78,11 @@ pub(crate) fn lopen(conn: &Conn, m: Tlopen) -> OpResult<Rmessage> {
     }
     let flags = host_flags(m.flags)?;
     let st = sys::stat(f.fd())?;
-    match u32::from(st.stx_mode) & libc::S_IFMT {
-        libc::S_IFLNK => return Err(Errno::LOOP.into()),
-        libc::S_IFCHR | libc::S_IFBLK if !conn.server.config.allow_devices => {
-            return Err(OpError::NotPermitted("device nodes are not exported"))
-        }
-        _ => {}
+    let kind = u32::from(st.stx_mode) & libc::S_IFMT;
+    if kind == libc::S_IFLNK {
+        return Err(Errno::LOOP.into());
     }
+    conn.server.policy().check_device(kind)?;
     let charge = conn.fds.charge()?;
     let fd = Handle::new(sys::reopen(conn.server.proc_fd(), f.fd(), flags)?, charge);
     if mutates(m.flags) {

@@ -16,12 +16,11 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
-use crate::error::{OpError, OpResult};
-use crate::fid::lock;
+use crate::{lock, ExportError, ExportResult};
 
 /// Descriptors the whole server may hold for its clients.
 #[derive(Debug)]
-pub(crate) struct FdPool {
+pub struct FdPool {
     /// The most descriptors charged at once, over every connection.
     budget: usize,
     /// What any connection may hold regardless of how much others hold (while any is free).
@@ -34,7 +33,7 @@ pub(crate) struct FdPool {
 
 impl FdPool {
     /// A pool of `budget` descriptors.
-    pub(crate) fn new(budget: usize) -> Arc<FdPool> {
+    pub fn new(budget: usize) -> Arc<FdPool> {
         Arc::new(FdPool {
             budget,
             floor: (budget / 64).min(64),
@@ -45,28 +44,34 @@ impl FdPool {
 
     /// The budget for a process whose open-file limit is `limit`: the limit less a reserve of
     /// an eighth (at least 64, at most half) for what is not charged.
-    pub(crate) fn budget_for_limit(limit: u64) -> usize {
+    pub fn budget_for_limit(limit: u64) -> usize {
         let limit = usize::try_from(limit).unwrap_or(usize::MAX).min(1 << 24);
         let reserve = (limit / 8).max(64).min(limit / 2);
         limit - reserve
     }
 
+    /// The most descriptors that may be charged at once.
+    pub fn budget(&self) -> usize {
+        self.budget
+    }
+
     /// Descriptors charged now, over every connection.
-    pub(crate) fn held(&self) -> usize {
+    pub fn held(&self) -> usize {
         *lock(&self.held)
     }
 }
 
 /// One connection's share of an [`FdPool`].
 #[derive(Debug)]
-pub(crate) struct FdAccount {
+pub struct FdAccount {
     pool: Arc<FdPool>,
     /// Descriptors this connection holds (changed only under the pool's lock).
     held: AtomicUsize,
 }
 
 impl FdAccount {
-    pub(crate) fn new(pool: Arc<FdPool>) -> Arc<FdAccount> {
+    /// A new connection's (or client's) empty share of `pool`.
+    pub fn new(pool: Arc<FdPool>) -> Arc<FdAccount> {
         Arc::new(FdAccount {
             pool,
             held: AtomicUsize::new(0),
@@ -74,7 +79,10 @@ impl FdAccount {
     }
 
     /// Charges one descriptor to this connection, or `EMFILE` when its share is used up.
-    pub(crate) fn charge(self: &Arc<Self>) -> OpResult<FdCharge> {
+    ///
+    /// # Errors
+    /// [`ExportError::TooManyFds`].
+    pub fn charge(self: &Arc<Self>) -> ExportResult<FdCharge> {
         let pool = &self.pool;
         let mut total = lock(&pool.held);
         let free = pool.budget.saturating_sub(*total);
@@ -83,7 +91,7 @@ impl FdAccount {
         // stay free.
         let keep = (mine + 1).min(pool.headroom);
         if free == 0 || (mine >= pool.floor && free - 1 < keep) {
-            return Err(OpError::TooManyFds);
+            return Err(ExportError::TooManyFds);
         }
         *total += 1;
         self.held.store(mine + 1, Relaxed);
@@ -93,14 +101,14 @@ impl FdAccount {
     }
 
     /// Descriptors this connection holds.
-    pub(crate) fn held(&self) -> usize {
+    pub fn held(&self) -> usize {
         self.held.load(Relaxed)
     }
 }
 
 /// One charged descriptor; released when dropped.
 #[derive(Debug)]
-pub(crate) struct FdCharge {
+pub struct FdCharge {
     account: Arc<FdAccount>,
 }
 
@@ -115,14 +123,14 @@ impl Drop for FdCharge {
 /// A descriptor the server keeps across requests, with its charge (none for the export
 /// root, which the server holds anyway).
 #[derive(Debug)]
-pub(crate) struct Handle {
+pub struct Handle {
     fd: OwnedFd,
     _charge: Option<FdCharge>,
 }
 
 impl Handle {
     /// A charged descriptor.
-    pub(crate) fn new(fd: OwnedFd, charge: FdCharge) -> Handle {
+    pub fn new(fd: OwnedFd, charge: FdCharge) -> Handle {
         Handle {
             fd,
             _charge: Some(charge),
@@ -130,7 +138,7 @@ impl Handle {
     }
 
     /// A descriptor charged to no connection.
-    pub(crate) fn uncharged(fd: OwnedFd) -> Handle {
+    pub fn uncharged(fd: OwnedFd) -> Handle {
         Handle { fd, _charge: None }
     }
 }
@@ -143,19 +151,20 @@ impl AsFd for Handle {
 
 /// Bytes of extended attribute values one connection's xattr fids may hold.
 #[derive(Debug)]
-pub(crate) struct ByteBudget {
+pub struct ByteBudget {
     left: Mutex<usize>,
 }
 
 impl ByteBudget {
-    pub(crate) fn new(bytes: usize) -> Arc<ByteBudget> {
+    /// A budget of `bytes`.
+    pub fn new(bytes: usize) -> Arc<ByteBudget> {
         Arc::new(ByteBudget {
             left: Mutex::new(bytes),
         })
     }
 
     /// An empty charge against this budget, grown with [`ByteCharge::grow`].
-    pub(crate) fn empty(self: &Arc<Self>) -> ByteCharge {
+    pub fn empty(self: &Arc<Self>) -> ByteCharge {
         ByteCharge {
             budget: self.clone(),
             bytes: 0,
@@ -165,22 +174,25 @@ impl ByteBudget {
 
 /// Bytes charged to a [`ByteBudget`]; given back when dropped.
 #[derive(Debug)]
-pub(crate) struct ByteCharge {
+pub struct ByteCharge {
     budget: Arc<ByteBudget>,
     bytes: usize,
 }
 
 impl ByteCharge {
     /// Bytes charged.
-    pub(crate) fn bytes(&self) -> usize {
+    pub fn bytes(&self) -> usize {
         self.bytes
     }
 
     /// Charges `n` more bytes, or `ENOSPC` when the budget does not have them.
-    pub(crate) fn grow(&mut self, n: usize) -> OpResult<()> {
+    ///
+    /// # Errors
+    /// [`ExportError::ByteBudget`].
+    pub fn grow(&mut self, n: usize) -> ExportResult<()> {
         let mut left = lock(&self.budget.left);
         if *left < n {
-            return Err(OpError::XattrBudget);
+            return Err(ExportError::ByteBudget);
         }
         *left -= n;
         self.bytes += n;

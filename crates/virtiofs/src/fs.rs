@@ -1,0 +1,943 @@
+//! FUSE requests answered from the export core: node ids for `O_PATH` handles, file handles
+//! for open descriptors, and one function per opcode that translates, asks
+//! `crossfs-export`, and encodes the answer. Confinement, names, policy and the descriptor
+//! budget are the core's; nothing here decides them.
+//!
+//! Node ids: the root is 1; every other id stands for one inode (keyed by device and inode
+//! number) and holds one `O_PATH` descriptor, charged to the device's share of descriptors,
+//! until the guest forgets it as many times as it was looked up (LOOKUP, CREATE, MKNOD,
+//! MKDIR, SYMLINK, LINK and each READDIRPLUS entry count one).
+
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use crossfs_export::budget::{FdAccount, Handle};
+use crossfs_export::{names, policy, sys, Export, ExportError, Statx};
+use rustix::fs::OFlags;
+use rustix::io::Errno;
+
+use crate::fuse::decode::{InHeader, InitIn, ReadIn, SetattrIn};
+use crate::fuse::encode::{self, Reply, Ttl};
+use crate::fuse::{self, fattr, fopen, init, Op, Opcode};
+use crate::stats::{Negotiated, Stats};
+
+/// How long the guest may keep what it was told (virtiofsd's `--cache`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CacheMode {
+    /// Nothing: every access asks (entries and attributes time out at once, file data is
+    /// read with direct I/O).
+    Never,
+    /// Names and attributes for a second, page cache dropped at each open.
+    #[default]
+    Auto,
+    /// Names and attributes for a day, page cache kept across opens, writeback caching.
+    Always,
+}
+
+/// What the file system offers the guest.
+#[derive(Clone, Debug)]
+pub struct FsConfig {
+    /// Cache policy.
+    pub cache: CacheMode,
+    /// Largest request, in 4 KiB pages (FUSE_MAX_PAGES); the guest gets at most the request
+    /// queue's size less 4.
+    pub max_pages: u32,
+    /// How long the guest may remember that a name does not exist (a negative entry);
+    /// `None`: the cache mode's entry timeout. Never with `--cache never`.
+    pub negative_ttl: Option<Duration>,
+    /// Largest extended attribute value or list.
+    pub max_xattr_size: usize,
+}
+
+impl Default for FsConfig {
+    fn default() -> Self {
+        FsConfig {
+            cache: CacheMode::Auto,
+            max_pages: 256,
+            negative_ttl: None,
+            max_xattr_size: 64 * 1024,
+        }
+    }
+}
+
+impl FsConfig {
+    fn ttl(&self) -> Ttl {
+        match self.cache {
+            CacheMode::Never => Ttl::ZERO,
+            CacheMode::Auto => Ttl::from(Duration::from_secs(1)),
+            CacheMode::Always => Ttl::from(Duration::from_secs(86400)),
+        }
+    }
+
+    fn negative_ttl(&self) -> Ttl {
+        match (self.cache, self.negative_ttl) {
+            (CacheMode::Never, _) => Ttl::ZERO,
+            (_, Some(d)) => Ttl::from(d),
+            _ => self.ttl(),
+        }
+    }
+}
+
+/// One inode the guest knows.
+struct Node {
+    handle: Arc<Handle>,
+    key: (u64, u64),
+    refs: u64,
+}
+
+#[derive(Default)]
+struct Nodes {
+    map: HashMap<u64, Node>,
+    by_key: HashMap<(u64, u64), u64>,
+    next: u64,
+}
+
+/// An open file or directory.
+struct OpenFile {
+    fd: Handle,
+    /// Whether this is the export root opened as a directory (reserved names are hidden).
+    root: bool,
+    /// Directory listings seek the descriptor: one at a time.
+    dir: Mutex<()>,
+}
+
+/// A FUSE file system over an export, for one guest connection.
+pub struct FuseFs {
+    export: Arc<Export>,
+    config: FsConfig,
+    fds: Arc<FdAccount>,
+    stats: Arc<Stats>,
+    nodes: Mutex<Nodes>,
+    files: Mutex<(HashMap<u64, Arc<OpenFile>>, u64)>,
+    /// The request queue's size, as the VMM set it (caps max_pages).
+    queue_size: AtomicU32,
+    /// Whether writeback caching was negotiated.
+    writeback: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for FuseFs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FuseFs")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+type OpResult<T> = Result<T, ExportError>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn key_of(st: &Statx) -> (u64, u64) {
+    (
+        rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor),
+        st.stx_ino,
+    )
+}
+
+/// Largest READ, WRITE or listing any guest may ask for, whatever it negotiated: 256 pages
+/// is Linux's ceiling before 6.18; allow a generous multiple, never unbounded.
+const MAX_REQUEST_DATA: u32 = 16 << 20;
+
+impl FuseFs {
+    /// A file system over `export` for one guest; counters go to `stats`.
+    pub fn new(export: Arc<Export>, config: FsConfig, stats: Arc<Stats>) -> FuseFs {
+        let fds = FdAccount::new(export.fds.clone());
+        let mut nodes = Nodes {
+            next: fuse::ROOT_ID + 1,
+            ..Nodes::default()
+        };
+        if let Ok(st) = sys::stat(export.root.as_fd()) {
+            nodes.by_key.insert(key_of(&st), fuse::ROOT_ID);
+            nodes.map.insert(
+                fuse::ROOT_ID,
+                Node {
+                    handle: export.root.clone(),
+                    key: key_of(&st),
+                    refs: 1,
+                },
+            );
+        }
+        FuseFs {
+            export,
+            config,
+            fds,
+            stats,
+            nodes: Mutex::new(nodes),
+            files: Mutex::new((HashMap::new(), 1)),
+            queue_size: AtomicU32::new(0),
+            writeback: false.into(),
+        }
+    }
+
+    /// Tells the file system the request queue's size (FUSE_MAX_PAGES is capped by it).
+    pub fn set_queue_size(&self, size: u32) {
+        self.queue_size.store(size, Relaxed);
+    }
+
+    /// The counters this file system records into.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Node ids the guest holds (the root included).
+    pub fn nodes(&self) -> usize {
+        lock(&self.nodes).map.len()
+    }
+
+    /// Answers one request. `None`: no reply is due (FORGET, BATCH_FORGET, INTERRUPT) or the
+    /// header itself could not be decoded (logged; the caller returns the chain empty).
+    pub fn handle(&self, request: &[u8]) -> Option<Vec<u8>> {
+        let req = match fuse::decode(request) {
+            Ok(req) => req,
+            Err(e) => {
+                tracing::warn!("virtiofs: undecodable request: {e}");
+                self.stats.record_malformed();
+                return None;
+            }
+        };
+        let h = req.header;
+        let data = match &req.op {
+            Ok(Op::Read(r)) => u64::from(r.size),
+            Ok(Op::Write { data, .. }) => data.len() as u64,
+            _ => 0,
+        };
+        let result = match req.op {
+            Ok(op) => self.dispatch(&h, op),
+            Err(e) => {
+                tracing::debug!(unique = h.unique, opcode = h.opcode, "virtiofs: {e}");
+                Err(match e {
+                    fuse::DecodeError::UnknownOpcode(_) => ExportError::Os(Errno::NOSYS),
+                    _ => ExportError::Os(Errno::INVAL),
+                })
+            }
+        };
+        let (reply, error) = match result {
+            Ok(Some(reply)) => (Some(reply.finish(h.unique)), false),
+            Ok(None) => (None, false),
+            Err(e) => (Some(encode::error(h.unique, e.errno())), true),
+        };
+        let out = reply.as_ref().map_or(0, Vec::len);
+        self.stats.record(h.opcode, request.len(), out, error, data);
+        reply
+    }
+
+    fn dispatch(&self, h: &InHeader, op: Op<'_>) -> OpResult<Option<Reply>> {
+        let n = h.nodeid;
+        let reply = match op {
+            Op::Init(i) => self.init(i),
+            Op::Destroy => {
+                self.forget_all();
+                Ok(Reply::new())
+            }
+            Op::Lookup { name } => self.lookup(n, name),
+            Op::Forget { nlookup } => {
+                self.forget(n, nlookup);
+                return Ok(None);
+            }
+            Op::BatchForget(list) => {
+                for (node, nlookup) in list {
+                    self.forget(node, nlookup);
+                }
+                return Ok(None);
+            }
+            Op::Interrupt { .. } => return Ok(None),
+            Op::Getattr { .. } => self.getattr(n),
+            Op::Setattr(s) => self.setattr(n, &s),
+            Op::Readlink => {
+                let target = sys::readlink(self.node(n)?.as_fd())?;
+                let mut r = Reply::new();
+                r.bytes(&target);
+                Ok(r)
+            }
+            Op::Symlink { name, target } => self.symlink(h, name, target),
+            Op::Mknod {
+                mode, rdev, name, ..
+            } => self.mknod(h, mode, rdev, name),
+            Op::Mkdir { mode, name, .. } => self.mkdir(h, mode, name),
+            Op::Unlink { name } => self.unlink(n, name, false),
+            Op::Rmdir { name } => self.unlink(n, name, true),
+            Op::Rename {
+                newdir,
+                flags,
+                old,
+                new,
+            } => self.rename(n, old, newdir, new, flags),
+            Op::Link { oldnodeid, name } => self.link(oldnodeid, n, name),
+            Op::Open { flags } => self.open(n, flags),
+            Op::Read(r) => self.read(&r),
+            Op::Write { fh, offset, data } => self.write(fh, offset, data),
+            Op::Statfs => self.statfs(),
+            Op::Release { fh } | Op::Releasedir { fh } => {
+                lock(&self.files).0.remove(&fh);
+                Ok(Reply::new())
+            }
+            Op::Fsync { fh, datasync } | Op::Fsyncdir { fh, datasync } => {
+                sys::fsync(self.file(fh)?.fd.as_fd(), datasync)?;
+                Ok(Reply::new())
+            }
+            Op::Flush { fh } => self.file(fh).map(|_| Reply::new()),
+            Op::Opendir { .. } => self.opendir(n),
+            Op::Readdir(r) => self.readdir(&r, false),
+            Op::Readdirplus(r) => self.readdir(&r, true),
+            Op::Create {
+                flags, mode, name, ..
+            } => self.create(h, flags, mode, name),
+            Op::Getxattr { size, name } => self.getxattr(n, name, size),
+            Op::Listxattr { size } => self.listxattr(n, size),
+            Op::Setxattr { flags, name, value } => {
+                self.export.policy.check_writable()?;
+                let name = names::c_string(name)?;
+                if value.len() > self.config.max_xattr_size {
+                    return Err(Errno::TOOBIG.into());
+                }
+                sys::set_xattr(self.node(n)?.as_fd(), &name, value, flags)?;
+                Ok(Reply::new())
+            }
+            Op::Removexattr { name } => {
+                self.export.policy.check_writable()?;
+                let name = names::c_string(name)?;
+                sys::remove_xattr(self.node(n)?.as_fd(), &name)?;
+                Ok(Reply::new())
+            }
+            // The kernel then checks permissions itself, from the attributes we report.
+            Op::Access { .. } => Err(Errno::NOSYS.into()),
+            Op::Lseek { .. } | Op::Fallocate { .. } | Op::Syncfs | Op::Unsupported(_) => {
+                Err(Errno::NOSYS.into())
+            }
+        };
+        reply.map(Some)
+    }
+
+    fn init(&self, i: InitIn) -> OpResult<Reply> {
+        if i.major < fuse::KERNEL_VERSION {
+            return Err(Errno::PROTO.into());
+        }
+        let mut r = Reply::new();
+        if i.major > fuse::KERNEL_VERSION {
+            // The guest will ask again with our major version.
+            r.u32(fuse::KERNEL_VERSION).u32(fuse::KERNEL_MINOR_VERSION);
+            return Ok(r);
+        }
+        let minor = i.minor.min(fuse::KERNEL_MINOR_VERSION);
+        let mut offered = init::ASYNC_READ
+            | init::BIG_WRITES
+            | init::ATOMIC_O_TRUNC
+            | init::PARALLEL_DIROPS
+            | init::AUTO_INVAL_DATA
+            | init::DO_READDIRPLUS
+            | init::READDIRPLUS_AUTO
+            | init::MAX_PAGES
+            | init::CACHE_SYMLINKS;
+        if self.config.cache == CacheMode::Always {
+            offered |= init::WRITEBACK_CACHE;
+        }
+        let flags = offered & i.flags;
+        self.writeback
+            .store(flags & init::WRITEBACK_CACHE != 0, Relaxed);
+        let queue_size = self.queue_size.load(Relaxed);
+        // The kernel's own cap for virtio-fs is the queue size less the header descriptors.
+        let mut max_pages = self.config.max_pages.clamp(1, u32::from(u16::MAX));
+        if queue_size > 4 {
+            max_pages = max_pages.min(queue_size - 4);
+        }
+        let pages = if flags & init::MAX_PAGES != 0 {
+            max_pages
+        } else {
+            32
+        };
+        let max_write = pages * 4096;
+        let negotiated = Negotiated {
+            guest_major: i.major,
+            guest_minor: i.minor,
+            guest_flags: i.flags,
+            flags,
+            max_pages: pages,
+            configured_max_pages: self.config.max_pages,
+            queue_size,
+            max_write,
+            max_readahead: i.max_readahead,
+        };
+        tracing::info!(
+            guest = format!("{}.{}", i.major, i.minor),
+            guest_flags = format!("{:#x}", i.flags),
+            accepted = format!("{:#x}", flags),
+            max_pages_flag = flags & init::MAX_PAGES != 0,
+            max_pages = pages,
+            configured_max_pages = self.config.max_pages,
+            queue_size,
+            max_write,
+            cache = ?self.config.cache,
+            "virtiofs FUSE_INIT"
+        );
+        self.stats.set_negotiated(negotiated);
+        r.u32(fuse::KERNEL_VERSION)
+            .u32(minor)
+            .u32(i.max_readahead)
+            .u32(flags)
+            .u16(64) // max_background
+            .u16(48) // congestion_threshold
+            .u32(max_write)
+            .u32(1); // time_gran
+        if minor >= 23 {
+            r.u16(max_pages.min(u32::from(u16::MAX)) as u16)
+                .u16(0) // map_alignment
+                .u32(0) // flags2
+                .bytes(&[0; 28]);
+        }
+        Ok(r)
+    }
+
+    // --- nodes ---------------------------------------------------------------------------
+
+    fn node(&self, id: u64) -> OpResult<Arc<Handle>> {
+        lock(&self.nodes)
+            .map
+            .get(&id)
+            .map(|n| n.handle.clone())
+            .ok_or(ExportError::Os(Errno::STALE))
+    }
+
+    /// Gives the guest a node id for the inode behind `fd` (one more lookup of it).
+    fn remember(&self, fd: OwnedFd, st: &Statx) -> OpResult<u64> {
+        let key = key_of(st);
+        let mut nodes = lock(&self.nodes);
+        if let Some(&id) = nodes.by_key.get(&key) {
+            if let Some(node) = nodes.map.get_mut(&id) {
+                node.refs += 1;
+                return Ok(id);
+            }
+        }
+        let charge = self.fds.charge()?;
+        let id = nodes.next;
+        nodes.next += 1;
+        nodes.by_key.insert(key, id);
+        nodes.map.insert(
+            id,
+            Node {
+                handle: Arc::new(Handle::new(fd, charge)),
+                key,
+                refs: 1,
+            },
+        );
+        Ok(id)
+    }
+
+    fn forget(&self, id: u64, nlookup: u64) {
+        if id == fuse::ROOT_ID {
+            return;
+        }
+        let mut nodes = lock(&self.nodes);
+        let Some(node) = nodes.map.get_mut(&id) else {
+            return;
+        };
+        node.refs = node.refs.saturating_sub(nlookup);
+        if node.refs == 0 {
+            let key = node.key;
+            nodes.map.remove(&id);
+            if nodes.by_key.get(&key) == Some(&id) {
+                nodes.by_key.remove(&key);
+            }
+        }
+    }
+
+    fn forget_all(&self) {
+        let mut nodes = lock(&self.nodes);
+        nodes.map.retain(|&id, _| id == fuse::ROOT_ID);
+        let root_key = nodes.map.get(&fuse::ROOT_ID).map(|n| n.key);
+        nodes.by_key.retain(|k, _| Some(*k) == root_key);
+        lock(&self.files).0.clear();
+    }
+
+    fn entry(&self, fd: OwnedFd, st: &Statx) -> OpResult<Reply> {
+        let id = self.remember(fd, st)?;
+        let ttl = self.config.ttl();
+        let mut r = Reply::with_capacity(128);
+        r.entry(id, Some(st), ttl, ttl);
+        Ok(r)
+    }
+
+    fn lookup(&self, parent: u64, name: &[u8]) -> OpResult<Reply> {
+        let dir = self.node(parent)?;
+        let found = if self.export.is_reserved(parent == fuse::ROOT_ID, name) {
+            Err(ExportError::Os(Errno::NOENT))
+        } else {
+            crossfs_export::lookup(dir.as_fd(), name, self.export.openat2)
+        };
+        match found {
+            Ok((fd, st)) => self.entry(fd, &st),
+            Err(ExportError::Os(Errno::NOENT)) if self.config.negative_ttl() != Ttl::ZERO => {
+                // A negative entry: the guest answers this name itself until it times out.
+                let mut r = Reply::with_capacity(128);
+                r.entry(0, None, self.config.negative_ttl(), Ttl::ZERO);
+                Ok(r)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn getattr(&self, id: u64) -> OpResult<Reply> {
+        let st = sys::stat(self.node(id)?.as_fd())?;
+        let mut r = Reply::with_capacity(104);
+        r.attr_out(&st, self.config.ttl());
+        Ok(r)
+    }
+
+    fn setattr(&self, id: u64, s: &SetattrIn) -> OpResult<Reply> {
+        self.export.policy.check_writable()?;
+        let handle = self.node(id)?;
+        let fd = handle.as_fd();
+        let proc_fd = self.export.proc_fd();
+        let st = sys::stat(fd)?;
+        let mode = u32::from(st.stx_mode);
+        if s.valid & (fattr::UID | fattr::GID) != 0 {
+            let uid = (s.valid & fattr::UID != 0).then_some(s.uid);
+            let gid = (s.valid & fattr::GID != 0).then_some(s.gid);
+            sys::chown(fd, uid, gid)?;
+            // As the kernel does, checked rather than trusted to the exported file system.
+            policy::drop_bits(proc_fd, fd)?;
+        }
+        if s.valid & fattr::MODE != 0 {
+            let current = u32::from(sys::stat(fd)?.stx_mode);
+            sys::chmod(
+                proc_fd,
+                fd,
+                self.export.policy.setattr_perm(s.mode, current),
+            )?;
+        }
+        if s.valid & fattr::SIZE != 0 {
+            self.export.policy.before_write(proc_fd, fd, mode)?;
+            let open = if s.valid & fattr::FH != 0 {
+                self.file(s.fh).ok()
+            } else {
+                None
+            };
+            match open {
+                Some(f) => sys::truncate(f.fd.as_fd(), s.size)?,
+                None => {
+                    if mode & libc::S_IFMT != libc::S_IFREG {
+                        return Err(Errno::INVAL.into());
+                    }
+                    let w = sys::reopen(proc_fd, fd, OFlags::WRONLY)?;
+                    sys::truncate(w.as_fd(), s.size)?;
+                }
+            }
+        }
+        if s.valid & (fattr::ATIME | fattr::MTIME) != 0 {
+            let time = |set: u32, now: u32, sec: u64, nsec: u32| {
+                if s.valid & set == 0 {
+                    sys::Time::Omit
+                } else if s.valid & now != 0 {
+                    sys::Time::Now
+                } else {
+                    sys::Time::At(sec as i64, i64::from(nsec))
+                }
+            };
+            sys::set_times(
+                proc_fd,
+                fd,
+                time(fattr::ATIME, fattr::ATIME_NOW, s.atime, s.atimensec),
+                time(fattr::MTIME, fattr::MTIME_NOW, s.mtime, s.mtimensec),
+            )?;
+        }
+        self.getattr(id)
+    }
+
+    // --- making and removing names ---------------------------------------------------------
+
+    /// The owner a root server gives new files: the caller's.
+    fn owner(&self, h: &InHeader) -> Option<(Option<u32>, Option<u32>)> {
+        self.export.is_root.then_some((Some(h.uid), Some(h.gid)))
+    }
+
+    /// Opens what was just made as `name` in `dir`, fixes owner and mode, answers its entry.
+    fn created(
+        &self,
+        h: &InHeader,
+        dir: BorrowedFd<'_>,
+        name: &CStr,
+        perm: u32,
+    ) -> OpResult<Reply> {
+        let fd = sys::walk_one(dir, name, self.export.openat2)?;
+        policy::finish_create(self.export.proc_fd(), fd.as_fd(), perm, self.owner(h))?;
+        let st = sys::stat(fd.as_fd())?;
+        self.entry(fd, &st)
+    }
+
+    /// Refuses a reserved name in directory `parent`.
+    fn not_reserved(&self, parent: u64, name: &[u8]) -> OpResult<()> {
+        self.export
+            .check_not_reserved(parent == fuse::ROOT_ID, name)
+    }
+
+    fn symlink(&self, h: &InHeader, name: &[u8], target: &[u8]) -> OpResult<Reply> {
+        self.export.policy.check_writable()?;
+        self.not_reserved(h.nodeid, name)?;
+        let name = names::component(name)?;
+        let target = names::c_string(target)?;
+        let dir = self.node(h.nodeid)?;
+        sys::symlink(&target, dir.as_fd(), &name)?;
+        self.created(h, dir.as_fd(), &name, 0o777)
+    }
+
+    fn mknod(&self, h: &InHeader, mode: u32, rdev: u32, name: &[u8]) -> OpResult<Reply> {
+        self.export.policy.check_writable()?;
+        self.not_reserved(h.nodeid, name)?;
+        let name = names::component(name)?;
+        self.export.policy.check_device(mode)?;
+        let kind = mode & libc::S_IFMT;
+        if !matches!(
+            kind,
+            libc::S_IFCHR | libc::S_IFBLK | libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFREG | 0
+        ) {
+            return Err(Errno::INVAL.into());
+        }
+        let perm = self.export.policy.client_perm(mode);
+        let dir = self.node(h.nodeid)?;
+        // The old 32-bit device encoding FUSE carries.
+        let major = (rdev >> 8) & 0xfff;
+        let minor = (rdev & 0xff) | ((rdev >> 12) & 0xfff00);
+        sys::mknod(
+            dir.as_fd(),
+            &name,
+            kind | (perm & 0o777),
+            sys::makedev(major, minor),
+        )?;
+        self.created(h, dir.as_fd(), &name, perm)
+    }
+
+    fn mkdir(&self, h: &InHeader, mode: u32, name: &[u8]) -> OpResult<Reply> {
+        self.export.policy.check_writable()?;
+        self.not_reserved(h.nodeid, name)?;
+        let name = names::component(name)?;
+        let dir = self.node(h.nodeid)?;
+        // As mkdir(2): set-id bits of the mode are ignored.
+        let perm = mode & 0o1777;
+        sys::mkdir(dir.as_fd(), &name, perm)?;
+        self.created(h, dir.as_fd(), &name, perm)
+    }
+
+    fn unlink(&self, parent: u64, name: &[u8], dir: bool) -> OpResult<Reply> {
+        self.export.policy.check_writable()?;
+        self.not_reserved(parent, name)?;
+        let name = names::component(name)?;
+        sys::unlink(self.node(parent)?.as_fd(), &name, dir)?;
+        Ok(Reply::new())
+    }
+
+    fn rename(&self, from: u64, old: &[u8], to: u64, new: &[u8], flags: u32) -> OpResult<Reply> {
+        self.export.policy.check_writable()?;
+        if flags != 0 {
+            return Err(Errno::INVAL.into());
+        }
+        self.not_reserved(from, old)?;
+        self.not_reserved(to, new)?;
+        let old = names::component(old)?;
+        let new = names::component(new)?;
+        sys::rename(self.node(from)?.as_fd(), &old, self.node(to)?.as_fd(), &new)?;
+        Ok(Reply::new())
+    }
+
+    fn link(&self, target: u64, parent: u64, name: &[u8]) -> OpResult<Reply> {
+        self.export.policy.check_writable()?;
+        self.not_reserved(parent, name)?;
+        let name = names::component(name)?;
+        let handle = self.node(target)?;
+        let dir = self.node(parent)?;
+        sys::link(self.export.proc_fd(), handle.as_fd(), dir.as_fd(), &name)?;
+        let fd = sys::walk_one(dir.as_fd(), &name, self.export.openat2)?;
+        let st = sys::stat(fd.as_fd())?;
+        self.entry(fd, &st)
+    }
+
+    // --- open files ---------------------------------------------------------------------
+
+    fn file(&self, fh: u64) -> OpResult<Arc<OpenFile>> {
+        lock(&self.files)
+            .0
+            .get(&fh)
+            .cloned()
+            .ok_or(ExportError::Os(Errno::BADF))
+    }
+
+    fn add_file(&self, fd: OwnedFd, charge: crossfs_export::budget::FdCharge, root: bool) -> u64 {
+        let mut files = lock(&self.files);
+        let fh = files.1;
+        files.1 += 1;
+        files.0.insert(
+            fh,
+            Arc::new(OpenFile {
+                fd: Handle::new(fd, charge),
+                root,
+                dir: Mutex::new(()),
+            }),
+        );
+        fh
+    }
+
+    /// Flags a guest's open becomes on the host: no creation here, no controlling tty; with
+    /// writeback caching the kernel reads pages of files opened write-only and appends
+    /// itself, so those become read-write and lose `O_APPEND` (as virtiofsd does).
+    fn host_flags(&self, flags: u32) -> OFlags {
+        let mut f = OFlags::from_bits_retain(flags as _)
+            & !(OFlags::CREATE | OFlags::EXCL | OFlags::NOCTTY | OFlags::PATH);
+        if self.writeback.load(Relaxed) {
+            if f & OFlags::ACCMODE == OFlags::WRONLY {
+                f = (f & !OFlags::ACCMODE) | OFlags::RDWR;
+            }
+            f &= !OFlags::APPEND;
+        }
+        // No O_NOFOLLOW: reopening goes through the /proc magic link, which lands on the
+        // inode (a symlink is refused before), and create_at adds it itself.
+        f
+    }
+
+    fn open_flags(&self) -> u32 {
+        match self.config.cache {
+            CacheMode::Never => fopen::DIRECT_IO,
+            CacheMode::Auto => 0,
+            CacheMode::Always => fopen::KEEP_CACHE,
+        }
+    }
+
+    fn writes(flags: u32) -> bool {
+        let f = OFlags::from_bits_retain(flags as _);
+        f & OFlags::ACCMODE != OFlags::RDONLY || f.contains(OFlags::TRUNC)
+    }
+
+    fn open(&self, id: u64, flags: u32) -> OpResult<Reply> {
+        let handle = self.node(id)?;
+        let st = sys::stat(handle.as_fd())?;
+        let kind = u32::from(st.stx_mode) & libc::S_IFMT;
+        if kind == libc::S_IFLNK {
+            return Err(Errno::LOOP.into());
+        }
+        self.export.policy.check_device(kind)?;
+        if Self::writes(flags) {
+            self.export.policy.check_writable()?;
+        }
+        let charge = self.fds.charge()?;
+        let fd = sys::reopen(
+            self.export.proc_fd(),
+            handle.as_fd(),
+            self.host_flags(flags),
+        )?;
+        if Self::writes(flags) {
+            self.export.policy.before_write(
+                self.export.proc_fd(),
+                handle.as_fd(),
+                u32::from(st.stx_mode),
+            )?;
+        }
+        let fh = self.add_file(fd, charge, false);
+        let mut r = Reply::new();
+        r.open_out(fh, self.open_flags());
+        Ok(r)
+    }
+
+    fn create(&self, h: &InHeader, flags: u32, mode: u32, name: &[u8]) -> OpResult<Reply> {
+        self.export.policy.check_writable()?;
+        self.not_reserved(h.nodeid, name)?;
+        let cname = names::component(name)?;
+        let dir = self.node(h.nodeid)?;
+        let perm = self.export.policy.client_perm(mode);
+        let host = self.host_flags(flags);
+        let charge = self.fds.charge()?;
+        // Create exclusively, so that only a file made here gets the caller's owner and mode;
+        // an existing one (the guest's negative entry was stale) is opened as it is.
+        let (fd, made) = match sys::create_at(
+            dir.as_fd(),
+            &cname,
+            host | OFlags::CREATE | OFlags::EXCL,
+            perm & 0o777,
+        ) {
+            Ok(fd) => (fd, true),
+            Err(Errno::EXIST) if flags & libc::O_EXCL as u32 == 0 => {
+                (sys::create_at(dir.as_fd(), &cname, host, 0)?, false)
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let path = sys::path_handle(self.export.proc_fd(), fd.as_fd())?;
+        let st = sys::stat(path.as_fd())?;
+        if made {
+            policy::finish_create(self.export.proc_fd(), path.as_fd(), perm, self.owner(h))?;
+        } else {
+            if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
+                return Err(Errno::EXIST.into());
+            }
+            if Self::writes(flags) {
+                self.export.policy.before_write(
+                    self.export.proc_fd(),
+                    path.as_fd(),
+                    u32::from(st.stx_mode),
+                )?;
+            }
+        }
+        let st = sys::stat(path.as_fd())?;
+        let mut r = self.entry(path, &st)?;
+        let fh = self.add_file(fd, charge, false);
+        r.open_out(fh, self.open_flags());
+        Ok(r)
+    }
+
+    fn read(&self, r: &ReadIn) -> OpResult<Reply> {
+        if r.size > MAX_REQUEST_DATA {
+            return Err(Errno::INVAL.into());
+        }
+        let file = self.file(r.fh)?;
+        let mut reply = Reply::with_capacity(r.size as usize);
+        let buf = reply.tail(r.size as usize);
+        let mut done = 0;
+        // A short read only at end of file: the kernel takes a short reply as EOF.
+        while done < buf.len() {
+            match sys::pread(file.fd.as_fd(), &mut buf[done..], r.offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(Errno::INTR) => {}
+                Err(e) if done == 0 => return Err(e.into()),
+                Err(_) => break,
+            }
+        }
+        reply.truncate_body(done);
+        Ok(reply)
+    }
+
+    fn write(&self, fh: u64, offset: u64, data: &[u8]) -> OpResult<Reply> {
+        self.export.policy.check_writable()?;
+        let file = self.file(fh)?;
+        let mut done = 0;
+        while done < data.len() {
+            match sys::pwrite(file.fd.as_fd(), &data[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(Errno::INTR) => {}
+                Err(e) if done == 0 => return Err(e.into()),
+                Err(_) => break,
+            }
+        }
+        let mut r = Reply::new();
+        r.u32(done as u32).u32(0);
+        Ok(r)
+    }
+
+    fn statfs(&self) -> OpResult<Reply> {
+        let s = sys::statfs(self.export.root.as_fd())?;
+        let mut r = Reply::with_capacity(80);
+        r.u64(s.blocks)
+            .u64(s.bfree)
+            .u64(s.bavail)
+            .u64(s.files)
+            .u64(s.ffree)
+            .u32(s.bsize)
+            .u32(s.namelen)
+            .u32(s.bsize)
+            .u32(0)
+            .bytes(&[0; 24]);
+        Ok(r)
+    }
+
+    fn opendir(&self, id: u64) -> OpResult<Reply> {
+        let handle = self.node(id)?;
+        let charge = self.fds.charge()?;
+        let fd = sys::reopen(
+            self.export.proc_fd(),
+            handle.as_fd(),
+            OFlags::RDONLY | OFlags::DIRECTORY,
+        )?;
+        let fh = self.add_file(fd, charge, id == fuse::ROOT_ID);
+        let mut r = Reply::new();
+        r.open_out(fh, 0);
+        Ok(r)
+    }
+
+    fn readdir(&self, r: &ReadIn, plus: bool) -> OpResult<Reply> {
+        if r.size > MAX_REQUEST_DATA {
+            return Err(Errno::INVAL.into());
+        }
+        let file = self.file(r.fh)?;
+        let _listing = lock(&file.dir);
+        let size = r.size as usize;
+        let mut reply = Reply::with_capacity(size.min(1 << 20));
+        let ttl = self.config.ttl();
+        let mut failure = None;
+        sys::read_dir(file.fd.as_fd(), r.offset, size.min(64 << 10), |e| {
+            if self.export.is_reserved(file.root, e.name) {
+                return true;
+            }
+            let dirent = encode::dirent_len(e.name.len());
+            let need = if plus { 128 + dirent } else { dirent };
+            if reply.body_len() + need > size {
+                return false;
+            }
+            let ty = u32::from(e.ty);
+            if plus {
+                let dots = e.name == b"." || e.name == b"..";
+                // "." and "..", and names gone since the listing, go without an entry
+                // (node id 0: the kernel then links nothing and counts no lookup).
+                let found = if dots {
+                    None
+                } else {
+                    crossfs_export::lookup(file.fd.as_fd(), e.name, self.export.openat2).ok()
+                };
+                match found {
+                    Some((fd, st)) => match self.remember(fd, &st) {
+                        Ok(id) => {
+                            reply.entry(id, Some(&st), ttl, ttl);
+                        }
+                        Err(err) => {
+                            failure = Some(err);
+                            return false;
+                        }
+                    },
+                    None => {
+                        reply.entry(0, None, Ttl::ZERO, Ttl::ZERO);
+                    }
+                }
+            }
+            encode::dirent(&mut reply, e.ino, e.next, ty, e.name);
+            true
+        })?;
+        if let Some(err) = failure {
+            if reply.body_len() == 0 {
+                return Err(err);
+            }
+        }
+        Ok(reply)
+    }
+
+    // --- extended attributes -------------------------------------------------------------
+
+    fn xattr_reply(value: Vec<u8>, size: u32) -> OpResult<Reply> {
+        let mut r = Reply::new();
+        if size == 0 {
+            r.u32(value.len() as u32).u32(0);
+        } else if value.len() > size as usize {
+            return Err(Errno::RANGE.into());
+        } else {
+            r.bytes(&value);
+        }
+        Ok(r)
+    }
+
+    fn getxattr(&self, id: u64, name: &[u8], size: u32) -> OpResult<Reply> {
+        let name = names::c_string(name)?;
+        let value = sys::get_xattr(self.node(id)?.as_fd(), &name, self.config.max_xattr_size)?;
+        Self::xattr_reply(value, size)
+    }
+
+    fn listxattr(&self, id: u64, size: u32) -> OpResult<Reply> {
+        let list = sys::list_xattr(self.node(id)?.as_fd(), self.config.max_xattr_size)?;
+        Self::xattr_reply(list, size)
+    }
+}
+
+/// The opcode of a request's first bytes, for logs (`None` if too short or unknown).
+pub fn opcode_of(request: &[u8]) -> Option<Opcode> {
+    let b = request.get(4..8)?;
+    Opcode::from_u32(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}

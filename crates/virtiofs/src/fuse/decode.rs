@@ -1,0 +1,656 @@
+//! Bytes to requests, without I/O and without panics: every length is checked against the
+//! buffer before it is used, every count against the bytes that remain before anything is
+//! allocated, and a header that decodes keeps its `unique` even when the body does not, so
+//! the device can still answer it with an error.
+
+use super::{Opcode, IN_HEADER_LEN};
+
+/// Why bytes are not a request.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// Fewer bytes than a `fuse_in_header`.
+    #[error("request shorter than its header ({0} bytes)")]
+    ShortHeader(usize),
+    /// The header's `len` is below the header size or past the bytes the guest gave.
+    #[error("header length {len} does not fit the {available} bytes given")]
+    BadLength {
+        /// `fuse_in_header.len`.
+        len: u32,
+        /// Bytes in the readable part of the descriptor chain.
+        available: usize,
+    },
+    /// An opcode this crate does not know.
+    #[error("unknown opcode {0}")]
+    UnknownOpcode(u32),
+    /// The body ended before a field or a name did.
+    #[error("truncated body of {0:?}")]
+    Truncated(Opcode),
+    /// A name or string without its terminating NUL.
+    #[error("unterminated string in {0:?}")]
+    Unterminated(Opcode),
+    /// A count that the body cannot hold.
+    #[error("count {count} too large for {0:?}", count = .1)]
+    BadCount(Opcode, u32),
+}
+
+/// `fuse_in_header`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InHeader {
+    /// Total length of the request, header included.
+    pub len: u32,
+    /// The opcode as sent.
+    pub opcode: u32,
+    /// The id the reply must carry.
+    pub unique: u64,
+    /// The node the request is about.
+    pub nodeid: u64,
+    /// Caller's uid.
+    pub uid: u32,
+    /// Caller's gid.
+    pub gid: u32,
+    /// Caller's pid.
+    pub pid: u32,
+}
+
+/// A decoded request: the header always, the body when it decoded.
+#[derive(Debug)]
+pub struct Request<'a> {
+    /// The header.
+    pub header: InHeader,
+    /// The body, or why it did not decode.
+    pub op: Result<Op<'a>, DecodeError>,
+}
+
+/// `fuse_init_in`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InitIn {
+    /// Major version.
+    pub major: u32,
+    /// Minor version.
+    pub minor: u32,
+    /// The guest's readahead limit.
+    pub max_readahead: u32,
+    /// Flags the guest supports.
+    pub flags: u32,
+}
+
+/// `fuse_setattr_in`, the fields used.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct SetattrIn {
+    pub valid: u32,
+    pub fh: u64,
+    pub size: u64,
+    pub atime: u64,
+    pub mtime: u64,
+    pub atimensec: u32,
+    pub mtimensec: u32,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// `fuse_read_in` (READ, READDIR, READDIRPLUS).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadIn {
+    /// File handle.
+    pub fh: u64,
+    /// Offset (a directory cookie for listings).
+    pub offset: u64,
+    /// Bytes asked for.
+    pub size: u32,
+}
+
+/// A request body. Names and data borrow from the request's bytes.
+#[derive(Debug, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum Op<'a> {
+    Init(InitIn),
+    Destroy,
+    Lookup {
+        name: &'a [u8],
+    },
+    Forget {
+        nlookup: u64,
+    },
+    /// (nodeid, nlookup) pairs, as many as the body holds.
+    BatchForget(Vec<(u64, u64)>),
+    Getattr {
+        flags: u32,
+        fh: u64,
+    },
+    Setattr(SetattrIn),
+    Readlink,
+    Symlink {
+        name: &'a [u8],
+        target: &'a [u8],
+    },
+    Mknod {
+        mode: u32,
+        rdev: u32,
+        umask: u32,
+        name: &'a [u8],
+    },
+    Mkdir {
+        mode: u32,
+        umask: u32,
+        name: &'a [u8],
+    },
+    Unlink {
+        name: &'a [u8],
+    },
+    Rmdir {
+        name: &'a [u8],
+    },
+    Rename {
+        newdir: u64,
+        flags: u32,
+        old: &'a [u8],
+        new: &'a [u8],
+    },
+    Link {
+        oldnodeid: u64,
+        name: &'a [u8],
+    },
+    Open {
+        flags: u32,
+    },
+    Read(ReadIn),
+    Write {
+        fh: u64,
+        offset: u64,
+        data: &'a [u8],
+    },
+    Statfs,
+    Release {
+        fh: u64,
+    },
+    Fsync {
+        fh: u64,
+        datasync: bool,
+    },
+    Setxattr {
+        flags: u32,
+        name: &'a [u8],
+        value: &'a [u8],
+    },
+    Getxattr {
+        size: u32,
+        name: &'a [u8],
+    },
+    Listxattr {
+        size: u32,
+    },
+    Removexattr {
+        name: &'a [u8],
+    },
+    Flush {
+        fh: u64,
+    },
+    Opendir {
+        flags: u32,
+    },
+    Readdir(ReadIn),
+    Releasedir {
+        fh: u64,
+    },
+    Fsyncdir {
+        fh: u64,
+        datasync: bool,
+    },
+    Access {
+        mask: u32,
+    },
+    Create {
+        flags: u32,
+        mode: u32,
+        umask: u32,
+        name: &'a [u8],
+    },
+    Interrupt {
+        unique: u64,
+    },
+    Readdirplus(ReadIn),
+    Lseek {
+        fh: u64,
+        offset: u64,
+        whence: u32,
+    },
+    Fallocate {
+        fh: u64,
+        offset: u64,
+        length: u64,
+        mode: u32,
+    },
+    Syncfs,
+    /// A known opcode this file system does not implement (answered `ENOSYS`).
+    Unsupported(Opcode),
+}
+
+/// Reads little-endian fields off the front of a body.
+struct Cursor<'a> {
+    buf: &'a [u8],
+    op: Opcode,
+}
+
+impl<'a> Cursor<'a> {
+    fn bytes(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        if self.buf.len() < n {
+            return Err(DecodeError::Truncated(self.op));
+        }
+        let (head, rest) = self.buf.split_at(n);
+        self.buf = rest;
+        Ok(head)
+    }
+
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        let b = self.bytes(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        let lo = u64::from(self.u32()?);
+        let hi = u64::from(self.u32()?);
+        Ok(lo | hi << 32)
+    }
+
+    fn skip(&mut self, n: usize) -> Result<(), DecodeError> {
+        self.bytes(n).map(|_| ())
+    }
+
+    /// A NUL-terminated string, without its NUL.
+    fn cstr(&mut self) -> Result<&'a [u8], DecodeError> {
+        let end = self
+            .buf
+            .iter()
+            .position(|&b| b == 0)
+            .ok_or(DecodeError::Unterminated(self.op))?;
+        let s = self.bytes(end)?;
+        self.skip(1)?;
+        Ok(s)
+    }
+
+    fn rest(&mut self) -> &'a [u8] {
+        std::mem::take(&mut self.buf)
+    }
+
+    fn read_in(&mut self) -> Result<ReadIn, DecodeError> {
+        let fh = self.u64()?;
+        let offset = self.u64()?;
+        let size = self.u32()?;
+        // read_flags, lock_owner, flags, padding
+        self.skip(4 + 8 + 4 + 4)?;
+        Ok(ReadIn { fh, offset, size })
+    }
+}
+
+/// Decodes one request from the readable bytes of a descriptor chain.
+///
+/// # Errors
+/// [`DecodeError::ShortHeader`] or [`DecodeError::BadLength`] when not even the header can be
+/// trusted (nothing can be answered); any other problem is in [`Request::op`].
+pub fn decode(buf: &[u8]) -> Result<Request<'_>, DecodeError> {
+    if buf.len() < IN_HEADER_LEN {
+        return Err(DecodeError::ShortHeader(buf.len()));
+    }
+    let mut c = Cursor {
+        buf,
+        op: Opcode::INIT,
+    };
+    let len = c.u32()?;
+    let opcode = c.u32()?;
+    let unique = c.u64()?;
+    let nodeid = c.u64()?;
+    let uid = c.u32()?;
+    let gid = c.u32()?;
+    let pid = c.u32()?;
+    c.skip(4)?; // total_extlen, padding
+    let header = InHeader {
+        len,
+        opcode,
+        unique,
+        nodeid,
+        uid,
+        gid,
+        pid,
+    };
+    let Some(total) = usize::try_from(len)
+        .ok()
+        .filter(|&l| (IN_HEADER_LEN..=buf.len()).contains(&l))
+    else {
+        return Err(DecodeError::BadLength {
+            len,
+            available: buf.len(),
+        });
+    };
+    let op = match Opcode::from_u32(opcode) {
+        None => Err(DecodeError::UnknownOpcode(opcode)),
+        Some(op) => body(
+            op,
+            Cursor {
+                buf: &buf[IN_HEADER_LEN..total],
+                op,
+            },
+        ),
+    };
+    Ok(Request { header, op })
+}
+
+fn body(op: Opcode, mut c: Cursor<'_>) -> Result<Op<'_>, DecodeError> {
+    use Opcode as O;
+    Ok(match op {
+        O::INIT => {
+            let major = c.u32()?;
+            let minor = c.u32()?;
+            let max_readahead = c.u32()?;
+            let flags = c.u32()?;
+            Op::Init(InitIn {
+                major,
+                minor,
+                max_readahead,
+                flags,
+            })
+        }
+        O::DESTROY => Op::Destroy,
+        O::LOOKUP => Op::Lookup { name: c.cstr()? },
+        O::FORGET => Op::Forget { nlookup: c.u64()? },
+        O::BATCH_FORGET => {
+            let count = c.u32()?;
+            c.skip(4)?;
+            // Bound the count by the bytes present before allocating anything.
+            if usize::try_from(count).map_or(true, |n| n > c.buf.len() / 16) {
+                return Err(DecodeError::BadCount(op, count));
+            }
+            let mut forgets = Vec::with_capacity(count as usize);
+            for _ in 0..count {
+                forgets.push((c.u64()?, c.u64()?));
+            }
+            Op::BatchForget(forgets)
+        }
+        O::GETATTR => {
+            let flags = c.u32()?;
+            c.skip(4)?;
+            Op::Getattr {
+                flags,
+                fh: c.u64()?,
+            }
+        }
+        O::SETATTR => {
+            let valid = c.u32()?;
+            c.skip(4)?;
+            let fh = c.u64()?;
+            let size = c.u64()?;
+            c.skip(8)?; // lock_owner
+            let atime = c.u64()?;
+            let mtime = c.u64()?;
+            c.skip(8)?; // ctime
+            let atimensec = c.u32()?;
+            let mtimensec = c.u32()?;
+            c.skip(4)?; // ctimensec
+            let mode = c.u32()?;
+            c.skip(4)?;
+            let uid = c.u32()?;
+            let gid = c.u32()?;
+            c.skip(4)?;
+            Op::Setattr(SetattrIn {
+                valid,
+                fh,
+                size,
+                atime,
+                mtime,
+                atimensec,
+                mtimensec,
+                mode,
+                uid,
+                gid,
+            })
+        }
+        O::READLINK => Op::Readlink,
+        O::SYMLINK => Op::Symlink {
+            name: c.cstr()?,
+            target: c.cstr()?,
+        },
+        O::MKNOD => {
+            let mode = c.u32()?;
+            let rdev = c.u32()?;
+            let umask = c.u32()?;
+            c.skip(4)?;
+            Op::Mknod {
+                mode,
+                rdev,
+                umask,
+                name: c.cstr()?,
+            }
+        }
+        O::MKDIR => {
+            let mode = c.u32()?;
+            let umask = c.u32()?;
+            Op::Mkdir {
+                mode,
+                umask,
+                name: c.cstr()?,
+            }
+        }
+        O::UNLINK => Op::Unlink { name: c.cstr()? },
+        O::RMDIR => Op::Rmdir { name: c.cstr()? },
+        O::RENAME => Op::Rename {
+            newdir: c.u64()?,
+            flags: 0,
+            old: c.cstr()?,
+            new: c.cstr()?,
+        },
+        O::RENAME2 => {
+            let newdir = c.u64()?;
+            let flags = c.u32()?;
+            c.skip(4)?;
+            Op::Rename {
+                newdir,
+                flags,
+                old: c.cstr()?,
+                new: c.cstr()?,
+            }
+        }
+        O::LINK => Op::Link {
+            oldnodeid: c.u64()?,
+            name: c.cstr()?,
+        },
+        O::OPEN | O::OPENDIR => {
+            let flags = c.u32()?;
+            c.skip(4)?;
+            if op == O::OPEN {
+                Op::Open { flags }
+            } else {
+                Op::Opendir { flags }
+            }
+        }
+        O::READ => Op::Read(c.read_in()?),
+        O::READDIR => Op::Readdir(c.read_in()?),
+        O::READDIRPLUS => Op::Readdirplus(c.read_in()?),
+        O::WRITE => {
+            let fh = c.u64()?;
+            let offset = c.u64()?;
+            let size = c.u32()?;
+            c.skip(4 + 8 + 4 + 4)?;
+            let data = c.bytes(size as usize)?;
+            Op::Write { fh, offset, data }
+        }
+        O::STATFS => Op::Statfs,
+        O::RELEASE | O::RELEASEDIR => {
+            let fh = c.u64()?;
+            c.skip(4 + 4 + 8)?;
+            if op == O::RELEASE {
+                Op::Release { fh }
+            } else {
+                Op::Releasedir { fh }
+            }
+        }
+        O::FSYNC | O::FSYNCDIR => {
+            let fh = c.u64()?;
+            let datasync = c.u32()? & super::FSYNC_FDATASYNC != 0;
+            c.skip(4)?;
+            if op == O::FSYNC {
+                Op::Fsync { fh, datasync }
+            } else {
+                Op::Fsyncdir { fh, datasync }
+            }
+        }
+        O::SETXATTR => {
+            let size = c.u32()?;
+            let flags = c.u32()?;
+            let name = c.cstr()?;
+            let value = c.bytes(size as usize)?;
+            Op::Setxattr { flags, name, value }
+        }
+        O::GETXATTR => {
+            let size = c.u32()?;
+            c.skip(4)?;
+            Op::Getxattr {
+                size,
+                name: c.cstr()?,
+            }
+        }
+        O::LISTXATTR => {
+            let size = c.u32()?;
+            c.skip(4)?;
+            Op::Listxattr { size }
+        }
+        O::REMOVEXATTR => Op::Removexattr { name: c.cstr()? },
+        O::FLUSH => {
+            let fh = c.u64()?;
+            c.skip(4 + 4 + 8)?;
+            Op::Flush { fh }
+        }
+        O::ACCESS => {
+            let mask = c.u32()?;
+            c.skip(4)?;
+            Op::Access { mask }
+        }
+        O::CREATE => {
+            let flags = c.u32()?;
+            let mode = c.u32()?;
+            let umask = c.u32()?;
+            c.skip(4)?;
+            Op::Create {
+                flags,
+                mode,
+                umask,
+                name: c.cstr()?,
+            }
+        }
+        O::INTERRUPT => Op::Interrupt { unique: c.u64()? },
+        O::LSEEK => {
+            let fh = c.u64()?;
+            let offset = c.u64()?;
+            let whence = c.u32()?;
+            c.skip(4)?;
+            Op::Lseek { fh, offset, whence }
+        }
+        O::FALLOCATE => {
+            let fh = c.u64()?;
+            let offset = c.u64()?;
+            let length = c.u64()?;
+            let mode = c.u32()?;
+            c.skip(4)?;
+            Op::Fallocate {
+                fh,
+                offset,
+                length,
+                mode,
+            }
+        }
+        O::SYNCFS => {
+            let _ = c.rest();
+            Op::Syncfs
+        }
+        other => Op::Unsupported(other),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(len: u32, opcode: u32, unique: u64, nodeid: u64) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend_from_slice(&len.to_le_bytes());
+        v.extend_from_slice(&opcode.to_le_bytes());
+        v.extend_from_slice(&unique.to_le_bytes());
+        v.extend_from_slice(&nodeid.to_le_bytes());
+        v.extend_from_slice(&[0; 16]);
+        v
+    }
+
+    fn request(opcode: u32, body: &[u8]) -> Vec<u8> {
+        let mut v = header((IN_HEADER_LEN + body.len()) as u32, opcode, 7, 1);
+        v.extend_from_slice(body);
+        v
+    }
+
+    #[test]
+    fn lookup_name_and_unique() {
+        let r = request(1, b"a.txt\0");
+        let req = decode(&r).unwrap();
+        assert_eq!(req.header.unique, 7);
+        assert_eq!(req.op, Ok(Op::Lookup { name: b"a.txt" }));
+    }
+
+    #[test]
+    fn bad_bodies_keep_the_unique() {
+        // No NUL: the name runs off the end.
+        let bytes1 = request(1, b"abc");
+        let req = decode(&bytes1).unwrap();
+        assert_eq!(req.header.unique, 7);
+        assert_eq!(req.op, Err(DecodeError::Unterminated(Opcode::LOOKUP)));
+        // A write claiming more data than sent.
+        let mut body = vec![0u8; 40];
+        body[16..20].copy_from_slice(&100u32.to_le_bytes());
+        let bytes2 = request(16, &body);
+        let req = decode(&bytes2).unwrap();
+        assert_eq!(req.op, Err(DecodeError::Truncated(Opcode::WRITE)));
+        // A batch forget with a count the body cannot hold.
+        let mut body = vec![0u8; 8 + 16];
+        body[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        let bytes3 = request(42, &body);
+        let req = decode(&bytes3).unwrap();
+        assert!(matches!(req.op, Err(DecodeError::BadCount(..))));
+        let bytes4 = request(4242, b"");
+        let req = decode(&bytes4).unwrap();
+        assert_eq!(req.op, Err(DecodeError::UnknownOpcode(4242)));
+    }
+
+    #[test]
+    fn header_lengths_are_checked() {
+        assert_eq!(decode(&[0; 39]).unwrap_err(), DecodeError::ShortHeader(39));
+        let mut r = request(1, b"x\0");
+        r[0..4].copy_from_slice(&1000u32.to_le_bytes());
+        assert!(matches!(decode(&r), Err(DecodeError::BadLength { .. })));
+        r[0..4].copy_from_slice(&3u32.to_le_bytes());
+        assert!(matches!(decode(&r), Err(DecodeError::BadLength { .. })));
+    }
+
+    #[test]
+    fn symlink_and_rename_carry_two_names() {
+        let bytes5 = request(6, b"l\0../t\0");
+        let req = decode(&bytes5).unwrap();
+        assert_eq!(
+            req.op,
+            Ok(Op::Symlink {
+                name: b"l",
+                target: b"../t"
+            })
+        );
+        let mut body = 5u64.to_le_bytes().to_vec();
+        body.extend_from_slice(b"a\0b\0");
+        let bytes6 = request(12, &body);
+        let req = decode(&bytes6).unwrap();
+        assert_eq!(
+            req.op,
+            Ok(Op::Rename {
+                newdir: 5,
+                flags: 0,
+                old: b"a",
+                new: b"b"
+            })
+        );
+    }
+}

@@ -1,0 +1,104 @@
+//! The FUSE ABI as virtio-fs carries it (Linux `include/uapi/linux/fuse.h`): one opcode table,
+//! a decoder from bytes that never panics ([`decode`]) and reply encoders ([`encode`]). No
+//! I/O: the device moves buffers, the file system answers.
+
+pub mod decode;
+pub mod encode;
+
+pub use decode::{decode, DecodeError, InHeader, Op, Request};
+
+/// The FUSE major version spoken.
+pub const KERNEL_VERSION: u32 = 7;
+/// The minor version offered (7.31: max_pages, cache_symlinks, map_alignment known); the
+/// guest's, if smaller, is used.
+pub const KERNEL_MINOR_VERSION: u32 = 31;
+/// The root's node id.
+pub const ROOT_ID: u64 = 1;
+
+/// Size of `fuse_in_header`.
+pub const IN_HEADER_LEN: usize = 40;
+/// Size of `fuse_out_header`.
+pub const OUT_HEADER_LEN: usize = 16;
+
+macro_rules! opcodes {
+    ($($name:ident = $num:literal,)*) => {
+        /// FUSE opcodes this crate knows by name.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[allow(missing_docs, non_camel_case_types)]
+        pub enum Opcode { $($name = $num,)* }
+
+        impl Opcode {
+            /// Every opcode, in number order.
+            pub const ALL: &'static [Opcode] = &[$(Opcode::$name,)*];
+
+            /// The opcode of a number, if known.
+            pub fn from_u32(n: u32) -> Option<Opcode> {
+                match n { $($num => Some(Opcode::$name),)* _ => None }
+            }
+
+            /// The name `crossfs stats` shows (`FUSE_LOOKUP`, ...).
+            pub fn name(self) -> &'static str {
+                match self { $(Opcode::$name => concat!("FUSE_", stringify!($name)),)* }
+            }
+        }
+    };
+}
+
+opcodes! {
+    LOOKUP = 1, FORGET = 2, GETATTR = 3, SETATTR = 4, READLINK = 5, SYMLINK = 6, MKNOD = 8,
+    MKDIR = 9, UNLINK = 10, RMDIR = 11, RENAME = 12, LINK = 13, OPEN = 14, READ = 15,
+    WRITE = 16, STATFS = 17, RELEASE = 18, FSYNC = 20, SETXATTR = 21, GETXATTR = 22,
+    LISTXATTR = 23, REMOVEXATTR = 24, FLUSH = 25, INIT = 26, OPENDIR = 27, READDIR = 28,
+    RELEASEDIR = 29, FSYNCDIR = 30, GETLK = 31, SETLK = 32, SETLKW = 33, ACCESS = 34,
+    CREATE = 35, INTERRUPT = 36, BMAP = 37, DESTROY = 38, IOCTL = 39, POLL = 40,
+    NOTIFY_REPLY = 41, BATCH_FORGET = 42, FALLOCATE = 43, READDIRPLUS = 44, RENAME2 = 45,
+    LSEEK = 46, COPY_FILE_RANGE = 47, SETUPMAPPING = 48, REMOVEMAPPING = 49, SYNCFS = 50,
+    TMPFILE = 51,
+}
+
+/// `FUSE_INIT` flags (the `flags` word of `fuse_init_in` and `fuse_init_out`).
+#[allow(missing_docs)]
+pub mod init {
+    pub const ASYNC_READ: u32 = 1 << 0;
+    pub const POSIX_LOCKS: u32 = 1 << 1;
+    pub const ATOMIC_O_TRUNC: u32 = 1 << 3;
+    pub const EXPORT_SUPPORT: u32 = 1 << 4;
+    pub const BIG_WRITES: u32 = 1 << 5;
+    pub const DONT_MASK: u32 = 1 << 6;
+    pub const AUTO_INVAL_DATA: u32 = 1 << 12;
+    pub const DO_READDIRPLUS: u32 = 1 << 13;
+    pub const READDIRPLUS_AUTO: u32 = 1 << 14;
+    pub const ASYNC_DIO: u32 = 1 << 15;
+    pub const WRITEBACK_CACHE: u32 = 1 << 16;
+    pub const PARALLEL_DIROPS: u32 = 1 << 18;
+    pub const HANDLE_KILLPRIV: u32 = 1 << 19;
+    pub const MAX_PAGES: u32 = 1 << 22;
+    pub const CACHE_SYMLINKS: u32 = 1 << 23;
+}
+
+/// `fuse_setattr_in.valid` bits.
+#[allow(missing_docs)]
+pub mod fattr {
+    pub const MODE: u32 = 1 << 0;
+    pub const UID: u32 = 1 << 1;
+    pub const GID: u32 = 1 << 2;
+    pub const SIZE: u32 = 1 << 3;
+    pub const ATIME: u32 = 1 << 4;
+    pub const MTIME: u32 = 1 << 5;
+    pub const FH: u32 = 1 << 6;
+    pub const ATIME_NOW: u32 = 1 << 7;
+    pub const MTIME_NOW: u32 = 1 << 8;
+}
+
+/// `fuse_open_out.open_flags` bits.
+#[allow(missing_docs)]
+pub mod fopen {
+    pub const DIRECT_IO: u32 = 1 << 0;
+    pub const KEEP_CACHE: u32 = 1 << 1;
+    pub const CACHE_DIR: u32 = 1 << 3;
+}
+
+/// `fuse_getattr_in.getattr_flags`: `fh` is valid.
+pub const GETATTR_FH: u32 = 1;
+/// `fuse_fsync_in.fsync_flags`: data only.
+pub const FSYNC_FDATASYNC: u32 = 1;

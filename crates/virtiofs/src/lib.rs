@@ -1,0 +1,143 @@
+//! The virtio door to an export: a vhost-user-fs backend, so that a QEMU or
+//! cloud-hypervisor guest mounts the export with its kernel's own virtiofs driver
+//! (`mount -t virtiofs TAG /mnt`), with nothing installed in the guest.
+//!
+//! # What it owns, what it does not
+//! - [`fuse`]: the FUSE ABI as virtio-fs carries it; a decoder from bytes that never panics
+//!   and reply encoders. No I/O.
+//! - `fs`: FUSE requests answered from the export core (`crossfs-export`): node ids and
+//!   file handles over `O_PATH` and open descriptors. Confinement (one-component names,
+//!   `openat2` walks beneath the root, no symlink followed), read-only, device and set-id
+//!   policy, and the descriptor budget are the core's, the same functions the 9P server
+//!   calls.
+//! - `device`: the vhost-user-fs device on rust-vmm's `vhost-user-backend`: the hiprio
+//!   queue and `request_queues` request queues, one thread each; it moves buffers between
+//!   descriptor chains and the file system, checking every chain against guest memory.
+//! - [`Stats`]: counters per FUSE opcode, with READ and WRITE sizes.
+//!
+//! It does not parse command lines, serve 9P, or watch the export.
+//!
+//! # Connections
+//! [`VirtioFs::serve`] listens on a unix socket for the VMM (`-chardev socket,path=...`),
+//! serves it until it goes away, then listens again: a guest that reboots sends FUSE_INIT
+//! again and starts afresh; a VMM that exits and comes back reconnects to the same socket.
+//! Each connection gets a fresh node table.
+//!
+//! # Caching (FUSE_INIT)
+//! Offered: FUSE_MAX_PAGES with `min(--max-pages, queue size - 4)` pages per request (the
+//! kernel's own cap for virtio-fs), READDIRPLUS (auto), FUSE_CACHE_SYMLINKS, parallel
+//! directory operations, atomic O_TRUNC; writeback caching only with [`CacheMode::Always`].
+//! A missing name is answered with a negative entry (node id 0) that the guest keeps for the
+//! negative timeout. What was negotiated is logged and shown by `crossfs stats`.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod device;
+mod fs;
+pub mod fuse;
+mod stats;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crossfs_export::Export;
+use vhost_user_backend::VhostUserDaemon;
+use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
+
+pub use device::MAX_QUEUE_SIZE;
+pub use fs::{CacheMode, FsConfig, FuseFs};
+pub use stats::{Negotiated, Stats};
+
+/// Why the device could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum VirtioFsError {
+    /// The vhost-user daemon failed (socket, protocol).
+    #[error("vhost-user-fs on {socket}: {message}")]
+    Daemon {
+        /// The socket.
+        socket: PathBuf,
+        /// What rust-vmm's daemon said.
+        message: String,
+    },
+}
+
+/// A vhost-user-fs device serving one export on one socket.
+#[derive(Debug)]
+pub struct VirtioFs {
+    export: Arc<Export>,
+    socket: PathBuf,
+    config: FsConfig,
+    request_queues: usize,
+    stats: Arc<Stats>,
+}
+
+impl VirtioFs {
+    /// A device for `export` on `socket` with `request_queues` request queues (at least 1).
+    pub fn new(
+        export: Arc<Export>,
+        socket: PathBuf,
+        config: FsConfig,
+        request_queues: usize,
+    ) -> VirtioFs {
+        VirtioFs {
+            export,
+            socket,
+            config,
+            request_queues: request_queues.max(1),
+            stats: Arc::new(Stats::default()),
+        }
+    }
+
+    /// The device's counters.
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
+    }
+
+    /// Serves one VMM connection after another, forever (a VMM that goes away is waited for
+    /// again on the same socket).
+    ///
+    /// # Errors
+    /// [`VirtioFsError::Daemon`] when the socket cannot be bound or the daemon cannot be
+    /// made; a connection that fails is logged and the next one is awaited.
+    pub fn serve(&self) -> Result<(), VirtioFsError> {
+        let err = |message: String| VirtioFsError::Daemon {
+            socket: self.socket.clone(),
+            message,
+        };
+        // One listening socket for the life of the device: a VMM that comes back finds it.
+        let mut listener =
+            vhost::vhost_user::Listener::new(&self.socket, true).map_err(|e| err(e.to_string()))?;
+        loop {
+            let fs = FuseFs::new(self.export.clone(), self.config.clone(), self.stats.clone());
+            let backend = device::FsBackend::new(fs, self.request_queues);
+            let mut daemon = VhostUserDaemon::new(
+                "crossfs-virtiofs".into(),
+                backend,
+                GuestMemoryAtomic::new(GuestMemoryMmap::new()),
+            )
+            .map_err(|e| err(e.to_string()))?;
+            tracing::info!(socket = %self.socket.display(), "vhost-user-fs: waiting for the VMM");
+            if let Err(e) = daemon.start(&mut listener) {
+                tracing::warn!(socket = %self.socket.display(), "vhost-user-fs: accept: {e}");
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                continue;
+            }
+            self.stats.record_connection();
+            tracing::info!(socket = %self.socket.display(), "vhost-user-fs: VMM connected");
+            match daemon.wait() {
+                Ok(())
+                | Err(vhost_user_backend::Error::HandleRequest(
+                    vhost::vhost_user::Error::Disconnected
+                    | vhost::vhost_user::Error::PartialMessage,
+                )) => {
+                    tracing::info!(socket = %self.socket.display(), "vhost-user-fs: VMM disconnected")
+                }
+                Err(e) => {
+                    tracing::warn!(socket = %self.socket.display(), "vhost-user-fs: connection ended: {e}")
+                }
+            }
+            // Dropping the daemon stops its queue threads and closes the guest's node table.
+            drop(daemon);
+        }
+    }
+}

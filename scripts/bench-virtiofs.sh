@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# The virtio door against its peer, in the QEMU guest of scripts/guest (TCG, so only ratios
+# count): the same small benchmark through
+#   virtiofsd --cache auto | always    (the vhost-user-fs backend most VMMs ship)
+#   crossfs serve --listen vhost-user-fs: --cache auto | always
+#   the kernel's 9p client over crossfs serve --listen tcp: (msize 1 MiB)
+# one guest boot per row, and prints a table (seconds; MB/s for the read). crossfs runs
+# with its defaults (change events on).
+#
+# Usage: scripts/bench-virtiofs.sh [--virtiofsd PATH] [--files N]
+#   --virtiofsd PATH   the virtiofsd binary (default: `virtiofsd` on PATH, else
+#                      target/virtiofsd/bin/virtiofsd, where
+#                      `cargo install --locked virtiofsd --version 1.14.0 --root target/virtiofsd`
+#                      puts it; it needs libseccomp-dev and libcap-ng-dev to build)
+#   --files N          files for the touch / stat / rm rows (default 2000)
+# Needs root (virtiofsd, QEMU's memfd backend) and a release build of crossfs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+
+virtiofsd="" files=2000
+while (($#)); do
+    case $1 in
+        --virtiofsd) virtiofsd=$2; shift 2 ;;
+        --files) files=$2; shift 2 ;;
+        *) echo "bench-virtiofs: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+if [[ -z $virtiofsd ]]; then
+    virtiofsd=$(command -v virtiofsd || echo "$REPO/target/virtiofsd/bin/virtiofsd")
+fi
+[[ -x $virtiofsd ]] || { echo "bench-virtiofs: no virtiofsd at $virtiofsd (see --help)" >&2; exit 1; }
+crossfs=$REPO/target/release/crossfs
+[[ -x $crossfs ]] || { echo "bench-virtiofs: build crossfs first (cargo build --release)" >&2; exit 1; }
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/crossfs-bench-virtiofs.XXXXXX")
+server_pid=""
+cleanup() {
+    if [[ -n $server_pid ]]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+# The guest's workload. Times come from /proc/uptime (10 ms ticks): enough under TCG.
+cat >"$work/guest.sh" <<EOF
+set -e
+FILES=$files
+EOF
+cat >>"$work/guest.sh" <<'EOF'
+now() { read -r up _ </proc/uptime; echo "$up"; }
+lap() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
+if [ -f /test/9p ]; then
+    mount -t 9p -o trans=tcp,port=564,version=9p2000.L,msize=1048576 10.0.2.100 /mnt
+else
+    mount -t virtiofs bench /mnt
+    d=$(stat -c %d /mnt)
+    echo 1024 > /sys/class/bdi/$(( (d >> 8) & 0xfff )):$(( (d & 0xff) | ((d >> 12) & 0xfff00) ))/read_ahead_kb
+fi
+mkdir /mnt/w && cd /mnt/w
+seq 1 "$FILES" | sed "s/^/f/" > /tmp/names
+t=$(now); xargs touch < /tmp/names; touch_s=$(lap "$t")
+sync; echo 3 > /proc/sys/vm/drop_caches
+t=$(now); xargs stat -c %s < /tmp/names > /dev/null; stat_s=$(lap "$t")
+t=$(now); i=0; while [ $i -lt 1000 ]; do stat /mnt/missing.h >/dev/null 2>&1 || true; i=$((i + 1)); done; neg_s=$(lap "$t")
+t=$(now); xargs rm < /tmp/names; rm_s=$(lap "$t")
+cd /; sync; echo 3 > /proc/sys/vm/drop_caches
+t=$(now); dd if=/mnt/big of=/dev/null bs=1M 2>/dev/null; read_s=$(lap "$t")
+read_mbs=$(awk -v s="$read_s" 'BEGIN { printf "%.0f", 64 / (s > 0 ? s : 0.01) }')
+echo "RESULT touch=$touch_s stat=$stat_s neg1000=$neg_s rm=$rm_s read64M=${read_mbs}MB/s"
+umount /mnt
+EOF
+
+export_dir=$work/export
+run_row() {  # NAME, then the server command; the server must make $work/sock (or listen on TCP)
+    local name=$1; shift
+    rm -rf "$export_dir" "$work/sock" "$work/9p"
+    mkdir -p "$export_dir"
+    head -c $((64 << 20)) /dev/zero >"$export_dir/big"
+    "$@" >"$work/server-$name.log" 2>&1 &
+    server_pid=$!
+    local guest_args=()
+    if [[ $name == 9p* ]]; then
+        touch "$work/9p"
+        guest_args=(--add "$work/9p:/test/9p")
+        for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.1; done
+    else
+        for _ in $(seq 100); do [[ -S $work/sock ]] && break; sleep 0.1; done
+        guest_args=(--virtiofs "$work/sock:bench")
+    fi
+    local out
+    out=$(scripts/guest/run.sh --port "$port" --fwd socat --mem 768 --timeout 600 \
+        --script "$work/guest.sh" "${guest_args[@]}" 2>&1) || { echo "$out" >&2; echo "bench-virtiofs: $name failed" >&2; exit 1; }
+    kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+    server_pid=""
+    local result
+    result=$(grep -a '^RESULT' <<<"$out" | sed 's/^RESULT //')
+    printf '%-22s %s\n' "$name" "$result"
+}
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+echo "guest: Debian kernel $(cat "${CROSSFS_GUEST_DIR:-$REPO/.guest-cache}/kernel-version" 2>/dev/null), QEMU TCG, 1 vCPU; $files files; seconds unless noted"
+run_row virtiofsd-auto "$virtiofsd" --socket-path "$work/sock" --shared-dir "$export_dir" --cache auto --sandbox none
+run_row virtiofsd-always "$virtiofsd" --socket-path "$work/sock" --shared-dir "$export_dir" --cache always --sandbox none
+run_row crossfs-auto "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache auto
+run_row crossfs-always "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache always
+run_row 9p-crossfs "$crossfs" serve "$export_dir" --listen "tcp:127.0.0.1:$port"

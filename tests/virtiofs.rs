@@ -1,0 +1,206 @@
+//! The virtio door: `crossfs serve --listen vhost-user-fs:SOCK` as the backend of a
+//! vhost-user-fs-pci device in a QEMU guest (TCG), mounted with the guest kernel's own
+//! virtiofs driver. The ops script must print what it prints on a local directory; large
+//! reads must arrive as FUSE READs of the negotiated size; a missing name must be looked up
+//! once however often it is asked for; and a VMM that goes away and comes back is served
+//! again by the same process.
+//!
+//! Needs the guest image with the virtiofs module (`scripts/guest/build-image.sh`, run by
+//! `scripts/test`); the test fails, not skips, without it.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+/// Lines between two marker lines of the guest's output.
+fn section<'a>(output: &'a str, name: &str) -> &'a str {
+    let begin = format!("=== {name} begin\n");
+    let end = format!("=== {name} end");
+    let start = output
+        .find(&begin)
+        .unwrap_or_else(|| panic!("guest output has no `{name}` section:\n{output}"))
+        + begin.len();
+    let stop = output[start..]
+        .find(&end)
+        .unwrap_or_else(|| panic!("guest output has an unterminated `{name}` section:\n{output}"));
+    &output[start..start + stop]
+}
+
+/// Starts `crossfs serve EXPORT --listen vhost-user-fs:SOCK` with `extra` options and waits
+/// for the vhost-user socket.
+fn serve_virtiofs(export: &Path, sock: &Path, extra: &[&str]) -> Serve {
+    let serve = Serve::start(export, &format!("vhost-user-fs:{}", sock.display()), extra);
+    // Not probed by connecting: the device would take the probe for a VMM.
+    wait_until("the vhost-user socket", Duration::from_secs(20), || {
+        use std::os::unix::fs::FileTypeExt;
+        std::fs::metadata(sock).is_ok_and(|m| m.file_type().is_socket())
+    });
+    serve
+}
+
+/// Boots the guest with a vhost-user-fs device on `sock` (tag `crossfs`) and `script` as its
+/// test; returns what it printed.
+fn run_guest(sock: &Path, script: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let guest_script = dir.path().join("guest.sh");
+    std::fs::write(&guest_script, script).unwrap();
+    let out = Command::new(repo_root().join("scripts/guest/run.sh"))
+        // No 9P here: the forward is never used.
+        .args([
+            "--port",
+            "1",
+            "--fwd",
+            "socat",
+            "--timeout",
+            "120",
+            "--mem",
+            "768",
+        ])
+        .arg("--script")
+        .arg(&guest_script)
+        .arg("--add")
+        .arg(format!(
+            "{}:/test/ops.sh",
+            repo_root().join("tests/scripts/ops.sh").display()
+        ))
+        .arg("--virtiofs")
+        .arg(format!("{}:crossfs", sock.display()))
+        .output()
+        .expect("running scripts/guest/run.sh");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "guest failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// Mounts the device, raises the mount's readahead to 1 MiB (buffered reads are otherwise
+/// capped at 128 KiB whatever FUSE negotiated), and reads the 64 MiB file `big`.
+const READ_BIG: &str = r#"
+d=$(stat -c %d /mnt)
+bdi=$(( (d >> 8) & 0xfff )):$(( (d & 0xff) | ((d >> 12) & 0xfff00) ))
+echo 1024 > /sys/class/bdi/$bdi/read_ahead_kb
+echo "=== big begin"
+md5sum /mnt/big
+echo "=== big end"
+"#;
+
+/// The 64 MiB file the guest reads, and its md5sum line as the guest prints it.
+fn make_big(export: &Path) -> String {
+    let data: Vec<u8> = (0..64u32 << 20).map(|i| (i % 251) as u8).collect();
+    std::fs::write(export.join("big"), &data).unwrap();
+    let out = Command::new("md5sum")
+        .arg(export.join("big"))
+        .output()
+        .unwrap();
+    let sum = String::from_utf8(out.stdout).unwrap();
+    format!("{}  /mnt/big\n", sum.split_whitespace().next().unwrap())
+}
+
+fn read_stats(serve: &Serve) -> serde_json::Value {
+    let stats = serve.stats();
+    let dev = stats["virtiofs"][0].clone();
+    assert!(dev.is_object(), "no virtiofs section in the stats: {stats}");
+    dev
+}
+
+#[test]
+fn virtiofs_guest_sees_what_a_local_program_sees() {
+    let work = tempfile::tempdir().unwrap();
+    let (export, local) = (work.path().join("export"), work.path().join("local"));
+    std::fs::create_dir(&export).unwrap();
+    std::fs::create_dir(&local).unwrap();
+    let expected = run_ops_script(&local);
+    let sock = work.path().join("vfs.sock");
+    let serve = serve_virtiofs(&export, &sock, &[]);
+
+    let stdout = run_guest(
+        &sock,
+        r#"
+set -e
+mount -t virtiofs crossfs /mnt
+echo "=== ops begin"
+sh /test/ops.sh /mnt
+echo "=== ops end"
+umount /mnt
+"#,
+    );
+    let through = section(&stdout, "ops");
+    println!("--- ops.sh through virtiofs ---\n{through}");
+    assert_same_output("local ext4", &expected, "virtiofs", through);
+
+    // The same process serves a new VMM on the same socket, here with a large read.
+    let md5 = make_big(&export);
+    let before = read_stats(&serve);
+    let stdout = run_guest(
+        &sock,
+        &format!("set -e\nmount -t virtiofs crossfs /mnt\n{READ_BIG}\numount /mnt\n"),
+    );
+    assert_eq!(section(&stdout, "big"), md5);
+    let after = read_stats(&serve);
+    println!("virtiofs stats after the second guest:\n{after:#}");
+    assert_eq!(after["init"]["max_pages"], 256, "min(256, 1024 - 4)");
+    assert_eq!(after["init"]["queue_size"], 1024);
+    assert_eq!(
+        after["connections"], 2,
+        "the first VMM came and went, then a second"
+    );
+    let read = &after["ops"]["FUSE_READ"];
+    assert_eq!(read["max_data"], 1 << 20, "{read}");
+    let mib_reads = read["sizes"]["1048576"].as_u64().unwrap_or(0)
+        - before["ops"]["FUSE_READ"]["sizes"]["1048576"]
+            .as_u64()
+            .unwrap_or(0);
+    // 64 MiB in 1 MiB requests (the first readahead windows are smaller).
+    assert!(
+        (56..=64).contains(&mib_reads),
+        "READs of 1 MiB for a 64 MiB file: {mib_reads}: {read}"
+    );
+    assert_eq!(after["malformed"], 0);
+}
+
+#[test]
+fn virtiofs_max_pages_and_negative_entries() {
+    let work = tempfile::tempdir().unwrap();
+    let export = work.path().join("export");
+    std::fs::create_dir(&export).unwrap();
+    let md5 = make_big(&export);
+    let sock = work.path().join("vfs.sock");
+    let serve = serve_virtiofs(&export, &sock, &["--max-pages", "32", "--cache", "always"]);
+    let stdout = run_guest(
+        &sock,
+        &format!(
+            r#"
+set -e
+mount -t virtiofs crossfs /mnt
+{READ_BIG}
+i=0
+while [ $i -lt 1000 ]; do
+    if stat /mnt/missing.h >/dev/null 2>&1; then echo "missing.h exists?"; exit 1; fi
+    i=$((i + 1))
+done
+echo "=== stats done"
+umount /mnt
+"#
+        ),
+    );
+    assert_eq!(section(&stdout, "big"), md5);
+    assert!(stdout.contains("=== stats done"), "{stdout}");
+    let dev = read_stats(&serve);
+    println!("virtiofs stats with --max-pages 32 --cache always:\n{dev:#}");
+    assert_eq!(dev["init"]["max_pages"], 32);
+    assert_eq!(dev["init"]["configured_max_pages"], 32);
+    let read = &dev["ops"]["FUSE_READ"];
+    assert_eq!(read["max_data"], 128 << 10, "{read}");
+    assert!(read["count"].as_u64().unwrap() >= 512, "{read}");
+    // One LOOKUP for `big`, one for `missing.h`: the other 999 stats were answered by the
+    // guest's negative entry.
+    assert_eq!(dev["ops"]["FUSE_LOOKUP"]["count"], 2, "{dev}");
+}
