@@ -118,9 +118,42 @@ impl Shared {
                 return reply.attr(&self.attr_ttl(), &fa);
             }
         }
+        if fh.is_none() {
+            if let Some(crate::inode::NodeFid::Lazy {
+                dir_ino,
+                name,
+                qid_path,
+            }) = self.inodes.node_fid(ino.0)
+            {
+                return self.getattr_lazy(ino, (dir_ino, &name, qid_path), reply);
+            }
+        }
         match self.attr_fid(ino, fh) {
             Ok(fid) => self.reply_attr(ino, fid, reply),
             Err(e) => reply.error(e),
+        }
+    }
+
+    /// GETATTR of a node answered from a replica, which has no fid yet: one Twalkgetattr
+    /// from its directory gives it one and the attributes.
+    fn getattr_lazy(
+        self: &Arc<Self>,
+        ino: INodeNo,
+        (dir_ino, name, qid_path): (u64, &[u8], u64),
+        reply: ReplyAttr,
+    ) {
+        let dir = match self.node(INodeNo(dir_ino)) {
+            Ok(d) => d,
+            Err(e) => return reply.error(e),
+        };
+        let fetched = self.listed.before_fetch();
+        match crate::remote::resolve_one(&self.client, &dir, name, None) {
+            Ok((fid, a)) if a.qid.path == qid_path => {
+                self.inodes.bind(ino.0, fid);
+                self.inodes.observe(ino.0, &a, Some(fetched));
+                reply.attr(&self.attr_ttl(), &attr::file_attr(ino.0, &a, self.ids));
+            }
+            _ => reply.error(self.lazy_failed(dir_ino, name)),
         }
     }
 

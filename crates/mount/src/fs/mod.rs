@@ -155,7 +155,7 @@ impl Shared {
     /// A node answered from a replica is not where the replica said (the host changed it
     /// and its event has not come yet): the replica asks the server about that name from
     /// now on, and the kernel gets ESTALE, which makes it look the path up again.
-    fn lazy_failed(&self, dir_ino: u64, name: &[u8]) -> Errno {
+    pub(crate) fn lazy_failed(&self, dir_ino: u64, name: &[u8]) -> Errno {
         tracing::debug!(
             "'{}' in node {dir_ino} no longer leads where its replica said",
             String::from_utf8_lossy(name)
