@@ -225,10 +225,17 @@ fn host_changes_against_replicas(tiny_queue: bool, seed: u64) {
     } else {
         &[]
     };
-    let mut s = Setup::new(serve_args, &[]);
+    let extra = std::env::var("CROSSFS_TEST_MOUNT_ARGS").unwrap_or_default();
+    let mount_args: Vec<&str> = extra.split_whitespace().collect();
+    let mut s = Setup::new(serve_args, &mount_args);
     for d in ["p", "q", "p/r"] {
         std::fs::create_dir(s.host(d)).unwrap();
     }
+    // CROSSFS_TEST_SEED explores other sequences than the two fixed ones CI runs.
+    let seed = std::env::var("CROSSFS_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(seed);
     let mut rng = Rng(seed);
     for batch in 0..16 {
         let stalled = batch % 4 == 1;

@@ -339,7 +339,8 @@ impl Engine {
         };
         let old = self.snapshot.get(path).copied();
         match (old, now) {
-            (None, None) => {}
+            // Here and gone within the window: a subscriber may have looked it up meanwhile.
+            (None, None) => out.push(Change::new(EventKind::Removed, path.clone(), None)),
             (Some(o), None) => {
                 self.snapshot.remove_subtree(path);
                 out.push(Change::new(EventKind::Removed, path.clone(), Some(o)));
@@ -379,7 +380,9 @@ impl Engine {
         }
         let scan = Snapshot::scan_root(&self.root, path, self.control());
         let Some(top) = scan.get(path).copied() else {
-            return; // gone again
+            // Gone again: as in `reconcile`, someone may have seen it meanwhile.
+            out.push(Change::new(EventKind::Removed, path.clone(), None));
+            return;
         };
         out.push(Change::new(EventKind::Created, path.clone(), Some(top)));
         let mut inside = diff(&self.snapshot.subtree(path), &scan);

@@ -50,7 +50,9 @@ impl Attrs {
 pub enum EventKind {
     /// The path appeared.
     Created,
-    /// The path (and, for a directory, everything beneath it) went away.
+    /// The path (and, for a directory, everything beneath it) went away. A name that came
+    /// and went between two looks is reported removed too, without attributes: a
+    /// subscriber may have seen it meanwhile.
     Removed,
     /// File contents changed.
     Modified,
@@ -85,7 +87,8 @@ pub struct Change {
     pub kind: EventKind,
     /// Where, relative to the export.
     pub path: RelPath,
-    /// The new attributes where known (the old ones for `Removed`).
+    /// The new attributes where known (the old ones for `Removed`, none for a name that
+    /// was never published).
     pub attrs: Option<Attrs>,
 }
 

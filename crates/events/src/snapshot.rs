@@ -226,11 +226,17 @@ pub fn diff(old: &Snapshot, new: &Snapshot) -> Vec<Change> {
 }
 
 /// What changed between two states of the same inode, given what the kernel told us.
-/// Directories are never "modified": their size and times change with their children, which
-/// have events of their own.
+///
+/// Directories are never "modified" (their entries have events of their own), but any
+/// change of their own attributes is an `Attrib`: a chmod to the same mode, and a utimes
+/// that sets only the modification time (which the kernel reports as IN_MODIFY, not
+/// IN_ATTRIB), change nothing but the times. The change time catches those a rescan
+/// finds; it also moves with the directory's entries, so a rescan may report a directory
+/// whose children it reports too, which costs a message and hides nothing.
 pub(crate) fn compare(a: &Attrs, b: &Attrs, modified: bool, attrib: bool) -> Option<EventKind> {
     if b.is_dir() {
-        return (attrib || a.mode != b.mode).then_some(EventKind::Attrib);
+        let changed = modified || attrib || a.mode != b.mode || a.ctime_ns != b.ctime_ns;
+        return changed.then_some(EventKind::Attrib);
     }
     if modified || a.size != b.size || a.mtime_ns != b.mtime_ns {
         Some(EventKind::Modified)

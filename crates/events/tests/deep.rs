@@ -8,7 +8,7 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use common::*;
-use crossfs_events::{BackendKind, EventHub, EventKind, HubConfig};
+use crossfs_events::{BackendKind, Event, EventHub, EventKind, HubConfig};
 use rustix::fs::{self as rfs, Mode, OFlags};
 
 /// 24 names of 200 bytes: the bottom directory is 4,823 bytes below the export root, more
@@ -33,6 +33,14 @@ fn short(list: Vec<(String, String)>) -> Vec<(String, String)> {
             .join("/")
     };
     list.into_iter().map(|(k, p)| (cut(&k), cut(&p))).collect()
+}
+
+/// Without the `Attrib` events of directories: past PATH_MAX the engine rescans, and a
+/// rescan also reports each directory whose change time moved with its entries.
+fn entries_only(evs: Vec<Event>) -> Vec<Event> {
+    evs.into_iter()
+        .filter(|e| !(e.kind == EventKind::Attrib && e.attrs.is_some_and(|a| a.is_dir())))
+        .collect()
 }
 
 fn open_dir(at: &OwnedFd, name: &str) -> OwnedFd {
@@ -99,6 +107,7 @@ fn changes_at_the_bottom(backend: BackendKind, built_before_start: bool) {
             let fd = make_chain(root, LEVELS);
             let evs = until_sync(&hub, &sub);
             evs.iter().for_each(|e| model.apply(e));
+            let evs = entries_only(evs);
             let created: Vec<(String, String)> =
                 (1..=LEVELS).map(|l| ("created".into(), rel(l))).collect();
             assert_eq!(
@@ -123,7 +132,11 @@ fn changes_at_the_bottom(backend: BackendKind, built_before_start: bool) {
             "{backend:?}: {:?}",
             short(summary(&evs))
         );
-        assert_eq!(short(summary(&evs)), short(want), "{backend:?}");
+        assert_eq!(
+            short(summary(&entries_only(evs))),
+            short(want),
+            "{backend:?}"
+        );
         assert_eq!(model.differences(), Vec::<String>::new(), "{backend:?}");
     };
     let one = |kind: &str, path: String| vec![(kind.to_string(), path)];

@@ -5,6 +5,7 @@
 mod common;
 
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use common::*;
@@ -81,10 +82,14 @@ fn small_overflow_publishes_the_real_differences() {
         ring_capacity: 1 << 16,
         ..config(BackendKind::Inotify)
     };
+    fs::create_dir(root.join("kept")).unwrap();
     let hub = EventHub::start(root, cfg).unwrap();
     let sub = hub.subscribe();
     hub.pause_reader();
     std::thread::sleep(Duration::from_millis(50));
+    // A directory whose only change is its change time (a chmod to the mode it has): the
+    // rescan must report it, as the watcher would have.
+    fs::set_permissions(root.join("kept"), fs::Permissions::from_mode(0o755)).unwrap();
     // Create and delete most of them: the queue overflows, the tree ends up small.
     for i in 0..20_000 {
         let f = root.join(format!("f{i:05}"));
@@ -105,6 +110,11 @@ fn small_overflow_publishes_the_real_differences() {
     assert_eq!(
         evs.iter().filter(|e| e.kind == EventKind::Created).count(),
         20
+    );
+    assert!(
+        evs.iter()
+            .any(|e| e.kind == EventKind::Attrib && e.path.to_string() == "kept"),
+        "{evs:?}"
     );
 }
 

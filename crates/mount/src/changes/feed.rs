@@ -145,8 +145,9 @@ impl Applier<'_> {
 
     /// For an event that adds, removes or renames a name: the directories' attributes and
     /// cached listings (their times, sizes and entries changed), and the attributes of the
-    /// file named (its link count may have changed), everything the kernel may keep long
-    /// while events are followed.
+    /// files involved (their link counts may have changed: the file the event names, and
+    /// whatever the kernel knew under the names, such as a file a rename replaced),
+    /// everything the kernel may keep long while events are followed.
     fn inval_containers(&self, ev: &Event) {
         let from = match &ev.kind {
             EventKind::Created | EventKind::Removed => None,
@@ -154,11 +155,13 @@ impl Applier<'_> {
             _ => return,
         };
         let mut own = true;
+        let mut files: Vec<u64> = ev.qid.into_iter().collect();
         for path in std::iter::once(&ev.path).chain(from) {
             let Some(dir) = self.known_parent(path) else {
                 own = false;
                 continue;
             };
+            files.extend(self.kernel_entry(dir, path.file_name()));
             // A change through this mount: the kernel updated its own caches as it made it.
             if !self.shared.changes.is_own_name(dir, path.file_name()) {
                 own = false;
@@ -168,7 +171,12 @@ impl Applier<'_> {
         if own {
             return;
         }
-        if let Some(ino) = ev.qid.and_then(|q| self.shared.inodes.ino_of(q)) {
+        files.sort_unstable();
+        files.dedup();
+        for ino in files
+            .into_iter()
+            .filter_map(|q| self.shared.inodes.ino_of(q))
+        {
             self.inval_inode(ino, false);
         }
     }

@@ -296,6 +296,17 @@ impl Inner {
         if !now.is_some_and(|a| a.is_dir()) {
             self.detach_child(dir, name, counters);
         }
+        // A file the name no longer leads to (a rename or a creation replaced it): its
+        // other names have one link less.
+        let replaced = match self.dirs.get(&dir).and_then(|r| r.slots.get(name)) {
+            Some(Slot::Known(a)) if !is_dir(a) && now.map(|n| n.ino) != Some(a.qid.path) => {
+                Some(a.qid.path)
+            }
+            _ => None,
+        };
+        if let Some(q) = replaced {
+            self.touch_links(q, None);
+        }
         self.touch(dir, name, now);
         self.bump(dir);
     }
