@@ -386,6 +386,21 @@ impl InodeTable {
         ino
     }
 
+    /// `name` in directory `parent` leads the kernel nowhere any more (the mount answered
+    /// it missing, or dropped the kernel's entry): it is no longer anyone's expectation.
+    pub(crate) fn forget_name(&self, parent: u64, name: &[u8]) {
+        let mut inner = self.lock();
+        let Some(dir) = inner.names.get_mut(&parent) else {
+            return;
+        };
+        if dir.remove(name).is_some() {
+            if dir.is_empty() {
+                inner.names.remove(&parent);
+            }
+            inner.name_count -= 1;
+        }
+    }
+
     /// The node `name` in directory `parent` last led to, if the kernel still holds it.
     pub(crate) fn child(&self, parent: u64, name: &[u8]) -> Option<u64> {
         let inner = self.lock();

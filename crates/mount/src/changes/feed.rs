@@ -198,6 +198,7 @@ impl Applier<'_> {
 
     /// Drops the kernel's entry for `name` in `dir`, unconditionally.
     fn drop_entry(&self, dir: u64, name: &[u8]) {
+        self.shared.inodes.forget_name(dir, name);
         if self
             .notifier
             .inval_entry(INodeNo(dir), OsStr::from_bytes(name))

@@ -163,6 +163,7 @@ impl Shared {
     /// was given, the timeout is long.
     fn reply_missing(&self, parent: u64, name: &[u8], reply: ReplyEntry) {
         use std::sync::atomic::Ordering::Relaxed;
+        self.inodes.forget_name(parent, name);
         let tracked = self.changes.note_missing(parent, name);
         let ttl = match self.config.negative_ttl.timeout() {
             Some(_) if tracked && self.negative_by_mode && self.follows_events() => {
