@@ -300,7 +300,7 @@ impl Applier<'_> {
 
     /// The file (qid path) the kernel's entry for `name` in `dir` leads to, if it has one.
     fn kernel_entry(&self, dir: u64, name: &[u8]) -> Option<u64> {
-        self.shared.inodes.expected(dir, name).map(|(_, qid)| qid)
+        self.shared.inodes.named(dir, name)
     }
 
     fn created(&self, ev: &Event) {
