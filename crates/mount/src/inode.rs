@@ -202,13 +202,17 @@ impl InodeTable {
         self.with_known(parent, name, |node, fid| (fid.clone(), node.qid_path))
     }
 
-    /// The `qid.path` of the file `name` in `parent` last led the kernel to, fid or not
+    /// The `qid.path` and type (`S_IFMT` bits) of the file `name` in `parent` last led the
+    /// kernel to, fid or not
     /// (a node a replica answered for has none yet): what an event about the name may
     /// have made stale.
-    pub(crate) fn named(&self, parent: u64, name: &[u8]) -> Option<u64> {
+    pub(crate) fn named(&self, parent: u64, name: &[u8]) -> Option<(u64, u32)> {
         let inner = self.lock();
         let ino = inner.names.get(&parent)?.get(name)?;
-        inner.by_ino.get(ino).map(|node| node.qid_path)
+        inner
+            .by_ino
+            .get(ino)
+            .map(|node| (node.qid_path, node.format))
     }
 
     /// As [`InodeTable::expected`], with the node's newest fetched attributes, if kept.

@@ -188,8 +188,8 @@ impl Applier<'_> {
     fn inval_entry(&self, dir: u64, name: &[u8]) {
         self.shared.changes.forget_missing(dir, name);
         if self
-            .kernel_entry(dir, name)
-            .is_some_and(|qid| self.still_leads_to(dir, name, qid))
+            .kernel_file(dir, name)
+            .is_some_and(|file| self.still_leads_to(dir, name, file))
         {
             return;
         }
@@ -199,16 +199,21 @@ impl Applier<'_> {
     /// Drops the kernel's entry for `name` in `dir`, unconditionally.
     fn drop_entry(&self, dir: u64, name: &[u8]) {
         self.shared.inodes.forget_name(dir, name);
-        if self
+        match self
             .notifier
             .inval_entry(INodeNo(dir), OsStr::from_bytes(name))
-            .is_ok()
         {
-            self.shared
-                .changes
-                .stats
-                .invalidations
-                .fetch_add(1, Relaxed);
+            Ok(()) => {
+                self.shared
+                    .changes
+                    .stats
+                    .invalidations
+                    .fetch_add(1, Relaxed);
+            }
+            // ENOENT: the kernel holds no such entry (nothing to drop).
+            Err(e) => {
+                tracing::debug!(dir, name = %String::from_utf8_lossy(name), "entry not invalidated: {e}")
+            }
         }
     }
 
@@ -300,6 +305,12 @@ impl Applier<'_> {
 
     /// The file (qid path) the kernel's entry for `name` in `dir` leads to, if it has one.
     fn kernel_entry(&self, dir: u64, name: &[u8]) -> Option<u64> {
+        self.kernel_file(dir, name).map(|(qid, _)| qid)
+    }
+
+    /// As `kernel_entry`, with the file's type: a `qid.path` the host reused for a file
+    /// of another type (a directory removed, a file created) is another file.
+    fn kernel_file(&self, dir: u64, name: &[u8]) -> Option<(u64, u32)> {
         self.shared.inodes.named(dir, name)
     }
 
@@ -311,7 +322,7 @@ impl Applier<'_> {
         if self.is_own(dir, name) {
             return;
         }
-        if ev.qid.is_some() && self.kernel_entry(dir, name) == ev.qid {
+        if event_file(ev).is_some() && self.kernel_file(dir, name) == event_file(ev) {
             // The guest looked the new file up before the event came: nothing is stale
             // (and invalidating a directory in use would detach it from its users).
             return;
@@ -334,8 +345,8 @@ impl Applier<'_> {
         if self.is_own(dir, name) {
             return;
         }
-        let known = self.kernel_entry(dir, name);
-        if known.is_some() && ev.qid.is_some() && known != ev.qid {
+        let known = self.kernel_file(dir, name);
+        if known.is_some() && event_file(ev).is_some() && known != event_file(ev) {
             // The name already leads the guest to a newer file.
             return;
         }
@@ -396,9 +407,9 @@ impl Applier<'_> {
             // The kernel never saw the old name: to it, this is a creation.
             return self.created(ev);
         };
-        let from_known = self.kernel_entry(from_dir, from_name);
-        let to_known = to_dir.and_then(|d| self.kernel_entry(d, to_name));
-        let same = |known: Option<u64>| known.is_some() && known == ev.qid;
+        let from_known = self.kernel_file(from_dir, from_name);
+        let to_known = to_dir.and_then(|d| self.kernel_file(d, to_name));
+        let same = |known: Option<(u64, u32)>| known.is_some() && known == event_file(ev);
         if from_known.is_some() && !same(from_known) {
             // The old name already leads the guest to another file: only the new name can
             // be news.
@@ -446,15 +457,18 @@ impl Applier<'_> {
         self.drop_entry(dir, name);
     }
 
-    /// Whether `name` in directory node `dir` still leads to the file with `qid_path` on the
-    /// server (one Twalk).
-    fn still_leads_to(&self, dir: u64, name: &[u8], qid_path: u64) -> bool {
+    /// Whether `name` in directory node `dir` still leads to the file with `qid_path` and
+    /// type `format` on the server (one Twalk).
+    fn still_leads_to(&self, dir: u64, name: &[u8], (qid_path, format): (u64, u32)) -> bool {
         let Some(dir_fid) = self.shared.inodes.fid(dir) else {
             return false;
         };
-        self.shared
-            .walk_name(&dir_fid, name)
-            .is_ok_and(|(_, qid)| qid.path == qid_path)
+        let flag = |qid: &crossfs_wire::Qid, bit: u8| qid.ty & bit != 0;
+        self.shared.walk_name(&dir_fid, name).is_ok_and(|(_, qid)| {
+            qid.path == qid_path
+                && flag(&qid, crossfs_wire::QID_TYPE_DIR) == (format == libc::S_IFDIR)
+                && flag(&qid, crossfs_wire::QID_TYPE_SYMLINK) == (format == libc::S_IFLNK)
+        })
     }
 
     /// Invalidates what changed beneath `path`: names that no longer lead where the kernel
@@ -471,7 +485,7 @@ impl Applier<'_> {
         let writeback = self.shared.config.cache.writeback();
         let mut dirs = vec![top];
         for k in &known {
-            if !self.still_leads_to(k.dir, &k.name, k.qid_path) {
+            if !self.still_leads_to(k.dir, &k.name, (k.qid_path, k.format)) {
                 self.inval_entry(k.dir, &k.name);
             } else if writeback && k.format == libc::S_IFREG {
                 // What size the kernel holds is unknown (it ignores the server's sizes for
@@ -499,4 +513,9 @@ impl super::ChangeState {
     fn is_own_node(&self, ino: u64) -> bool {
         super::is_recent(&self.own.nodes, &ino)
     }
+}
+
+/// The file an event names: its `qid.path` and type, when the event carries attributes.
+fn event_file(ev: &Event) -> Option<(u64, u32)> {
+    ev.attrs.map(|a| (a.ino, a.mode & libc::S_IFMT))
 }
