@@ -164,15 +164,26 @@ pub fn busybox_path() -> PathBuf {
 }
 
 /// Runs tests/scripts/ops.sh on `dir` with busybox tools and returns what it printed.
+///
+/// The output goes to a file, not a pipe: busybox `cat` copies with sendfile(2), which into
+/// a pipe queues references to the file's page-cache pages rather than copies, so a reader
+/// slower than the script would read what the script's next step (a truncation) left in
+/// those pages ("hel" and zeros where "hello\nmore" was printed). Into a file the bytes are
+/// copied when they are written.
 pub fn run_ops_script(dir: &Path) -> String {
-    let out = run_ok(
-        Command::new("busybox")
-            .arg("sh")
-            .arg(repo_root().join("tests/scripts/ops.sh"))
-            .arg(dir)
-            .env("PATH", busybox_path()),
-    );
-    String::from_utf8(out.stdout).unwrap()
+    let mut out = tempfile::tempfile().unwrap();
+    let mut cmd = Command::new("busybox");
+    cmd.arg("sh")
+        .arg(repo_root().join("tests/scripts/ops.sh"))
+        .arg(dir)
+        .env("PATH", busybox_path())
+        .stdout(out.try_clone().unwrap());
+    let result = run_ok(&mut cmd);
+    assert!(result.stdout.is_empty());
+    let mut printed = String::new();
+    std::io::Seek::rewind(&mut out).unwrap();
+    std::io::Read::read_to_string(&mut out, &mut printed).unwrap();
+    printed
 }
 
 /// Asserts two script outputs are equal, printing a line diff when they are not.
