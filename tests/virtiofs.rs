@@ -9,6 +9,7 @@
 //! `scripts/test`); the test fails, not skips, without it.
 
 mod common;
+mod tools;
 
 use std::path::Path;
 use std::process::Command;
@@ -203,4 +204,82 @@ umount /mnt
     // One LOOKUP for `big`, one for `missing.h`: the other 999 stats were answered by the
     // guest's negative entry.
     assert_eq!(dev["ops"]["FUSE_LOOKUP"]["count"], 2, "{dev}");
+}
+
+/// fsx (the pinned Rust port, as in tests/data_integrity.rs) in the guest on the virtiofs
+/// mount with writeback caching (`--cache always`), with and without mmap: every read must
+/// return what was written, and the host file must equal the guest's view at the end.
+#[test]
+fn virtiofs_fsx_in_the_guest() {
+    let fsx = tools::tool("fsx", "0.3.2");
+    let work = tempfile::tempdir().unwrap();
+    let export = work.path().join("export");
+    std::fs::create_dir(&export).unwrap();
+    let config = work.path().join("fsx.toml");
+    std::fs::write(
+        &config,
+        "flen = 1048576\n[opsize]\nmax = 262144\n[weights]\nclose_open = 1\nread = 10\n\
+         write = 10\ntruncate = 2\nfsync = 1\nfdatasync = 1\nposix_fallocate = 1\n\
+         punch_hole = 0\nsendfile = 1\nposix_fadvise = 1\ncopy_file_range = 1\n\
+         mapread = 5\nmapwrite = 5\ninvalidate = 1\n",
+    )
+    .unwrap();
+    let sock = work.path().join("vfs.sock");
+    let _serve = serve_virtiofs(&export, &sock, &["--cache", "always"]);
+    let dir = tempfile::tempdir().unwrap();
+    let guest_script = dir.path().join("guest.sh");
+    std::fs::write(
+        &guest_script,
+        r#"
+set -e
+mount -t virtiofs crossfs /mnt
+fsx -f /test/fsx.toml -N 3000 -S 7 -P /tmp /mnt/fsx7 > /tmp/fsx.out 2>&1 || { cat /tmp/fsx.out; exit 1; }
+tail -n 1 /tmp/fsx.out
+md5sum /mnt/fsx7 | cut -d' ' -f1 > /tmp/sum
+umount /mnt
+echo "=== sum begin"
+cat /tmp/sum
+echo "=== sum end"
+"#,
+    )
+    .unwrap();
+    let out = Command::new(repo_root().join("scripts/guest/run.sh"))
+        .args([
+            "--port",
+            "1",
+            "--fwd",
+            "socat",
+            "--timeout",
+            "150",
+            "--mem",
+            "768",
+        ])
+        .arg("--script")
+        .arg(&guest_script)
+        .arg("--add")
+        .arg(format!("{}:/test/fsx.toml", config.display()))
+        .arg("--add-binary")
+        .arg(format!("{}:/usr/local/bin/fsx", fsx.display()))
+        .arg("--virtiofs")
+        .arg(format!("{}:crossfs", sock.display()))
+        .output()
+        .expect("running scripts/guest/run.sh");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("--- the guest ---\n{stdout}");
+    assert!(
+        out.status.success() && stdout.contains("All operations completed A-OK!"),
+        "fsx in the guest failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let host = Command::new("md5sum")
+        .arg(export.join("fsx7"))
+        .output()
+        .unwrap();
+    let host = String::from_utf8(host.stdout).unwrap();
+    assert_eq!(
+        section(&stdout, "sum").trim(),
+        host.split_whitespace().next().unwrap(),
+        "the host's file differs from the guest's after umount"
+    );
 }
