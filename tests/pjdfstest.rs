@@ -7,35 +7,12 @@
 mod common;
 mod tools;
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use common::*;
 use tools::*;
-
-const PJDFSTEST_VERSION: &str = "0.2.2";
-
-/// naptime 0.01 s: longer than any timestamp granularity involved. The features are those
-/// Linux and ext4 have; `dummy_auth` names the users pjdfstest switches to.
-const CONFIG: &str = r#"
-[features]
-posix_fallocate = {}
-rename_ctime = {}
-utime_now = {}
-utimensat = {}
-
-[settings]
-naptime = 0.01
-allow_remount = false
-
-[dummy_auth]
-entries = [["nobody", "nogroup"], ["tests", "tests"]]
-"#;
-
-/// Each test's outcome: "ok", "FAILED" or "skipped".
-type Outcomes = BTreeMap<String, String>;
 
 /// Runs pjdfstest in `dir`, with `second` as the "other file system" of the EXDEV tests.
 fn pjdfstest(dir: &Path, second: &Path, config: &Path, label: &str) -> Outcomes {
@@ -53,66 +30,7 @@ fn pjdfstest(dir: &Path, second: &Path, config: &Path, label: &str) -> Outcomes 
         &log,
         Duration::from_secs(300),
     );
-    let mut outcomes = Outcomes::new();
-    for line in out.lines() {
-        let words: Vec<_> = line.split_whitespace().collect();
-        if let [name, outcome @ ("ok" | "FAILED" | "skipped")] = words[..] {
-            if name.contains("::") {
-                outcomes.insert(name.to_owned(), outcome.to_owned());
-            }
-        }
-    }
-    let summary = out
-        .lines()
-        .find(|l| l.starts_with("Summary:"))
-        .unwrap_or_else(|| panic!("pjdfstest on {label} printed no summary:\n{out}"));
-    let total: usize = summary
-        .rsplit(", ")
-        .next()
-        .and_then(|t| t.strip_suffix(" total"))
-        .and_then(|t| t.parse().ok())
-        .unwrap_or_else(|| panic!("cannot read the total in {summary:?}"));
-    assert_eq!(outcomes.len(), total, "{label}: every test's line was read");
-    let count = |o: &str| outcomes.values().filter(|v| *v == o).count();
-    println!(
-        "pjdfstest on {label}: {} passed, {} failed, {} skipped, {total} total",
-        count("ok"),
-        count("FAILED"),
-        count("skipped")
-    );
-    outcomes
-}
-
-/// Tests that pass locally and do not pass (fail or are skipped) on the mount.
-fn lost(local: &Outcomes, mount: &Outcomes) -> BTreeSet<String> {
-    local
-        .iter()
-        .filter(|(name, o)| *o == "ok" && mount.get(*name).map(String::as_str) != Some("ok"))
-        .map(|(name, _)| name.clone())
-        .collect()
-}
-
-/// The pjdfstest names (`syscall::case...`, in backquotes) that the README lists under
-/// "Differences from a local directory".
-fn documented_differences() -> BTreeSet<String> {
-    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
-    let start = readme
-        .find("## Differences from a local directory")
-        .expect("README has a \"Differences from a local directory\" section");
-    let section = &readme[start..];
-    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
-    section
-        .split('`')
-        .skip(1)
-        .step_by(2)
-        .filter(|t| {
-            t.contains("::")
-                && t.starts_with(|c: char| c.is_ascii_lowercase())
-                && t.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "_:".contains(c))
-        })
-        .map(str::to_owned)
-        .collect()
+    parse_outcomes(&out, label)
 }
 
 fn report(label: &str, local: &Outcomes, mount: &Outcomes) {
@@ -154,7 +72,7 @@ fn pjdfstest_on_crossfs_mount_matches_local_directory() {
     );
     let work = tempfile::tempdir().unwrap();
     let config = work.path().join("pjdfstest.toml");
-    std::fs::write(&config, CONFIG).unwrap();
+    std::fs::write(&config, PJDFSTEST_CONFIG).unwrap();
 
     let local = tempfile::tempdir().unwrap();
     open_to_all(local.path());
