@@ -49,6 +49,31 @@ fn crossfs_mount_of_crossfs_serve_matches_local_directory() {
     assert_eq!(stats["total"]["Tversion"]["count"], 2);
 }
 
+/// Firecracker and cloud-hypervisor hand a guest's vsock connection to host port 5640 to
+/// whoever listens on the unix socket `UDS_PATH_5640`, as a plain stream (no handshake on
+/// that side): a server listening there is reached like any unix socket (README, "What a
+/// VM host runs").
+#[test]
+fn a_microvm_host_serves_on_the_vsock_unix_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let export = dir.path().join("export");
+    std::fs::create_dir(&export).unwrap();
+    std::fs::write(export.join("from-host"), b"hello guest").unwrap();
+    let uds = format!("unix:{}_5640", dir.path().join("vm.vsock").display());
+    let _serve = Serve::start(&export, &uds, &[]);
+    let mut mount = Mount::start(&uds, &[]);
+    assert_eq!(
+        std::fs::read(mount.mountpoint.join("from-host")).unwrap(),
+        b"hello guest"
+    );
+    std::fs::write(mount.mountpoint.join("from-guest"), b"hello host").unwrap();
+    assert_eq!(
+        std::fs::read(export.join("from-guest")).unwrap(),
+        b"hello host"
+    );
+    assert!(mount.stop().success());
+}
+
 #[test]
 fn every_cache_mode_matches_local_directory() {
     for mode in ["never", "metadata", "always"] {
