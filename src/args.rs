@@ -280,9 +280,16 @@ pub struct MountArgs {
     #[arg(long)]
     pub read_only: bool,
     /// Let users other than the one mounting access the mount (the kernel then checks each
-    /// user's permissions against the modes and owners shown, FUSE `default_permissions`).
-    #[arg(long)]
+    /// user's permissions against the modes and owners shown, FUSE `default_permissions`,
+    /// as on a local file system). The default for a mount made by root, as at boot; a
+    /// mount made by another user is private unless this is given (and /etc/fuse.conf
+    /// has `user_allow_other`).
+    #[arg(long, conflicts_with = "private")]
     pub allow_other: bool,
+    /// Only the user who mounts may use the mount, even when that is root (FUSE without
+    /// `allow_other`: the kernel refuses every other user, whatever the modes say).
+    #[arg(long)]
+    pub private: bool,
     /// Show every file as owned by this uid.
     #[arg(long, value_name = "UID")]
     pub uid: Option<u32>,

@@ -1,6 +1,8 @@
-//! Who owns what a caller creates through `crossfs mount --allow-other`, and who may touch
-//! it: the same as on a local directory. Runs as root (the server gives files away only as
-//! root) and switches to the user `nobody` with `setpriv`, as pjdfstest does with seteuid.
+//! Who owns what a caller creates through a `crossfs mount` made by root (shared with every
+//! user by default, as `--allow-other`), and who may touch it: the same as on a local
+//! directory. `--private` keeps everyone else out. Runs as root (the server gives files
+//! away only as root) and switches to the user `nobody` with `setpriv`, as pjdfstest does
+//! with seteuid.
 
 mod common;
 
@@ -80,8 +82,11 @@ fn files_belong_to_their_creator_as_on_a_local_directory() {
     let sock = dir.path().join("s.sock");
     let addr = format!("unix:{}", sock.display());
     let _serve = Serve::start(&export, &addr, &[]);
-    for mode in ["auto", "never"] {
-        let mut mount = Mount::start(&addr, &["--allow-other", "--cache", mode]);
+    // Root's mount is shared by default; `--allow-other` says the same explicitly.
+    for (mode, shared) in [("auto", None), ("never", Some("--allow-other"))] {
+        let mut args = vec!["--cache", mode];
+        args.extend(shared);
+        let mut mount = Mount::start(&addr, &args);
         let parent = mount.mountpoint.parent().unwrap();
         run_ok(Command::new("chmod").arg("755").arg(parent));
         let sub = mount.mountpoint.join(mode);
@@ -96,6 +101,38 @@ fn files_belong_to_their_creator_as_on_a_local_directory() {
         // The host sees the same owners.
         let m = std::fs::metadata(export.join(mode).join("sgid/file")).unwrap();
         assert_eq!((m.uid(), m.gid()), (NOBODY, 1234));
+        assert!(mount.stop().success());
+    }
+}
+
+#[test]
+fn a_private_mount_keeps_other_users_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let export = dir.path().join("export");
+    std::fs::create_dir(&export).unwrap();
+    std::fs::write(export.join("readable"), b"for all").unwrap();
+    let sock = dir.path().join("s.sock");
+    let addr = format!("unix:{}", sock.display());
+    let _serve = Serve::start(&export, &addr, &[]);
+    for (args, others_read) in [(&[][..], true), (&["--private"][..], false)] {
+        let mut mount = Mount::start(&addr, args);
+        run_ok(
+            Command::new("chmod")
+                .arg("755")
+                .arg(mount.mountpoint.parent().unwrap()),
+        );
+        let file = mount.mountpoint.join("readable");
+        let file = file.to_str().unwrap();
+        assert_eq!(
+            std::fs::read(file).unwrap(),
+            b"for all",
+            "root reads {args:?}"
+        );
+        assert_eq!(
+            as_nobody(&["cat", file]),
+            others_read,
+            "nobody reads a 0644 file through a mount made with {args:?}"
+        );
         assert!(mount.stop().success());
     }
 }

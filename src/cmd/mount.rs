@@ -75,7 +75,7 @@ pub fn run(args: MountArgs) -> Result<()> {
         negative_ttl: negative_ttl(args.negative_ttl)?,
         max_pages: args.max_pages,
         read_only: args.read_only,
-        allow_other: args.allow_other,
+        allow_other: shared_with_others(&args),
         uid: args.uid,
         gid: args.gid,
         threads: args.threads.max(1),
@@ -143,6 +143,12 @@ fn negative_ttl(ms: Option<i64>) -> Result<NegativeTtl> {
         Some(n) if n > 0 => NegativeTtl::For(Duration::from_millis(n as u64)),
         Some(n) => bail!("--negative-ttl {n}: use milliseconds, 0 (off) or -1 (forever)"),
     })
+}
+
+/// Whether other users may use the mount: asked for, or by default when root mounts (a
+/// mount made at boot serves every user of the guest, as virtiofs and 9p mounts do).
+fn shared_with_others(args: &MountArgs) -> bool {
+    args.allow_other || (current_uid() == 0 && !args.private)
 }
 
 fn current_uid() -> u32 {
