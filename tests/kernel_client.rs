@@ -11,20 +11,6 @@ use std::process::Command;
 
 use common::*;
 
-/// Lines between two marker lines of the guest's output.
-fn section<'a>(output: &'a str, name: &str) -> &'a str {
-    let begin = format!("=== {name} begin\n");
-    let end = format!("=== {name} end");
-    let start = output
-        .find(&begin)
-        .unwrap_or_else(|| panic!("guest output has no `{name}` section:\n{output}"))
-        + begin.len();
-    let stop = output[start..]
-        .find(&end)
-        .unwrap_or_else(|| panic!("guest output has an unterminated `{name}` section:\n{output}"));
-    &output[start..start + stop]
-}
-
 /// The msize option of a /proc/mounts line; Linux omits it when it is the kernel's default.
 fn msize_of(mounts_line: &str) -> Option<u64> {
     mounts_line

@@ -18,20 +18,6 @@ use std::time::Duration;
 
 use common::*;
 
-/// Lines between two marker lines of the guest's output.
-fn section<'a>(output: &'a str, name: &str) -> &'a str {
-    let begin = format!("=== {name} begin\n");
-    let end = format!("=== {name} end");
-    let start = output
-        .find(&begin)
-        .unwrap_or_else(|| panic!("guest output has no `{name}` section:\n{output}"))
-        + begin.len();
-    let stop = output[start..]
-        .find(&end)
-        .unwrap_or_else(|| panic!("guest output has an unterminated `{name}` section:\n{output}"));
-    &output[start..start + stop]
-}
-
 /// Starts `crossfs serve EXPORT --listen vhost-user-fs:SOCK` with `extra` options and waits
 /// for the vhost-user socket.
 fn serve_virtiofs(export: &Path, sock: &Path, extra: &[&str]) -> Serve {

@@ -328,3 +328,17 @@ impl Rng {
         (self.0 % n as u64) as usize
     }
 }
+
+/// Lines between two marker lines (`=== NAME begin`, `=== NAME end`) of a QEMU guest's output.
+pub fn section<'a>(output: &'a str, name: &str) -> &'a str {
+    let begin = format!("=== {name} begin\n");
+    let end = format!("=== {name} end");
+    let start = output
+        .find(&begin)
+        .unwrap_or_else(|| panic!("guest output has no `{name}` section:\n{output}"))
+        + begin.len();
+    let stop = output[start..]
+        .find(&end)
+        .unwrap_or_else(|| panic!("guest output has an unterminated `{name}` section:\n{output}"));
+    &output[start..start + stop]
+}

@@ -1,0 +1,144 @@
+//! `crossfs mount` inside a real VM: the QEMU guest of `scripts/guest` (TCG, Debian's kernel
+//! and its fuse module, busybox) gets the static binary of `scripts/build-static` and mounts
+//! `crossfs serve` on the host over the harness's TCP forward, as a guest mounts its host's
+//! source tree at boot. The ops script must print what it prints on a local directory; an
+//! unprivileged user of the guest uses the root-made mount with the permissions the modes
+//! give; and a file created on the host reaches a watcher in the guest (inotifywait: Debian's
+//! busybox has no inotifyd).
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+/// The static binary (built once; `scripts/build-static` prints its path last).
+fn static_crossfs() -> PathBuf {
+    let out =
+        run_ok(Command::new(repo_root().join("scripts/build-static")).stderr(Stdio::inherit()));
+    let path = String::from_utf8(out.stdout).unwrap();
+    PathBuf::from(
+        path.lines()
+            .last()
+            .expect("build-static prints the binary's path"),
+    )
+}
+
+const GUEST: &str = r#"
+set -e
+printf 'root:x:0:0::/root:/bin/sh\nnobody:x:65534:65534::/:/bin/sh\n' > /etc/passwd
+printf 'root:x:0:\nnogroup:x:65534:\n' > /etc/group
+crossfs mount tcp:10.0.2.100:564 /mnt > /tmp/mount.log 2>&1 &
+i=0
+until grep -q ' /mnt fuse' /proc/mounts; do
+    i=$((i + 1)); [ $i -lt 600 ] || { cat /tmp/mount.log; exit 1; }; sleep 0.1
+done
+mkdir /mnt/ops
+echo "=== ops begin"
+sh /test/ops.sh /mnt/ops
+echo "=== ops end"
+
+# Another user of the guest, on a mount made by root.
+mkdir /mnt/shared && chmod 1777 /mnt/shared
+echo "root's" > /mnt/rootfile && chmod 644 /mnt/rootfile
+echo "=== user begin"
+su -s /bin/sh nobody -c '
+    echo mine > /mnt/shared/byuser && cat /mnt/shared/byuser && stat -c %u /mnt/shared/byuser
+    cat /mnt/rootfile
+    if echo more >> /mnt/rootfile; then echo "wrote root'"'"'s file"; else echo "refused"; fi
+' 2>&1
+echo "=== user end"
+
+# A watcher in the guest; the host test creates watched/from-host once it sees `ready`.
+mkdir /mnt/watched
+inotifywait -m -e create /mnt/watched > /tmp/events 2>/dev/null &
+sleep 0.5
+touch /mnt/ready
+i=0
+until grep -q from-host /tmp/events; do
+    i=$((i + 1)); [ $i -lt 300 ] || break; sleep 0.1
+done
+echo "=== events begin"
+cat /tmp/events
+echo "=== events end"
+"#;
+
+#[test]
+fn crossfs_mount_in_a_guest() {
+    let crossfs = static_crossfs();
+    let work = tempfile::tempdir().unwrap();
+    let (export, local) = (work.path().join("export"), work.path().join("local"));
+    std::fs::create_dir(&export).unwrap();
+    std::fs::create_dir(&local).unwrap();
+    let expected = run_ops_script(&local);
+    let port = free_port();
+    let _serve = Serve::start(&export, &format!("tcp:127.0.0.1:{port}"), &[]);
+
+    let script = work.path().join("guest.sh");
+    std::fs::write(&script, GUEST).unwrap();
+    let guest = Command::new(repo_root().join("scripts/guest/run.sh"))
+        .args([
+            "--port",
+            &port.to_string(),
+            "--fwd",
+            "socat",
+            "--timeout",
+            "240",
+        ])
+        .arg("--script")
+        .arg(&script)
+        .arg("--add")
+        .arg(format!(
+            "{}:/test/ops.sh",
+            repo_root().join("tests/scripts/ops.sh").display()
+        ))
+        .arg("--add")
+        .arg(format!("{}:/bin/crossfs", crossfs.display()))
+        .arg("--add-binary")
+        .arg("/usr/bin/inotifywait:/usr/local/bin/inotifywait")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running scripts/guest/run.sh");
+    // The host's change, once the guest's watcher is in place.
+    wait_until(
+        "the guest's watcher (ready)",
+        Duration::from_secs(240),
+        || export.join("ready").exists(),
+    );
+    std::fs::write(export.join("watched/from-host"), b"made on the host").unwrap();
+    let out = guest.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("--- the guest ---\n{stdout}");
+    assert!(
+        out.status.success(),
+        "guest failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    assert_same_output(
+        "local directory",
+        &expected,
+        "crossfs mount in the guest",
+        section(&stdout, "ops"),
+    );
+    assert_eq!(
+        section(&stdout, "user"),
+        "mine\n65534\nroot's\nsh: can't create /mnt/rootfile: Permission denied\nrefused\n",
+        "nobody creates and reads its own file, reads root's and may not write it"
+    );
+    assert!(
+        section(&stdout, "events").contains("/mnt/watched/ CREATE from-host"),
+        "the host's file reached inotifywait in the guest: {}",
+        section(&stdout, "events")
+    );
+    let made = std::fs::metadata(export.join("shared/byuser")).unwrap();
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::uid(&made),
+        65534,
+        "owned by its creator on the host too"
+    );
+}
