@@ -1,19 +1,24 @@
 //! `crossfs`: share a host directory with a VM or container.
 //!
 //! The binary is glue: it parses arguments into validated configurations (`args`), then hands
-//! them to the library crates: `crossfs-server` (serve), `crossfs-client` + `crossfs-mount`
+//! them to the library crates (run as `mount.crossfs`, it is mount(8)'s helper: `helper`): `crossfs-server` (serve), `crossfs-client` + `crossfs-mount`
 //! (mount), `crossfs-bench` (bench). Errors are reported here, with context, via `anyhow`.
 
 mod args;
 mod cmd;
 mod control;
+mod helper;
 mod signals;
 mod token;
 
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
-    let cli = args::Cli::parse();
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.first().is_some_and(helper::invoked_as_helper) {
+        return helper::run(argv);
+    }
+    let cli = args::Cli::parse_from(argv);
     init_logging(cli.verbose, cli.quiet);
     match cmd::run(cli.command) {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,0 +1,162 @@
+//! `mount.crossfs`, mount(8)'s helper: the binary under that name returns once the mount is in
+//! place, with the client carrying on in the background; bad options and unreachable servers
+//! fail with mount(8)'s statuses (1 and 32) and leave nothing mounted; and `mount -t crossfs`
+//! from an fstab line works.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use common::*;
+
+/// A directory holding `mount.crossfs`, a link to the binary under test.
+fn helper_dir() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let helper = dir.path().join("mount.crossfs");
+    std::os::unix::fs::symlink(crossfs_bin(), &helper).unwrap();
+    (dir, helper)
+}
+
+fn is_mounted(dir: &Path) -> bool {
+    let dir = std::fs::canonicalize(dir).unwrap();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()))
+}
+
+/// Unmounts `dir` and waits for the client to let go of it.
+fn unmount(dir: &Path) {
+    run_ok(Command::new("umount").arg(dir));
+    wait_until("the unmount", Duration::from_secs(10), || !is_mounted(dir));
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn the_helper_returns_once_mounted_and_the_client_carries_on() {
+    let (_bin, helper) = helper_dir();
+    let work = tempfile::tempdir().unwrap();
+    let export = work.path().join("export");
+    let mnt = work.path().join("mnt");
+    std::fs::create_dir(&export).unwrap();
+    std::fs::create_dir(&mnt).unwrap();
+    std::fs::write(export.join("hello"), b"from the host").unwrap();
+    let addr = format!("unix:{}", work.path().join("s.sock").display());
+    let _serve = Serve::start(&export, &addr, &[]);
+
+    let out = Command::new(&helper)
+        .arg(&addr)
+        .arg(&mnt)
+        .args([
+            "-o",
+            "cache=auto,_netdev,negative_ttl=0,x-systemd.automount",
+            "-n",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}: {}", out.status, stderr(&out));
+    // The helper has exited; the mount is there and served.
+    assert!(is_mounted(&mnt));
+    assert_eq!(std::fs::read(mnt.join("hello")).unwrap(), b"from the host");
+    std::fs::write(mnt.join("back"), b"from the guest").unwrap();
+    assert_eq!(
+        std::fs::read(export.join("back")).unwrap(),
+        b"from the guest"
+    );
+    unmount(&mnt);
+}
+
+#[test]
+fn bad_options_and_absent_servers_fail_and_mount_nothing() {
+    let (_bin, helper) = helper_dir();
+    let work = tempfile::tempdir().unwrap();
+    let mnt = work.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let addr = format!("unix:{}", work.path().join("nobody-listens.sock").display());
+
+    let out = Command::new(&helper)
+        .args([&addr, mnt.to_str().unwrap(), "-o", "cache=auto,colour=blue"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "usage error: {}", stderr(&out));
+    assert!(
+        stderr(&out).contains("unknown option `colour=blue`"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = Command::new(&helper)
+        .args([&addr, mnt.to_str().unwrap(), "-o", "cache=auto"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(32),
+        "mount failure: {}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("nobody-listens.sock"),
+        "the client's error is shown: {}",
+        stderr(&out)
+    );
+    assert!(!is_mounted(&mnt));
+
+    // -f: everything but the mount.
+    let out = Command::new(&helper)
+        .args([&addr, mnt.to_str().unwrap(), "-f", "-o", "cache=never"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!is_mounted(&mnt));
+}
+
+/// Removes /sbin/mount.crossfs when dropped, if this test made it.
+struct SbinLink(Option<PathBuf>);
+
+impl Drop for SbinLink {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+#[test]
+fn mount_t_crossfs_from_an_fstab_line() {
+    let sbin = PathBuf::from("/sbin/mount.crossfs");
+    let _link = if sbin.symlink_metadata().is_ok() {
+        // Installed already (scripts/install-mount-helper): mount(8) runs that one.
+        SbinLink(None)
+    } else {
+        std::os::unix::fs::symlink(crossfs_bin(), &sbin).unwrap();
+        SbinLink(Some(sbin))
+    };
+    let work = tempfile::tempdir().unwrap();
+    let export = work.path().join("export");
+    let mnt = work.path().join("mnt");
+    std::fs::create_dir(&export).unwrap();
+    std::fs::create_dir(&mnt).unwrap();
+    std::fs::write(export.join("f"), b"fstab").unwrap();
+    let addr = format!("unix:{}", work.path().join("s.sock").display());
+    let _serve = Serve::start(&export, &addr, &[]);
+    let fstab = work.path().join("fstab");
+    std::fs::write(
+        &fstab,
+        format!(
+            "# a guest's line, with a unix socket for the test\n\
+             {addr} {} crossfs cache=auto,_netdev,nofail 0 0\n",
+            mnt.display()
+        ),
+    )
+    .unwrap();
+    run_ok(Command::new("mount").arg("-T").arg(&fstab).arg(&mnt));
+    assert!(is_mounted(&mnt));
+    assert_eq!(std::fs::read(mnt.join("f")).unwrap(), b"fstab");
+    unmount(&mnt);
+}
