@@ -38,6 +38,24 @@ pub enum Command {
     Watch(WatchArgs),
     /// Wait until every change made on the host so far is visible in a `crossfs mount`.
     Sync(SyncArgs),
+    /// Print a shell completion script: `crossfs completions bash > /etc/bash_completion.d/crossfs`.
+    Completions(CompletionsArgs),
+    /// Print the manual page (roff), made from these same definitions: `crossfs man | man -l -`;
+    /// `crossfs man mount` for a subcommand's page (crossfs-mount(1)).
+    Man(ManArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ManArgs {
+    /// The subcommand whose page to print (default: crossfs(1)).
+    pub subcommand: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 /// `--events`: which watcher a server uses for change events, or none.

@@ -18,6 +18,25 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Bench(args) => bench::run(*args),
         Command::Watch(args) => watch::run(args),
         Command::Sync(args) => sync::run(args),
+        Command::Completions(args) => {
+            let mut cli = <crate::args::Cli as clap::CommandFactory>::command();
+            clap_complete::generate(args.shell, &mut cli, "crossfs", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man(args) => {
+            let cli = <crate::args::Cli as clap::CommandFactory>::command();
+            let page = match &args.subcommand {
+                None => cli,
+                Some(name) => cli
+                    .find_subcommand(name)
+                    .ok_or_else(|| anyhow::anyhow!("no subcommand `{name}`"))?
+                    .clone()
+                    .name(format!("crossfs-{name}"))
+                    .version(env!("CARGO_PKG_VERSION")),
+            };
+            clap_mangen::Man::new(page).render(&mut std::io::stdout())?;
+            Ok(())
+        }
     }
 }
 
