@@ -3,8 +3,8 @@
 //! `crossfs serve` on the host over the harness's TCP forward, as a guest mounts its host's
 //! source tree at boot. The ops script must print what it prints on a local directory; an
 //! unprivileged user of the guest uses the root-made mount with the permissions the modes
-//! give; and a file created on the host reaches a watcher in the guest (inotifywait: Debian's
-//! busybox has no inotifyd).
+//! give; a file created on the host reaches a watcher in the guest (inotifywait: Debian's
+//! busybox has no inotifyd); and busybox's mount(8) mounts it from an /etc/fstab line.
 
 mod common;
 
@@ -63,6 +63,17 @@ done
 echo "=== events begin"
 cat /tmp/events
 echo "=== events end"
+
+# The same mount from an fstab line, through mount(8)'s helper.
+umount /mnt
+ln -s /bin/crossfs /sbin/mount.crossfs
+echo 'tcp:10.0.2.100:564 /mnt crossfs cache=auto,_netdev 0 0' > /etc/fstab
+mount /mnt
+echo "=== fstab begin"
+grep ' /mnt ' /proc/mounts | cut -d' ' -f1-3
+cat /mnt/watched/from-host; echo
+echo "=== fstab end"
+umount /mnt
 "#;
 
 #[test]
@@ -134,6 +145,11 @@ fn crossfs_mount_in_a_guest() {
         section(&stdout, "events").contains("/mnt/watched/ CREATE from-host"),
         "the host's file reached inotifywait in the guest: {}",
         section(&stdout, "events")
+    );
+    assert_eq!(
+        section(&stdout, "fstab"),
+        "crossfs:tcp:10.0.2.100:564 /mnt fuse\nmade on the host\n",
+        "mount /mnt from the fstab line"
     );
     let made = std::fs::metadata(export.join("shared/byuser")).unwrap();
     assert_eq!(
