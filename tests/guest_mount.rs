@@ -87,24 +87,7 @@ fn crossfs_mount_in_a_guest() {
     let port = free_port();
     let _serve = Serve::start(&export, &format!("tcp:127.0.0.1:{port}"), &[]);
 
-    let script = work.path().join("guest.sh");
-    std::fs::write(&script, GUEST).unwrap();
-    let guest = Command::new(repo_root().join("scripts/guest/run.sh"))
-        .args([
-            "--port",
-            &port.to_string(),
-            "--fwd",
-            "socat",
-            "--timeout",
-            "240",
-        ])
-        .arg("--script")
-        .arg(&script)
-        .arg("--add")
-        .arg(format!(
-            "{}:/test/ops.sh",
-            repo_root().join("tests/scripts/ops.sh").display()
-        ))
+    let guest = guest_command(work.path(), GUEST, port, 240)
         .arg("--add")
         .arg(format!("{}:/bin/crossfs", crossfs.display()))
         .arg("--add-binary")
@@ -120,15 +103,7 @@ fn crossfs_mount_in_a_guest() {
         || export.join("ready").exists(),
     );
     std::fs::write(export.join("watched/from-host"), b"made on the host").unwrap();
-    let out = guest.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    println!("--- the guest ---\n{stdout}");
-    assert!(
-        out.status.success(),
-        "guest failed ({}):\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = guest_stdout(guest.wait_with_output().unwrap());
 
     assert_same_output(
         "local directory",

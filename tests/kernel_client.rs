@@ -7,8 +7,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::*;
 
 /// The msize option of a /proc/mounts line; Linux omits it when it is the kernel's default.
@@ -90,36 +88,11 @@ umount /mnt
 /// (host path, guest path) copied in with their libraries; returns what the guest printed.
 fn run_guest(port: u16, script: &str, binaries: &[(&str, &str)]) -> String {
     let dir = tempfile::tempdir().unwrap();
-    let guest_script = dir.path().join("guest.sh");
-    std::fs::write(&guest_script, script).unwrap();
-    let mut cmd = Command::new(repo_root().join("scripts/guest/run.sh"));
-    cmd.args([
-        "--port",
-        &port.to_string(),
-        "--fwd",
-        "socat",
-        "--timeout",
-        "240",
-    ])
-    .arg("--script")
-    .arg(&guest_script)
-    .arg("--add")
-    .arg(format!(
-        "{}:/test/ops.sh",
-        repo_root().join("tests/scripts/ops.sh").display()
-    ));
+    let mut cmd = guest_command(dir.path(), script, port, 240);
     for (host, guest) in binaries {
         cmd.arg("--add-binary").arg(format!("{host}:{guest}"));
     }
-    let out = cmd.output().expect("running scripts/guest/run.sh");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "guest failed ({}):\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
+    guest_stdout(cmd.output().expect("running scripts/guest/run.sh"))
 }
 
 /// `crossfs mount --kernel` inside the guest: crossfs connects, then hands the socket to the

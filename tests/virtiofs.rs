@@ -39,41 +39,15 @@ fn run_guest(sock: &Path, script: &str) -> String {
 /// As [`run_guest`], with more `run.sh` arguments (`--add`, `--add-binary`).
 fn run_guest_with(sock: &Path, script: &str, extra: &[String]) -> String {
     let dir = tempfile::tempdir().unwrap();
-    let guest_script = dir.path().join("guest.sh");
-    std::fs::write(&guest_script, script).unwrap();
-    let out = Command::new(repo_root().join("scripts/guest/run.sh"))
-        // No 9P here: the forward is never used.
-        .args([
-            "--port",
-            "1",
-            "--fwd",
-            "socat",
-            "--timeout",
-            "150",
-            "--mem",
-            "768",
-        ])
-        .arg("--script")
-        .arg(&guest_script)
-        .arg("--add")
-        .arg(format!(
-            "{}:/test/ops.sh",
-            repo_root().join("tests/scripts/ops.sh").display()
-        ))
+    // No 9P here: the forward is never used.
+    let out = guest_command(dir.path(), script, 1, 150)
+        .args(["--mem", "768"])
         .args(extra)
         .arg("--virtiofs")
         .arg(format!("{}:crossfs", sock.display()))
         .output()
         .expect("running scripts/guest/run.sh");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    println!("--- the guest ---\n{stdout}");
-    assert!(
-        out.status.success(),
-        "guest failed ({}):\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
+    guest_stdout(out)
 }
 
 /// Mounts the device, raises the mount's readahead to 1 MiB (buffered reads are otherwise

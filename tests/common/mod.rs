@@ -342,3 +342,35 @@ pub fn section<'a>(output: &'a str, name: &str) -> &'a str {
         .unwrap_or_else(|| panic!("guest output has an unterminated `{name}` section:\n{output}"));
     &output[start..start + stop]
 }
+
+/// `scripts/guest/run.sh` booting the QEMU guest with `script` (written into `dir`) as its
+/// test, the ops script at /test/ops.sh, and the 9P forward to 127.0.0.1:`port` (one host
+/// connection per guest connection).
+pub fn guest_command(dir: &Path, script: &str, port: u16, timeout_secs: u32) -> Command {
+    let guest_script = dir.join("guest.sh");
+    std::fs::write(&guest_script, script).unwrap();
+    let mut cmd = Command::new(repo_root().join("scripts/guest/run.sh"));
+    cmd.args(["--port", &port.to_string(), "--fwd", "socat"])
+        .args(["--timeout", &timeout_secs.to_string()])
+        .arg("--script")
+        .arg(guest_script)
+        .arg("--add")
+        .arg(format!(
+            "{}:/test/ops.sh",
+            repo_root().join("tests/scripts/ops.sh").display()
+        ));
+    cmd
+}
+
+/// What the guest printed (also printed here for the test's log), once `run.sh` succeeded.
+pub fn guest_stdout(out: Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!("--- the guest ---\n{stdout}");
+    assert!(
+        out.status.success(),
+        "guest failed ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
