@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The virtio door against its peer, in the QEMU guest of scripts/guest (TCG, so only ratios
 # count): the same small benchmark through
-#   virtiofsd --cache auto | always    (the vhost-user-fs backend most VMMs ship)
+#   virtiofsd --cache auto | always | always --writeback
+#                                      (the vhost-user-fs backend most VMMs ship)
 #   crossfs serve --listen vhost-user-fs: --cache auto | always
 #   the kernel's 9p client over crossfs serve --listen tcp: (msize 1 MiB)
 # one guest boot per row, and prints a table (seconds; MB/s for the read). crossfs runs
@@ -102,6 +103,8 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 echo "guest: Debian kernel $(cat "${CROSSFS_GUEST_DIR:-$REPO/.guest-cache}/kernel-version" 2>/dev/null), QEMU TCG, 1 vCPU; $files files; seconds unless noted"
 run_row virtiofsd-auto "$virtiofsd" --socket-path "$work/sock" --shared-dir "$export_dir" --cache auto --sandbox none
 run_row virtiofsd-always "$virtiofsd" --socket-path "$work/sock" --shared-dir "$export_dir" --cache always --sandbox none
+# crossfs's `always` turns on the writeback cache; virtiofsd's needs --writeback for that.
+run_row virtiofsd-always-wb "$virtiofsd" --socket-path "$work/sock" --shared-dir "$export_dir" --cache always --writeback --sandbox none
 run_row crossfs-auto "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache auto
 run_row crossfs-always "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache always
 run_row 9p-crossfs "$crossfs" serve "$export_dir" --listen "tcp:127.0.0.1:$port"
