@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use crossfs_client::{Client, ClientConfig, ClientError};
 use crossfs_wire::{
-    decode_tframe, Data, Fid, Qid, Rclunk, Rgetattr, Rlerror, Rmessage, Rread, Rversion, Rwalk,
-    Tag, Tframe, Tmessage, NOTAG,
+    decode_tframe, Data, Fid, Rclunk, Rgetattr, Rlerror, Rmessage, Rread, Rversion, Rwalk, Tag,
+    Tframe, Tmessage, NOTAG,
 };
 
 /// Long enough for anything that should happen "at once"; only a failing test waits it out.
@@ -78,26 +78,8 @@ fn pair(config: &ClientConfig, msize: u32) -> (Arc<Client>, Fake) {
 
 fn getattr_reply() -> Rmessage {
     Rmessage::Getattr(Rgetattr {
-        valid: 0,
-        qid: Qid::default(),
-        mode: 0,
-        uid: 0,
-        gid: 0,
-        nlink: 0,
-        rdev: 0,
         size: 42,
-        blksize: 0,
-        blocks: 0,
-        atime_sec: 0,
-        atime_nsec: 0,
-        mtime_sec: 0,
-        mtime_nsec: 0,
-        ctime_sec: 0,
-        ctime_nsec: 0,
-        btime_sec: 0,
-        btime_nsec: 0,
-        gen: 0,
-        data_version: 0,
+        ..Rgetattr::default()
     })
 }
 

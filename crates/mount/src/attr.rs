@@ -147,26 +147,13 @@ mod tests {
     #[test]
     fn ids_are_mapped_and_types_decoded() {
         let a = Rgetattr {
-            valid: 0,
-            qid: Default::default(),
             mode: libc::S_IFLNK | 0o777,
             uid: 1000,
             gid: 1000,
             nlink: 1,
-            rdev: 0,
             size: 5,
             blksize: 4096,
-            blocks: 0,
-            atime_sec: 0,
-            atime_nsec: 0,
-            mtime_sec: 0,
-            mtime_nsec: 0,
-            ctime_sec: 0,
-            ctime_nsec: 0,
-            btime_sec: 0,
-            btime_nsec: 0,
-            gen: 0,
-            data_version: 0,
+            ..Rgetattr::default()
         };
         let f = file_attr(
             7,
