@@ -54,7 +54,7 @@ impl Reopen {
 #[derive(Clone, Debug)]
 pub(crate) struct Listed {
     pub entry: DirEntry,
-    pub attr: Option<Box<Rgetattr>>,
+    pub attr: Option<Arc<Rgetattr>>,
 }
 
 /// Entries fetched by one Treaddir but not yet handed to the kernel, which asks for a page
@@ -81,17 +81,8 @@ impl DirStream {
     /// Entries continuing after cookie `offset`: the buffer if it continues there, else
     /// nothing (the caller fetches from `offset`).
     pub(crate) fn seek(&mut self, offset: u64) {
-        if let Some(snapshot) = &self.snapshot {
-            if offset != self.from {
-                let start = usize::try_from(offset).unwrap_or(usize::MAX);
-                self.entries = snapshot
-                    .get(start..)
-                    .unwrap_or_default()
-                    .iter()
-                    .cloned()
-                    .collect();
-                self.from = offset;
-            }
+        if self.snapshot.is_some() {
+            self.from = offset;
             self.eof = true;
             return;
         }
@@ -104,41 +95,73 @@ impl DirStream {
         }
     }
 
-    /// Marks the first entry as handed to the kernel.
-    pub(crate) fn consume(&mut self) {
-        if let Some(e) = self.entries.pop_front() {
-            self.from = e.entry.offset;
+    /// The next entry to hand to the kernel, if one is at hand.
+    pub(crate) fn front(&self) -> Option<&Listed> {
+        match &self.snapshot {
+            // After cookie `from` comes entry `from`.
+            Some(all) => usize::try_from(self.from).ok().and_then(|i| all.get(i)),
+            None => self.entries.front(),
         }
     }
 
-    /// A stream over `listing` (a replica's), with "." and ".." first.
-    pub(crate) fn from_replica(listing: Vec<(Vec<u8>, Box<Rgetattr>)>) -> DirStream {
-        let dots = [&b"."[..], b".."].map(|name| (name.to_vec(), None));
-        let all: Arc<[Listed]> = dots
-            .into_iter()
-            .chain(listing.into_iter().map(|(n, a)| (n, Some(a))))
-            .enumerate()
-            .map(|(i, (name, attr))| Listed {
-                entry: DirEntry {
-                    qid: attr.as_ref().map(|a| a.qid).unwrap_or_default(),
-                    offset: i as u64 + 1,
-                    ty: attr
-                        .as_ref()
-                        .map_or(libc::DT_DIR, |a| ((a.mode & libc::S_IFMT) >> 12) as u8),
-                    name,
-                },
-                attr,
-            })
-            .collect();
+    /// Up to `n` of the next entries.
+    pub(crate) fn upcoming(&self, n: usize) -> Vec<Listed> {
+        match &self.snapshot {
+            Some(all) => {
+                let start = usize::try_from(self.from).unwrap_or(usize::MAX);
+                let rest = all.get(start..).unwrap_or_default();
+                rest.iter().take(n).cloned().collect()
+            }
+            None => self.entries.iter().take(n).cloned().collect(),
+        }
+    }
+
+    /// Marks the first entry as handed to the kernel.
+    pub(crate) fn consume(&mut self) {
+        let Some(offset) = self.front().map(|e| e.entry.offset) else {
+            return;
+        };
+        if self.snapshot.is_none() {
+            self.entries.pop_front();
+        }
+        self.from = offset;
+    }
+
+    /// A stream over a replica's listing (see [`listing_snapshot`]), shared, not copied:
+    /// opening a directory of any size costs the same.
+    pub(crate) fn from_replica(all: Arc<[Listed]>) -> DirStream {
         DirStream {
             from: 0,
-            entries: all.iter().cloned().collect(),
+            entries: VecDeque::new(),
             eof: true,
             snapshot: Some(all),
             gathered: None,
             ticket: None,
         }
     }
+}
+
+/// A replica's entries (in name order) as a listing: "." and ".." first, entry `i` with
+/// cookie `i + 1`.
+pub(crate) fn listing_snapshot(
+    sorted: impl Iterator<Item = (Vec<u8>, Arc<Rgetattr>)>,
+) -> Arc<[Listed]> {
+    let dots = [&b"."[..], b".."].map(|name| (name.to_vec(), None));
+    dots.into_iter()
+        .chain(sorted.map(|(n, a)| (n, Some(a))))
+        .enumerate()
+        .map(|(i, (name, attr))| Listed {
+            entry: DirEntry {
+                qid: attr.as_ref().map(|a| a.qid).unwrap_or_default(),
+                offset: i as u64 + 1,
+                ty: attr
+                    .as_ref()
+                    .map_or(libc::DT_DIR, |a| ((a.mode & libc::S_IFMT) >> 12) as u8),
+                name,
+            },
+            attr,
+        })
+        .collect()
 }
 
 /// File handles in use.
@@ -218,5 +241,39 @@ mod tests {
         s.seek(0);
         assert!(s.entries.is_empty(), "rewinding drops it");
         assert_eq!(s.from, 0);
+    }
+
+    #[test]
+    fn a_replica_stream_walks_its_shared_listing_by_cookie() {
+        let listed = |name: &str| {
+            let a = Rgetattr {
+                mode: libc::S_IFREG | 0o644,
+                ..Rgetattr::default()
+            };
+            (name.as_bytes().to_vec(), Arc::new(a))
+        };
+        let all = listing_snapshot([listed("a"), listed("b")].into_iter());
+        let mut s = DirStream::from_replica(all.clone());
+        let names =
+            |v: Vec<Listed>| -> Vec<Vec<u8>> { v.into_iter().map(|l| l.entry.name).collect() };
+        assert_eq!(names(s.upcoming(3)), [&b"."[..], b"..", b"a"]);
+        s.consume();
+        s.consume();
+        assert_eq!(s.from, 2);
+        assert_eq!(s.front().map(|l| l.entry.name.clone()), Some(b"a".to_vec()));
+        assert_eq!(s.front().unwrap().entry.ty, libc::DT_REG);
+        s.consume();
+        s.consume();
+        assert!(s.front().is_none() && s.eof, "the end of the listing");
+        s.seek(1);
+        assert_eq!(
+            names(s.upcoming(9)),
+            [&b".."[..], b"a", b"b"],
+            "seeking back re-reads"
+        );
+        assert!(
+            Arc::ptr_eq(s.snapshot.as_ref().unwrap(), &all),
+            "shared, not copied"
+        );
     }
 }

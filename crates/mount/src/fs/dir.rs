@@ -45,7 +45,7 @@ impl Shared {
         fid: crossfs_wire::Fid,
         s: &mut DirStream,
     ) -> Result<(), fuser::Errno> {
-        if !s.entries.is_empty() {
+        if s.front().is_some() {
             self.stats.caches.readdir_buffer_hits.fetch_add(1, Relaxed);
             return Ok(());
         }
@@ -93,7 +93,7 @@ impl Shared {
         }
         s.entries.extend(entries.into_iter().map(|e| Listed {
             // "." and ".." come without attributes.
-            attr: (e.attr.valid != 0).then(|| Box::new(e.attr)),
+            attr: (e.attr.valid != 0).then(|| Arc::new(e.attr)),
             entry: e.entry,
         }));
         if s.eof {
@@ -161,7 +161,7 @@ impl Shared {
             if let Err(e) = self.fill(file.reopen.node, file.fid.fid(), &mut s) {
                 return reply.error(e);
             }
-            let Some(Listed { entry: e, .. }) = s.entries.front() else {
+            let Some(Listed { entry: e, .. }) = s.front() else {
                 break;
             };
             let ino = self.dirent_ino(e);
@@ -193,11 +193,11 @@ impl Shared {
             if let Err(e) = self.fill(ino.0, file.fid.fid(), &mut s) {
                 return reply.error(e);
             }
-            if s.entries.is_empty() {
+            if s.front().is_none() {
                 break;
             }
             let ticket = s.ticket;
-            let batch: Vec<Listed> = s.entries.iter().take(PLUS_BATCH).cloned().collect();
+            let batch = s.upcoming(PLUS_BATCH);
             let listed: Vec<&Listed> = batch.iter().filter(|l| !is_dot(&l.entry.name)).collect();
             let mut resolved = self.resolve_batch(ino, &dir, &listed, ticket).into_iter();
             for Listed { entry: e, .. } in &batch {
@@ -314,7 +314,7 @@ enum Found {
     /// Walked (or reused from an earlier walk): a fid and the attributes, or the error.
     Walked(crate::remote::Resolved),
     /// The listing carried the attributes: a node is made without a walk.
-    Listed(Box<crossfs_wire::Rgetattr>),
+    Listed(Arc<crossfs_wire::Rgetattr>),
 }
 
 /// One listed name, resolved.

@@ -41,13 +41,15 @@ mod tree;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crossfs_events::{Attrs, Event, EventKind, RelPath};
 use crossfs_wire::Rgetattr;
 use serde_json::{json, Value};
 
 use tree::DirTree;
+
+use crate::handle::{listing_snapshot, Listed};
 
 /// Entries kept in all replicas by default (about 300 bytes each).
 pub const DEFAULT_REPLICA_ENTRIES: usize = 1 << 18;
@@ -59,7 +61,7 @@ pub(crate) type Listing = Vec<(Vec<u8>, Rgetattr)>;
 #[derive(Debug, PartialEq)]
 pub(crate) enum Answer {
     /// The name exists, with these attributes.
-    Found(Box<Rgetattr>),
+    Found(Arc<Rgetattr>),
     /// The directory has no such name.
     Missing,
     /// No replica, or it cannot say: ask the server.
@@ -67,7 +69,7 @@ pub(crate) enum Answer {
 }
 
 enum Slot {
-    Known(Box<Rgetattr>),
+    Known(Arc<Rgetattr>),
     /// Changed since it was listed: the server knows.
     Unknown,
 }
@@ -79,6 +81,9 @@ struct Replica {
     complete: bool,
     /// The replicas' clock when it was last used (least recently used go first).
     used: u64,
+    /// The listing made from `slots` for the last opendir, shared by every opendir until
+    /// a name changes (then made again when next asked for).
+    listing: Option<Arc<[Listed]>>,
 }
 
 /// A directory's state when a fill or a lookup was sent: what it learns is kept only if
@@ -179,6 +184,7 @@ impl Inner {
             Some(Slot::Unknown) if !r.complete => None,
             slot => slot,
         };
+        r.listing = None;
         let indexed = match &slot {
             Some(Slot::Known(a)) if !is_dir(a) => Some(a.qid.path),
             _ => None,
@@ -403,7 +409,7 @@ impl DirReplicas {
 
     /// The entries of `dir`'s replica, in name order, if it is complete and knows every
     /// entry (a listing can then be answered from it).
-    pub(crate) fn listing(&self, dir: u64) -> Option<Vec<(Vec<u8>, Box<Rgetattr>)>> {
+    pub(crate) fn listing(&self, dir: u64) -> Option<Arc<[Listed]>> {
         let mut inner = self.lock();
         inner.clock += 1;
         let clock = inner.clock;
@@ -412,16 +418,19 @@ impl DirReplicas {
             return None;
         }
         r.used = clock;
-        let mut out: Vec<_> = r
-            .slots
-            .iter()
-            .filter_map(|(n, s)| match s {
-                Slot::Known(a) => Some((n.clone(), a.clone())),
-                Slot::Unknown => None,
-            })
-            .collect();
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        Some(out)
+        let slots = &r.slots;
+        let listing = r.listing.get_or_insert_with(|| {
+            let mut known: Vec<_> = slots
+                .iter()
+                .filter_map(|(n, s)| match s {
+                    Slot::Known(a) => Some((n, a)),
+                    Slot::Unknown => None,
+                })
+                .collect();
+            known.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            listing_snapshot(known.into_iter().map(|(n, a)| (n.clone(), a.clone())))
+        });
+        Some(listing.clone())
     }
 
     /// A ticket for a fill of, or a lookup in, `dir`; `None` if its replica could not be
@@ -462,10 +471,11 @@ impl DirReplicas {
                 unknown: 0,
                 complete,
                 used,
+                listing: None,
             },
         );
         for (name, a) in listed {
-            inner.set(dir, &name, Some(Slot::Known(Box::new(a))));
+            inner.set(dir, &name, Some(Slot::Known(Arc::new(a))));
         }
         c.fills.fetch_add(1, Relaxed);
         c.filled_entries.fetch_add(n as u64, Relaxed);
@@ -479,7 +489,7 @@ impl DirReplicas {
             return;
         }
         match found {
-            Some(a) => inner.set(dir, name, Some(Slot::Known(Box::new(a.clone())))),
+            Some(a) => inner.set(dir, name, Some(Slot::Known(Arc::new(a.clone())))),
             None => inner.set(dir, name, None),
         }
     }
@@ -568,7 +578,7 @@ impl DirReplicas {
             // A hard link: the file's other names have a new link count.
             inner.touch_links(a.qid.path, None);
         }
-        inner.set(dir, name, Some(Slot::Known(Box::new(a.clone()))));
+        inner.set(dir, name, Some(Slot::Known(Arc::new(a.clone()))));
         inner.touch_self(dir);
         inner.bump(dir);
     }
@@ -630,5 +640,48 @@ impl DirReplicas {
             "dropped": c.dropped.load(Relaxed),
             "evicted": c.evicted.load(Relaxed),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inode::ROOT;
+
+    fn file(ino: u64) -> Rgetattr {
+        let mut a = Rgetattr {
+            mode: libc::S_IFREG | 0o644,
+            ..Rgetattr::default()
+        };
+        a.qid.path = ino;
+        a
+    }
+
+    fn names(listing: &[Listed]) -> Vec<&[u8]> {
+        listing.iter().map(|l| &l.entry.name[..]).collect()
+    }
+
+    #[test]
+    fn opendirs_share_one_listing_until_a_name_changes() {
+        let r = DirReplicas::new(100);
+        r.set_following(true);
+        let ticket = r.ticket(ROOT).expect("the root is anchored");
+        let listed = vec![(b"b".to_vec(), file(11)), (b"a".to_vec(), file(10))];
+        assert!(r.install(ROOT, ticket, listed, true));
+
+        let first = r.listing(ROOT).expect("complete");
+        assert_eq!(names(&first), [&b"."[..], b"..", b"a", b"b"]);
+        assert!(Arc::ptr_eq(&first, &r.listing(ROOT).unwrap()), "shared");
+
+        r.own_created(ROOT, b"c", &file(12));
+        let created = r.listing(ROOT).unwrap();
+        assert_eq!(names(&created), [&b"."[..], b"..", b"a", b"b", b"c"]);
+        assert_eq!(names(&first).len(), 4, "an open listing keeps what it had");
+
+        r.own_removed(ROOT, b"a");
+        assert_eq!(
+            names(&r.listing(ROOT).unwrap()),
+            [&b"."[..], b"..", b"b", b"c"]
+        );
     }
 }
