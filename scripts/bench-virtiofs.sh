@@ -8,22 +8,28 @@
 # one guest boot per row, and prints a table (seconds; MB/s for the read). crossfs runs
 # with its defaults (change events on).
 #
-# Usage: scripts/bench-virtiofs.sh [--virtiofsd PATH] [--files N]
+# Usage: scripts/bench-virtiofs.sh [--virtiofsd PATH] [--files N] [--rows A,B,...] [--repeat N]
 #   --virtiofsd PATH   the virtiofsd binary (default: `virtiofsd` on PATH, else
 #                      target/virtiofsd/bin/virtiofsd, where
 #                      `cargo install --locked virtiofsd --version 1.14.0 --root target/virtiofsd`
 #                      puts it; it needs libseccomp-dev and libcap-ng-dev to build)
 #   --files N          files for the touch / stat / rm rows (default 2000)
+#   --rows A,B,...     only these rows (names as printed; also crossfs-auto-noevents,
+#                      crossfs serve --events off, not run by default)
+#   --repeat N         run each row N times, one line each (TCG figures vary by 10-20%
+#                      from boot to boot: compare medians)
 # Needs root (virtiofsd, QEMU's memfd backend) and a release build of crossfs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
 
-virtiofsd="" files=2000
+virtiofsd="" files=2000 rows="" repeat=1
 while (($#)); do
     case $1 in
         --virtiofsd) virtiofsd=$2; shift 2 ;;
         --files) files=$2; shift 2 ;;
+        --rows) rows=$2; shift 2 ;;
+        --repeat) repeat=$2; shift 2 ;;
         *) echo "bench-virtiofs: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -73,6 +79,16 @@ EOF
 
 export_dir=$work/export
 run_row() {  # NAME, then the server command; the server must make $work/sock (or listen on TCP)
+    local name=$1
+    if [[ -n $rows ]]; then
+        [[ ,$rows, == *,$name,* ]] || return 0
+    elif [[ $name == crossfs-auto-noevents ]]; then
+        return 0
+    fi
+    local i
+    for ((i = 0; i < repeat; i++)); do run_once "$@"; done
+}
+run_once() {
     local name=$1; shift
     rm -rf "$export_dir" "$work/sock" "$work/9p"
     mkdir -p "$export_dir"
@@ -106,5 +122,6 @@ run_row virtiofsd-always "$virtiofsd" --socket-path "$work/sock" --shared-dir "$
 # crossfs's `always` turns on the writeback cache; virtiofsd's needs --writeback for that.
 run_row virtiofsd-always-wb "$virtiofsd" --socket-path "$work/sock" --shared-dir "$export_dir" --cache always --writeback --sandbox none
 run_row crossfs-auto "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache auto
+run_row crossfs-auto-noevents "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache auto --events off
 run_row crossfs-always "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache always
 run_row 9p-crossfs "$crossfs" serve "$export_dir" --listen "tcp:127.0.0.1:$port"
