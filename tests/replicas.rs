@@ -361,6 +361,36 @@ fn first_stats_of_a_thousand_files_and_of_missing_names_cost_a_bounded_number_of
 }
 
 #[test]
+fn names_created_in_a_directory_made_through_the_mount_are_not_looked_up_on_the_server() {
+    let s = Setup::new(&[], &[]);
+    std::fs::create_dir(s.guest("made")).unwrap();
+    let lookups = |s: &Setup| {
+        let stats = s.mount.stats();
+        ["Twalk", "Twalkgetattr"]
+            .iter()
+            .map(|m| stats["9p"][m]["count"].as_u64().unwrap_or(0))
+            .sum::<u64>()
+    };
+    let before = lookups(&s);
+    for i in 0..200 {
+        std::fs::write(s.guest(&format!("made/f{i}")), format!("{i}")).unwrap();
+    }
+    // Each new name is first looked up (missing): the directory's replica answers, after
+    // one listing of the new directory.
+    assert_eq!(
+        lookups(&s) - before,
+        0,
+        "new names were looked up on the server"
+    );
+    assert!(s.replicas("negative_hits") >= 200);
+    // The replica stays exact: a name the host adds shows after a sync.
+    std::fs::write(s.host("made/from-host"), "h").unwrap();
+    s.sync();
+    assert_eq!(std::fs::read(s.guest("made/from-host")).unwrap(), b"h");
+    assert_eq!(tree(&s.guest("made")), tree(&s.host("made")));
+}
+
+#[test]
 fn without_the_extension_the_mount_works_as_before() {
     let s = Setup::new(&["--no-extensions"], &[]);
     std::fs::create_dir(s.host("d")).unwrap();

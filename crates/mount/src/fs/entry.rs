@@ -244,6 +244,12 @@ impl Shared {
             Ok(d) => d,
             Err(e) => return reply.error(e),
         };
+        // Taken before the request: a directory made here is anchored only if nothing
+        // else touched `parent` meanwhile.
+        let before = self
+            .replicas_usable()
+            .then(|| self.replicas.ticket(parent.0))
+            .flatten();
         if let Err(e) = self.client.call(make(&dir)) {
             return reply.error(errno(&e));
         }
@@ -251,12 +257,16 @@ impl Shared {
             Some(c) => Ok((fid.clone(), self.give_to(c, &fid, a)?)),
             None => Ok((fid, a)),
         });
+        let made_dir = r.as_ref().is_ok_and(|(_, a)| attr::is_dir(a));
         match &r {
             Ok((_, a)) => self.replicas.own_created(parent.0, name, a),
             // Created, but its attributes are unknown.
             Err(_) => self.replicas.stale(parent.0, name),
         }
-        self.reply_entry((parent, name), reply, r, None, None);
+        let ino = self.reply_entry((parent, name), reply, r, None, None);
+        if let (true, Some(before), Some(ino)) = (made_dir, before, ino) {
+            self.replicas.own_made_dir(parent.0, name, ino, before);
+        }
     }
 
     pub(super) fn mkdir(

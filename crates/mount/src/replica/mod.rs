@@ -583,6 +583,18 @@ impl DirReplicas {
         inner.bump(dir);
     }
 
+    /// The directory `name` in `parent` (node `ino`), made through the mount, is anchored
+    /// (lookups in it may then fill and use its replica), if nothing but that creation
+    /// ([`DirReplicas::own_created`], one change) touched `parent` since `before`, taken
+    /// before the request was sent: an event about the name meanwhile may have moved it.
+    pub(crate) fn own_made_dir(&self, parent: u64, name: &[u8], ino: u64, before: Ticket) {
+        let made = Ticket {
+            changes: before.changes + 1,
+            ..before
+        };
+        self.anchor(parent, name, ino, made);
+    }
+
     /// `name` in `dir` was removed through the mount.
     pub(crate) fn own_removed(&self, dir: u64, name: &[u8]) {
         self.lock().removed(dir, name, &self.counters);
