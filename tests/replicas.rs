@@ -391,6 +391,29 @@ fn names_created_in_a_directory_made_through_the_mount_are_not_looked_up_on_the_
 }
 
 #[test]
+fn the_guest_sees_the_host_inode_numbers() {
+    use std::os::unix::fs::DirEntryExt;
+    let s = Setup::new(&[], &[]);
+    std::fs::create_dir(s.host("d")).unwrap();
+    std::fs::write(s.host("d/f"), "x").unwrap();
+    std::fs::hard_link(s.host("d/f"), s.host("d/link")).unwrap();
+    std::os::unix::fs::symlink("f", s.host("d/sym")).unwrap();
+    s.sync();
+    for name in ["d", "d/f", "d/link", "d/sym"] {
+        let host = std::fs::symlink_metadata(s.host(name)).unwrap().ino();
+        let guest = std::fs::symlink_metadata(s.guest(name)).unwrap().ino();
+        assert_eq!(guest, host, "{name}");
+    }
+    // Listings say the same (d_ino), and so does a file made through the mount.
+    std::fs::write(s.guest("d/new"), "y").unwrap();
+    for entry in std::fs::read_dir(s.guest("d")).unwrap() {
+        let entry = entry.unwrap();
+        let host = std::fs::symlink_metadata(s.host("d").join(entry.file_name()));
+        assert_eq!(entry.ino(), host.unwrap().ino(), "{:?}", entry.file_name());
+    }
+}
+
+#[test]
 fn without_the_extension_the_mount_works_as_before() {
     let s = Setup::new(&["--no-extensions"], &[]);
     std::fs::create_dir(s.host("d")).unwrap();
@@ -465,7 +488,20 @@ fn a_repeated_git_status_on_an_unchanged_tree_costs_at_most_ten_requests() {
         );
         cost
     };
+    let opens = |s: &Setup| {
+        s.mount.stats()["9p"]["Twalkopen"]["count"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let before = opens(&s);
     status("first");
+    // The index git wrote on the host matches what the guest's lstat shows (inode numbers
+    // included), so the 300 files are not read again: git opens only its own files.
+    let first_opens = opens(&s) - before;
+    assert!(
+        first_opens < 30,
+        "the first status opened {first_opens} files"
+    );
     // git may refresh its index after the first status: let that event in.
     s.sync();
     status("second");

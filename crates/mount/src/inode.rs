@@ -62,7 +62,9 @@ struct Inner {
     name_count: usize,
     /// Names the kernel may still hold were forgotten (see [`InodeTable::name`]).
     names_lost: bool,
-    next: u64,
+    /// The next node id for a file whose own inode number is taken (see
+    /// [`InodeTable::insert`]), counting down from the top of the range.
+    next_spare: u64,
 }
 
 /// How a file being remembered was reached.
@@ -118,7 +120,7 @@ impl InodeTable {
     /// A table holding the export root as node 1.
     pub(crate) fn new(root: Arc<FidRef>, root_qid: Qid) -> Self {
         let mut inner = Inner {
-            next: ROOT + 1,
+            next_spare: PLACEHOLDER - 1,
             ..Inner::default()
         };
         inner.by_ino.insert(
@@ -373,6 +375,15 @@ impl InodeTable {
     }
 
     /// A new node with one kernel reference.
+    ///
+    /// Its node id is the file's `qid.path` where that is free: FUSE shows the node id as
+    /// the inode number (fuser's replies use one for the other), and crossfs's server and
+    /// most others give the host's inode number as `qid.path`, so `st_ino` in the guest is
+    /// the host's. A git index written on the host then matches the guest's `lstat` (git
+    /// compares inode numbers), instead of making the guest's `git status` read every file.
+    /// The root stays FUSE_ROOT_ID; a file whose number is taken (a node the kernel still
+    /// holds for an earlier file of that number, or the root's 1) gets a spare id from the
+    /// top of the range.
     fn insert(
         inner: &mut Inner,
         fid: Option<Arc<FidRef>>,
@@ -380,8 +391,15 @@ impl InodeTable {
         format: u32,
         seen: Option<DataStamp>,
     ) -> u64 {
-        let ino = inner.next;
-        inner.next += 1;
+        let own = qid_path > ROOT && qid_path != PLACEHOLDER;
+        let ino = if own && !inner.by_ino.contains_key(&qid_path) {
+            qid_path
+        } else {
+            while inner.by_ino.contains_key(&inner.next_spare) {
+                inner.next_spare -= 1;
+            }
+            inner.next_spare
+        };
         inner.by_ino.insert(
             ino,
             Inode {
