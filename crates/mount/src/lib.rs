@@ -52,8 +52,9 @@
 //! - `access(2)` is not forwarded; the server checks permissions on each real operation,
 //!   with its own credentials. With `allow_other` the kernel first checks every caller
 //!   against the modes and owners shown (`default_permissions`), as on a local file system.
-//! - `st_ino` is the mount's node id (stable while the kernel knows the file; hard links
-//!   share it), not the server's inode number.
+//! - `st_ino` is the node id, which is the server's `qid.path` (for crossfs's server, the
+//!   host's inode number) unless a node the kernel still holds has that number (see
+//!   `inode::InodeTable`); hard links share it.
 //! - With `uid`/`gid` set every file is shown as owned by them; the server's ownership is
 //!   unchanged and still decides access.
 //! - O_APPEND writes are appended by the server at its end of file (9P has no append

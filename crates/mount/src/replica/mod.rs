@@ -57,6 +57,10 @@ pub const DEFAULT_REPLICA_ENTRIES: usize = 1 << 18;
 /// A directory's entries as listed: names and attributes.
 pub(crate) type Listing = Vec<(Vec<u8>, Rgetattr)>;
 
+/// The longest name Linux file systems take: a replica answers "missing" only for names
+/// that could exist (a longer one is the server's to refuse).
+const NAME_MAX: usize = 255;
+
 /// What a replica says about one name.
 #[derive(Debug, PartialEq)]
 pub(crate) enum Answer {
@@ -390,7 +394,8 @@ impl DirReplicas {
         r.used = clock;
         let answer = match r.slots.get(name) {
             Some(Slot::Known(a)) => Answer::Found(a.clone()),
-            None if r.complete => Answer::Missing,
+            // A name too long for the host is not missing: the server says ENAMETOOLONG.
+            None if r.complete && name.len() <= NAME_MAX => Answer::Missing,
             _ => Answer::Ask,
         };
         let c = &self.counters;
@@ -694,6 +699,20 @@ mod tests {
         assert_eq!(
             names(&r.listing(ROOT).unwrap()),
             [&b"."[..], b"..", b"b", b"c"]
+        );
+    }
+
+    #[test]
+    fn a_name_too_long_for_the_host_is_not_answered_missing() {
+        let r = DirReplicas::new(100);
+        r.set_following(true);
+        let ticket = r.ticket(ROOT).unwrap();
+        assert!(r.install(ROOT, ticket, vec![(b"a".to_vec(), file(10))], true));
+        assert_eq!(r.lookup(ROOT, &[b'x'; 255]), Answer::Missing);
+        assert_eq!(
+            r.lookup(ROOT, &[b'x'; 256]),
+            Answer::Ask,
+            "ENAMETOOLONG is the server's"
         );
     }
 }
