@@ -30,7 +30,7 @@ const GUEST: &str = r#"
 set -e
 printf 'root:x:0:0::/root:/bin/sh\nnobody:x:65534:65534::/:/bin/sh\n' > /etc/passwd
 printf 'root:x:0:\nnogroup:x:65534:\n' > /etc/group
-crossfs mount tcp:10.0.2.100:564 /mnt > /tmp/mount.log 2>&1 &
+crossfs mount tcp:10.0.2.100:564 /mnt --control /tmp/mctl > /tmp/mount.log 2>&1 &
 i=0
 until grep -q ' /mnt fuse' /proc/mounts; do
     i=$((i + 1)); [ $i -lt 600 ] || { cat /tmp/mount.log; exit 1; }; sleep 0.1
@@ -39,6 +39,20 @@ mkdir /mnt/ops
 echo "=== ops begin"
 sh /test/ops.sh /mnt/ops
 echo "=== ops end"
+
+# A second stat pass over an unchanged directory, more than the 1 s attribute timeout
+# after the first, is answered in the guest: the mount's request counters do not move.
+# (By name: a listing in between would cost one GETATTR of the directory, whose access
+# time the kernel takes as changed by every read of it.)
+stat_pass() { i=0; while [ $i -lt 200 ]; do stat -c %s /mnt/many/f$i; i=$((i + 1)); done > /dev/null; }
+stat_pass
+sleep 1.2
+crossfs stats --json /tmp/mctl > /tmp/before
+stat_pass
+crossfs stats --json /tmp/mctl > /tmp/after
+echo "=== stats begin"
+cat /tmp/before /tmp/after
+echo "=== stats end"
 
 # Another user of the guest, on a mount made by root.
 mkdir /mnt/shared && chmod 1777 /mnt/shared
@@ -84,6 +98,10 @@ fn crossfs_mount_in_a_guest() {
     std::fs::create_dir(&export).unwrap();
     std::fs::create_dir(&local).unwrap();
     let expected = run_ops_script(&local);
+    std::fs::create_dir(export.join("many")).unwrap();
+    for i in 0..200 {
+        std::fs::write(export.join(format!("many/f{i}")), format!("{i}")).unwrap();
+    }
     let port = free_port();
     let _serve = Serve::start(&export, &format!("tcp:127.0.0.1:{port}"), &[]);
 
@@ -110,6 +128,30 @@ fn crossfs_mount_in_a_guest() {
         &expected,
         "crossfs mount in the guest",
         section(&stdout, "ops"),
+    );
+    let requests = |json: &str| -> u64 {
+        let stats: serde_json::Value = serde_json::from_str(json).expect("crossfs stats --json");
+        stats["9p"]
+            .as_object()
+            .expect("9p counters")
+            .iter()
+            .filter(|(k, _)| k.starts_with('T'))
+            .map(|(_, v)| v["count"].as_u64().unwrap_or(0))
+            .sum()
+    };
+    let counters: Vec<&str> = section(&stdout, "stats")
+        .lines()
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(counters.len(), 2, "two counter snapshots: {counters:?}");
+    let (before, after) = (requests(counters[0]), requests(counters[1]));
+    assert!(before > 0, "the counters count: {}", counters[0]);
+    assert_eq!(
+        after - before,
+        0,
+        "a second stat pass over an unchanged directory in the guest sent requests:\n{}\n{}",
+        counters[0],
+        counters[1]
     );
     assert_eq!(
         section(&stdout, "user"),
