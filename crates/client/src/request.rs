@@ -160,7 +160,10 @@ impl Waiter {
     }
 }
 
-/// A reply as the thread reading the socket got it.
+/// A reply as the thread reading the socket got it. It lives only from the socket to its
+/// waiter: boxing the larger messages (Rrenameatattr carries two Rgetattr) would cost an
+/// allocation for every reply instead.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Reply {
     /// A decoded message (any type, Rlerror included).
     Msg(Rmessage),

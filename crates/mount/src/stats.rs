@@ -75,6 +75,9 @@ pub(crate) struct CacheCounters {
     /// `never` mode: GETATTRs answered with the attributes the same thread's LOOKUP had
     /// just fetched (the second half of a `stat`).
     pub lookup_attrs_reused: AtomicU64,
+    /// GETATTRs of a directory answered with the attributes a change through the mount
+    /// left it with (Tunlinkatattr, Trenameatattr; see `DirReplicas::left_attrs`).
+    pub dir_attrs_left: AtomicU64,
 }
 
 /// All of the mount's own counters.
@@ -166,6 +169,7 @@ impl Stats {
                 "listed_attrs_reused": c.listed_attrs_reused.load(Relaxed),
                 "split_reads": c.split_reads.load(Relaxed),
                 "lookup_attrs_reused": c.lookup_attrs_reused.load(Relaxed),
+                "dir_attrs_left": c.dir_attrs_left.load(Relaxed),
             },
         })
     }

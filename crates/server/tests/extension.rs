@@ -302,3 +302,109 @@ fn the_compounds_keep_the_export_confined_and_read_only_holds() {
         libc::EROFS
     );
 }
+
+#[test]
+fn removals_and_renames_return_the_directories_as_they_left_them() {
+    use std::os::unix::fs::MetadataExt;
+    let h = Harness::new();
+    std::fs::create_dir(h.path("d")).unwrap();
+    std::fs::create_dir(h.path("e")).unwrap();
+    std::fs::create_dir(h.path("d/sub")).unwrap();
+    std::fs::write(h.path("d/a"), b"a").unwrap();
+    std::fs::write(h.path("d/b"), b"b").unwrap();
+    let mut c = extended(&h);
+    c.walk(ROOT, Fid(1), &["d"]).unwrap();
+    c.walk(ROOT, Fid(2), &["e"]).unwrap();
+    let host = |p: &str| std::fs::metadata(h.path(p)).unwrap();
+    let same = |a: &Rgetattr, m: &std::fs::Metadata| {
+        assert_eq!(a.qid.path, m.ino());
+        assert_eq!(a.nlink, m.nlink());
+        assert_eq!(a.size, m.size());
+        assert_eq!(
+            (a.mtime_sec, a.mtime_nsec, a.ctime_sec, a.ctime_nsec),
+            (
+                m.mtime() as u64,
+                m.mtime_nsec() as u64,
+                m.ctime() as u64,
+                m.ctime_nsec() as u64
+            )
+        );
+    };
+
+    let r = c.ok(Tunlinkatattr {
+        dirfd: Fid(1),
+        name: b"a".to_vec(),
+        flags: 0,
+        request_mask: getattr::BASIC,
+    });
+    let Rmessage::Unlinkatattr(u) = r else {
+        panic!("{r:?}")
+    };
+    assert!(!h.path("d/a").exists());
+    same(&u.dir, &host("d"));
+    // A directory, with AT_REMOVEDIR: the parent loses a link.
+    let r = c.ok(Tunlinkatattr {
+        dirfd: Fid(1),
+        name: b"sub".to_vec(),
+        flags: AT_REMOVEDIR,
+        request_mask: getattr::BASIC,
+    });
+    let Rmessage::Unlinkatattr(u) = r else {
+        panic!("{r:?}")
+    };
+    same(&u.dir, &host("d"));
+    assert_eq!(u.dir.nlink, 2);
+
+    let r = c.ok(Trenameatattr {
+        olddirfid: Fid(1),
+        oldname: b"b".to_vec(),
+        newdirfid: Fid(2),
+        newname: b"c".to_vec(),
+        request_mask: getattr::BASIC,
+    });
+    let Rmessage::Renameatattr(m) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(std::fs::read(h.path("e/c")).unwrap(), b"b");
+    same(&m.olddir, &host("d"));
+    same(&m.newdir, &host("e"));
+
+    // Failures are the plain messages' and change nothing.
+    let e = c.err(Tunlinkatattr {
+        dirfd: Fid(1),
+        name: b"missing".to_vec(),
+        flags: 0,
+        request_mask: getattr::BASIC,
+    });
+    assert_eq!(e, libc::ENOENT);
+    for bad in ["..", "a/b", ""] {
+        let e = c.err(Trenameatattr {
+            olddirfid: Fid(2),
+            oldname: b"c".to_vec(),
+            newdirfid: Fid(1),
+            newname: bad.as_bytes().to_vec(),
+            request_mask: getattr::BASIC,
+        });
+        assert_eq!(e, libc::EINVAL, "{bad:?}");
+        let e = c.err(Tunlinkatattr {
+            dirfd: Fid(1),
+            name: bad.as_bytes().to_vec(),
+            flags: 0,
+            request_mask: getattr::BASIC,
+        });
+        assert_eq!(e, libc::EINVAL, "{bad:?}");
+    }
+    assert!(h.path("e/c").exists());
+
+    let ro = Harness::with(|c| c.read_only = true);
+    std::fs::write(ro.path("f"), b"f").unwrap();
+    let mut c = extended(&ro);
+    let e = c.err(Tunlinkatattr {
+        dirfd: ROOT,
+        name: b"f".to_vec(),
+        flags: 0,
+        request_mask: getattr::BASIC,
+    });
+    assert_eq!(e, libc::EROFS);
+    assert!(ro.path("f").exists());
+}

@@ -210,6 +210,12 @@ messages! { Tmessage, "request" {
     }
     /// Tsetattr, then Tgetattr of the same fid, in one round trip.
     Setattrget(Tsetattrget = 158) { set: Tsetattr, request_mask: u64 }
+    /// Tunlinkat, then the attributes of the directory `dirfd` as the removal left them.
+    Unlinkatattr(Tunlinkatattr = 160) { dirfd: Fid, name: Vec<u8>, flags: u32, request_mask: u64 }
+    /// Trenameat, then the attributes of both directories as the rename left them.
+    Renameatattr(Trenameatattr = 162) {
+        olddirfid: Fid, oldname: Vec<u8>, newdirfid: Fid, newname: Vec<u8>, request_mask: u64,
+    }
 }}
 
 messages! { Rmessage, "reply" {
@@ -291,6 +297,12 @@ messages! { Rmessage, "reply" {
     Createattr(Rcreateattr = 157) { iounit: u32, attr: Rgetattr }
     /// The attributes after the change.
     Setattrget(Rsetattrget = 159) { attr: Rgetattr }
+    /// The directory's attributes after the removal (`valid` 0: they could not be read;
+    /// the removal stands).
+    Unlinkatattr(Runlinkatattr = 161) { dir: Rgetattr }
+    /// Both directories' attributes after the rename (the same twice for one directory;
+    /// `valid` 0 where they could not be read; the rename stands).
+    Renameatattr(Rrenameatattr = 163) { olddir: Rgetattr, newdir: Rgetattr }
 }}
 
 impl Tsetattr {

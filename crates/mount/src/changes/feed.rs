@@ -162,10 +162,14 @@ impl Applier<'_> {
                 continue;
             };
             files.extend(self.kernel_entry(dir, path.file_name()));
-            // A change through this mount: the kernel updated its own caches as it made it.
+            // The directory's attributes and listing go whoever made the change: an event
+            // cannot tell this mount's change from the host's on the same name a moment
+            // later, and the kernel, which updated its caches for its own change, would
+            // keep the directory's times from before the host's.
+            self.inval_inode(dir, true);
+            // A change through this mount: the kernel updated its own caches of the files.
             if !self.shared.changes.is_own_name(dir, path.file_name()) {
                 own = false;
-                self.inval_inode(dir, true);
             }
         }
         if own {

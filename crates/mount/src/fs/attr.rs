@@ -118,6 +118,18 @@ impl Shared {
                 return reply.attr(&self.attr_ttl(), &fa);
             }
         }
+        if fh.is_none() && self.config.cache != CacheMode::Never {
+            // After a change in a directory the kernel asks for its attributes before the
+            // next change (to check permissions): the change's own reply may answer.
+            if let Some(a) = self.replicas.left_attrs(ino.0) {
+                self.stats
+                    .caches
+                    .dir_attrs_left
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.inodes.observe(ino.0, &a, None);
+                return reply.attr(&self.attr_ttl(), &attr::file_attr(ino.0, &a, self.ids));
+            }
+        }
         if fh.is_none() {
             if let Some(crate::inode::NodeFid::Lazy {
                 dir_ino,

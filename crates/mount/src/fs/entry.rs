@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use crossfs_client::ClientError;
 use crossfs_wire::{
-    setattr as valid, Qid, Rgetattr, Tlink, Tmessage, Tmkdir, Tmknod, Treadlink, Tremove, Trename,
-    Trenameat, Tsetattr, Tsymlink, Tunlinkat,
+    setattr as valid, Qid, Rgetattr, Rmessage, Tlink, Tmessage, Tmkdir, Tmknod, Treadlink, Tremove,
+    Trename, Trenameat, Trenameatattr, Tsetattr, Tsymlink, Tunlinkat, Tunlinkatattr,
 };
 use fuser::{Errno, FileType, Generation, INodeNo, RenameFlags, ReplyData, ReplyEmpty, ReplyEntry};
 
@@ -15,8 +15,8 @@ use crate::attr::{self, decode_dev};
 use crate::cache::CacheMode;
 use crate::fid::FidRef;
 use crate::listed_attrs::Fetched;
-use crate::remote::{expect_reply, resolve_one};
-use crate::replica::Answer;
+use crate::remote::{expect_reply, resolve_one, ATTR_MASK};
+use crate::replica::{Answer, DirLeft};
 
 impl Shared {
     /// Records a looked-up file (one more kernel reference) and builds its entry.
@@ -382,9 +382,29 @@ impl Shared {
     }
 
     pub(super) fn unlink(&self, parent: INodeNo, name: &[u8], flags: u32, reply: ReplyEmpty) {
-        let run = || -> Result<(), Errno> {
+        let run = || -> Result<Option<DirLeft>, Errno> {
             self.writable()?;
             let dir = self.node(parent)?;
+            let before = self.ticket_for_left(parent.0);
+            if let Some(before) = before {
+                let msg = Tmessage::Unlinkatattr(Tunlinkatattr {
+                    dirfd: dir.fid(),
+                    name: name.to_vec(),
+                    flags,
+                    request_mask: ATTR_MASK,
+                });
+                match self.call_left(msg) {
+                    Some(Ok(Rmessage::Unlinkatattr(r))) => {
+                        return Ok(Some(DirLeft {
+                            before,
+                            attrs: r.dir,
+                        }))
+                    }
+                    Some(Ok(other)) => return Err(errno(&crate::remote::unexpected(other))),
+                    Some(Err(e)) => return Err(errno(&e)),
+                    None => {}
+                }
+            }
             let msg = Tmessage::Unlinkat(Tunlinkat {
                 dirfd: dir.fid(),
                 name: name.to_vec(),
@@ -396,15 +416,39 @@ impl Shared {
                 let msg = Tmessage::Remove(Tremove { fid: fid.fid() });
                 fid.forget_clunked();
                 self.client.call(msg).map(|_| ())
-            })
+            })?;
+            Ok(None)
         };
-        let r = run();
-        if r.is_ok() {
-            self.replicas.own_removed(parent.0, name);
-        }
-        match r {
-            Ok(()) => reply.ok(),
+        match run() {
+            Ok(left) => {
+                self.replicas.own_removed(parent.0, name, left);
+                reply.ok()
+            }
             Err(e) => reply.error(e),
+        }
+    }
+
+    /// The ticket of directory `dir` before a change whose compound will say what the
+    /// change left of it (see [`crate::replica::DirReplicas::left_attrs`]), if the server
+    /// has the compounds and the directory's replica state can be followed.
+    fn ticket_for_left(&self, dir: u64) -> Option<crate::replica::Ticket> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let usable = self.replicas_usable()
+            && self.config.cache != CacheMode::Never
+            && !self.no_left_attrs.load(Relaxed)
+            && !self.legacy_names.load(Relaxed);
+        usable.then(|| self.replicas.ticket(dir)).flatten()
+    }
+
+    /// Sends a change compound; `None` if the server predates it (then never again).
+    fn call_left(&self, msg: Tmessage) -> Option<Result<Rmessage, ClientError>> {
+        match self.client.call(msg) {
+            Err(ClientError::Errno(libc::EOPNOTSUPP)) => {
+                self.no_left_attrs
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                None
+            }
+            r => Some(r),
         }
     }
 
@@ -419,12 +463,36 @@ impl Shared {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let run = || -> Result<(), Errno> {
+        let run = || -> Result<Option<(DirLeft, DirLeft)>, Errno> {
             self.writable()?;
             if !flags.is_empty() {
                 return Err(Errno::EINVAL);
             }
             let (from, to) = (self.node(parent)?, self.node(newparent)?);
+            let before = self
+                .ticket_for_left(parent.0)
+                .zip(self.ticket_for_left(newparent.0));
+            if let Some((from_before, to_before)) = before {
+                let msg = Tmessage::Renameatattr(Trenameatattr {
+                    olddirfid: from.fid(),
+                    oldname: name.to_vec(),
+                    newdirfid: to.fid(),
+                    newname: newname.to_vec(),
+                    request_mask: ATTR_MASK,
+                });
+                match self.call_left(msg) {
+                    Some(Ok(Rmessage::Renameatattr(r))) => {
+                        let left = |before, attrs| DirLeft { before, attrs };
+                        return Ok(Some((
+                            left(from_before, r.olddir),
+                            left(to_before, r.newdir),
+                        )));
+                    }
+                    Some(Ok(other)) => return Err(errno(&crate::remote::unexpected(other))),
+                    Some(Err(e)) => return Err(errno(&e)),
+                    None => {}
+                }
+            }
             let msg = Tmessage::Renameat(Trenameat {
                 olddirfid: from.fid(),
                 oldname: name.to_vec(),
@@ -443,15 +511,15 @@ impl Shared {
                 // follows the file, the node's older fid does not.
                 self.inodes.refresh(qid.path, fid);
                 Ok(())
-            })
+            })?;
+            Ok(None)
         };
-        let r = run();
-        if r.is_ok() {
-            self.replicas
-                .own_renamed(parent.0, name, newparent.0, newname);
-        }
-        match r {
-            Ok(()) => reply.ok(),
+        match run() {
+            Ok(left) => {
+                self.replicas
+                    .own_renamed((parent.0, name), (newparent.0, newname), left);
+                reply.ok()
+            }
             Err(e) => reply.error(e),
         }
     }

@@ -58,6 +58,9 @@ pub(crate) struct Shared {
     pub lock_client: String,
     /// The server lacks Tunlinkat/Trenameat (diod): use Tremove/Trename, as Linux does.
     pub legacy_names: std::sync::atomic::AtomicBool,
+    /// The server lacks Tunlinkatattr/Trenameatattr (a crossfs before them): the plain
+    /// messages, and the kernel's GETATTR of the directory afterwards goes to the server.
+    pub no_left_attrs: std::sync::atomic::AtomicBool,
     /// `never` mode: each thread's latest LOOKUP, for the GETATTR that follows it.
     pub recent: RecentLookups,
     /// Change events from the server: replay recognition, own changes, syncs.
@@ -115,6 +118,7 @@ impl Shared {
             stats: Stats::default(),
             lock_client: format!("crossfs@{host}"),
             legacy_names: std::sync::atomic::AtomicBool::new(false),
+            no_left_attrs: std::sync::atomic::AtomicBool::new(false),
             changes: ChangeState::default(),
             listed: Arc::default(),
             chown_refused: std::sync::atomic::AtomicBool::new(false),

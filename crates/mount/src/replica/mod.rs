@@ -90,6 +90,15 @@ struct Replica {
     listing: Option<Arc<[Listed]>>,
 }
 
+/// What a change through the mount says of a directory it changed: the directory's
+/// attributes afterwards (from the crossfs compounds), and the directory's ticket from
+/// before the change was sent.
+#[derive(Clone, Debug)]
+pub(crate) struct DirLeft {
+    pub before: Ticket,
+    pub attrs: Rgetattr,
+}
+
 /// A directory's state when a fill or a lookup was sent: what it learns is kept only if
 /// nothing touched the directory since.
 #[derive(Clone, Copy, Debug)]
@@ -111,6 +120,9 @@ struct Inner {
     by_qid: HashMap<u64, Vec<(u64, Vec<u8>)>>,
     entries: usize,
     clock: u64,
+    /// Directory node -> its attributes as a change through the mount left them (see
+    /// [`DirReplicas::left_attrs`]), with its ticket right after.
+    left: HashMap<u64, (Rgetattr, Ticket)>,
 }
 
 /// Counters shown by `crossfs stats` under `"replicas"`.
@@ -321,6 +333,20 @@ impl Inner {
         self.bump(dir);
     }
 
+    /// `name` in `dir` was renamed through the mount to `to_name` in `to_dir`.
+    fn own_renamed(&mut self, dir: u64, name: &[u8], to_dir: u64, to_name: &[u8], c: &Counters) {
+        let moved = match self.dirs.get(&dir).and_then(|r| r.slots.get(name)) {
+            Some(Slot::Known(a)) if !is_dir(a) => Some(a.qid.path),
+            _ => None,
+        };
+        self.removed(dir, name, c);
+        self.changed(to_dir, to_name, None, c);
+        self.touch_self(to_dir);
+        if let Some(q) = moved {
+            self.touch_links(q, None);
+        }
+    }
+
     fn clear(&mut self, counters: &Counters) {
         counters.dropped.fetch_add(self.dirs.len() as u64, Relaxed);
         self.dirs.clear();
@@ -328,7 +354,22 @@ impl Inner {
         self.changes.clear();
         self.tree.clear();
         self.entries = 0;
+        self.left.clear();
         self.epoch += 1;
+    }
+
+    /// Whether `left` may be kept for `dir`: nothing but the change it came with touched
+    /// the directory since its ticket was taken (checked before the change is applied).
+    fn may_keep(&self, dir: u64, left: &Option<DirLeft>) -> bool {
+        left.as_ref()
+            .is_some_and(|l| l.attrs.valid != 0 && self.still(dir, l.before))
+    }
+
+    /// Keeps `attrs` as `dir`'s, good until the directory's next change (once the change
+    /// they came with has been applied).
+    fn keep_left(&mut self, dir: u64, attrs: Rgetattr) {
+        let ticket = self.ticket(dir);
+        self.left.insert(dir, (attrs, ticket));
     }
 
     /// Drops least recently used replicas until `room` more entries fit under `limit`.
@@ -520,8 +561,10 @@ impl DirReplicas {
             self.counters.dropped.fetch_add(n, Relaxed);
             for dir in gone {
                 inner.changes.remove(&dir);
+                inner.left.remove(&dir);
             }
         }
+        inner.left.remove(&ino);
     }
 
     /// Applies a change event (see the module doc), before the kernel's caches are told.
@@ -531,6 +574,17 @@ impl DirReplicas {
         let parent_of = |inner: &Inner, p: &RelPath| -> Option<u64> {
             inner.tree.resolve(p.parent()?.components())
         };
+        // An event about a directory itself (its mode, its times) changes no ticket of
+        // its own: what a change through the mount left of it goes.
+        let from = match &ev.kind {
+            EventKind::Renamed { from } => Some(from),
+            _ => None,
+        };
+        for path in [Some(&ev.path), from].into_iter().flatten() {
+            if let Some(node) = inner.tree.resolve(path.components()) {
+                inner.left.remove(&node);
+            }
+        }
         match &ev.kind {
             EventKind::Sync { .. } | EventKind::Warning { .. } => {}
             EventKind::Rescan { .. } => {
@@ -600,27 +654,52 @@ impl DirReplicas {
         self.anchor(parent, name, ino, made);
     }
 
-    /// `name` in `dir` was removed through the mount.
-    pub(crate) fn own_removed(&self, dir: u64, name: &[u8]) {
-        self.lock().removed(dir, name, &self.counters);
-    }
-
-    /// `name` in `dir` was renamed through the mount to `to_name` in `to_dir`.
-    pub(crate) fn own_renamed(&self, dir: u64, name: &[u8], to_dir: u64, to_name: &[u8]) {
+    /// `name` in `dir` was removed through the mount; `left`: what the removal said of
+    /// the directory, if it said anything.
+    pub(crate) fn own_removed(&self, dir: u64, name: &[u8], left: Option<DirLeft>) {
         let mut inner = self.lock();
-        let c = &self.counters;
-        let moved = match inner.dirs.get(&dir).and_then(|r| r.slots.get(name)) {
-            Some(Slot::Known(a)) if !is_dir(a) => Some(a.qid.path),
-            _ => None,
-        };
-        inner.removed(dir, name, c);
-        inner.changed(to_dir, to_name, None, c);
-        inner.touch_self(to_dir);
-        if let Some(q) = moved {
-            inner.touch_links(q, None);
+        let keep = inner.may_keep(dir, &left);
+        inner.removed(dir, name, &self.counters);
+        if let (true, Some(l)) = (keep, left) {
+            inner.keep_left(dir, l.attrs);
         }
     }
 
+    /// The attributes of directory `dir` as the last change through the mount left them,
+    /// if nothing touched the directory since (no change through the mount that did not
+    /// say, no event about it or in it, events followed all the while): what the server
+    /// would answer, so a GETATTR (the kernel asks one after every change in a directory,
+    /// to check permissions for the next) need not ask.
+    pub(crate) fn left_attrs(&self, dir: u64) -> Option<Rgetattr> {
+        let mut inner = self.lock();
+        let (attrs, ticket) = inner.left.get(&dir)?;
+        if inner.still(dir, *ticket) {
+            return Some(attrs.clone());
+        }
+        inner.left.remove(&dir);
+        None
+    }
+
+    /// `name` in `dir` was renamed through the mount to `to_name` in `to_dir`.
+    pub(crate) fn own_renamed(
+        &self,
+        (dir, name): (u64, &[u8]),
+        (to_dir, to_name): (u64, &[u8]),
+        left: Option<(DirLeft, DirLeft)>,
+    ) {
+        let mut inner = self.lock();
+        let (from_left, to_left) = left.map_or((None, None), |(f, t)| (Some(f), Some(t)));
+        let keep = (
+            inner.may_keep(dir, &from_left),
+            inner.may_keep(to_dir, &to_left),
+        );
+        inner.own_renamed(dir, name, to_dir, to_name, &self.counters);
+        for (keep, d, l) in [(keep.0, dir, from_left), (keep.1, to_dir, to_left)] {
+            if let (true, Some(l)) = (keep, l) {
+                inner.keep_left(d, l.attrs);
+            }
+        }
+    }
     /// The file with `qid_path` (node `ino`) was changed through the mount: its entries
     /// are unknown until looked up again.
     pub(crate) fn own_changed(&self, ino: u64, qid_path: u64) {
@@ -695,7 +774,7 @@ mod tests {
         assert_eq!(names(&created), [&b"."[..], b"..", b"a", b"b", b"c"]);
         assert_eq!(names(&first).len(), 4, "an open listing keeps what it had");
 
-        r.own_removed(ROOT, b"a");
+        r.own_removed(ROOT, b"a", None);
         assert_eq!(
             names(&r.listing(ROOT).unwrap()),
             [&b"."[..], b"..", b"b", b"c"]
@@ -714,5 +793,55 @@ mod tests {
             Answer::Ask,
             "ENAMETOOLONG is the server's"
         );
+    }
+
+    #[test]
+    fn what_a_change_left_of_a_directory_answers_until_anything_touches_it() {
+        let r = DirReplicas::new(100);
+        r.set_following(true);
+        let dir_attrs = |mtime: u64| Rgetattr {
+            valid: 0x7ff,
+            mode: libc::S_IFDIR | 0o755,
+            mtime_sec: mtime,
+            ..Rgetattr::default()
+        };
+        // Kept: nothing but the removal touched the directory.
+        let before = r.ticket(ROOT).unwrap();
+        let left = DirLeft {
+            before,
+            attrs: dir_attrs(1),
+        };
+        r.own_removed(ROOT, b"a", Some(left));
+        assert_eq!(r.left_attrs(ROOT).map(|a| a.mtime_sec), Some(1));
+        // Any other change in it (here one through the mount that said nothing) ends it.
+        r.own_created(ROOT, b"b", &file(11));
+        assert_eq!(r.left_attrs(ROOT), None);
+        // Not kept: something touched the directory while the change was on its way.
+        let before = r.ticket(ROOT).unwrap();
+        r.own_created(ROOT, b"c", &file(12));
+        let left = DirLeft {
+            before,
+            attrs: dir_attrs(2),
+        };
+        r.own_removed(ROOT, b"c", Some(left));
+        assert_eq!(r.left_attrs(ROOT), None);
+        // Nor without attributes (`valid` 0: the server could not read them).
+        let before = r.ticket(ROOT).unwrap();
+        let left = DirLeft {
+            before,
+            attrs: Rgetattr::default(),
+        };
+        r.own_removed(ROOT, b"b", Some(left));
+        assert_eq!(r.left_attrs(ROOT), None);
+        // Losing the events ends all of it.
+        let before = r.ticket(ROOT).unwrap();
+        let left = DirLeft {
+            before,
+            attrs: dir_attrs(3),
+        };
+        r.own_removed(ROOT, b"x", Some(left));
+        assert!(r.left_attrs(ROOT).is_some());
+        r.set_following(false);
+        assert_eq!(r.left_attrs(ROOT), None);
     }
 }

@@ -6,9 +6,10 @@ use std::ffi::CString;
 use std::os::fd::AsFd;
 
 use crossfs_wire::{
-    Data, DirEntry, DirEntryAttr, Fid, Rcreateattr, Rgetattr, Rmessage, Rreaddirattr, Rsetattrget,
-    Rwalkgetattr, Rwalkopen, Tcreateattr, Tgetattr, Tlcreate, Tlopen, Treaddirattr, Tsetattrget,
-    Twalk, Twalkgetattr, Twalkopen, RREAD_HEADER_LEN,
+    Data, DirEntry, DirEntryAttr, Fid, Rcreateattr, Rgetattr, Rmessage, Rreaddirattr,
+    Rrenameatattr, Rsetattrget, Runlinkatattr, Rwalkgetattr, Rwalkopen, Tcreateattr, Tgetattr,
+    Tlcreate, Tlopen, Treaddirattr, Trenameat, Trenameatattr, Tsetattrget, Tunlinkat,
+    Tunlinkatattr, Twalk, Twalkgetattr, Twalkopen, RREAD_HEADER_LEN,
 };
 use rustix::fs::OFlags;
 use rustix::io::Errno;
@@ -16,7 +17,7 @@ use rustix::io::Errno;
 use crate::budget::Handle;
 use crate::error::{OpError, OpResult};
 use crate::fid::{lock, FidState, FileFid};
-use crate::ops::{attr, io, walk};
+use crate::ops::{attr, dir, io, walk};
 use crate::session::Conn;
 use crate::sys;
 
@@ -165,6 +166,48 @@ pub(crate) fn setattrget(conn: &Conn, m: Tsetattrget) -> OpResult<Rmessage> {
     attr::setattr(conn, m.set)?;
     let attr = getattr(conn, fid, m.request_mask)?;
     Ok(Rmessage::Setattrget(Rsetattrget { attr }))
+}
+
+/// A directory's attributes after a change made in it: the change stands whatever this
+/// finds, so a failure is `valid` 0, not an error.
+fn attr_after_change(conn: &Conn, dir: Fid, request_mask: u64) -> Rgetattr {
+    getattr(conn, dir, request_mask).unwrap_or_default()
+}
+
+/// Tunlinkatattr: Tunlinkat, then the directory's attributes.
+pub(crate) fn unlinkatattr(conn: &Conn, m: Tunlinkatattr) -> OpResult<Rmessage> {
+    let (dirfd, request_mask) = (m.dirfd, m.request_mask);
+    dir::unlinkat(
+        conn,
+        Tunlinkat {
+            dirfd,
+            name: m.name,
+            flags: m.flags,
+        },
+    )?;
+    let dir = attr_after_change(conn, dirfd, request_mask);
+    Ok(Rmessage::Unlinkatattr(Runlinkatattr { dir }))
+}
+
+/// Trenameatattr: Trenameat, then both directories' attributes.
+pub(crate) fn renameatattr(conn: &Conn, m: Trenameatattr) -> OpResult<Rmessage> {
+    let (olddirfid, newdirfid, request_mask) = (m.olddirfid, m.newdirfid, m.request_mask);
+    dir::renameat(
+        conn,
+        Trenameat {
+            olddirfid,
+            oldname: m.oldname,
+            newdirfid,
+            newname: m.newname,
+        },
+    )?;
+    let olddir = attr_after_change(conn, olddirfid, request_mask);
+    let newdir = if newdirfid == olddirfid {
+        olddir.clone()
+    } else {
+        attr_after_change(conn, newdirfid, request_mask)
+    };
+    Ok(Rmessage::Renameatattr(Rrenameatattr { olddir, newdir }))
 }
 
 /// Treaddirattr: like Treaddir, each entry followed by the attributes an `lstat` of it

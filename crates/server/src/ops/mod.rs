@@ -81,6 +81,7 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
         | T::Link(_)
         | T::Rename(_)
         | T::Renameat(_)
+        | T::Renameatattr(_)
         | T::Lock(_)
         | T::Getlock(_)
         | T::Walkgetattr(_)
@@ -114,6 +115,7 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
         | T::Fsync(_)
         | T::Setattr(_)
         | T::Unlinkat(_)
+        | T::Unlinkatattr(_)
         | T::Remove(_)
         | T::Version(_)
         | T::Flush(_)
@@ -156,6 +158,8 @@ fn dispatch(conn: &Conn, msg: Tmessage) -> OpResult<Rmessage> {
         T::Walkopen(m) => bulk::walkopen(conn, m),
         T::Createattr(m) => bulk::createattr(conn, m),
         T::Setattrget(m) => bulk::setattrget(conn, m),
+        T::Unlinkatattr(m) => bulk::unlinkatattr(conn, m),
+        T::Renameatattr(m) => bulk::renameatattr(conn, m),
         // Handled by the session before dispatch; never queued.
         T::Read(_) | T::Version(_) | T::Flush(_) => Err(OpError::Invalid("not dispatched")),
     }
