@@ -24,9 +24,10 @@
 //! Opening a file again soon after closing it, for reading, reuses the open fid kept from the
 //! last time (`idle.rs`): no round trip. Round trips without a replica: with the extension,
 //! a LOOKUP costs one (Twalkgetattr), an open one (Twalkopen), a create one (Tcreateattr: the file, its node's fid and its
-//! attributes), a setattr one (Tsetattrget), an unlink or rename one (Tunlinkatattr,
-//! Trenameatattr: with the directories' attributes afterwards, which answer the GETATTR the
-//! kernel sends before the next change in a directory while nothing else touched it). Over
+//! attributes; Tcreateattrdir also returns the directory's), a setattr one (Tsetattrget),
+//! an unlink or rename one (Tunlinkatattr, Trenameatattr: with the directories' attributes
+//! afterwards). What a change returns of its directory answers the GETATTR the kernel sends
+//! before the next change in it, while nothing else touched the directory. Over
 //! plain 9P2000.L, a LOOKUP of a name the
 //! mount has resolved before costs one (Twalk and a Tgetattr of the known node's fid, sent
 //! together; the reply is used only if the walk finds the same file), a new name two (a

@@ -369,6 +369,30 @@ fn removals_and_renames_return_the_directories_as_they_left_them() {
     same(&m.olddir, &host("d"));
     same(&m.newdir, &host("e"));
 
+    let create = |name: &str, nodefid: u32, openfid: u32| Tcreateattrdir {
+        create: Tcreateattr {
+            dfid: Fid(2),
+            nodefid: Fid(nodefid),
+            openfid: Fid(openfid),
+            name: name.as_bytes().to_vec(),
+            flags: open_flags::RDWR | open_flags::EXCL,
+            mode: 0o600,
+            gid: !0,
+            request_mask: getattr::BASIC,
+        },
+    };
+    let r = c.ok(create("made", 10, 11));
+    let Rmessage::Createattrdir(cd) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(cd.created.attr.mode, libc::S_IFREG | 0o600);
+    assert_eq!(c.write(Fid(11), 0, b"xy").unwrap(), 2);
+    assert_eq!(std::fs::read(h.path("e/made")).unwrap(), b"xy");
+    same(&cd.dir, &host("e"));
+    // Exclusively again: fails like Tcreateattr, binding neither fid.
+    assert_eq!(c.err(create("made", 12, 13)), libc::EEXIST);
+    assert_eq!(c.getattr(Fid(12)), Err(libc::EBADF));
+
     // Failures are the plain messages' and change nothing.
     let e = c.err(Tunlinkatattr {
         dirfd: Fid(1),

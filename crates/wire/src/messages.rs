@@ -216,6 +216,8 @@ messages! { Tmessage, "request" {
     Renameatattr(Trenameatattr = 162) {
         olddirfid: Fid, oldname: Vec<u8>, newdirfid: Fid, newname: Vec<u8>, request_mask: u64,
     }
+    /// Tcreateattr, then the attributes of the directory `dfid` as the creation left them.
+    Createattrdir(Tcreateattrdir = 164) { create: Tcreateattr }
 }}
 
 messages! { Rmessage, "reply" {
@@ -303,6 +305,9 @@ messages! { Rmessage, "reply" {
     /// Both directories' attributes after the rename (the same twice for one directory;
     /// `valid` 0 where they could not be read; the rename stands).
     Renameatattr(Rrenameatattr = 163) { olddir: Rgetattr, newdir: Rgetattr }
+    /// What Tcreateattr answers, and the directory's attributes after the creation
+    /// (`valid` 0: they could not be read; the file stands).
+    Createattrdir(Rcreateattrdir = 165) { created: Rcreateattr, dir: Rgetattr }
 }}
 
 impl Tsetattr {

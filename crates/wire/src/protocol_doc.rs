@@ -57,8 +57,8 @@ failed, and binds no new fid when it fails: `Twalkgetattr` and `Twalkopen` fail 
 `ENOENT` (or the step's errno) if any name cannot be walked, where Twalk would answer with
 fewer qids. `Tcreateattr` fails like Tlcreate (`EEXIST`, `EACCES`, ...) and binds neither
 fid. `Tsetattrget` fails like Tsetattr; the attributes are only sent on success.
-`Tunlinkatattr` and `Trenameatattr` fail like Tunlinkat and Trenameat; once the change is
-made they succeed, and a directory whose attributes could not be read afterwards comes with
+`Tunlinkatattr`, `Trenameatattr` and `Tcreateattrdir` fail like Tunlinkat, Trenameat and
+Tcreateattr; once the change is made they succeed, and a directory whose attributes could not be read afterwards comes with
 `valid` 0 (a client then asks with Tgetattr if it needs them). A server that predates them
 answers `EOPNOTSUPP`, and a client falls back to the plain messages. The same
 confinement, name rules (no "", ".", "..", nor "/" in a name), limits and statistics apply

@@ -259,7 +259,7 @@ impl Shared {
         });
         let made_dir = r.as_ref().is_ok_and(|(_, a)| attr::is_dir(a));
         match &r {
-            Ok((_, a)) => self.replicas.own_created(parent.0, name, a),
+            Ok((_, a)) => self.replicas.own_created(parent.0, name, a, None),
             // Created, but its attributes are unknown.
             Err(_) => self.replicas.stale(parent.0, name),
         }
@@ -431,7 +431,7 @@ impl Shared {
     /// The ticket of directory `dir` before a change whose compound will say what the
     /// change left of it (see [`crate::replica::DirReplicas::left_attrs`]), if the server
     /// has the compounds and the directory's replica state can be followed.
-    fn ticket_for_left(&self, dir: u64) -> Option<crate::replica::Ticket> {
+    pub(super) fn ticket_for_left(&self, dir: u64) -> Option<crate::replica::Ticket> {
         use std::sync::atomic::Ordering::Relaxed;
         let usable = self.replicas_usable()
             && self.config.cache != CacheMode::Never
@@ -441,7 +441,7 @@ impl Shared {
     }
 
     /// Sends a change compound; `None` if the server predates it (then never again).
-    fn call_left(&self, msg: Tmessage) -> Option<Result<Rmessage, ClientError>> {
+    pub(super) fn call_left(&self, msg: Tmessage) -> Option<Result<Rmessage, ClientError>> {
         match self.client.call(msg) {
             Err(ClientError::Errno(libc::EOPNOTSUPP)) => {
                 self.no_left_attrs

@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use crossfs_client::ClientError;
 use crossfs_wire::{
-    open_flags as of, Rmessage, Tcreateattr, Tfsync, Tlcreate, Tlopen, Tmessage, Twalkopen,
+    open_flags as of, Rmessage, Tcreateattr, Tcreateattrdir, Tfsync, Tlcreate, Tlopen, Tmessage,
+    Twalkopen,
 };
 use fuser::{
     Errno, FileHandle, FopenFlags, Generation, INodeNo, ReplyCreate, ReplyData, ReplyEmpty,
@@ -24,6 +25,7 @@ use crate::idle::IdleOpens;
 use crate::inode::NodeFid;
 use crate::listed_attrs::ChangeInFlight;
 use crate::remote::{clone_fid, expect_reply, resolve_one, ATTR_MASK};
+use crate::replica::DirLeft;
 
 /// Tlopen/Tlcreate flags for a Linux open(2) `flags`.
 ///
@@ -60,6 +62,15 @@ pub(crate) fn wire_open_flags(flags: i32, writeback: bool) -> u32 {
     }
     out
 }
+
+/// A file created and opened: the open fid, the node's fid, its attributes, and what the
+/// creation left of its directory, if the server said.
+type Created = (
+    Arc<FidRef>,
+    Arc<FidRef>,
+    crossfs_wire::Rgetattr,
+    Option<DirLeft>,
+);
 
 impl Shared {
     /// FOPEN flags for a newly opened file.
@@ -283,9 +294,10 @@ impl Shared {
         };
         let wire = wire_open_flags(flags, self.config.cache.writeback());
         if self.client.has_extensions() {
-            match self.create_in_one(&dir, name, wire, mode, caller) {
-                Ok((fid, node, a)) => {
-                    return self.reply_created((parent, name), fid, node, a, (flags, wire), reply)
+            match self.create_in_one((parent.0, &dir), name, wire, mode, caller) {
+                Ok((fid, node, a, left)) => {
+                    let created = (fid, node, a, left);
+                    return self.reply_created((parent, name), created, (flags, wire), reply);
                 }
                 Err(ClientError::Errno(libc::EEXIST)) if flags & libc::O_EXCL == 0 => {}
                 Err(e) => return reply.error(errno(&e)),
@@ -320,23 +332,28 @@ impl Shared {
                 None => Ok((node, a)),
             });
         match found {
-            Ok((node, a)) => self.reply_created((parent, name), fid, node, a, (flags, wire), reply),
+            Ok((node, a)) => {
+                self.reply_created((parent, name), (fid, node, a, None), (flags, wire), reply)
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     /// The crossfs extension's Tcreateattr: the file created and opened, a fid for its
-    /// node and its attributes, in one round trip. Returns (open fid, node fid, attributes).
+    /// node and its attributes, in one round trip; as Tcreateattrdir where the server has
+    /// it, also what the creation left of the directory (see
+    /// [`crate::replica::DirReplicas::left_attrs`]). Returns (open fid, node fid,
+    /// attributes, what it left of the directory).
     fn create_in_one(
         &self,
-        dir: &FidRef,
+        (parent, dir): (u64, &FidRef),
         name: &[u8],
         wire: u32,
         mode: u32,
         caller: Caller,
-    ) -> Result<(Arc<FidRef>, Arc<FidRef>, crossfs_wire::Rgetattr), ClientError> {
+    ) -> Result<Created, ClientError> {
         let (nodefid, openfid) = (self.client.alloc_fid(), self.client.alloc_fid());
-        let msg = Tmessage::Createattr(Tcreateattr {
+        let create = Tcreateattr {
             dfid: dir.fid(),
             nodefid,
             openfid,
@@ -345,36 +362,51 @@ impl Shared {
             mode: mode & 0o7777,
             gid: caller.gid,
             request_mask: ATTR_MASK,
-        });
-        match self.client.call(msg) {
-            Ok(Rmessage::Createattr(c)) => {
-                let (fid, node) = (
-                    FidRef::new(&self.client, openfid),
-                    FidRef::new(&self.client, nodefid),
-                );
-                let a = self.give_to(caller, &node, c.attr)?;
-                Ok((fid, node, a))
+        };
+        let before = self.ticket_for_left(parent);
+        let sent = match before {
+            Some(_) => self.call_left(Tmessage::Createattrdir(Tcreateattrdir {
+                create: create.clone(),
+            })),
+            None => None,
+        };
+        let answer = match sent {
+            Some(r) => r,
+            None => self.client.call(Tmessage::Createattr(create)),
+        };
+        let (created, left) = match answer {
+            Ok(Rmessage::Createattr(c)) => (c, None),
+            Ok(Rmessage::Createattrdir(c)) => {
+                let left = before.map(|before| DirLeft {
+                    before,
+                    attrs: c.dir,
+                });
+                (c.created, left)
             }
-            Ok(other) => Err(crate::remote::unexpected(other)),
+            Ok(other) => return Err(crate::remote::unexpected(other)),
             Err(e) => {
                 self.client.free_fid(nodefid);
                 self.client.free_fid(openfid);
-                Err(e)
+                return Err(e);
             }
-        }
+        };
+        let (fid, node) = (
+            FidRef::new(&self.client, openfid),
+            FidRef::new(&self.client, nodefid),
+        );
+        let a = self.give_to(caller, &node, created.attr)?;
+        Ok((fid, node, a, left))
     }
 
     /// Answers a CREATE: the new file's node, and its open handle.
     fn reply_created(
         &self,
         (parent, name): (INodeNo, &[u8]),
-        fid: Arc<FidRef>,
-        node: Arc<FidRef>,
-        a: crossfs_wire::Rgetattr,
+        (fid, node, a, left): Created,
         (flags, wire): (i32, u32),
         reply: ReplyCreate,
     ) {
-        self.replicas.own_created(parent.0, name, &a);
+        self.replicas.own_created(parent.0, name, &a, left);
         let fa = self.remember((parent, name), node, &a, None);
         let fh = self.handles.insert(fid, Reopen::new(fa.ino.0, wire));
         let open_flags = self.fopen_flags(fa.ino.0, flags);

@@ -629,9 +629,11 @@ impl DirReplicas {
         }
     }
 
-    /// A file was created through the mount as `name` in `dir`, with attributes `a`.
-    pub(crate) fn own_created(&self, dir: u64, name: &[u8], a: &Rgetattr) {
+    /// A file was created through the mount as `name` in `dir`, with attributes `a`;
+    /// `left`: what the creation said of the directory, if it said anything.
+    pub(crate) fn own_created(&self, dir: u64, name: &[u8], a: &Rgetattr, left: Option<DirLeft>) {
         let mut inner = self.lock();
+        let keep = inner.may_keep(dir, &left);
         inner.detach_child(dir, name, &self.counters);
         if !is_dir(a) {
             // A hard link: the file's other names have a new link count.
@@ -640,6 +642,9 @@ impl DirReplicas {
         inner.set(dir, name, Some(Slot::Known(Arc::new(a.clone()))));
         inner.touch_self(dir);
         inner.bump(dir);
+        if let (true, Some(l)) = (keep, left) {
+            inner.keep_left(dir, l.attrs);
+        }
     }
 
     /// The directory `name` in `parent` (node `ino`), made through the mount, is anchored
@@ -769,7 +774,7 @@ mod tests {
         assert_eq!(names(&first), [&b"."[..], b"..", b"a", b"b"]);
         assert!(Arc::ptr_eq(&first, &r.listing(ROOT).unwrap()), "shared");
 
-        r.own_created(ROOT, b"c", &file(12));
+        r.own_created(ROOT, b"c", &file(12), None);
         let created = r.listing(ROOT).unwrap();
         assert_eq!(names(&created), [&b"."[..], b"..", b"a", b"b", b"c"]);
         assert_eq!(names(&first).len(), 4, "an open listing keeps what it had");
@@ -814,11 +819,11 @@ mod tests {
         r.own_removed(ROOT, b"a", Some(left));
         assert_eq!(r.left_attrs(ROOT).map(|a| a.mtime_sec), Some(1));
         // Any other change in it (here one through the mount that said nothing) ends it.
-        r.own_created(ROOT, b"b", &file(11));
+        r.own_created(ROOT, b"b", &file(11), None);
         assert_eq!(r.left_attrs(ROOT), None);
         // Not kept: something touched the directory while the change was on its way.
         let before = r.ticket(ROOT).unwrap();
-        r.own_created(ROOT, b"c", &file(12));
+        r.own_created(ROOT, b"c", &file(12), None);
         let left = DirLeft {
             before,
             attrs: dir_attrs(2),

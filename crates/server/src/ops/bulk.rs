@@ -6,10 +6,10 @@ use std::ffi::CString;
 use std::os::fd::AsFd;
 
 use crossfs_wire::{
-    Data, DirEntry, DirEntryAttr, Fid, Rcreateattr, Rgetattr, Rmessage, Rreaddirattr,
-    Rrenameatattr, Rsetattrget, Runlinkatattr, Rwalkgetattr, Rwalkopen, Tcreateattr, Tgetattr,
-    Tlcreate, Tlopen, Treaddirattr, Trenameat, Trenameatattr, Tsetattrget, Tunlinkat,
-    Tunlinkatattr, Twalk, Twalkgetattr, Twalkopen, RREAD_HEADER_LEN,
+    Data, DirEntry, DirEntryAttr, Fid, Rcreateattr, Rcreateattrdir, Rgetattr, Rmessage,
+    Rreaddirattr, Rrenameatattr, Rsetattrget, Runlinkatattr, Rwalkgetattr, Rwalkopen, Tcreateattr,
+    Tcreateattrdir, Tgetattr, Tlcreate, Tlopen, Treaddirattr, Trenameat, Trenameatattr,
+    Tsetattrget, Tunlinkat, Tunlinkatattr, Twalk, Twalkgetattr, Twalkopen, RREAD_HEADER_LEN,
 };
 use rustix::fs::OFlags;
 use rustix::io::Errno;
@@ -172,6 +172,16 @@ pub(crate) fn setattrget(conn: &Conn, m: Tsetattrget) -> OpResult<Rmessage> {
 /// finds, so a failure is `valid` 0, not an error.
 fn attr_after_change(conn: &Conn, dir: Fid, request_mask: u64) -> Rgetattr {
     getattr(conn, dir, request_mask).unwrap_or_default()
+}
+
+/// Tcreateattrdir: Tcreateattr, then the directory's attributes.
+pub(crate) fn createattrdir(conn: &Conn, m: Tcreateattrdir) -> OpResult<Rmessage> {
+    let (dfid, request_mask) = (m.create.dfid, m.create.request_mask);
+    let Rmessage::Createattr(created) = createattr(conn, m.create)? else {
+        return Err(OpError::Invalid("Tcreateattr answered something else"));
+    };
+    let dir = attr_after_change(conn, dfid, request_mask);
+    Ok(Rmessage::Createattrdir(Rcreateattrdir { created, dir }))
 }
 
 /// Tunlinkatattr: Tunlinkat, then the directory's attributes.

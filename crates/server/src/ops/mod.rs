@@ -121,6 +121,7 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
         | T::Flush(_)
         // Creating and setting attributes go where their plain forms go.
         | T::Createattr(_)
+        | T::Createattrdir(_)
         | T::Setattrget(_) => false,
     }
 }
@@ -159,6 +160,7 @@ fn dispatch(conn: &Conn, msg: Tmessage) -> OpResult<Rmessage> {
         T::Createattr(m) => bulk::createattr(conn, m),
         T::Setattrget(m) => bulk::setattrget(conn, m),
         T::Unlinkatattr(m) => bulk::unlinkatattr(conn, m),
+        T::Createattrdir(m) => bulk::createattrdir(conn, m),
         T::Renameatattr(m) => bulk::renameatattr(conn, m),
         // Handled by the session before dispatch; never queued.
         T::Read(_) | T::Version(_) | T::Flush(_) => Err(OpError::Invalid("not dispatched")),
