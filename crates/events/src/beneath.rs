@@ -93,9 +93,18 @@ impl Root {
     }
 
     /// Opens directory `rel` for reading; `Ok(None)` when it is not (or no longer) a directory.
+    ///
+    /// Without touching its access time where the kernel allows (`O_NOATIME`: the owner, or
+    /// a server with CAP_FOWNER): a watcher's scans must not change what they watch, and
+    /// under `relatime` a listing moves the access time of a directory whose access time
+    /// is not after its modification time (one just set by `utimensat`, say).
     pub(crate) fn open_dir(&self, rel: &RelPath) -> io::Result<Option<OwnedFd>> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        match self.open_beneath(rel, flags) {
+        let opened = match self.open_beneath(rel, flags | OFlags::NOATIME) {
+            Err(rustix::io::Errno::PERM) => self.open_beneath(rel, flags),
+            r => r,
+        };
+        match opened {
             Ok(fd) => Ok(Some(fd)),
             Err(e) if gone(e) => Ok(None),
             Err(e) => Err(e.into()),

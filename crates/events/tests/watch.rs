@@ -453,3 +453,40 @@ fn resume_since_a_sequence_number() {
         }
     );
 }
+
+#[test]
+fn scanning_a_new_directory_leaves_its_access_time_alone() {
+    use std::os::unix::fs::MetadataExt;
+    let t = tempdir();
+    let root = t.path();
+    let hub = EventHub::start(root, config(BackendKind::Inotify)).unwrap();
+    let sub = hub.subscribe();
+    // Made elsewhere with an access time before its modification time, which `relatime`
+    // would move at the first listing, then moved in: the watcher lists it to watch it.
+    let outside = tempdir();
+    let made = outside.path().join("d");
+    fs::create_dir(&made).unwrap();
+    fs::write(made.join("f"), b"x").unwrap();
+    let (atime, mtime) = (1_900_000_000, 1_950_000_000);
+    let set = |p: &std::path::Path| {
+        let times = fs::FileTimes::new()
+            .set_accessed(std::time::UNIX_EPOCH + Duration::from_secs(atime))
+            .set_modified(std::time::UNIX_EPOCH + Duration::from_secs(mtime));
+        fs::File::open(p).and_then(|d| d.set_times(times)).unwrap();
+    };
+    set(&made);
+    if fs::rename(&made, root.join("d")).is_err() {
+        // Another file system: make it in place instead.
+        fs::create_dir(root.join("d")).unwrap();
+        fs::write(root.join("d/f"), b"x").unwrap();
+        set(&root.join("d"));
+    }
+    let evs = until_sync(&hub, &sub);
+    assert!(evs.iter().any(|e| e.path.as_bytes() == b"d"), "{evs:?}");
+    let md = fs::metadata(root.join("d")).unwrap();
+    assert_eq!(
+        md.atime(),
+        atime as i64,
+        "the watcher's listing moved the access time"
+    );
+}
