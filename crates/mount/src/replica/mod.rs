@@ -23,7 +23,11 @@
 //! - **Changes through the mount** update the replica once the server has answered:
 //!   the created entry with the attributes the server returned, a removal, a rename (the
 //!   target unknown, as its ctime moved), and attribute changes make the file's entries
-//!   unknown.
+//!   unknown. A create, removal or rename that returned its directory's attributes
+//!   (Tcreateattrdir, Tunlinkatattr, Trenameatattr) leaves them here for the kernel's
+//!   next GETATTR of the directory, under the same ticket rule
+//!   ([`DirReplicas::left_attrs`]); any event about the directory or in it drops them.
+//! - **Names over 255 bytes** are never answered "missing": the server says ENAMETOOLONG.
 //!
 //! So after `crossfs sync` (every host change before it applied) a replica answers what
 //! the server would. Between a host change and its event (20 ms to 200 ms of coalescing on
