@@ -281,10 +281,12 @@ impl Engine {
                 RelPath::root(),
                 None,
             ));
+            // Removed before the marker goes out: the cookie moved the root's times, and a
+            // client that refreshes them on the marker must find them as they stay.
+            self.shared.cookies.remove(self.shared.epoch, id);
         }
         self.shared.publish(out);
         for id in cookies {
-            self.shared.cookies.remove(self.shared.epoch, id);
             self.cookies_seen.remove(&id);
             self.shared.syncs.complete(id);
         }

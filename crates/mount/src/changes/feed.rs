@@ -129,7 +129,12 @@ impl Applier<'_> {
         }
         self.inval_containers(ev);
         match &ev.kind {
-            EventKind::Sync { cookie } => c.marker_applied(*cookie),
+            EventKind::Sync { cookie } => {
+                // The server made and removed its cookie at the top of the export: the
+                // root's times moved with no event of their own.
+                self.inval_inode(crate::inode::ROOT, false);
+                c.marker_applied(*cookie)
+            }
             EventKind::Warning { message } => tracing::warn!("server: {message}"),
             EventKind::Rescan { reason } => {
                 tracing::info!("rescan of '{}' ({reason})", ev.path);
