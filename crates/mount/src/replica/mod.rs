@@ -362,18 +362,21 @@ impl Inner {
         self.epoch += 1;
     }
 
-    /// Whether `left` may be kept for `dir`: nothing but the change it came with touched
-    /// the directory since its ticket was taken (checked before the change is applied).
-    fn may_keep(&self, dir: u64, left: &Option<DirLeft>) -> bool {
-        left.as_ref()
-            .is_some_and(|l| l.attrs.valid != 0 && self.still(dir, l.before))
+    /// The attributes in `left` if they may be kept for `dir`: nothing but the change
+    /// they came with touched the directory since its ticket was taken (checked before
+    /// the change is applied).
+    fn keepable(&self, dir: u64, left: Option<DirLeft>) -> Option<Rgetattr> {
+        left.filter(|l| l.attrs.valid != 0 && self.still(dir, l.before))
+            .map(|l| l.attrs)
     }
 
     /// Keeps `attrs` as `dir`'s, good until the directory's next change (once the change
     /// they came with has been applied).
-    fn keep_left(&mut self, dir: u64, attrs: Rgetattr) {
-        let ticket = self.ticket(dir);
-        self.left.insert(dir, (attrs, ticket));
+    fn keep_left(&mut self, dir: u64, attrs: Option<Rgetattr>) {
+        if let Some(attrs) = attrs {
+            let ticket = self.ticket(dir);
+            self.left.insert(dir, (attrs, ticket));
+        }
     }
 
     /// Drops least recently used replicas until `room` more entries fit under `limit`.
@@ -637,7 +640,7 @@ impl DirReplicas {
     /// `left`: what the creation said of the directory, if it said anything.
     pub(crate) fn own_created(&self, dir: u64, name: &[u8], a: &Rgetattr, left: Option<DirLeft>) {
         let mut inner = self.lock();
-        let keep = inner.may_keep(dir, &left);
+        let kept = inner.keepable(dir, left);
         inner.detach_child(dir, name, &self.counters);
         if !is_dir(a) {
             // A hard link: the file's other names have a new link count.
@@ -646,9 +649,7 @@ impl DirReplicas {
         inner.set(dir, name, Some(Slot::Known(Arc::new(a.clone()))));
         inner.touch_self(dir);
         inner.bump(dir);
-        if let (true, Some(l)) = (keep, left) {
-            inner.keep_left(dir, l.attrs);
-        }
+        inner.keep_left(dir, kept);
     }
 
     /// The directory `name` in `parent` (node `ino`), made through the mount, is anchored
@@ -667,11 +668,9 @@ impl DirReplicas {
     /// the directory, if it said anything.
     pub(crate) fn own_removed(&self, dir: u64, name: &[u8], left: Option<DirLeft>) {
         let mut inner = self.lock();
-        let keep = inner.may_keep(dir, &left);
+        let kept = inner.keepable(dir, left);
         inner.removed(dir, name, &self.counters);
-        if let (true, Some(l)) = (keep, left) {
-            inner.keep_left(dir, l.attrs);
-        }
+        inner.keep_left(dir, kept);
     }
 
     /// The attributes of directory `dir` as the last change through the mount left them,
@@ -698,16 +697,13 @@ impl DirReplicas {
     ) {
         let mut inner = self.lock();
         let (from_left, to_left) = left.map_or((None, None), |(f, t)| (Some(f), Some(t)));
-        let keep = (
-            inner.may_keep(dir, &from_left),
-            inner.may_keep(to_dir, &to_left),
+        let kept = (
+            inner.keepable(dir, from_left),
+            inner.keepable(to_dir, to_left),
         );
         inner.own_renamed(dir, name, to_dir, to_name, &self.counters);
-        for (keep, d, l) in [(keep.0, dir, from_left), (keep.1, to_dir, to_left)] {
-            if let (true, Some(l)) = (keep, l) {
-                inner.keep_left(d, l.attrs);
-            }
-        }
+        inner.keep_left(dir, kept.0);
+        inner.keep_left(to_dir, kept.1);
     }
     /// The file with `qid_path` (node `ino`) was changed through the mount: its entries
     /// are unknown until looked up again.
