@@ -455,6 +455,80 @@ fn first_stats_of_a_thousand_files_and_of_missing_names_cost_a_bounded_number_of
 }
 
 #[test]
+fn reading_a_file_costs_one_round_trip_and_reading_it_again_none() {
+    use std::io::Read;
+    let s = Setup::new(&[], &[]);
+    std::fs::create_dir(s.host("d")).unwrap();
+    for i in 0..100 {
+        std::fs::write(s.host(&format!("d/f{i}")), format!("file {i}")).unwrap();
+    }
+    std::fs::write(s.host("d/private"), "p").unwrap();
+    std::fs::set_permissions(s.host("d/private"), PermissionsExt::from_mode(0o600)).unwrap();
+    s.sync();
+    let count = |s: &Setup, m: &str| s.mount.stats()["9p"][m]["count"].as_u64().unwrap_or(0);
+    let opens = |s: &Setup| ["Twalkread", "Twalkopen", "Tlopen", "Tread"].map(|m| count(s, m));
+    let read_all = |s: &Setup| {
+        for i in 0..100 {
+            let data = std::fs::read(s.guest(&format!("d/f{i}"))).unwrap();
+            assert_eq!(data, format!("file {i}").as_bytes());
+        }
+    };
+    let before = opens(&s);
+    read_all(&s);
+    let after = opens(&s);
+    // Each open waited for its first read, which opened and read in one message.
+    assert_eq!(after[0] - before[0], 100, "Twalkread");
+    assert_eq!(after[1..], before[1..], "nothing else opened or read");
+    // Again: the kernel holds the pages, so the opens are never sent, and the attributes
+    // it asks for after its reads (the access time) came back with them.
+    let before = s.requests();
+    read_all(&s);
+    assert_eq!(s.requests() - before, 0, "a second pass sent requests");
+    assert_eq!(opens(&s), after);
+    // (Later opens of the files latest read reuse their open fids instead: see idle.rs.)
+    let caches = &s.mount.stats()["caches"];
+    assert!(caches["opens_deferred"].as_u64().unwrap() > 100, "{caches}");
+    assert_eq!(caches["deferred_opens_sent"], 100, "{caches}");
+
+    // What the guest shows after its reads is what the host has: the access time the
+    // reads moved included.
+    for i in 0..100 {
+        let (guest, host) = (s.guest(&format!("d/f{i}")), s.host(&format!("d/f{i}")));
+        let (g, h) = (guest.metadata().unwrap(), host.metadata().unwrap());
+        assert_eq!(
+            (g.atime(), g.atime_nsec()),
+            (h.atime(), h.atime_nsec()),
+            "f{i}"
+        );
+    }
+
+    // A file only its owner may read is opened at once: a server that may not read it
+    // must fail the open, not a later read.
+    let before = count(&s, "Twalkopen");
+    let mut f = std::fs::File::open(s.guest("d/private")).unwrap();
+    assert_eq!(count(&s, "Twalkopen") - before, 1);
+    let mut text = String::new();
+    f.read_to_string(&mut text).unwrap();
+    assert_eq!(text, "p");
+
+    // A deferred open reads the file its name led to when it was opened, or fails with
+    // ESTALE; never another file that took the name meanwhile.
+    std::fs::write(s.host("d/f7"), "changed").unwrap();
+    s.sync();
+    let mut f = std::fs::File::open(s.guest("d/f7")).unwrap();
+    std::fs::write(s.host("d/replacement"), "another file").unwrap();
+    std::fs::rename(s.host("d/replacement"), s.host("d/f7")).unwrap();
+    s.sync();
+    let mut text = String::new();
+    match f.read_to_string(&mut text) {
+        Ok(_) => assert_eq!(text, "changed"),
+        Err(e) => assert_eq!(e.raw_os_error(), Some(libc::ESTALE), "{e}"),
+    }
+    // Opened again, the name leads to the new file.
+    assert_eq!(std::fs::read(s.guest("d/f7")).unwrap(), b"another file");
+}
+
+#[test]
 fn names_created_in_a_directory_made_through_the_mount_are_not_looked_up_on_the_server() {
     let s = Setup::new(&[], &[]);
     std::fs::create_dir(s.guest("made")).unwrap();

@@ -93,6 +93,7 @@ pub(crate) fn stamp(a: &Rgetattr) -> DataStamp {
         mtime: (a.mtime_sec, a.mtime_nsec),
         size: a.size,
         setgid_group: setgid_dir.then_some(a.gid),
+        readable_by_anyone: a.mode & libc::S_IFMT == libc::S_IFREG && a.mode & libc::S_IROTH != 0,
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use crossfs_wire::{DirEntry, Rgetattr};
 
@@ -16,7 +16,12 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// One FUSE open (or opendir): a fid of its own, opened with Tlopen/Tlcreate.
 pub(crate) struct OpenFile {
-    pub fid: Arc<FidRef>,
+    /// The open fid; unset while the open is deferred (see [`OpenFile::deferred`]).
+    fid: OnceLock<Arc<FidRef>>,
+    /// An open for reading that the server has not seen yet, with its Linux open flags:
+    /// the first read that the kernel's page cache cannot answer opens it (see
+    /// `fs/io.rs`), so an open whose data the kernel already holds costs no round trip.
+    pub deferred: Option<i32>,
     /// How to open it again on a new connection (see `crate::restore`).
     pub reopen: Reopen,
     /// It could not be opened again on a new connection: calls on it fail with ESTALE.
@@ -37,6 +42,19 @@ pub(crate) struct OpenFile {
 pub(crate) struct Reopen {
     pub node: u64,
     pub flags: u32,
+}
+
+impl OpenFile {
+    /// The open fid, unless the open is still deferred.
+    pub(crate) fn fid(&self) -> Option<&Arc<FidRef>> {
+        self.fid.get()
+    }
+
+    /// Sets the fid of a deferred open, or, if a concurrent read set one first, keeps that
+    /// one (`fid` is then dropped, and clunked). Returns the fid to use.
+    pub(crate) fn opened(&self, fid: Arc<FidRef>) -> Arc<FidRef> {
+        self.fid.get_or_init(|| fid).clone()
+    }
 }
 
 impl Reopen {
@@ -173,18 +191,30 @@ pub(crate) struct HandleTable {
 
 impl HandleTable {
     pub(crate) fn insert(&self, fid: Arc<FidRef>, reopen: Reopen) -> u64 {
-        self.insert_handle(fid, reopen, false)
+        self.insert_handle(OnceLock::from(fid), reopen, None, false)
+    }
+
+    /// An open for reading deferred to its first read (see [`OpenFile::deferred`]).
+    pub(crate) fn insert_deferred(&self, reopen: Reopen, flags: i32) -> u64 {
+        self.insert_handle(OnceLock::new(), reopen, Some(flags), false)
     }
 
     /// A directory handle listing through its node's fid (see [`OpenFile::listing_only`]).
     pub(crate) fn insert_listing(&self, node_fid: Arc<FidRef>, reopen: Reopen) -> u64 {
-        self.insert_handle(node_fid, reopen, true)
+        self.insert_handle(OnceLock::from(node_fid), reopen, None, true)
     }
 
-    fn insert_handle(&self, fid: Arc<FidRef>, reopen: Reopen, listing_only: bool) -> u64 {
+    fn insert_handle(
+        &self,
+        fid: OnceLock<Arc<FidRef>>,
+        reopen: Reopen,
+        deferred: Option<i32>,
+        listing_only: bool,
+    ) -> u64 {
         let fh = self.next.fetch_add(1, Ordering::Relaxed) + 1;
         let file = Arc::new(OpenFile {
             fid,
+            deferred,
             reopen,
             stale: AtomicBool::new(false),
             lock_owners: Mutex::default(),

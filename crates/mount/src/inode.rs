@@ -19,13 +19,17 @@ pub(crate) const ROOT: u64 = 1;
 const PLACEHOLDER: u64 = u64::MAX;
 
 /// What an open in `auto` mode compares to decide whether cached pages are still good,
-/// and, for a directory, the group its new entries take.
+/// whether an open for reading may wait for its first read, and, for a directory, the
+/// group its new entries take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct DataStamp {
     pub mtime: (u64, u64),
     pub size: u64,
     /// A set-group-ID directory's group (`None` for anything else).
     pub setgid_group: Option<u32>,
+    /// A regular file that others may read: the server may open it for reading whatever
+    /// its own credentials (see `OpenFile::deferred`).
+    pub readable_by_anyone: bool,
 }
 
 struct Inode {
@@ -554,6 +558,19 @@ impl InodeTable {
     /// set-group-ID as last seen (as Linux's v9fs decides, from its cached attributes).
     pub(crate) fn setgid_group(&self, ino: u64) -> Option<u32> {
         self.lock().by_ino.get(&ino)?.seen?.setgid_group
+    }
+
+    /// Node `ino`'s newest fetched attributes and when they were fetched, if kept.
+    pub(crate) fn fetched_attrs(&self, ino: u64) -> Option<FetchedAttrs> {
+        self.lock().by_ino.get(&ino)?.listed.clone()
+    }
+
+    /// Whether node `ino` is, as last seen, a regular file anyone may read.
+    pub(crate) fn readable_by_anyone(&self, ino: u64) -> bool {
+        let inner = self.lock();
+        let node = inner.by_ino.get(&ino);
+        node.and_then(|n| n.seen)
+            .is_some_and(|s| s.readable_by_anyone)
     }
 
     /// For `auto` mode: true if the file looks unchanged since its previous open (so the

@@ -1,5 +1,5 @@
-//! When attributes the mount fetched earlier may answer a READDIRPLUS again, with no
-//! Tgetattr.
+//! When attributes the mount fetched earlier may answer a READDIRPLUS, or while change
+//! events are followed a GETATTR, again, with no Tgetattr.
 //!
 //! The kernel lists a directory from its start with READDIRPLUS every time a program reads
 //! it (`ls -l`, `git status`, a build scanning its tree), and every entry carries the file's
@@ -9,7 +9,9 @@
 //! - **no change through this mount** touched the file since: a write, setattr, xattr
 //!   change or link marks the file, and an entry change (create, remove, rename, link)
 //!   marks the directories and the files it names, when it starts and again once the
-//!   server has answered (a fetch overlapping the change may have missed it);
+//!   server has answered (a fetch overlapping the change may have missed it); so does a
+//!   read by the server for the mount (data, entries, a link's target), which may move
+//!   the access time;
 //! - **no change event** named the file since: its qid, its path, or its directory (a
 //!   rescan, or an event the mount cannot place, counts for every file);
 //! - and, unless change events were followed all the while, they are **younger than the
@@ -20,8 +22,13 @@
 //!
 //! Files are named by `qid.path`, so a hard link changed under another name counts too.
 //! Only the clock and these rules live here; the attributes are kept with their node in the
-//! inode table. What this module must not do: decide anything for LOOKUP or GETATTR (those
-//! always ask the server, as the cache mode promises).
+//! inode table. What this module must not do: decide anything for LOOKUP (directory
+//! replicas do), or for a GETATTR while events are not followed (it then asks the
+//! server, as the cache mode promises). The kernel asks for a file's attributes again after
+//! it reads the file (for the access time): with events followed, a file read through
+//! the page cache, or whose read brought its attributes back (Twalkread), costs no request.
+//! Access times moved by reads on the host are not change events, so they show only once
+//! the file changes or is read through the mount.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};

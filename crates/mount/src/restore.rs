@@ -69,16 +69,21 @@ pub(crate) fn restore(shared: &Shared, client: &Client) -> Result<(), ClientErro
         if !crate::handle::lock(&file.lock_owners).is_empty() {
             locks_lost += 1;
         }
-        match bound.get(&file.reopen.node) {
+        match (bound.get(&file.reopen.node), file.fid()) {
             // It lists through its node's fid, bound again above.
-            Some(_) if file.listing_only => {}
-            Some(&(node_fid, _)) => reopen.push((node_fid, file.fid.fid(), file.reopen.flags)),
-            None => file.stale.store(true, Relaxed),
+            (Some(_), _) if file.listing_only => {}
+            // A deferred open: its first read opens it through the node, as bound now.
+            (_, None) => {}
+            (Some(&(node_fid, _)), Some(fid)) => {
+                reopen.push((node_fid, fid.fid(), file.reopen.flags))
+            }
+            (None, Some(_)) => file.stale.store(true, Relaxed),
         }
     }
     let reopened = reopen_files(client, &reopen)?;
     for file in &files {
-        if !file.listing_only && !reopened.contains(&file.fid.fid()) {
+        let lost = file.fid().is_some_and(|f| !reopened.contains(&f.fid()));
+        if !file.listing_only && lost {
             file.stale.store(true, Relaxed);
         }
     }

@@ -63,6 +63,13 @@ pub(crate) struct CacheCounters {
     pub enoent_sent: AtomicU64,
     /// Opens that let the kernel keep its cached pages.
     pub keep_cache_opens: AtomicU64,
+    /// Opens for reading deferred to their first read (see `OpenFile::deferred`).
+    pub opens_deferred: AtomicU64,
+    /// Of those, opens that a read then sent to the server.
+    pub deferred_opens_sent: AtomicU64,
+    /// GETATTRs answered with attributes fetched earlier that nothing changed since (see
+    /// `crate::listed_attrs`), while change events are followed.
+    pub unchanged_attrs_sent: AtomicU64,
     /// Readdir requests answered from entries already fetched.
     pub readdir_buffer_hits: AtomicU64,
     /// Entries returned with attributes by readdirplus (each saves a LOOKUP).
@@ -164,6 +171,9 @@ impl Stats {
                 "negative_entries_sent": c.negative_entries_sent.load(Relaxed),
                 "enoent_sent": c.enoent_sent.load(Relaxed),
                 "keep_cache_opens": c.keep_cache_opens.load(Relaxed),
+                "opens_deferred": c.opens_deferred.load(Relaxed),
+                "deferred_opens_sent": c.deferred_opens_sent.load(Relaxed),
+                "unchanged_attrs_sent": c.unchanged_attrs_sent.load(Relaxed),
                 "readdir_buffer_hits": c.readdir_buffer_hits.load(Relaxed),
                 "readdirplus_entries": c.readdirplus_entries.load(Relaxed),
                 "listed_attrs_reused": c.listed_attrs_reused.load(Relaxed),

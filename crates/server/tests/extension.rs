@@ -226,6 +226,59 @@ fn walkopen_createattr_and_setattrget_do_what_their_steps_do() {
 }
 
 #[test]
+fn walkread_opens_and_reads_in_one_and_a_failure_binds_nothing() {
+    let h = Harness::new();
+    let content: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(h.path("data"), &content).unwrap();
+    std::fs::create_dir(h.path("dir")).unwrap();
+    let mut c = extended(&h);
+    let walkread = |newfid, wnames: &[&str], offset, count| Twalkread {
+        fid: ROOT,
+        newfid: Fid(newfid),
+        wnames: names(wnames),
+        flags: open_flags::RDONLY,
+        offset,
+        count,
+        request_mask: getattr::BASIC,
+    };
+    let r = c.ok(walkread(1, &["data"], 100, 1000));
+    let Rmessage::Walkread(w) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(w.data.0, &content[100..1100]);
+    let attr = c.getattr(Fid(1)).unwrap();
+    assert_eq!(w.wqids, [attr.qid]);
+    assert_eq!(w.attr, attr, "the attributes after the read");
+    // The new fid is open: it reads on.
+    assert_eq!(c.read(Fid(1), 1100, 10).unwrap(), &content[1100..1110]);
+    // A read as large as it may be is bounded by msize (1 MiB here), whatever the count.
+    let Rmessage::Walkread(w) = c.ok(walkread(2, &["data"], 0, u32::MAX)) else {
+        panic!()
+    };
+    assert_eq!(w.data.0, content, "the whole file fits");
+    // Reading past the end gives nothing, successfully.
+    let Rmessage::Walkread(w) = c.ok(walkread(3, &["data"], 1 << 30, 10)) else {
+        panic!()
+    };
+    assert!(w.data.0.is_empty());
+    // Each step's failure fails it whole, binding nothing: a missing name, a directory
+    // (opened, but not readable), a write-only open.
+    assert_eq!(c.err(walkread(4, &["nope"], 0, 10)), libc::ENOENT);
+    assert_eq!(c.err(walkread(5, &["dir"], 0, 10)), libc::EISDIR);
+    let mut write_only = walkread(6, &["data"], 0, 10);
+    write_only.flags = open_flags::WRONLY;
+    assert_eq!(c.err(write_only), libc::EBADF);
+    for fid in [4, 5, 6] {
+        assert_eq!(c.getattr(Fid(fid)), Err(libc::EBADF), "fid {fid}");
+    }
+    // Not in place: an open fid left behind by a failed read would be unseen.
+    let mut in_place = walkread(7, &[], 0, 10);
+    in_place.newfid = ROOT;
+    assert_ne!(c.err(in_place), 0);
+    assert_eq!(std::fs::read(h.path("data")).unwrap(), content, "untouched");
+}
+
+#[test]
 fn the_compounds_keep_the_export_confined_and_read_only_holds() {
     let o = Outside::new();
     std::os::unix::fs::symlink(&o.dir, o.h.path("escape")).unwrap();
@@ -243,6 +296,16 @@ fn the_compounds_keep_the_export_confined_and_read_only_holds() {
             newfid: Fid(1),
             wnames: names(bad),
             flags: open_flags::RDONLY,
+            request_mask: getattr::BASIC,
+        });
+        assert!(e != 0, "{bad:?}");
+        let e = c.err(Twalkread {
+            fid: ROOT,
+            newfid: Fid(1),
+            wnames: names(bad),
+            flags: open_flags::RDONLY,
+            offset: 0,
+            count: 100,
             request_mask: getattr::BASIC,
         });
         assert!(e != 0, "{bad:?}");

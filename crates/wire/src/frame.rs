@@ -188,7 +188,8 @@ mod tests {
         match &mut m {
             Tmessage::Walk(Twalk { wnames, .. })
             | Tmessage::Walkgetattr(Twalkgetattr { wnames, .. })
-            | Tmessage::Walkopen(Twalkopen { wnames, .. }) => wnames.truncate(MAX_WALK_ELEMENTS),
+            | Tmessage::Walkopen(Twalkopen { wnames, .. })
+            | Tmessage::Walkread(Twalkread { wnames, .. }) => wnames.truncate(MAX_WALK_ELEMENTS),
             _ => {}
         }
         m
@@ -198,7 +199,8 @@ mod tests {
         match &mut m {
             Rmessage::Walk(Rwalk { wqids })
             | Rmessage::Walkgetattr(Rwalkgetattr { wqids, .. })
-            | Rmessage::Walkopen(Rwalkopen { wqids, .. }) => wqids.truncate(MAX_WALK_ELEMENTS),
+            | Rmessage::Walkopen(Rwalkopen { wqids, .. })
+            | Rmessage::Walkread(Rwalkread { wqids, .. }) => wqids.truncate(MAX_WALK_ELEMENTS),
             _ => {}
         }
         m

@@ -218,6 +218,13 @@ messages! { Tmessage, "request" {
     }
     /// Tcreateattr, then the attributes of the directory `dfid` as the creation left them.
     Createattrdir(Tcreateattrdir = 164) { create: Tcreateattr }
+    /// Twalk to `newfid`, Tlopen of it, Tread of it, then Tgetattr, in one round trip: an
+    /// open for reading, its first read, and the attributes as the read left them (its
+    /// access time). `newfid` is bound, open, only if every step succeeds.
+    Walkread(Twalkread = 166) {
+        fid: Fid, newfid: Fid, wnames: Vec<Vec<u8>>, flags: u32, offset: u64, count: u32,
+        request_mask: u64,
+    }
 }}
 
 messages! { Rmessage, "reply" {
@@ -308,6 +315,10 @@ messages! { Rmessage, "reply" {
     /// What Tcreateattr answers, and the directory's attributes after the creation
     /// (`valid` 0: they could not be read; the file stands).
     Createattrdir(Rcreateattrdir = 165) { created: Rcreateattr, dir: Rgetattr }
+    /// The qids walked (one per name), the advised I/O size (0: msize - 24), the
+    /// attributes after the read, and what the read returned (at most `count` bytes, and
+    /// what msize leaves room for).
+    Walkread(Rwalkread = 167) { wqids: Vec<Qid>, iounit: u32, attr: Rgetattr, data: Data }
 }}
 
 impl Tsetattr {

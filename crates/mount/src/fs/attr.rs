@@ -69,8 +69,9 @@ impl Shared {
     /// The fid to stat or change through: the open handle's if there is one (an unlinked
     /// but open file can still be reached through it), else the node's.
     fn attr_fid(&self, ino: INodeNo, fh: Option<FileHandle>) -> Result<Arc<FidRef>, fuser::Errno> {
-        if let Some(file) = fh.and_then(|fh| self.handles.get(fh.0)) {
-            return Ok(file.fid.clone());
+        // A deferred open has no fid yet: the node's names the same file.
+        if let Some(fid) = fh.and_then(|fh| self.handles.get(fh.0)?.fid().cloned()) {
+            return Ok(fid);
         }
         self.node(ino)
     }
@@ -130,6 +131,13 @@ impl Shared {
                 return reply.attr(&self.attr_ttl(), &attr::file_attr(ino.0, &a, self.ids));
             }
         }
+        if let Some(a) = self.unchanged_attrs(ino.0) {
+            self.stats
+                .caches
+                .unchanged_attrs_sent
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return reply.attr(&self.attr_ttl(), &attr::file_attr(ino.0, &a, self.ids));
+        }
         if fh.is_none() {
             if let Some(crate::inode::NodeFid::Lazy {
                 dir_ino,
@@ -144,6 +152,20 @@ impl Shared {
             Ok(fid) => self.reply_attr(ino, fid, reply),
             Err(e) => reply.error(e),
         }
+    }
+
+    /// While change events are followed, the node's newest fetched attributes if nothing
+    /// can have changed them since (see `crate::listed_attrs`): the kernel asks again after
+    /// its own reads (for the access time), which this mount's reads account for.
+    fn unchanged_attrs(&self, ino: u64) -> Option<crossfs_wire::Rgetattr> {
+        if !self.follows_events() {
+            return None;
+        }
+        let fetched = self.inodes.fetched_attrs(ino)?;
+        let (a, when) = *fetched;
+        self.listed
+            .reusable_for(a.qid.path, &when, self.attr_ttl())
+            .map(|_| a)
     }
 
     /// GETATTR of a node answered from a replica, which has no fid yet: one Twalkgetattr

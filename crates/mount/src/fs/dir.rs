@@ -52,6 +52,7 @@ impl Shared {
         if s.eof {
             return Ok(());
         }
+        self.reading(ino);
         let with_attrs = self.client.has_extensions() && self.config.cache != CacheMode::Never;
         if !with_attrs {
             let count = READDIR_COUNT.min(self.client.max_io());
@@ -111,6 +112,7 @@ impl Shared {
         let count = self.client.max_io();
         let limit = self.replicas.limit();
         let (mut listed, mut offset) = (Vec::new(), 0);
+        self.reading(ino);
         loop {
             let entries = match self.client.readdirattr(dir.fid(), offset, count) {
                 Ok(entries) => entries,
@@ -155,10 +157,14 @@ impl Shared {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
+        let fid = match self.file_fid(&file) {
+            Ok(f) => f.fid(),
+            Err(e) => return reply.error(e),
+        };
         let mut s = lock(&file.dir);
         s.seek(offset);
         loop {
-            if let Err(e) = self.fill(file.reopen.node, file.fid.fid(), &mut s) {
+            if let Err(e) = self.fill(file.reopen.node, fid, &mut s) {
                 return reply.error(e);
             }
             let Some(Listed { entry: e, .. }) = s.front() else {
@@ -187,10 +193,14 @@ impl Shared {
             (Ok(f), Ok(d)) => (f, d),
             (Err(e), _) | (_, Err(e)) => return reply.error(e),
         };
+        let fid = match self.file_fid(&file) {
+            Ok(f) => f.fid(),
+            Err(e) => return reply.error(e),
+        };
         let mut s = lock(&file.dir);
         s.seek(offset);
         'batches: loop {
-            if let Err(e) = self.fill(ino.0, file.fid.fid(), &mut s) {
+            if let Err(e) = self.fill(ino.0, fid, &mut s) {
                 return reply.error(e);
             }
             if s.front().is_none() {

@@ -531,6 +531,7 @@ impl Shared {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
+        self.reading(ino.0);
         let msg = Tmessage::Readlink(Treadlink { fid: fid.fid() });
         self.client.call_async(
             msg,

@@ -3,6 +3,19 @@
 //! Reads and writes are handed to the client and answered from their completions. A FUSE
 //! write never exceeds one Twrite (max_write is at most msize - 24, in whole pages); a read
 //! larger than one Tread can carry is split into concurrent Treads and reassembled.
+//!
+//! While change events are followed, an open for reading of a regular file anyone may
+//! read is deferred: OPEN is answered at once, and the first READ that reaches the mount
+//! opens and reads in one round trip (the crossfs extension's Twalkread). An open whose
+//! data the kernel's page cache holds (a repeated `grep -r`, a build reading the same
+//! headers) then costs no round trip at all, and a first read one instead of two. What it
+//! promises, and what it does not: the file is the one the name led to at the open
+//! (checked by its `qid.path`, or held by the node's fid), but if it is removed or
+//! replaced on the host before that first read, the read fails with `ESTALE` where a
+//! local open would still read the old file; and a server that may not open the file
+//! after all (its own credentials, an ACL, a security module) fails the read, not the
+//! open. Both need a change on the host in the microseconds between a program's open and
+//! its first read, or a file readable by others that the server cannot read.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -10,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use crossfs_client::ClientError;
 use crossfs_wire::{
     open_flags as of, Rmessage, Tcreateattr, Tcreateattrdir, Tfsync, Tlcreate, Tlopen, Tmessage,
-    Twalkopen,
+    Twalkopen, Twalkread,
 };
 use fuser::{
     Errno, FileHandle, FopenFlags, Generation, INodeNo, ReplyCreate, ReplyData, ReplyEmpty,
@@ -20,7 +33,7 @@ use fuser::{
 use super::{errno, Caller, Shared};
 use crate::cache::CacheMode;
 use crate::fid::FidRef;
-use crate::handle::{lock, DirStream, Reopen};
+use crate::handle::{lock, DirStream, OpenFile, Reopen};
 use crate::idle::IdleOpens;
 use crate::inode::NodeFid;
 use crate::listed_attrs::ChangeInFlight;
@@ -201,6 +214,16 @@ impl Shared {
             .then(|| self.idle.take(ino.0, wanted))
             .flatten()
             .map(|fid| (fid, wanted));
+        if reused.is_none() && IdleOpens::keeps(wanted) && self.may_defer_open(ino.0) {
+            self.stats
+                .caches
+                .opens_deferred
+                .fetch_add(1, Ordering::Relaxed);
+            let fh = self
+                .handles
+                .insert_deferred(Reopen::new(ino.0, wanted), flags);
+            return reply.opened(FileHandle(fh), self.fopen_flags(ino.0, flags));
+        }
         match reused.map_or_else(|| self.open_node(ino, flags), Ok) {
             Ok((fid, wire)) => {
                 let fh = self.handles.insert(fid, Reopen::new(ino.0, wire));
@@ -208,6 +231,119 @@ impl Shared {
             }
             Err(e) => reply.error(e),
         }
+    }
+
+    /// Whether an open for reading of node `ino` may wait for its first read (see the
+    /// module doc): change events keep what the kernel holds exact, the extension's
+    /// Twalkread can open and read at once, and anyone may read the file.
+    fn may_defer_open(&self, ino: u64) -> bool {
+        self.client.has_extensions()
+            && self.follows_events()
+            && self.client.is_connected()
+            && self.inodes.readable_by_anyone(ino)
+    }
+
+    /// The handle's open fid, opening a deferred open on the server now.
+    pub(super) fn file_fid(&self, file: &OpenFile) -> Result<Arc<FidRef>, Errno> {
+        if let Some(fid) = file.fid() {
+            return Ok(fid.clone());
+        }
+        let flags = file.deferred.unwrap_or(libc::O_RDONLY);
+        let (fid, _) = self.open_node(INodeNo(file.reopen.node), flags)?;
+        self.stats
+            .caches
+            .deferred_opens_sent
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(file.opened(fid))
+    }
+
+    /// The first read of a deferred open: Twalkread opens the file and reads it in one
+    /// round trip, from the node's fid or, for a node answered from a replica, from its
+    /// directory's by name, checking that the name still leads to the node's file.
+    fn open_and_read(
+        self: &Arc<Self>,
+        file: Arc<OpenFile>,
+        offset: u64,
+        size: u32,
+        reply: ReplyData,
+    ) {
+        let (base, wnames, lazy) = match self.inodes.node_fid(file.reopen.node) {
+            Some(NodeFid::Bound(fid)) => (fid, vec![], None),
+            Some(NodeFid::Lazy {
+                dir_ino,
+                name,
+                qid_path,
+            }) => match self.node(INodeNo(dir_ino)) {
+                Ok(dir) => (dir, vec![name.clone()], Some((dir_ino, name, qid_path))),
+                Err(e) => return reply.error(e),
+            },
+            None => return reply.error(Errno::ESTALE),
+        };
+        let ino = file.reopen.node;
+        self.reading(ino);
+        let fetched = self.listed.before_fetch();
+        let newfid = self.client.alloc_fid();
+        let msg = Tmessage::Walkread(Twalkread {
+            fid: base.fid(),
+            newfid,
+            wnames,
+            flags: file.reopen.flags,
+            offset,
+            count: size,
+            request_mask: ATTR_MASK,
+        });
+        let shared = self.clone();
+        self.client.call_async(
+            msg,
+            Box::new(move |r| {
+                drop(base);
+                let read = match r {
+                    Ok(Rmessage::Walkread(r)) => r,
+                    Ok(other) => {
+                        shared.client.free_fid(newfid);
+                        return reply.error(errno(&crate::remote::unexpected(other)));
+                    }
+                    Err(ClientError::Errno(libc::EOPNOTSUPP)) => {
+                        shared.client.free_fid(newfid);
+                        shared.no_walkread.store(true, Ordering::Relaxed);
+                        // Opening waits for the server: not on the client's reader thread.
+                        let again = shared.clone();
+                        let spawned = std::thread::Builder::new()
+                            .name("crossfs-open".into())
+                            .spawn(move || again.read_open(file, offset, size, reply));
+                        if let Err(e) = spawned {
+                            tracing::warn!("cannot start a thread to open a file: {e}");
+                        }
+                        return;
+                    }
+                    Err(ClientError::Errno(libc::ENOENT)) if lazy.is_some() => {
+                        shared.client.free_fid(newfid);
+                        let (dir_ino, name, _) = lazy.unwrap_or_default();
+                        return reply.error(shared.lazy_failed(dir_ino, &name));
+                    }
+                    Err(e) => {
+                        shared.client.free_fid(newfid);
+                        return reply.error(errno(&e));
+                    }
+                };
+                // Bound now: clunked when dropped, here or with the handle.
+                let fid = FidRef::new(&shared.client, newfid);
+                if let Some((dir_ino, name, qid_path)) = lazy {
+                    if read.wqids.last().map(|q| q.path) != Some(qid_path) {
+                        return reply.error(shared.lazy_failed(dir_ino, &name));
+                    }
+                }
+                shared
+                    .stats
+                    .caches
+                    .deferred_opens_sent
+                    .fetch_add(1, Ordering::Relaxed);
+                // The kernel asks for the access time after a read: these answer it.
+                shared.inodes.observe(ino, &read.attr, Some(fetched));
+                file.opened(fid);
+                reply.data(&read.data.0);
+            }),
+        );
     }
 
     /// A file closed: its fid is kept for the next open of the file, if it was opened for
@@ -219,9 +355,11 @@ impl Shared {
             && !file.stale.load(Relaxed)
             && IdleOpens::keeps(file.reopen.flags)
             && lock(&file.lock_owners).is_empty();
-        if keep {
-            self.idle
-                .put(file.reopen.node, file.reopen.flags, file.fid.clone());
+        match file.fid() {
+            Some(fid) if keep => self
+                .idle
+                .put(file.reopen.node, file.reopen.flags, fid.clone()),
+            _ => {}
         }
     }
 
@@ -419,13 +557,24 @@ impl Shared {
         );
     }
 
-    pub(super) fn read(&self, fh: FileHandle, offset: u64, size: u32, reply: ReplyData) {
-        let file = match self.open_file(fh) {
-            Ok(f) => f,
+    pub(super) fn read(self: &Arc<Self>, fh: FileHandle, offset: u64, size: u32, reply: ReplyData) {
+        match self.open_file(fh) {
+            Ok(file) => self.read_open(file, offset, size, reply),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read_open(self: &Arc<Self>, file: Arc<OpenFile>, offset: u64, size: u32, reply: ReplyData) {
+        let max = self.sizes.max_io;
+        let walkread = !self.no_walkread.load(Ordering::Relaxed);
+        if file.fid().is_none() && size <= max && walkread {
+            return self.open_and_read(file, offset, size, reply);
+        }
+        let fid = match self.file_fid(&file) {
+            Ok(f) => f.fid(),
             Err(e) => return reply.error(e),
         };
-        let fid = file.fid.fid();
-        let max = self.sizes.max_io;
+        self.reading(file.reopen.node);
         if size <= max {
             return self.client.read_async(
                 fid,
@@ -488,8 +637,12 @@ impl Shared {
             // max_write keeps the kernel below this; stay correct if it ever is not.
             return self.write_split(file, offset, data, reply);
         }
+        let fid = match self.file_fid(&file) {
+            Ok(f) => f.fid(),
+            Err(e) => return reply.error(e),
+        };
         self.client.write_async(
-            file.fid.fid(),
+            fid,
             offset,
             data,
             Box::new(move |r| {
@@ -510,12 +663,13 @@ impl Shared {
         reply: ReplyWrite,
     ) {
         let max = self.sizes.max_io as usize;
+        let fid = match self.file_fid(&file) {
+            Ok(f) => f.fid(),
+            Err(e) => return reply.error(e),
+        };
         let mut written = 0usize;
         for chunk in data.chunks(max) {
-            match self
-                .client
-                .write(file.fid.fid(), offset + written as u64, chunk)
-            {
+            match self.client.write(fid, offset + written as u64, chunk) {
                 Ok(n) => {
                     written += n as usize;
                     if (n as usize) < chunk.len() {
@@ -557,7 +711,10 @@ impl Shared {
                 Err(e) => return reply.error(e),
             }
         } else {
-            file.fid.clone()
+            match self.file_fid(&file) {
+                Ok(f) => f,
+                Err(e) => return reply.error(e),
+            }
         };
         let msg = Tmessage::Fsync(Tfsync {
             fid: fid.fid(),

@@ -67,16 +67,16 @@ impl Shared {
         format!("{}/{owner:x}", self.lock_client).into_bytes()
     }
 
-    fn tlock(&self, file: &OpenFile, l: &Range) -> Tmessage {
-        Tmessage::Lock(Tlock {
-            fid: file.fid.fid(),
+    fn tlock(&self, file: &OpenFile, l: &Range) -> Result<Tmessage, Errno> {
+        Ok(Tmessage::Lock(Tlock {
+            fid: self.file_fid(file)?.fid(),
             ty: wire_type(l.typ),
             flags: 0,
             start: l.start,
             length: length(l.start, l.end),
             proc_id: l.pid,
             client_id: self.client_id(l.owner),
-        })
+        }))
     }
 
     pub(super) fn getlk(&self, fh: FileHandle, l: Range, reply: ReplyLock) {
@@ -84,8 +84,12 @@ impl Shared {
             Ok(f) => f,
             Err(e) => return reply.error(e),
         };
+        let fid = match self.file_fid(&file) {
+            Ok(f) => f.fid(),
+            Err(e) => return reply.error(e),
+        };
         let msg = Tmessage::Getlock(Tgetlock {
-            fid: file.fid.fid(),
+            fid,
             ty: wire_type(l.typ),
             start: l.start,
             length: length(l.start, l.end),
@@ -118,7 +122,10 @@ impl Shared {
         if l.typ != libc::F_UNLCK {
             lock(&file.lock_owners).insert(l.owner);
         }
-        let msg = self.tlock(&file, &l);
+        let msg = match self.tlock(&file, &l) {
+            Ok(m) => m,
+            Err(e) => return reply.error(e),
+        };
         match status(self.client.call(msg.clone())) {
             Ok(Some(())) => reply.ok(),
             Ok(None) if !sleep => reply.error(Errno::EAGAIN),
@@ -158,7 +165,7 @@ impl Shared {
             typ: libc::F_UNLCK,
             pid: 0,
         };
-        status(self.client.call(self.tlock(file, &l))).map(|_| ())
+        status(self.client.call(self.tlock(file, &l)?)).map(|_| ())
     }
 }
 

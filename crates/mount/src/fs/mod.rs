@@ -61,6 +61,8 @@ pub(crate) struct Shared {
     /// The server lacks Tunlinkatattr/Trenameatattr (a crossfs before them): the plain
     /// messages, and the kernel's GETATTR of the directory afterwards goes to the server.
     pub no_left_attrs: std::sync::atomic::AtomicBool,
+    /// The server predates Twalkread: a deferred open is opened, then read.
+    pub no_walkread: std::sync::atomic::AtomicBool,
     /// `never` mode: each thread's latest LOOKUP, for the GETATTR that follows it.
     pub recent: RecentLookups,
     /// Change events from the server: replay recognition, own changes, syncs.
@@ -119,6 +121,7 @@ impl Shared {
             lock_client: format!("crossfs@{host}"),
             legacy_names: std::sync::atomic::AtomicBool::new(false),
             no_left_attrs: std::sync::atomic::AtomicBool::new(false),
+            no_walkread: std::sync::atomic::AtomicBool::new(false),
             changes: ChangeState::default(),
             listed: Arc::default(),
             chown_refused: std::sync::atomic::AtomicBool::new(false),
@@ -181,6 +184,15 @@ impl Shared {
     /// Whether directory replicas may answer for now.
     pub(crate) fn replicas_usable(&self) -> bool {
         self.client.has_extensions() && self.replicas.enabled()
+    }
+
+    /// Notes that the server is about to read node `ino` for the mount (a file's data, a
+    /// directory's entries, a link's target), which may move its access time: attributes
+    /// fetched before are not reused (see `crate::listed_attrs`).
+    pub(crate) fn reading(&self, ino: u64) {
+        if let Some(qid_path) = self.inodes.qid_path(ino) {
+            self.listed.changed([qid_path]);
+        }
     }
 
     fn open_file(&self, fh: FileHandle) -> Result<Arc<OpenFile>, Errno> {

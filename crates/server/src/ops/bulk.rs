@@ -7,9 +7,10 @@ use std::os::fd::AsFd;
 
 use crossfs_wire::{
     Data, DirEntry, DirEntryAttr, Fid, Rcreateattr, Rcreateattrdir, Rgetattr, Rmessage,
-    Rreaddirattr, Rrenameatattr, Rsetattrget, Runlinkatattr, Rwalkgetattr, Rwalkopen, Tcreateattr,
-    Tcreateattrdir, Tgetattr, Tlcreate, Tlopen, Treaddirattr, Trenameat, Trenameatattr,
-    Tsetattrget, Tunlinkat, Tunlinkatattr, Twalk, Twalkgetattr, Twalkopen, RREAD_HEADER_LEN,
+    Rreaddirattr, Rrenameatattr, Rsetattrget, Runlinkatattr, Rwalkgetattr, Rwalkopen, Rwalkread,
+    Tcreateattr, Tcreateattrdir, Tgetattr, Tlcreate, Tlopen, Treaddirattr, Trenameat,
+    Trenameatattr, Tsetattrget, Tunlinkat, Tunlinkatattr, Twalk, Twalkgetattr, Twalkopen,
+    Twalkread, RREAD_HEADER_LEN,
 };
 use rustix::fs::OFlags;
 use rustix::io::Errno;
@@ -97,6 +98,49 @@ pub(crate) fn walkopen(conn: &Conn, m: Twalkopen) -> OpResult<Rmessage> {
             wqids,
             iounit,
             attr,
+        })),
+        Err(e) => {
+            unbind(conn, m.fid, m.newfid);
+            Err(e)
+        }
+    }
+}
+
+/// Twalkread: Twalkopen's walk and open, then a read of the open file, answered with
+/// as much as `count` and msize allow, and the attributes after it.
+pub(crate) fn walkread(conn: &Conn, m: Twalkread) -> OpResult<Rmessage> {
+    if m.newfid == m.fid {
+        return Err(OpError::Invalid("walkread needs a new fid"));
+    }
+    let wqids = walk_all(conn, m.fid, m.newfid, m.wnames)?;
+    // size[4] type[1] tag[2] nwqid[2] wqid[13 each] iounit[4] attr[153] count[4]
+    let header = 7 + 2 + 13 * wqids.len() + 4 + 153 + 4;
+    let room = (conn.msize() as usize).saturating_sub(header);
+    let read = io::lopen(
+        conn,
+        Tlopen {
+            fid: m.newfid,
+            flags: m.flags,
+        },
+    )
+    .and_then(|r| match r {
+        Rmessage::Lopen(o) => Ok(o.iounit),
+        _ => Err(OpError::Invalid("lopen gave no Rlopen")),
+    })
+    .and_then(|iounit| {
+        let state = conn.fids.get(m.newfid)?;
+        let open = state.file()?.opened()?;
+        let mut data = vec![0; (m.count as usize).min(room)];
+        let n = sys::pread(open.fd.as_fd(), &mut data, m.offset)?;
+        data.truncate(n);
+        Ok((iounit, getattr(conn, m.newfid, m.request_mask)?, data))
+    });
+    match read {
+        Ok((iounit, attr, data)) => Ok(Rmessage::Walkread(Rwalkread {
+            wqids,
+            iounit,
+            attr,
+            data: Data(data),
         })),
         Err(e) => {
             unbind(conn, m.fid, m.newfid);

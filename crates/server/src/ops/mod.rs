@@ -122,7 +122,9 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
         // Creating and setting attributes go where their plain forms go.
         | T::Createattr(_)
         | T::Createattrdir(_)
-        | T::Setattrget(_) => false,
+        | T::Setattrget(_)
+        // A read, as Tread.
+        | T::Walkread(_) => false,
     }
 }
 
@@ -157,6 +159,7 @@ fn dispatch(conn: &Conn, msg: Tmessage) -> OpResult<Rmessage> {
         T::Walkgetattr(m) => bulk::walkgetattr(conn, m),
         T::Readdirattr(m) => bulk::readdirattr(conn, m),
         T::Walkopen(m) => bulk::walkopen(conn, m),
+        T::Walkread(m) => bulk::walkread(conn, m),
         T::Createattr(m) => bulk::createattr(conn, m),
         T::Setattrget(m) => bulk::setattrget(conn, m),
         T::Unlinkatattr(m) => bulk::unlinkatattr(conn, m),
