@@ -59,6 +59,9 @@ struct Inode {
 struct Inner {
     by_ino: HashMap<u64, Inode>,
     by_path: HashMap<u64, u64>,
+    /// The entries of `by_path` whose node id is not the `qid.path` (the root, spare ids):
+    /// few, so a listing's thousands of entries are mapped without hashing into `by_path`.
+    spared: HashMap<u64, u64>,
     /// Directory node -> name -> the node that name last led to. Only a hint, checked
     /// against the server's answer (see `remote::resolve`); entries of forgotten nodes
     /// linger until the table is cleared at [`NAMES_LIMIT`].
@@ -112,6 +115,43 @@ pub(crate) enum NodeFid {
     },
 }
 
+/// The table locked for [`InodeTable::by_path`].
+pub(crate) struct ByPath<'a>(MutexGuard<'a, Inner>);
+
+impl ByPath<'_> {
+    /// The node id already given to the file with this `qid.path`, if any.
+    pub(crate) fn ino_of(&self, qid_path: u64) -> Option<u64> {
+        self.0.by_path.get(&qid_path).copied()
+    }
+
+    /// The node id of the file with this `qid.path` if it has one, else the id it would
+    /// get if free (the `qid.path`): what a listing shows as `d_ino`.
+    pub(crate) fn ino_or_own(&self, qid_path: u64) -> u64 {
+        self.0.spared.get(&qid_path).copied().unwrap_or(qid_path)
+    }
+}
+
+impl Inner {
+    fn map_path(&mut self, qid_path: u64, ino: u64) {
+        if let Some(old) = self.by_path.insert(qid_path, ino) {
+            if old != qid_path {
+                self.spared.remove(&qid_path);
+            }
+        }
+        if ino != qid_path {
+            self.spared.insert(qid_path, ino);
+        }
+    }
+
+    /// Forgets that `qid_path` leads to node `ino`, if it still does.
+    fn unmap_path(&mut self, qid_path: u64, ino: u64) {
+        if self.by_path.get(&qid_path) == Some(&ino) {
+            self.by_path.remove(&qid_path);
+            self.spared.remove(&qid_path);
+        }
+    }
+}
+
 /// Remembered (directory, name) pairs after which all are forgotten.
 const NAMES_LIMIT: usize = 1 << 20;
 
@@ -141,7 +181,7 @@ impl InodeTable {
                 stale: false,
             },
         );
-        inner.by_path.insert(root_qid.path, ROOT);
+        inner.map_path(root_qid.path, ROOT);
         InodeTable {
             inner: Mutex::new(inner),
         }
@@ -199,7 +239,13 @@ impl InodeTable {
 
     /// The node id already given to the file with this `qid.path`, if any.
     pub(crate) fn ino_of(&self, qid_path: u64) -> Option<u64> {
-        self.lock().by_path.get(&qid_path).copied()
+        self.by_path().ino_of(qid_path)
+    }
+
+    /// [`InodeTable::ino_of`] for many files under one lock (a listing's entries): hold
+    /// it only while nothing waits for the server.
+    pub(crate) fn by_path(&self) -> ByPath<'_> {
+        ByPath(self.lock())
     }
 
     /// The node `name` in directory `parent` last led to, if the kernel still holds it:
@@ -371,7 +417,7 @@ impl InodeTable {
         if let Some(node) = inner.by_ino.get_mut(&ino) {
             node.origin = origin;
         }
-        inner.by_path.insert(qid.path, ino);
+        inner.map_path(qid.path, ino);
         if let Some(node) = inner.by_ino.get_mut(&ino) {
             node.listed = listed;
         }
@@ -496,9 +542,7 @@ impl InodeTable {
         let Some(path) = inner.by_ino.get(&ino).map(|n| n.qid_path) else {
             return;
         };
-        if inner.by_path.get(&path) == Some(&ino) {
-            inner.by_path.remove(&path);
-        }
+        inner.unmap_path(path, ino);
     }
 
     /// Gives the node of `qid_path`, if known, a fresher fid for the same file.
@@ -536,9 +580,7 @@ impl InodeTable {
         }
         let path = node.qid_path;
         let gone = inner.by_ino.remove(&ino);
-        if inner.by_path.get(&path) == Some(&ino) {
-            inner.by_path.remove(&path);
-        }
+        inner.unmap_path(path, ino);
         drop(inner);
         drop(gone); // its fid is clunked outside the lock
         true
@@ -638,5 +680,38 @@ impl InodeTable {
     /// Nodes currently known (the root included).
     pub(crate) fn len(&self) -> usize {
         self.lock().by_ino.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listings_show_each_file_its_node_id() {
+        let table = InodeTable {
+            inner: Mutex::new(Inner {
+                next_spare: PLACEHOLDER - 1,
+                ..Inner::default()
+            }),
+        };
+        let shown = |q: u64| table.by_path().ino_or_own(q);
+        let add = |q: u64| {
+            let mut inner = table.lock();
+            let ino = InodeTable::insert(&mut inner, None, q, libc::S_IFREG, None);
+            inner.map_path(q, ino);
+            ino
+        };
+        table.lock().map_path(77, ROOT);
+        assert_eq!(shown(77), ROOT, "the export root's file is node 1");
+        assert_eq!((add(5), shown(5)), (5, 5));
+        assert_eq!(shown(6), 6, "an unknown file shows its own number");
+        // Another file numbered 5 while the kernel holds the first: a spare id.
+        let spare = add(5);
+        assert_ne!(spare, 5);
+        assert_eq!(shown(5), spare);
+        table.lock().unmap_path(5, spare);
+        assert_eq!(shown(5), 5);
+        assert_eq!(table.lock().spared.len(), 1, "the root's only");
     }
 }

@@ -19,6 +19,7 @@ use crate::attr::{self, kind_of_dtype};
 use crate::cache::CacheMode;
 use crate::fid::FidRef;
 use crate::handle::{lock, DirStream, Listed};
+use crate::inode::ByPath;
 use crate::listed_attrs::Fetched;
 use crate::remote::resolve_listed;
 
@@ -142,8 +143,8 @@ impl Shared {
 
     /// The d_ino to show for an entry without attributes: its node id if the kernel knows
     /// the file, else the server's qid.path (never 0, which readdir callers may skip).
-    fn dirent_ino(&self, e: &DirEntry) -> u64 {
-        self.inodes.ino_of(e.qid.path).unwrap_or(e.qid.path).max(1)
+    fn dirent_ino(by_path: &ByPath<'_>, e: &DirEntry) -> u64 {
+        by_path.ino_or_own(e.qid.path).max(1)
     }
 
     pub(super) fn readdir(
@@ -167,15 +168,20 @@ impl Shared {
             if let Err(e) = self.fill(file.reopen.node, fid, &mut s) {
                 return reply.error(e);
             }
-            let Some(Listed { entry: e, .. }) = s.front() else {
-                break;
-            };
-            let ino = self.dirent_ino(e);
-            let name = OsStr::from_bytes(&e.name);
-            if reply.add(INodeNo(ino), e.offset, kind_of_dtype(e.ty), name) {
+            if s.front().is_none() {
                 break;
             }
-            s.consume();
+            // One lock for all the entries at hand (thousands, from a replica).
+            let by_path = self.inodes.by_path();
+            while let Some(Listed { entry: e, .. }) = s.front() {
+                let ino = Self::dirent_ino(&by_path, e);
+                let name = OsStr::from_bytes(&e.name);
+                if reply.add(INodeNo(ino), e.offset, kind_of_dtype(e.ty), name) {
+                    drop(by_path);
+                    return reply.ok();
+                }
+                s.consume();
+            }
         }
         reply.ok();
     }
@@ -199,6 +205,8 @@ impl Shared {
         };
         let mut s = lock(&file.dir);
         s.seek(offset);
+        // Entries added to this reply.
+        let mut sent = 0usize;
         'batches: loop {
             if let Err(e) = self.fill(ino.0, fid, &mut s) {
                 return reply.error(e);
@@ -207,7 +215,13 @@ impl Shared {
                 break;
             }
             let ticket = s.ticket;
-            let batch = s.upcoming(PLUS_BATCH);
+            let mut batch = s.upcoming(PLUS_BATCH);
+            if let Some(held) = self.first_held(ino.0, &batch, sent) {
+                batch.truncate(held);
+                if batch.is_empty() {
+                    break;
+                }
+            }
             let listed: Vec<&Listed> = batch.iter().filter(|l| !is_dot(&l.entry.name)).collect();
             let mut resolved = self.resolve_batch(ino, &dir, &listed, ticket).into_iter();
             for Listed { entry: e, .. } in &batch {
@@ -217,13 +231,14 @@ impl Shared {
                     let ino = if e.name == b"." {
                         ino.0
                     } else {
-                        self.dirent_ino(e)
+                        Self::dirent_ino(&self.inodes.by_path(), e)
                     };
                     let a = attr::placeholder(ino, FileType::Directory);
                     let ttl = self.entry_ttl();
                     if reply.add(INodeNo(ino), e.offset, name, &ttl, &a, Generation(0)) {
                         break 'batches;
                     }
+                    sent += 1;
                     s.consume();
                     continue;
                 }
@@ -255,11 +270,32 @@ impl Shared {
                         break 'batches;
                     }
                     self.stats.caches.readdirplus_entries.fetch_add(1, Relaxed);
+                    sent += 1;
                 }
                 s.consume();
             }
         }
         reply.ok();
+    }
+
+    /// Where a READDIRPLUS reply should end, in `batch`, so that names the kernel holds
+    /// go by plain READDIR: with change events followed, its entries and attributes stay
+    /// good, and READDIRPLUS would only cost a link and a lookup count per entry (the
+    /// kernel lists on with READDIR after the first request of a listing, unless lookups
+    /// in the directory come between). `sent`: entries already in the reply, which must
+    /// carry one (an empty reply is the end of the directory).
+    fn first_held(&self, dir: u64, batch: &[Listed], sent: usize) -> Option<usize> {
+        if !self.follows_events() {
+            return None;
+        }
+        batch.iter().enumerate().position(|(i, l)| {
+            (sent > 0 || i > 0)
+                && !is_dot(&l.entry.name)
+                && self
+                    .inodes
+                    .named(dir, &l.entry.name)
+                    .is_some_and(|(qid_path, _)| qid_path == l.entry.qid.path)
+        })
     }
 
     /// The file and attributes of each entry listed in directory `ino`, in order. An

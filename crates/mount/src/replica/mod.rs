@@ -460,8 +460,9 @@ impl DirReplicas {
         self.lock().dirs.contains_key(&dir)
     }
 
-    /// The entries of `dir`'s replica, in name order, if it is complete and knows every
-    /// entry (a listing can then be answered from it).
+    /// The entries of `dir`'s replica, if it is complete and knows every entry (a listing
+    /// can then be answered from it): in the server's order as filled, in name order once
+    /// a name changed.
     pub(crate) fn listing(&self, dir: u64) -> Option<Arc<[Listed]>> {
         let mut inner = self.lock();
         inner.clock += 1;
@@ -527,8 +528,16 @@ impl DirReplicas {
                 listing: None,
             },
         );
-        for (name, a) in listed {
-            inner.set(dir, &name, Some(Slot::Known(Arc::new(a))));
+        let listed: Vec<(Vec<u8>, Arc<Rgetattr>)> =
+            listed.into_iter().map(|(n, a)| (n, Arc::new(a))).collect();
+        for (name, a) in &listed {
+            inner.set(dir, name, Some(Slot::Known(a.clone())));
+        }
+        // The listing for the next opendir, in the server's order, made now rather than
+        // sorted from the slots then (milliseconds for a large directory, on the first
+        // `ls` after a stat pass).
+        if let Some(r) = inner.dirs.get_mut(&dir).filter(|_| complete) {
+            r.listing = Some(listing_snapshot(listed.into_iter()));
         }
         c.fills.fetch_add(1, Relaxed);
         c.filled_entries.fetch_add(n as u64, Relaxed);
