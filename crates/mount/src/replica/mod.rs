@@ -780,7 +780,11 @@ mod tests {
         assert!(r.install(ROOT, ticket, listed, true));
 
         let first = r.listing(ROOT).expect("complete");
-        assert_eq!(names(&first), [&b"."[..], b"..", b"a", b"b"]);
+        assert_eq!(
+            names(&first),
+            [&b"."[..], b"..", b"b", b"a"],
+            "as the server listed them"
+        );
         assert!(Arc::ptr_eq(&first, &r.listing(ROOT).unwrap()), "shared");
 
         r.own_created(ROOT, b"c", &file(12), None);
