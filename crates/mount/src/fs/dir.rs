@@ -205,8 +205,6 @@ impl Shared {
         };
         let mut s = lock(&file.dir);
         s.seek(offset);
-        // Entries added to this reply.
-        let mut sent = 0usize;
         'batches: loop {
             if let Err(e) = self.fill(ino.0, fid, &mut s) {
                 return reply.error(e);
@@ -215,13 +213,7 @@ impl Shared {
                 break;
             }
             let ticket = s.ticket;
-            let mut batch = s.upcoming(PLUS_BATCH);
-            if let Some(held) = self.first_held(ino.0, &batch, sent) {
-                batch.truncate(held);
-                if batch.is_empty() {
-                    break;
-                }
-            }
+            let batch = s.upcoming(PLUS_BATCH);
             let listed: Vec<&Listed> = batch.iter().filter(|l| !is_dot(&l.entry.name)).collect();
             let mut resolved = self.resolve_batch(ino, &dir, &listed, ticket).into_iter();
             for Listed { entry: e, .. } in &batch {
@@ -238,7 +230,6 @@ impl Shared {
                     if reply.add(INodeNo(ino), e.offset, name, &ttl, &a, Generation(0)) {
                         break 'batches;
                     }
-                    sent += 1;
                     s.consume();
                     continue;
                 }
@@ -270,32 +261,11 @@ impl Shared {
                         break 'batches;
                     }
                     self.stats.caches.readdirplus_entries.fetch_add(1, Relaxed);
-                    sent += 1;
                 }
                 s.consume();
             }
         }
         reply.ok();
-    }
-
-    /// Where a READDIRPLUS reply should end, in `batch`, so that names the kernel holds
-    /// go by plain READDIR: with change events followed, its entries and attributes stay
-    /// good, and READDIRPLUS would only cost a link and a lookup count per entry (the
-    /// kernel lists on with READDIR after the first request of a listing, unless lookups
-    /// in the directory come between). `sent`: entries already in the reply, which must
-    /// carry one (an empty reply is the end of the directory).
-    fn first_held(&self, dir: u64, batch: &[Listed], sent: usize) -> Option<usize> {
-        if !self.follows_events() {
-            return None;
-        }
-        batch.iter().enumerate().position(|(i, l)| {
-            (sent > 0 || i > 0)
-                && !is_dot(&l.entry.name)
-                && self
-                    .inodes
-                    .named(dir, &l.entry.name)
-                    .is_some_and(|(qid_path, _)| qid_path == l.entry.qid.path)
-        })
     }
 
     /// The file and attributes of each entry listed in directory `ino`, in order. An
