@@ -467,6 +467,7 @@ fn reading_a_file_costs_one_round_trip_and_reading_it_again_none() {
     s.sync();
     let count = |s: &Setup, m: &str| s.mount.stats()["9p"][m]["count"].as_u64().unwrap_or(0);
     let opens = |s: &Setup| ["Twalkread", "Twalkopen", "Tlopen", "Tread"].map(|m| count(s, m));
+    let cached = |s: &Setup, c: &str| s.mount.stats()["caches"][c].as_u64().unwrap();
     let read_all = |s: &Setup| {
         for i in 0..100 {
             let data = std::fs::read(s.guest(&format!("d/f{i}"))).unwrap();
@@ -476,8 +477,18 @@ fn reading_a_file_costs_one_round_trip_and_reading_it_again_none() {
     let before = opens(&s);
     read_all(&s);
     let after = opens(&s);
-    // Each open waited for its first read, which opened and read in one message.
-    assert_eq!(after[0] - before[0], 100, "Twalkread");
+    // Each open waited for its first read, which opened and read in one message, or, once
+    // two files of the directory were read, was answered from the directory's small files
+    // fetched together (Treadfiles, up to 16 a message).
+    let walkreads = after[0] - before[0];
+    let from_small_files = cached(&s, "small_file_reads");
+    assert_eq!(walkreads + from_small_files, 100);
+    assert!(from_small_files >= 50, "{from_small_files} of 100");
+    assert!(
+        count(&s, "Treadfiles") <= 100 / 16 + 4,
+        "{}",
+        count(&s, "Treadfiles")
+    );
     assert_eq!(after[1..], before[1..], "nothing else opened or read");
     // Again: the kernel holds the pages, so the opens are never sent, and the attributes
     // it asks for after its reads (the access time) came back with them.
@@ -488,7 +499,7 @@ fn reading_a_file_costs_one_round_trip_and_reading_it_again_none() {
     // (Later opens of the files latest read reuse their open fids instead: see idle.rs.)
     let caches = &s.mount.stats()["caches"];
     assert!(caches["opens_deferred"].as_u64().unwrap() > 100, "{caches}");
-    assert_eq!(caches["deferred_opens_sent"], 100, "{caches}");
+    assert_eq!(caches["deferred_opens_sent"], walkreads, "{caches}");
 
     // What the guest shows after its reads is what the host has: the access time the
     // reads moved included.
@@ -526,6 +537,74 @@ fn reading_a_file_costs_one_round_trip_and_reading_it_again_none() {
     }
     // Opened again, the name leads to the new file.
     assert_eq!(std::fs::read(s.guest("d/f7")).unwrap(), b"another file");
+}
+
+#[test]
+fn small_files_fetched_with_their_directory_are_never_read_after_a_change() {
+    let s = Setup::new(&[], &[]);
+    std::fs::create_dir(s.host("d")).unwrap();
+    let names: Vec<String> = (0..40).map(|i| format!("d/f{i:02}")).collect();
+    let write_all = |tag: &str| {
+        for n in &names {
+            std::fs::write(s.host(n), format!("{tag} {n}")).unwrap();
+        }
+    };
+    let fetched = |s: &Setup| {
+        s.mount.stats()["caches"]["small_files_fetched"]
+            .as_u64()
+            .unwrap()
+    };
+    // Two reads in the directory ask for its other small files; waits until they came.
+    let prime = |s: &Setup| {
+        let before = fetched(s);
+        let listed: Vec<_> = std::fs::read_dir(s.guest("d"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        // As git does: every file looked at, then read.
+        for p in &listed {
+            std::fs::metadata(p).unwrap();
+        }
+        for p in &listed[..2] {
+            std::fs::read(p).unwrap();
+        }
+        wait_until("small files to come", Duration::from_secs(10), || {
+            fetched(s) >= before + 30
+        });
+    };
+    write_all("v1");
+    s.sync();
+    prime(&s);
+    // Changed on the host (same sizes): after a sync, every read shows the change.
+    write_all("v2");
+    s.sync();
+    for n in &names {
+        assert_eq!(
+            std::fs::read_to_string(s.guest(n)).unwrap(),
+            format!("v2 {n}")
+        );
+    }
+    // Changed through the mount after they were fetched: the change shows.
+    write_all("v3");
+    s.sync();
+    prime(&s);
+    std::fs::write(s.guest("d/f20"), "v4 d/f20").unwrap();
+    std::fs::write(s.guest("d/f21"), "v4 d/f21, longer").unwrap();
+    for n in &names {
+        let want = match n.as_str() {
+            "d/f20" => "v4 d/f20".to_string(),
+            "d/f21" => "v4 d/f21, longer".to_string(),
+            _ => format!("v3 {n}"),
+        };
+        assert_eq!(std::fs::read_to_string(s.guest(n)).unwrap(), want);
+    }
+    assert!(
+        s.mount.stats()["caches"]["small_file_reads"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    assert_eq!(tree(&s.guest("d")), tree(&s.host("d")));
 }
 
 #[test]

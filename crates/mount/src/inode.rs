@@ -37,7 +37,8 @@ struct Inode {
     /// `None` for a node answered from a directory replica: walked from `origin` when
     /// first needed (see [`NodeFid::Lazy`]).
     fid: Option<Arc<FidRef>>,
-    /// Where a node without a fid was found: its directory's node and its name there.
+    /// Where the node was last found: its directory's node and its name there (a node
+    /// without a fid is walked from there when needed).
     origin: Option<(u64, Vec<u8>)>,
     qid_path: u64,
     /// `S_IFMT` bits: a qid.path reused by a file of another type is another file.
@@ -228,8 +229,12 @@ impl InodeTable {
             return bound.clone();
         }
         node.fid = Some(fid.clone());
-        node.origin = None;
         fid
+    }
+
+    /// Where node `ino` was last found, fid or not: its directory's node and its name.
+    pub(crate) fn found_in(&self, ino: u64) -> Option<(u64, Vec<u8>)> {
+        self.lock().by_ino.get(&ino)?.origin.clone()
     }
 
     /// The `qid.path` of node `ino`'s file, if the kernel still holds it.
@@ -335,6 +340,9 @@ impl InodeTable {
         let mut inner = self.lock();
         let (ino, unused) = Self::remember_locked(&mut inner, fid, a, fetched);
         Self::name(&mut inner, parent, name, ino);
+        if let Some(node) = inner.by_ino.get_mut(&ino).filter(|_| ino != ROOT) {
+            node.origin = Some((parent, name.to_vec()));
+        }
         drop(inner);
         // Dropping a fid may send its Tclunk, which can wait for the socket; never under the
         // table's lock, which the client's reader thread takes to finish a GETATTR.

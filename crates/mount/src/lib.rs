@@ -97,6 +97,7 @@ mod mount;
 mod remote;
 mod replica;
 mod restore;
+mod small_files;
 mod stats;
 
 pub use cache::{CacheMode, InvalidNegativeTtl, NegativeTtl, UnknownCacheMode};

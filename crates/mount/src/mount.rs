@@ -343,6 +343,11 @@ fn stats_json(s: &Shared, mountpoint: &Path, readahead_kb: Option<u32>) -> serde
     if let Some(obj) = doc.as_object_mut() {
         obj.insert("changes".into(), s.changes.stats_json());
         obj.insert("replicas".into(), s.replicas.stats_json());
+        let (files, bytes) = s.small_files.size();
+        obj.insert(
+            "small_files".into(),
+            serde_json::json!({ "files": files, "bytes": bytes }),
+        );
         obj.insert("extensions".into(), s.client.has_extensions().into());
         obj.insert("reconnects".into(), s.client.reconnects().into());
     }

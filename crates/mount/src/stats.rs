@@ -67,6 +67,10 @@ pub(crate) struct CacheCounters {
     pub opens_deferred: AtomicU64,
     /// Of those, opens that a read then sent to the server.
     pub deferred_opens_sent: AtomicU64,
+    /// Small files fetched with their directory's (see `crate::small_files`).
+    pub small_files_fetched: AtomicU64,
+    /// First reads answered from them.
+    pub small_file_reads: AtomicU64,
     /// GETATTRs answered with attributes fetched earlier that nothing changed since (see
     /// `crate::listed_attrs`), while change events are followed.
     pub unchanged_attrs_sent: AtomicU64,
@@ -174,6 +178,8 @@ impl Stats {
                 "opens_deferred": c.opens_deferred.load(Relaxed),
                 "deferred_opens_sent": c.deferred_opens_sent.load(Relaxed),
                 "unchanged_attrs_sent": c.unchanged_attrs_sent.load(Relaxed),
+                "small_files_fetched": c.small_files_fetched.load(Relaxed),
+                "small_file_reads": c.small_file_reads.load(Relaxed),
                 "readdir_buffer_hits": c.readdir_buffer_hits.load(Relaxed),
                 "readdirplus_entries": c.readdirplus_entries.load(Relaxed),
                 "listed_attrs_reused": c.listed_attrs_reused.load(Relaxed),

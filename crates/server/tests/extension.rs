@@ -279,6 +279,66 @@ fn walkread_opens_and_reads_in_one_and_a_failure_binds_nothing() {
 }
 
 #[test]
+fn readfiles_brings_small_regular_files_whole_and_leaves_out_the_rest() {
+    use std::os::unix::fs::MetadataExt;
+    let o = Outside::new();
+    let h = &o.h;
+    std::fs::write(h.path("a.h"), b"alpha").unwrap();
+    std::fs::write(h.path("empty"), b"").unwrap();
+    std::fs::write(h.path("big"), vec![7u8; 5000]).unwrap();
+    std::fs::create_dir(h.path("dir")).unwrap();
+    std::os::unix::fs::symlink("a.h", h.path("link")).unwrap();
+    std::os::unix::fs::symlink(&o.dir, h.path("escape")).unwrap();
+    let atime = |name: &str| {
+        let md = std::fs::metadata(h.path(name)).unwrap();
+        (md.atime(), md.atime_nsec())
+    };
+    // An access time older than the change time, which a plain read would move.
+    let past = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::open(h.path("a.h"))
+        .unwrap()
+        .set_times(std::fs::FileTimes::new().set_accessed(past))
+        .unwrap();
+    let before = atime("a.h");
+    let mut c = extended(h);
+    c.walk(ROOT, Fid(1), &[]).unwrap();
+    let ask = ["a.h", "empty", "big", "dir", "link", "escape", "missing"];
+    let r = c.ok(Treadfiles {
+        fid: Fid(1),
+        names: names(&ask),
+        max_each: 4096,
+    });
+    let Rmessage::Readfiles(r) = r else {
+        panic!("{r:?}")
+    };
+    let files: Vec<FileData> = FileData::iter(&r.data.0).map(Result::unwrap).collect();
+    let got: Vec<(&[u8], &[u8])> = files.iter().map(|f| (&f.name[..], &f.data[..])).collect();
+    assert_eq!(got, [(&b"a.h"[..], &b"alpha"[..]), (b"empty", b"")]);
+    c.walk(ROOT, Fid(2), &["a.h"]).unwrap();
+    let attr = c.getattr(Fid(2)).unwrap();
+    assert_eq!(files[0].attr.qid, attr.qid);
+    assert_eq!(files[0].attr.size, 5);
+    assert_eq!(atime("a.h"), before, "read without moving the access time");
+    // A name that is not one component fails the request, as a walk does.
+    for bad in ["..", "a/b", ""] {
+        let e = c.err(Treadfiles {
+            fid: Fid(1),
+            names: names(&[bad]),
+            max_each: 4096,
+        });
+        assert_eq!(e, libc::EINVAL, "{bad:?}");
+    }
+    // Only of a directory.
+    let e = c.err(Treadfiles {
+        fid: Fid(2),
+        names: names(&["x"]),
+        max_each: 4096,
+    });
+    assert_eq!(e, libc::ENOTDIR);
+    o.assert_untouched();
+}
+
+#[test]
 fn the_compounds_keep_the_export_confined_and_read_only_holds() {
     let o = Outside::new();
     std::os::unix::fs::symlink(&o.dir, o.h.path("escape")).unwrap();

@@ -98,6 +98,66 @@ impl DirEntryAttr {
     }
 }
 
+/// One file of an Rreadfiles payload: its name in the directory, its attributes after the
+/// read, and its whole content (`len[4]` and bytes).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileData {
+    /// The name in the directory asked about.
+    pub name: Vec<u8>,
+    /// The file's attributes, taken after the read (its qid among them).
+    pub attr: Rgetattr,
+    /// Everything the file holds.
+    pub data: Vec<u8>,
+}
+
+impl FileData {
+    /// Bytes a file with a name of `name_len` bytes and `data_len` bytes of content takes
+    /// in a payload.
+    pub fn wire_len(name_len: usize, data_len: usize) -> usize {
+        2 + name_len + ATTR_LEN + 4 + data_len
+    }
+
+    /// Appends this file to a payload.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        self.name.encode(out);
+        self.attr.encode(out);
+        crate::types::Data(self.data.clone()).encode(out);
+    }
+
+    /// Iterates over the files packed in an Rreadfiles payload.
+    pub fn iter(data: &[u8]) -> FileDataIter<'_> {
+        FileDataIter {
+            r: Reader::new(data),
+        }
+    }
+}
+
+/// Iterator over packed files; yields an error (once) for a malformed payload.
+pub struct FileDataIter<'a> {
+    r: Reader<'a>,
+}
+
+impl Iterator for FileDataIter<'_> {
+    type Item = Result<FileData, DecodeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.r.remaining() == 0 {
+            return None;
+        }
+        let file = (|| {
+            Ok(FileData {
+                name: Vec::<u8>::decode(&mut self.r)?,
+                attr: Rgetattr::decode(&mut self.r)?,
+                data: crate::types::Data::decode(&mut self.r)?.0,
+            })
+        })();
+        if file.is_err() {
+            self.r = Reader::new(&[]);
+        }
+        Some(file)
+    }
+}
+
 /// Bytes of an Rgetattr body.
 const ATTR_LEN: usize = 8 + 13 + 4 * 3 + 8 * 15;
 
@@ -134,6 +194,39 @@ impl Iterator for DirEntryAttrIter<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn files_round_trip_sizes_agree_and_a_cut_payload_is_an_error() {
+        let files = vec![
+            FileData {
+                name: b"a.h".to_vec(),
+                attr: Rgetattr {
+                    size: 3,
+                    ..Rgetattr::default()
+                },
+                data: b"abc".to_vec(),
+            },
+            FileData {
+                name: vec![0xff],
+                attr: Rgetattr::default(),
+                data: Vec::new(),
+            },
+        ];
+        let mut data = Vec::new();
+        for f in &files {
+            let before = data.len();
+            f.encode(&mut data);
+            assert_eq!(
+                data.len() - before,
+                FileData::wire_len(f.name.len(), f.data.len())
+            );
+        }
+        let back: Vec<_> = FileData::iter(&data).map(Result::unwrap).collect();
+        assert_eq!(back, files);
+        let cut: Vec<_> = FileData::iter(&data[..data.len() - 1]).collect();
+        assert_eq!(cut.len(), 2);
+        assert!(cut[0].is_ok() && cut[1].is_err());
+    }
 
     #[test]
     fn entries_round_trip_and_sizes_agree() {

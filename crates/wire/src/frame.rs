@@ -189,7 +189,10 @@ mod tests {
             Tmessage::Walk(Twalk { wnames, .. })
             | Tmessage::Walkgetattr(Twalkgetattr { wnames, .. })
             | Tmessage::Walkopen(Twalkopen { wnames, .. })
-            | Tmessage::Walkread(Twalkread { wnames, .. }) => wnames.truncate(MAX_WALK_ELEMENTS),
+            | Tmessage::Walkread(Twalkread { wnames, .. })
+            | Tmessage::Readfiles(Treadfiles { names: wnames, .. }) => {
+                wnames.truncate(MAX_WALK_ELEMENTS)
+            }
             _ => {}
         }
         m

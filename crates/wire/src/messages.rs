@@ -225,6 +225,11 @@ messages! { Tmessage, "request" {
         fid: Fid, newfid: Fid, wnames: Vec<Vec<u8>>, flags: u32, offset: u64, count: u32,
         request_mask: u64,
     }
+    /// The whole content and attributes of each named regular file in directory `fid`
+    /// whose content is at most `max_each` bytes ([`crate::FileData`]), read without
+    /// moving access times where the server may; other names are left out. At most 16
+    /// names, as a walk.
+    Readfiles(Treadfiles = 168) { fid: Fid, names: Vec<Vec<u8>>, max_each: u32 }
 }}
 
 messages! { Rmessage, "reply" {
@@ -319,6 +324,8 @@ messages! { Rmessage, "reply" {
     /// attributes after the read, and what the read returned (at most `count` bytes, and
     /// what msize leaves room for).
     Walkread(Rwalkread = 167) { wqids: Vec<Qid>, iounit: u32, attr: Rgetattr, data: Data }
+    /// Packed files ([`crate::FileData`]), as many of those asked for as msize allows.
+    Readfiles(Rreadfiles = 169) { data: Data }
 }}
 
 impl Tsetattr {

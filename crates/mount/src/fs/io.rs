@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use crossfs_client::ClientError;
 use crossfs_wire::{
     open_flags as of, Rmessage, Tcreateattr, Tcreateattrdir, Tfsync, Tlcreate, Tlopen, Tmessage,
-    Twalkopen, Twalkread,
+    Treadfiles, Twalkopen, Twalkread,
 };
 use fuser::{
     Errno, FileHandle, FopenFlags, Generation, INodeNo, ReplyCreate, ReplyData, ReplyEmpty,
@@ -39,6 +39,7 @@ use crate::inode::NodeFid;
 use crate::listed_attrs::ChangeInFlight;
 use crate::remote::{clone_fid, expect_reply, resolve_one, ATTR_MASK};
 use crate::replica::DirLeft;
+use crate::small_files::{SmallFile, Waiter};
 
 /// Tlopen/Tlcreate flags for a Linux open(2) `flags`.
 ///
@@ -257,10 +258,163 @@ impl Shared {
         Ok(file.opened(fid))
     }
 
-    /// The first read of a deferred open: Twalkread opens the file and reads it in one
-    /// round trip, from the node's fid or, for a node answered from a replica, from its
-    /// directory's by name, checking that the name still leads to the node's file.
+    /// The first read of a deferred open: from the file's content fetched with its
+    /// directory's small files if that is here (or on the way) and nothing changed the
+    /// file since, else [`Shared::walk_and_read`], which may start fetching the files after
+    /// it in its directory.
     fn open_and_read(
+        self: &Arc<Self>,
+        file: Arc<OpenFile>,
+        offset: u64,
+        size: u32,
+        reply: ReplyData,
+    ) {
+        let ino = file.reopen.node;
+        let Some(qid_path) = self.inodes.qid_path(ino) else {
+            return self.walk_and_read(file, offset, size, reply);
+        };
+        let shared = self.clone();
+        let waiter: Waiter = Box::new(move |found: Option<SmallFile>| {
+            let usable =
+                found.filter(|f| f.attr.qid.path == qid_path && shared.small_file_usable(f));
+            let Some(f) = usable else {
+                return shared.walk_and_read(file, offset, size, reply);
+            };
+            shared
+                .stats
+                .caches
+                .small_file_reads
+                .fetch_add(1, Ordering::Relaxed);
+            // The kernel asks for the access time after a read: these answer it.
+            shared.inodes.observe(ino, &f.attr, Some(f.fetched));
+            let start = usize::try_from(offset)
+                .unwrap_or(usize::MAX)
+                .min(f.data.len());
+            let end = start.saturating_add(size as usize).min(f.data.len());
+            reply.data(&f.data[start..end]);
+        });
+        if let Some((waiter, found)) = self.small_files.find(qid_path, waiter) {
+            let found = found.filter(|f| self.small_file_usable(f));
+            if found.is_none() {
+                self.fetch_small_files(ino);
+            }
+            waiter(found);
+        }
+    }
+
+    /// Whether a small file fetched earlier still holds what the file holds: nothing can
+    /// have changed it since it was asked for, events followed all the while.
+    fn small_file_usable(&self, f: &SmallFile) -> bool {
+        self.follows_events()
+            && self
+                .listed
+                .reusable_for(f.attr.qid.path, &f.fetched, self.attr_ttl())
+                .is_some()
+    }
+
+    /// Asks for the small regular files after node `ino` in its directory's listing (see
+    /// `crate::small_files`), if this read makes it time to, while events are followed.
+    fn fetch_small_files(self: &Arc<Self>, ino: u64) {
+        use crate::small_files::{MAX_FILE, WINDOW};
+        if self.no_readfiles.load(Ordering::Relaxed) || !self.follows_events() {
+            return;
+        }
+        let Some((dir_ino, name)) = self.inodes.found_in(ino) else {
+            return;
+        };
+        if !self.small_files.read_in(dir_ino) {
+            return;
+        }
+        let (Some(names), Ok(dir)) = (self.replicas.names(dir_ino), self.node(INodeNo(dir_ino)))
+        else {
+            return;
+        };
+        let small = |a: &crossfs_wire::Rgetattr| {
+            crate::attr::stamp(a).readable_by_anyone && a.size <= u64::from(MAX_FILE)
+        };
+        // The files after this one, then those before it: a small directory whole.
+        let at = names
+            .iter()
+            .position(|(n, _)| *n == name)
+            .map_or(0, |i| i + 1);
+        let (before, after) = names.split_at(at);
+        let candidates: Vec<(&[u8], u64)> = after
+            .iter()
+            .chain(before)
+            .filter_map(|(n, a)| {
+                let qid_path = match a {
+                    Some(a) if small(a) => a.qid.path,
+                    Some(_) => return None,
+                    // Changed since listed: the file the kernel knows by that name, if a
+                    // regular one (the server leaves out what is too large now).
+                    None => match self.inodes.named(dir_ino, n)? {
+                        (q, libc::S_IFREG) => q,
+                        _ => return None,
+                    },
+                };
+                Some((&n[..], qid_path))
+            })
+            .take(WINDOW)
+            .collect();
+        let fresh: std::collections::HashSet<u64> = self
+            .small_files
+            .coming(candidates.iter().map(|c| c.1), |f| {
+                !self.small_file_usable(f)
+            })
+            .into_iter()
+            .collect();
+        let wanted: Vec<&(&[u8], u64)> =
+            candidates.iter().filter(|c| fresh.contains(&c.1)).collect();
+        if wanted.is_empty() {
+            return self.small_files.barren(dir_ino);
+        }
+        for batch in wanted.chunks(crossfs_wire::MAX_WALK_ELEMENTS) {
+            let asked: Vec<u64> = batch.iter().map(|c| c.1).collect();
+            let msg = Tmessage::Readfiles(Treadfiles {
+                fid: dir.fid(),
+                names: batch.iter().map(|c| c.0.to_vec()).collect(),
+                max_each: MAX_FILE,
+            });
+            let fetched = self.listed.before_fetch();
+            let (shared, dir) = (self.clone(), dir.clone());
+            self.client.call_async(
+                msg,
+                Box::new(move |r| {
+                    drop(dir);
+                    let files = match r {
+                        Ok(Rmessage::Readfiles(r)) => r.data.0,
+                        Err(ClientError::Errno(libc::EOPNOTSUPP)) => {
+                            shared.no_readfiles.store(true, Ordering::Relaxed);
+                            Vec::new()
+                        }
+                        _ => Vec::new(),
+                    };
+                    let arrived: Vec<(u64, SmallFile)> = crossfs_wire::FileData::iter(&files)
+                        .map_while(Result::ok)
+                        .map(|f| {
+                            let file = SmallFile {
+                                data: f.data.into(),
+                                attr: Arc::new(f.attr),
+                                fetched,
+                            };
+                            (file.attr.qid.path, file)
+                        })
+                        .collect();
+                    shared
+                        .stats
+                        .caches
+                        .small_files_fetched
+                        .fetch_add(arrived.len() as u64, Ordering::Relaxed);
+                    shared.small_files.arrived(&asked, arrived);
+                }),
+            );
+        }
+    }
+
+    /// Twalkread opens the file and reads it in one round trip, from the node's fid or,
+    /// for a node answered from a replica, from its directory's by name, checking that
+    /// the name still leads to the node's file.
+    fn walk_and_read(
         self: &Arc<Self>,
         file: Arc<OpenFile>,
         offset: u64,

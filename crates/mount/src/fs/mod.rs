@@ -63,6 +63,8 @@ pub(crate) struct Shared {
     pub no_left_attrs: std::sync::atomic::AtomicBool,
     /// The server predates Twalkread: a deferred open is opened, then read.
     pub no_walkread: std::sync::atomic::AtomicBool,
+    /// The server predates Treadfiles: no small files are fetched.
+    pub no_readfiles: std::sync::atomic::AtomicBool,
     /// `never` mode: each thread's latest LOOKUP, for the GETATTR that follows it.
     pub recent: RecentLookups,
     /// Change events from the server: replay recognition, own changes, syncs.
@@ -75,6 +77,8 @@ pub(crate) struct Shared {
     pub replicas: DirReplicas,
     /// Read-only open fids of closed files, for the next open of the same file.
     pub idle: IdleOpens,
+    /// Small files fetched a directory at a time, for first reads (`crate::small_files`).
+    pub small_files: crate::small_files::SmallFiles,
     /// No `--negative-ttl` was given: while events are followed, missing names the mount
     /// tracks are kept long too.
     pub negative_by_mode: bool,
@@ -122,6 +126,7 @@ impl Shared {
             legacy_names: std::sync::atomic::AtomicBool::new(false),
             no_left_attrs: std::sync::atomic::AtomicBool::new(false),
             no_walkread: std::sync::atomic::AtomicBool::new(false),
+            no_readfiles: std::sync::atomic::AtomicBool::new(false),
             changes: ChangeState::default(),
             listed: Arc::default(),
             chown_refused: std::sync::atomic::AtomicBool::new(false),
@@ -132,6 +137,7 @@ impl Shared {
             }),
             untracked: std::sync::atomic::AtomicBool::new(false),
             idle: IdleOpens::default(),
+            small_files: crate::small_files::SmallFiles::default(),
             negative_by_mode: config.negative_ttl == crate::NegativeTtl::ByCacheMode,
             client,
         }

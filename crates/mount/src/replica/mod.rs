@@ -61,6 +61,9 @@ pub const DEFAULT_REPLICA_ENTRIES: usize = 1 << 18;
 /// A directory's entries as listed: names and attributes.
 pub(crate) type Listing = Vec<(Vec<u8>, Rgetattr)>;
 
+/// A name in a replica and its attributes if known (see [`DirReplicas::names`]).
+pub(crate) type NameKnown = (Vec<u8>, Option<Arc<Rgetattr>>);
+
 /// The longest name Linux file systems take: a replica answers "missing" only for names
 /// that could exist (a longer one is the server's to refuse).
 const NAME_MAX: usize = 255;
@@ -485,6 +488,32 @@ impl DirReplicas {
             listing_snapshot(known.into_iter().map(|(n, a)| (n.clone(), a.clone())))
         });
         Some(listing.clone())
+    }
+
+    /// Every name in `dir`'s complete replica with its attributes if known (`None`: changed
+    /// since listed), in the order of its listing if one is at hand, else by name: which
+    /// files a directory has, for fetching its small files (`crate::small_files`).
+    pub(crate) fn names(&self, dir: u64) -> Option<Vec<NameKnown>> {
+        let inner = self.lock();
+        let r = inner.dirs.get(&dir).filter(|r| r.complete)?;
+        if let Some(listing) = &r.listing {
+            let files = listing.iter().filter(|l| l.attr.is_some());
+            return Some(
+                files
+                    .map(|l| (l.entry.name.clone(), l.attr.clone()))
+                    .collect(),
+            );
+        }
+        let mut names: Vec<_> = r
+            .slots
+            .iter()
+            .map(|(n, s)| match s {
+                Slot::Known(a) => (n.clone(), Some(a.clone())),
+                Slot::Unknown => (n.clone(), None),
+            })
+            .collect();
+        names.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        Some(names)
     }
 
     /// A ticket for a fill of, or a lookup in, `dir`; `None` if its replica could not be

@@ -6,11 +6,11 @@ use std::ffi::CString;
 use std::os::fd::AsFd;
 
 use crossfs_wire::{
-    Data, DirEntry, DirEntryAttr, Fid, Rcreateattr, Rcreateattrdir, Rgetattr, Rmessage,
-    Rreaddirattr, Rrenameatattr, Rsetattrget, Runlinkatattr, Rwalkgetattr, Rwalkopen, Rwalkread,
-    Tcreateattr, Tcreateattrdir, Tgetattr, Tlcreate, Tlopen, Treaddirattr, Trenameat,
-    Trenameatattr, Tsetattrget, Tunlinkat, Tunlinkatattr, Twalk, Twalkgetattr, Twalkopen,
-    Twalkread, RREAD_HEADER_LEN,
+    Data, DirEntry, DirEntryAttr, Fid, FileData, Rcreateattr, Rcreateattrdir, Rgetattr, Rmessage,
+    Rreaddirattr, Rreadfiles, Rrenameatattr, Rsetattrget, Runlinkatattr, Rwalkgetattr, Rwalkopen,
+    Rwalkread, Tcreateattr, Tcreateattrdir, Tgetattr, Tlcreate, Tlopen, Treaddirattr, Treadfiles,
+    Trenameat, Trenameatattr, Tsetattrget, Tunlinkat, Tunlinkatattr, Twalk, Twalkgetattr,
+    Twalkopen, Twalkread, RREAD_HEADER_LEN,
 };
 use rustix::fs::OFlags;
 use rustix::io::Errno;
@@ -18,6 +18,7 @@ use rustix::io::Errno;
 use crate::budget::Handle;
 use crate::error::{OpError, OpResult};
 use crate::fid::{lock, FidState, FileFid};
+use crate::names;
 use crate::ops::{attr, dir, io, walk};
 use crate::session::Conn;
 use crate::sys;
@@ -147,6 +148,79 @@ pub(crate) fn walkread(conn: &Conn, m: Twalkread) -> OpResult<Rmessage> {
             Err(e)
         }
     }
+}
+
+/// Treadfiles: each named regular file of directory `fid` whose whole content fits in
+/// `max_each` bytes, with its attributes after the read, as many as fit in msize. Each
+/// name is reached as a walk reaches it (beneath the directory, never through a symlink,
+/// charged to the connection's descriptors) and opened `O_RDONLY|O_NOATIME`: a file the
+/// server may not open so (not its owner, without `CAP_FOWNER`), or that is missing, not
+/// regular, too large, or changing while read, is left out (the client reads it as usual).
+/// A name that is not a single component fails the request, as in a walk.
+pub(crate) fn readfiles(conn: &Conn, m: Treadfiles) -> OpResult<Rmessage> {
+    let state = conn.fids.get(m.fid)?;
+    let dir = state.file()?;
+    if dir.kind != libc::S_IFDIR {
+        return Err(Errno::NOTDIR.into());
+    }
+    let names = m
+        .names
+        .iter()
+        .map(|n| names::component(n))
+        .collect::<OpResult<Vec<_>>>()?;
+    let room = (conn.msize() as usize).saturating_sub(RREAD_HEADER_LEN + 1);
+    let max_each = (m.max_each as usize).min(room);
+    let mut data = Vec::new();
+    for (name, raw) in names.iter().zip(&m.names) {
+        if conn.server.is_reserved(dir.qid.path, raw) {
+            continue;
+        }
+        let Some((attr, content)) = read_whole(conn, dir.fd(), name, max_each) else {
+            continue;
+        };
+        if data.len() + FileData::wire_len(raw.len(), content.len()) > room {
+            break;
+        }
+        FileData {
+            name: raw.clone(),
+            attr,
+            data: content,
+        }
+        .encode(&mut data);
+    }
+    Ok(Rmessage::Readfiles(Rreadfiles { data: Data(data) }))
+}
+
+/// `name` in `dir`, whole, if it is a regular file of at most `max` bytes that the server
+/// may open without moving its access time, and its size after the read is what was read.
+fn read_whole(
+    conn: &Conn,
+    dir: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::CStr,
+    max: usize,
+) -> Option<(Rgetattr, Vec<u8>)> {
+    let _path_charge = conn.fds.charge().ok()?;
+    let path = sys::walk_one(dir, name, conn.server.openat2).ok()?;
+    let st = sys::stat(path.as_fd()).ok()?;
+    if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG || st.stx_size > max as u64 {
+        return None;
+    }
+    let _open_charge = conn.fds.charge().ok()?;
+    let flags = OFlags::RDONLY | OFlags::NOATIME;
+    let fd = sys::reopen(conn.server.proc_fd(), path.as_fd(), flags).ok()?;
+    // One byte more than allowed: a file that grew meanwhile is left out.
+    let mut content = vec![0; max + 1];
+    let mut n = 0;
+    while n < content.len() {
+        match sys::pread(fd.as_fd(), &mut content[n..], n as u64) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(_) => return None,
+        }
+    }
+    content.truncate(n);
+    let after = sys::stat(fd.as_fd()).ok()?;
+    (n <= max && after.stx_size == n as u64).then(|| (attr::rgetattr(conn, &after), content))
 }
 
 /// Tcreateattr: Tlcreate on a clone of `dfid` bound to `openfid`, then `nodefid` bound to

@@ -123,8 +123,9 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
         | T::Createattr(_)
         | T::Createattrdir(_)
         | T::Setattrget(_)
-        // A read, as Tread.
-        | T::Walkread(_) => false,
+        // Reads, as Tread.
+        | T::Walkread(_)
+        | T::Readfiles(_) => false,
     }
 }
 
@@ -160,6 +161,7 @@ fn dispatch(conn: &Conn, msg: Tmessage) -> OpResult<Rmessage> {
         T::Readdirattr(m) => bulk::readdirattr(conn, m),
         T::Walkopen(m) => bulk::walkopen(conn, m),
         T::Walkread(m) => bulk::walkread(conn, m),
+        T::Readfiles(m) => bulk::readfiles(conn, m),
         T::Createattr(m) => bulk::createattr(conn, m),
         T::Setattrget(m) => bulk::setattrget(conn, m),
         T::Unlinkatattr(m) => bulk::unlinkatattr(conn, m),
