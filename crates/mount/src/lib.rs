@@ -21,6 +21,9 @@
 //! followed the kernel keeps names, missing names, attributes and listings
 //! (`FOPEN_CACHE_DIR`) until an event invalidates them, in every mode but `never`.
 //!
+//! While events are followed, an open for reading waits for its first read that the page
+//! cache cannot answer, which opens and reads in one round trip (Twalkread), or is answered
+//! from the directory's small files fetched together (`small_files.rs`, Treadfiles).
 //! Opening a file again soon after closing it, for reading, reuses the open fid kept from the
 //! last time (`idle.rs`): no round trip. Round trips without a replica: with the extension,
 //! a LOOKUP costs one (Twalkgetattr), an open one (Twalkopen), a create one (Tcreateattr: the file, its node's fid and its
