@@ -144,8 +144,14 @@ impl SmallFiles {
     }
 
     /// The answer for files marked coming: those in `arrived` are kept (if they fit), the
-    /// rest of `asked` are forgotten; waiting reads are answered either way.
-    pub(crate) fn arrived(&self, asked: &[u64], arrived: Vec<(u64, SmallFile)>) {
+    /// rest of `asked` are forgotten. Returns the reads that waited, each with its file if
+    /// it came, for the caller to answer (outside this lock).
+    #[must_use]
+    pub(crate) fn arrived(
+        &self,
+        asked: &[u64],
+        arrived: Vec<(u64, SmallFile)>,
+    ) -> Vec<(Waiter, Option<SmallFile>)> {
         let mut woken: Vec<(Vec<Waiter>, Option<SmallFile>)> = Vec::new();
         {
             let mut inner = self.lock();
@@ -167,12 +173,10 @@ impl SmallFiles {
                 woken.push((waiters, file));
             }
         }
-        // Outside the lock: waiters reply to the kernel or send requests.
-        for (waiters, file) in woken {
-            for w in waiters {
-                w(file.clone());
-            }
-        }
+        woken
+            .into_iter()
+            .flat_map(|(waiters, file)| waiters.into_iter().map(move |w| (w, file.clone())))
+            .collect()
     }
 
     /// Files kept, and their bytes.
@@ -253,7 +257,11 @@ mod tests {
         assert!(s.find(1, waiter(Some(b"one"))).is_none(), "waits");
         assert!(s.find(2, waiter(None)).is_none(), "waits");
         assert!(matches!(s.find(9, waiter(None)), Some((_, None))));
-        s.arrived(&[1, 2, 3], vec![(1, file(b"one")), (3, file(b"three"))]);
+        let woken = s.arrived(&[1, 2, 3], vec![(1, file(b"one")), (3, file(b"three"))]);
+        assert_eq!(woken.len(), 2);
+        for (w, f) in woken {
+            w(f);
+        }
         assert_eq!(answered.load(Ordering::SeqCst), 2);
         assert!(matches!(s.find(3, waiter(None)), Some((_, Some(f))) if &*f.data == b"three"));
         assert!(matches!(s.find(2, waiter(None)), Some((_, None))));
@@ -262,7 +270,7 @@ mod tests {
         assert!(s.coming([3], |_| false).is_empty());
         assert_eq!(s.coming([3], |_| true), [3]);
         assert_eq!(s.size(), (1, 3));
-        s.arrived(&[3], vec![(3, file(b"THREE"))]);
+        assert!(s.arrived(&[3], vec![(3, file(b"THREE"))]).is_empty());
         assert!(matches!(s.find(3, waiter(None)), Some((_, Some(f))) if &*f.data == b"THREE"));
     }
 
@@ -273,7 +281,8 @@ mod tests {
         let n = MAX_BYTES / big.len() + 10;
         let all: Vec<u64> = (0..n as u64).collect();
         s.coming(all.clone(), |_| false);
-        s.arrived(&all, all.iter().map(|&q| (q, file(&big))).collect());
+        let woken = s.arrived(&all, all.iter().map(|&q| (q, file(&big))).collect());
+        assert!(woken.is_empty());
         let (files, bytes) = s.size();
         assert!(bytes <= MAX_BYTES && files == MAX_BYTES / big.len());
         assert!(matches!(s.find(0, Box::new(|_| {})), Some((_, None))));

@@ -405,7 +405,22 @@ impl Shared {
                         .caches
                         .small_files_fetched
                         .fetch_add(arrived.len() as u64, Ordering::Relaxed);
-                    shared.small_files.arrived(&asked, arrived);
+                    let woken = shared.small_files.arrived(&asked, arrived);
+                    // A read whose file did not come (or changed) goes to the server, which
+                    // may mean a walk that waits for a reply: not on the client's reader
+                    // thread, where this runs.
+                    let all_here = woken
+                        .iter()
+                        .all(|(_, f)| f.as_ref().is_some_and(|f| shared.small_file_usable(f)));
+                    if all_here {
+                        return woken.into_iter().for_each(|(w, f)| w(f));
+                    }
+                    let spawned = std::thread::Builder::new()
+                        .name("crossfs-read".into())
+                        .spawn(move || woken.into_iter().for_each(|(w, f)| w(f)));
+                    if let Err(e) = spawned {
+                        tracing::warn!("cannot start a thread to read files: {e}");
+                    }
                 }),
             );
         }

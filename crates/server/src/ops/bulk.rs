@@ -75,6 +75,14 @@ pub(crate) fn walkgetattr(conn: &Conn, m: Twalkgetattr) -> OpResult<Rmessage> {
     }
 }
 
+/// Tlopen of `fid`; returns the advised I/O size.
+fn lopen(conn: &Conn, fid: Fid, flags: u32) -> OpResult<u32> {
+    match io::lopen(conn, Tlopen { fid, flags })? {
+        Rmessage::Lopen(o) => Ok(o.iounit),
+        _ => Err(OpError::Invalid("lopen gave no Rlopen")),
+    }
+}
+
 /// Twalkopen: Twalk to `newfid`, Tlopen of it, and its attributes.
 pub(crate) fn walkopen(conn: &Conn, m: Twalkopen) -> OpResult<Rmessage> {
     if m.newfid == m.fid {
@@ -82,18 +90,8 @@ pub(crate) fn walkopen(conn: &Conn, m: Twalkopen) -> OpResult<Rmessage> {
         return Err(OpError::Invalid("walkopen needs a new fid"));
     }
     let wqids = walk_all(conn, m.fid, m.newfid, m.wnames)?;
-    let opened = io::lopen(
-        conn,
-        Tlopen {
-            fid: m.newfid,
-            flags: m.flags,
-        },
-    )
-    .and_then(|r| match r {
-        Rmessage::Lopen(o) => Ok(o.iounit),
-        _ => Err(OpError::Invalid("lopen gave no Rlopen")),
-    })
-    .and_then(|iounit| Ok((iounit, getattr(conn, m.newfid, m.request_mask)?)));
+    let opened = lopen(conn, m.newfid, m.flags)
+        .and_then(|iounit| Ok((iounit, getattr(conn, m.newfid, m.request_mask)?)));
     match opened {
         Ok((iounit, attr)) => Ok(Rmessage::Walkopen(Rwalkopen {
             wqids,
@@ -117,18 +115,7 @@ pub(crate) fn walkread(conn: &Conn, m: Twalkread) -> OpResult<Rmessage> {
     // size[4] type[1] tag[2] nwqid[2] wqid[13 each] iounit[4] attr[153] count[4]
     let header = 7 + 2 + 13 * wqids.len() + 4 + 153 + 4;
     let room = (conn.msize() as usize).saturating_sub(header);
-    let read = io::lopen(
-        conn,
-        Tlopen {
-            fid: m.newfid,
-            flags: m.flags,
-        },
-    )
-    .and_then(|r| match r {
-        Rmessage::Lopen(o) => Ok(o.iounit),
-        _ => Err(OpError::Invalid("lopen gave no Rlopen")),
-    })
-    .and_then(|iounit| {
+    let read = lopen(conn, m.newfid, m.flags).and_then(|iounit| {
         let state = conn.fids.get(m.newfid)?;
         let open = state.file()?.opened()?;
         let mut data = vec![0; (m.count as usize).min(room)];
