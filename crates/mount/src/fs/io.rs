@@ -273,11 +273,11 @@ impl Shared {
         let Some(qid_path) = self.inodes.qid_path(ino) else {
             return self.walk_and_read(file, offset, size, reply);
         };
+        // Called with the file only if it may answer (its caller checked), else on a thread
+        // that may wait for the server.
         let shared = self.clone();
         let waiter: Waiter = Box::new(move |found: Option<SmallFile>| {
-            let usable =
-                found.filter(|f| f.attr.qid.path == qid_path && shared.small_file_usable(f));
-            let Some(f) = usable else {
+            let Some(f) = found else {
                 return shared.walk_and_read(file, offset, size, reply);
             };
             shared
@@ -406,18 +406,20 @@ impl Shared {
                         .small_files_fetched
                         .fetch_add(arrived.len() as u64, Ordering::Relaxed);
                     let woken = shared.small_files.arrived(&asked, arrived);
-                    // A read whose file did not come (or changed) goes to the server, which
-                    // may mean a walk that waits for a reply: not on the client's reader
-                    // thread, where this runs.
-                    let all_here = woken
-                        .iter()
-                        .all(|(_, f)| f.as_ref().is_some_and(|f| shared.small_file_usable(f)));
-                    if all_here {
-                        return woken.into_iter().for_each(|(w, f)| w(f));
+                    // A read whose file did not come (or changed since) goes to the server,
+                    // which may mean a walk that waits for a reply: not on the client's
+                    // reader thread, where this runs.
+                    let (here, to_server): (Vec<_>, Vec<_>) = woken
+                        .into_iter()
+                        .map(|(w, f)| (w, f.filter(|f| shared.small_file_usable(f))))
+                        .partition(|(_, f)| f.is_some());
+                    here.into_iter().for_each(|(w, f)| w(f));
+                    if to_server.is_empty() {
+                        return;
                     }
                     let spawned = std::thread::Builder::new()
                         .name("crossfs-read".into())
-                        .spawn(move || woken.into_iter().for_each(|(w, f)| w(f)));
+                        .spawn(move || to_server.into_iter().for_each(|(w, _)| w(None)));
                     if let Err(e) = spawned {
                         tracing::warn!("cannot start a thread to read files: {e}");
                     }
