@@ -608,6 +608,35 @@ fn small_files_fetched_with_their_directory_are_never_read_after_a_change() {
 }
 
 #[test]
+fn link_targets_come_with_their_directory_and_a_replaced_link_shows_its_new_target() {
+    let s = Setup::new(&[], &[]);
+    std::fs::create_dir(s.host("links")).unwrap();
+    for i in 0..40 {
+        std::os::unix::fs::symlink(format!("target-{i}"), s.host(&format!("links/l{i:02}")))
+            .unwrap();
+    }
+    s.sync();
+    let count = |m: &str| s.mount.stats()["9p"][m]["count"].as_u64().unwrap_or(0);
+    for i in 0..40 {
+        let target = std::fs::read_link(s.guest(&format!("links/l{i:02}"))).unwrap();
+        assert_eq!(target.to_str(), Some(format!("target-{i}").as_str()));
+    }
+    // The first links are read one by one; the rest come 16 to a Treadfiles (one may still
+    // be on the way when its readlink comes, and waits for it).
+    let (readlinks, readfiles) = (count("Treadlink"), count("Treadfiles"));
+    assert!(readlinks < 10, "{readlinks} Treadlink");
+    assert!((1..=4).contains(&readfiles), "{readfiles} Treadfiles");
+    // A link replaced on the host is another file: its new target shows after a sync.
+    std::fs::remove_file(s.host("links/l30")).unwrap();
+    std::os::unix::fs::symlink("elsewhere", s.host("links/l30")).unwrap();
+    s.sync();
+    assert_eq!(
+        std::fs::read_link(s.guest("links/l30")).unwrap().to_str(),
+        Some("elsewhere")
+    );
+}
+
+#[test]
 fn names_created_in_a_directory_made_through_the_mount_are_not_looked_up_on_the_server() {
     let s = Setup::new(&[], &[]);
     std::fs::create_dir(s.guest("made")).unwrap();

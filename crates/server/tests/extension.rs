@@ -279,7 +279,7 @@ fn walkread_opens_and_reads_in_one_and_a_failure_binds_nothing() {
 }
 
 #[test]
-fn readfiles_brings_small_regular_files_whole_and_leaves_out_the_rest() {
+fn readfiles_brings_small_regular_files_whole_and_link_targets_and_leaves_out_the_rest() {
     use std::os::unix::fs::MetadataExt;
     let o = Outside::new();
     let h = &o.h;
@@ -313,7 +313,18 @@ fn readfiles_brings_small_regular_files_whole_and_leaves_out_the_rest() {
     };
     let files: Vec<FileData> = FileData::iter(&r.data.0).map(Result::unwrap).collect();
     let got: Vec<(&[u8], &[u8])> = files.iter().map(|f| (&f.name[..], &f.data[..])).collect();
-    assert_eq!(got, [(&b"a.h"[..], &b"alpha"[..]), (b"empty", b"")]);
+    let outside = o.dir.as_os_str().as_encoded_bytes();
+    assert_eq!(
+        got,
+        [
+            (&b"a.h"[..], &b"alpha"[..]),
+            (b"empty", b""),
+            // Links are not followed: their targets come, as Treadlink gives them.
+            (b"link", b"a.h"),
+            (b"escape", outside),
+        ]
+    );
+    assert_eq!(files[2].attr.mode & libc::S_IFMT, libc::S_IFLNK);
     c.walk(ROOT, Fid(2), &["a.h"]).unwrap();
     let attr = c.getattr(Fid(2)).unwrap();
     assert_eq!(files[0].attr.qid, attr.qid);

@@ -106,7 +106,7 @@ pub struct FileData {
     pub name: Vec<u8>,
     /// The file's attributes, taken after the read (its qid among them).
     pub attr: Rgetattr,
-    /// Everything the file holds.
+    /// Everything the file holds (a symbolic link: its target).
     pub data: Vec<u8>,
 }
 

@@ -226,9 +226,9 @@ messages! { Tmessage, "request" {
         request_mask: u64,
     }
     /// The whole content and attributes of each named regular file in directory `fid`
-    /// whose content is at most `max_each` bytes ([`crate::FileData`]), read without
-    /// moving access times where the server may; other names are left out. At most 16
-    /// names, as a walk.
+    /// whose content is at most `max_each` bytes, read without moving access times where
+    /// the server may, and each named symbolic link's target ([`crate::FileData`]); other
+    /// names are left out. At most 16 names, as a walk.
     Readfiles(Treadfiles = 168) { fid: Fid, names: Vec<Vec<u8>>, max_each: u32 }
 }}
 

@@ -52,10 +52,12 @@ replies: a `count` too small for the next entry is `EINVAL`, as getdents(2) says
 `fid` may be an unopened directory fid; the server opens the directory for the call.
 
 An `Rreadfiles` payload is a sequence of files (`FileData`), each `name[s]`, the
-153-byte attributes taken after the read, and `data[4 + n]`: the file's whole content.
+153-byte attributes taken after the read, and `data[4 + n]`: the file's whole content,
+or a symbolic link's target (read as Treadlink reads it, which moves the link's access
+time).
 Each name is reached as a walk reaches it (one component, beneath the directory, never
 through a symlink) and opened `O_RDONLY|O_NOATIME`; a name that is missing, not a regular
-file, larger than `max_each` (or than what is left of msize), changing while read, or
+file or link, larger than `max_each` (or than what is left of msize), changing while read, or
 that the server may not open without moving its access time, is left out, silently: the
 client reads such a file as usual. A name that is not one component fails the request
 (`EINVAL`), as in a walk.

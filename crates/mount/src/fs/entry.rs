@@ -525,8 +525,34 @@ impl Shared {
     }
 
     /// With FUSE_CACHE_SYMLINKS the kernel keeps the target in its page cache, so this runs
-    /// once per symlink while its attributes stay valid.
-    pub(super) fn readlink(&self, ino: INodeNo, reply: ReplyData) {
+    /// once per symlink while its attributes stay valid. While events are followed, the
+    /// target may come with the directory's small files (`crate::small_files`).
+    pub(super) fn readlink(self: &Arc<Self>, ino: INodeNo, reply: ReplyData) {
+        let shared = self.clone();
+        self.with_small_file(
+            ino.0,
+            Box::new(
+                move |found: Option<crate::small_files::SmallFile>| match found {
+                    Some(link) if link.attr.mode & libc::S_IFMT == libc::S_IFLNK => {
+                        reply.data(&link.data)
+                    }
+                    None => shared.readlink_from_server(ino, reply),
+                    // Not a link (its number now names another file): asked for, off the
+                    // thread this may run on (the client's reader).
+                    Some(_) => {
+                        let spawned = std::thread::Builder::new()
+                            .name("crossfs-readlink".into())
+                            .spawn(move || shared.readlink_from_server(ino, reply));
+                        if let Err(e) = spawned {
+                            tracing::warn!("cannot start a thread to read a link: {e}");
+                        }
+                    }
+                },
+            ),
+        );
+    }
+
+    fn readlink_from_server(&self, ino: INodeNo, reply: ReplyData) {
         let fid = match self.node(ino) {
             Ok(f) => f,
             Err(e) => return reply.error(e),

@@ -270,36 +270,47 @@ impl Shared {
         reply: ReplyData,
     ) {
         let ino = file.reopen.node;
-        let Some(qid_path) = self.inodes.qid_path(ino) else {
-            return self.walk_and_read(file, offset, size, reply);
-        };
-        // Called with the file only if it may answer (its caller checked), else on a thread
-        // that may wait for the server.
         let shared = self.clone();
-        let waiter: Waiter = Box::new(move |found: Option<SmallFile>| {
-            let Some(f) = found else {
-                return shared.walk_and_read(file, offset, size, reply);
-            };
-            shared
-                .stats
+        self.with_small_file(
+            ino,
+            Box::new(move |found: Option<SmallFile>| {
+                let Some(f) = found else {
+                    return shared.walk_and_read(file, offset, size, reply);
+                };
+                // The kernel asks for the access time after a read: these answer it.
+                shared.inodes.observe(ino, &f.attr, Some(f.fetched));
+                let start = usize::try_from(offset)
+                    .unwrap_or(usize::MAX)
+                    .min(f.data.len());
+                let end = start.saturating_add(size as usize).min(f.data.len());
+                reply.data(&f.data[start..end]);
+            }),
+        );
+    }
+
+    /// Calls `then` with node `ino`'s content fetched with its directory's small files
+    /// (`crate::small_files`) if that is here and nothing changed the file since, or once
+    /// it comes if it is on the way; else with `None`, which the caller then asks the
+    /// server for (on a thread that may wait: `then` may be called on the client's reader
+    /// thread only with the file). Starts fetching the directory's next small files when
+    /// this read makes it time to.
+    pub(super) fn with_small_file(self: &Arc<Self>, ino: u64, then: Waiter) {
+        let Some(qid_path) = self.inodes.qid_path(ino).filter(|_| self.follows_events()) else {
+            return then(None);
+        };
+        let Some((then, found)) = self.small_files.find(qid_path, then) else {
+            return; // on the way
+        };
+        let found = found.filter(|f| self.small_file_usable(f));
+        if found.is_none() {
+            self.fetch_small_files(ino);
+        } else {
+            self.stats
                 .caches
                 .small_file_reads
                 .fetch_add(1, Ordering::Relaxed);
-            // The kernel asks for the access time after a read: these answer it.
-            shared.inodes.observe(ino, &f.attr, Some(f.fetched));
-            let start = usize::try_from(offset)
-                .unwrap_or(usize::MAX)
-                .min(f.data.len());
-            let end = start.saturating_add(size as usize).min(f.data.len());
-            reply.data(&f.data[start..end]);
-        });
-        if let Some((waiter, found)) = self.small_files.find(qid_path, waiter) {
-            let found = found.filter(|f| self.small_file_usable(f));
-            if found.is_none() {
-                self.fetch_small_files(ino);
-            }
-            waiter(found);
         }
+        then(found);
     }
 
     /// Whether a small file fetched earlier still holds what the file holds: nothing can
@@ -329,8 +340,10 @@ impl Shared {
         else {
             return;
         };
+        // Files a deferred open may read, and symbolic links.
         let small = |a: &crossfs_wire::Rgetattr| {
-            crate::attr::stamp(a).readable_by_anyone && a.size <= u64::from(MAX_FILE)
+            let link = a.mode & libc::S_IFMT == libc::S_IFLNK;
+            (link || crate::attr::stamp(a).readable_by_anyone) && a.size <= u64::from(MAX_FILE)
         };
         // The files after this one, then those before it: a small directory whole.
         let at = names
@@ -346,9 +359,9 @@ impl Shared {
                     Some(a) if small(a) => a.qid.path,
                     Some(_) => return None,
                     // Changed since listed: the file the kernel knows by that name, if a
-                    // regular one (the server leaves out what is too large now).
+                    // regular one or a link (the server leaves out what is too large now).
                     None => match self.inodes.named(dir_ino, n)? {
-                        (q, libc::S_IFREG) => q,
+                        (q, libc::S_IFREG | libc::S_IFLNK) => q,
                         _ => return None,
                     },
                 };
@@ -413,7 +426,14 @@ impl Shared {
                         .into_iter()
                         .map(|(w, f)| (w, f.filter(|f| shared.small_file_usable(f))))
                         .partition(|(_, f)| f.is_some());
-                    here.into_iter().for_each(|(w, f)| w(f));
+                    for (w, f) in here {
+                        shared
+                            .stats
+                            .caches
+                            .small_file_reads
+                            .fetch_add(1, Ordering::Relaxed);
+                        w(f);
+                    }
                     if to_server.is_empty() {
                         return;
                     }

@@ -138,7 +138,8 @@ pub(crate) fn walkread(conn: &Conn, m: Twalkread) -> OpResult<Rmessage> {
 }
 
 /// Treadfiles: each named regular file of directory `fid` whose whole content fits in
-/// `max_each` bytes, with its attributes after the read, as many as fit in msize. Each
+/// `max_each` bytes, and each named symbolic link's target, with the attributes after the
+/// read, as many as fit in msize. Each
 /// name is reached as a walk reaches it (beneath the directory, never through a symlink,
 /// charged to the connection's descriptors) and opened `O_RDONLY|O_NOATIME`: a file the
 /// server may not open so (not its owner, without `CAP_FOWNER`), or that is missing, not
@@ -179,7 +180,8 @@ pub(crate) fn readfiles(conn: &Conn, m: Treadfiles) -> OpResult<Rmessage> {
 }
 
 /// `name` in `dir`, whole, if it is a regular file of at most `max` bytes that the server
-/// may open without moving its access time, and its size after the read is what was read.
+/// may open without moving its access time, and its size after the read is what was read;
+/// or a symbolic link's target (reading a link moves its access time as a readlink does).
 fn read_whole(
     conn: &Conn,
     dir: std::os::fd::BorrowedFd<'_>,
@@ -189,7 +191,17 @@ fn read_whole(
     let _path_charge = conn.fds.charge().ok()?;
     let path = sys::walk_one(dir, name, conn.server.openat2).ok()?;
     let st = sys::stat(path.as_fd()).ok()?;
-    if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG || st.stx_size > max as u64 {
+    let kind = u32::from(st.stx_mode) & libc::S_IFMT;
+    if st.stx_size > max as u64 {
+        return None;
+    }
+    if kind == libc::S_IFLNK {
+        // A link's target never changes: another target is another link.
+        let target = sys::readlink(path.as_fd()).ok()?;
+        let after = sys::stat(path.as_fd()).ok()?;
+        return (target.len() <= max).then(|| (attr::rgetattr(conn, &after), target));
+    }
+    if kind != libc::S_IFREG {
         return None;
     }
     let _open_charge = conn.fds.charge().ok()?;
