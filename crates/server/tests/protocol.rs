@@ -355,6 +355,13 @@ fn duplicate_tag_in_flight_closes_the_connection() {
             request_mask: 0,
         }),
     );
+    // Release the open only once the server has read the duplicate (it is counted before
+    // it is looked at): released earlier, the open's reply could free tag 5 first.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !h.server.message_totals().messages.contains_key("Tgetattr") {
+        assert!(std::time::Instant::now() < deadline, "the duplicate never arrived");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     let fifo2 = fifo.clone();
     let t = std::thread::spawn(move || release_fifo(&fifo2));
     let mut buf = Vec::new();
