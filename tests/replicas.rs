@@ -549,14 +549,18 @@ fn small_files_fetched_with_their_directory_are_never_read_after_a_change() {
             std::fs::write(s.host(n), format!("{tag} {n}")).unwrap();
         }
     };
-    let fetched = |s: &Setup| {
-        s.mount.stats()["caches"]["small_files_fetched"]
+    let cache_count = |s: &Setup, what: &str| s.mount.stats()["caches"][what].as_u64().unwrap();
+    let fetched = |s: &Setup| cache_count(s, "small_files_fetched");
+    let pushed = |s: &Setup| cache_count(s, "pages_pushed");
+    let fuse_reads = |s: &Setup| {
+        s.mount.stats()["fuse"]["READ"]["count"]
             .as_u64()
-            .unwrap()
+            .unwrap_or(0)
     };
-    // Two reads in the directory ask for its other small files; waits until they came.
+    // Two reads in the directory ask for its other small files; waits until they came and
+    // went into the kernel's page cache.
     let prime = |s: &Setup| {
-        let before = fetched(s);
+        let (before, pushed_before) = (fetched(s), pushed(s));
         let listed: Vec<_> = std::fs::read_dir(s.guest("d"))
             .unwrap()
             .map(|e| e.unwrap().path())
@@ -569,7 +573,7 @@ fn small_files_fetched_with_their_directory_are_never_read_after_a_change() {
             std::fs::read(p).unwrap();
         }
         wait_until("small files to come", Duration::from_secs(10), || {
-            fetched(s) >= before + 30
+            fetched(s) >= before + 30 && pushed(s) >= pushed_before + 30
         });
     };
     write_all("v1");
@@ -590,14 +594,35 @@ fn small_files_fetched_with_their_directory_are_never_read_after_a_change() {
     prime(&s);
     std::fs::write(s.guest("d/f20"), "v4 d/f20").unwrap();
     std::fs::write(s.guest("d/f21"), "v4 d/f21, longer").unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(s.guest("d/f22"))
+        .unwrap()
+        .set_len(3)
+        .unwrap();
+    // truncate(2), by name: a SETATTR with no open handle.
+    let path =
+        std::ffi::CString::new(s.guest("d/f23").into_os_string().into_encoded_bytes()).unwrap();
+    assert_eq!(unsafe { libc::truncate(path.as_ptr(), 4) }, 0);
+    let reads = fuse_reads(&s);
+    let mut unread = 0;
     for n in &names {
         let want = match n.as_str() {
             "d/f20" => "v4 d/f20".to_string(),
             "d/f21" => "v4 d/f21, longer".to_string(),
-            _ => format!("v3 {n}"),
+            "d/f22" => "v3 ".to_string(),
+            "d/f23" => "v3 d".to_string(),
+            _ => {
+                unread += 1;
+                format!("v3 {n}")
+            }
         };
         assert_eq!(std::fs::read_to_string(s.guest(n)).unwrap(), want);
     }
+    // The files that came, but the two read to ask for them, were in the page cache: the
+    // kernel asked for nothing but the files changed through the mount.
+    let asked = fuse_reads(&s) - reads;
+    assert!(asked <= 2 + 4, "{asked} READs for {unread} unchanged files");
     assert!(
         s.mount.stats()["caches"]["small_file_reads"]
             .as_u64()

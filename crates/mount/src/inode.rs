@@ -615,6 +615,20 @@ impl InodeTable {
         self.lock().by_ino.get(&ino)?.listed.clone()
     }
 
+    /// The kernel is about to get node `ino`'s content as of attributes `stamp`
+    /// (`crate::pushed_pages`): true if those are the attributes last seen (the kernel's),
+    /// and then its next open keeps the pages, as a reopen of an unchanged file does.
+    pub(crate) fn pages_pushed(&self, ino: u64, stamp: DataStamp) -> bool {
+        let mut inner = self.lock();
+        match inner.by_ino.get_mut(&ino) {
+            Some(node) if node.seen == Some(stamp) => {
+                node.opened = Some(stamp);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Whether node `ino` is, as last seen, a regular file anyone may read.
     pub(crate) fn readable_by_anyone(&self, ino: u64) -> bool {
         let inner = self.lock();

@@ -23,7 +23,8 @@
 //!
 //! While events are followed, an open for reading waits for its first read that the page
 //! cache cannot answer, which opens and reads in one round trip (Twalkread), or is answered
-//! from the directory's small files fetched together (`small_files.rs`, Treadfiles).
+//! from the directory's small files fetched together (`small_files.rs`, Treadfiles), which
+//! in `auto` mode go into the kernel's page cache as they come (`pushed_pages.rs`).
 //! Opening a file again soon after closing it, for reading, reuses the open fid kept from the
 //! last time (`idle.rs`): no round trip. Round trips without a replica: with the extension,
 //! a LOOKUP costs one (Twalkgetattr), an open one (Twalkopen), a create one (Tcreateattr: the file, its node's fid and its
@@ -97,6 +98,7 @@ mod idle;
 mod inode;
 mod listed_attrs;
 mod mount;
+mod pushed_pages;
 mod remote;
 mod replica;
 mod restore;

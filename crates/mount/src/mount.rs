@@ -101,6 +101,7 @@ pub fn mount(
     let mut session = Session::new(fs, mountpoint, &fuse_config).map_err(mount_err)?;
     let unmounter = session.unmount_callable();
     let notifier = session.notifier();
+    shared.start_page_push(notifier.clone());
     let thread = std::thread::Builder::new()
         .name("crossfs-fuse".into())
         .spawn(move || session.run())

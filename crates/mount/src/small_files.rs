@@ -7,7 +7,8 @@
 //! the mount asks for the next small files of the directory whole (Treadfiles, read on the
 //! host without moving access times), in listing order after the file being read, and
 //! answers their first reads here. A read that arrives while its file is on the way waits
-//! for it.
+//! for it. In `auto` mode the files also go into the kernel's page cache as they come
+//! (`crate::pushed_pages`), and most first reads never reach the mount.
 //!
 //! What keeps it exact: a file is kept by `qid.path` with the change clock's stamp taken
 //! before it was asked for (`crate::listed_attrs`), and used only while nothing can have

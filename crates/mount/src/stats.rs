@@ -71,6 +71,9 @@ pub(crate) struct CacheCounters {
     pub small_files_fetched: AtomicU64,
     /// First reads answered from them.
     pub small_file_reads: AtomicU64,
+    /// Of those files, the ones pushed into the kernel's page cache (see
+    /// `crate::pushed_pages`): their first reads send no request at all.
+    pub pages_pushed: AtomicU64,
     /// GETATTRs answered with attributes fetched earlier that nothing changed since (see
     /// `crate::listed_attrs`), while change events are followed.
     pub unchanged_attrs_sent: AtomicU64,
@@ -180,6 +183,7 @@ impl Stats {
                 "unchanged_attrs_sent": c.unchanged_attrs_sent.load(Relaxed),
                 "small_files_fetched": c.small_files_fetched.load(Relaxed),
                 "small_file_reads": c.small_file_reads.load(Relaxed),
+                "pages_pushed": c.pages_pushed.load(Relaxed),
                 "readdir_buffer_hits": c.readdir_buffer_hits.load(Relaxed),
                 "readdirplus_entries": c.readdirplus_entries.load(Relaxed),
                 "listed_attrs_reused": c.listed_attrs_reused.load(Relaxed),

@@ -359,7 +359,10 @@ fn duplicate_tag_in_flight_closes_the_connection() {
     // it is looked at): released earlier, the open's reply could free tag 5 first.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while !h.server.message_totals().messages.contains_key("Tgetattr") {
-        assert!(std::time::Instant::now() < deadline, "the duplicate never arrived");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the duplicate never arrived"
+        );
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     let fifo2 = fifo.clone();

@@ -228,6 +228,10 @@ impl Applier<'_> {
 
     /// `pages`: drop the cached data too, not only the attributes.
     fn inval_inode(&self, ino: u64, pages: bool) {
+        if pages {
+            // After a push of the file's pages in progress (`crate::pushed_pages`).
+            self.shared.page_push.settle(ino);
+        }
         let offset = if pages { 0 } else { -1 };
         if self.notifier.inval_inode(INodeNo(ino), offset, 0).is_ok() {
             self.shared

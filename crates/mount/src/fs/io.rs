@@ -77,6 +77,11 @@ pub(crate) fn wire_open_flags(flags: i32, writeback: bool) -> u32 {
     out
 }
 
+/// Whether an open with these Linux flags may change the file's data.
+fn writes(flags: i32) -> bool {
+    flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
+}
+
 /// A file created and opened: the open fid, the node's fid, its attributes, and what the
 /// creation left of its directory, if the server said.
 type Created = (
@@ -203,7 +208,8 @@ impl Shared {
     }
 
     pub(super) fn open(&self, ino: INodeNo, flags: i32, reply: ReplyOpen) {
-        if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
+        let writes = writes(flags);
+        if writes {
             if let Err(e) = self.writable() {
                 return reply.error(e);
             }
@@ -228,6 +234,9 @@ impl Shared {
         match reused.map_or_else(|| self.open_node(ino, flags), Ok) {
             Ok((fid, wire)) => {
                 let fh = self.handles.insert(fid, Reopen::new(ino.0, wire));
+                if writes {
+                    self.page_push.write_opened(fh, ino.0);
+                }
                 reply.opened(FileHandle(fh), self.fopen_flags(ino.0, flags));
             }
             Err(e) => reply.error(e),
@@ -321,6 +330,61 @@ impl Shared {
                 .listed
                 .reusable_for(f.attr.qid.path, &f.fetched, self.attr_ttl())
                 .is_some()
+    }
+
+    /// Whether a small file that came may go into the kernel's page cache
+    /// (`crate::pushed_pages`): a regular file with content, in `auto` mode.
+    fn may_push(&self, f: &SmallFile) -> bool {
+        self.config.cache == CacheMode::Auto
+            && f.attr.mode & libc::S_IFMT == libc::S_IFREG
+            && !f.data.is_empty()
+    }
+
+    /// Starts the thread that pushes small files into the kernel's page cache through
+    /// `notifier` (see `crate::pushed_pages`); it ends with the mount.
+    pub(crate) fn start_page_push(self: &Arc<Self>, notifier: fuser::Notifier) {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<SmallFile>>(64);
+        if self.pages_to_push.set(tx).is_err() {
+            return;
+        }
+        let shared = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("crossfs-pages".into())
+            .spawn(move || {
+                while let Ok(files) = rx.recv() {
+                    let Some(shared) = shared.upgrade() else {
+                        return;
+                    };
+                    files.iter().for_each(|f| shared.push_pages(&notifier, f));
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start the thread that fills the page cache: {e}");
+        }
+    }
+
+    /// Pushes a small file's content into the kernel's page cache if nothing changed it
+    /// since it was fetched, and the kernel's attributes for it are the ones it came with
+    /// (so the kernel's size is its length); its next open then keeps the pages.
+    fn push_pages(&self, notifier: &fuser::Notifier, f: &SmallFile) {
+        let Some(ino) = self.inodes.ino_of(f.attr.qid.path) else {
+            return;
+        };
+        let stamp = crate::attr::stamp(&f.attr);
+        let Some(push) = self.page_push.begin(ino, || {
+            self.small_file_usable(f) && self.inodes.pages_pushed(ino, stamp)
+        }) else {
+            return;
+        };
+        let stored = notifier.store(INodeNo(ino), 0, &f.data);
+        if self.page_push.end(push) {
+            let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
+        } else if stored.is_ok() {
+            self.stats
+                .caches
+                .pages_pushed
+                .fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Asks for the small regular files after node `ino` in its directory's listing (see
@@ -418,6 +482,12 @@ impl Shared {
                         .caches
                         .small_files_fetched
                         .fetch_add(arrived.len() as u64, Ordering::Relaxed);
+                    let to_push: Vec<SmallFile> = arrived
+                        .iter()
+                        .map(|(_, f)| f)
+                        .filter(|f| shared.may_push(f))
+                        .cloned()
+                        .collect();
                     let woken = shared.small_files.arrived(&asked, arrived);
                     // A read whose file did not come (or changed since) goes to the server,
                     // which may mean a walk that waits for a reply: not on the client's
@@ -433,6 +503,11 @@ impl Shared {
                             .small_file_reads
                             .fetch_add(1, Ordering::Relaxed);
                         w(f);
+                    }
+                    // Not here: a push waits for pages that a read in flight holds, and
+                    // that read may wait for a reply this thread must deliver.
+                    if let (false, Some(push)) = (to_push.is_empty(), shared.pages_to_push.get()) {
+                        let _ = push.try_send(to_push);
                     }
                     if to_server.is_empty() {
                         return;
@@ -738,6 +813,9 @@ impl Shared {
         self.replicas.own_created(parent.0, name, &a, left);
         let fa = self.remember((parent, name), node, &a, None);
         let fh = self.handles.insert(fid, Reopen::new(fa.ino.0, wire));
+        if writes(flags) {
+            self.page_push.write_opened(fh, fa.ino.0);
+        }
         let open_flags = self.fopen_flags(fa.ino.0, flags);
         reply.created(
             &self.entry_ttl(),

@@ -79,6 +79,11 @@ pub(crate) struct Shared {
     pub idle: IdleOpens,
     /// Small files fetched a directory at a time, for first reads (`crate::small_files`).
     pub small_files: crate::small_files::SmallFiles,
+    /// Small files pushed into the kernel's page cache (`crate::pushed_pages`), by the
+    /// thread this sends them to (started with the FUSE session).
+    pub page_push: crate::pushed_pages::PagePush,
+    pub pages_to_push:
+        std::sync::OnceLock<std::sync::mpsc::SyncSender<Vec<crate::small_files::SmallFile>>>,
     /// No `--negative-ttl` was given: while events are followed, missing names the mount
     /// tracks are kept long too.
     pub negative_by_mode: bool,
@@ -138,6 +143,8 @@ impl Shared {
             untracked: std::sync::atomic::AtomicBool::new(false),
             idle: IdleOpens::default(),
             small_files: crate::small_files::SmallFiles::default(),
+            page_push: Default::default(),
+            pages_to_push: Default::default(),
             negative_by_mode: config.negative_ttl == crate::NegativeTtl::ByCacheMode,
             client,
         }
@@ -450,6 +457,11 @@ impl Filesystem for CrossFs {
             return s.getattr(req.pid(), ino, None, reply);
         }
         s.changes.note_node(ino.0);
+        if size.is_some() {
+            // The kernel cuts its pages once answered: after a push of them in progress
+            // (`crate::pushed_pages`; the change clock moved above, so no other starts).
+            s.page_push.settle(ino.0);
+        }
         s.setattr(ino, fh, change, reply);
     }
 
@@ -637,6 +649,7 @@ impl Filesystem for CrossFs {
         if let Some(file) = s.handles.remove(fh.0) {
             s.keep_idle(&file);
         }
+        s.page_push.closed(fh.0);
         reply.ok();
     }
 
