@@ -64,6 +64,8 @@ struct Inner {
     /// Directory node -> when a file not here was last read in it, and whether asking
     /// for more then found nothing to ask for.
     dirs: HashMap<u64, (Instant, bool)>,
+    /// When [`SmallFiles::read_in`] last said to ask.
+    asked: Option<Instant>,
 }
 
 /// The mount's small files (see the module doc).
@@ -96,18 +98,26 @@ impl SmallFiles {
 
     /// Notes a first read of a file in directory `dir` that was not here; true when the
     /// files after it should now be asked for: another such read came within [`RECENT`],
-    /// and the last time asking did not find the directory without small files.
+    /// in this directory or, if that made the mount ask, in another (a program reading a
+    /// tree), and the last time asking did not find this directory without small files.
     pub(crate) fn read_in(&self, dir: u64) -> bool {
         let now = Instant::now();
         let mut inner = self.lock();
         if inner.dirs.len() >= MAX_DIRS {
             inner.dirs.clear();
         }
+        let recent = |at: Instant| now.duration_since(at) < RECENT;
         let last = inner.dirs.insert(dir, (now, false));
-        let ask = last.is_some_and(|(at, barren)| now.duration_since(at) < RECENT && !barren);
+        let ask = match last {
+            Some((at, barren)) => recent(at) && !barren,
+            None => inner.asked.is_some_and(recent),
+        };
         if let (Some((at, true)), false) = (last, ask) {
             // Still without small files: keep that in mind until it is old.
             inner.dirs.insert(dir, (at, true));
+        }
+        if ask {
+            inner.asked = Some(now);
         }
         ask
     }
@@ -235,11 +245,15 @@ mod tests {
     fn a_second_read_in_a_directory_asks_for_more_unless_it_had_nothing() {
         let s = SmallFiles::default();
         assert!(!s.read_in(7), "one read tells nothing");
+        assert!(!s.read_in(8), "nor does one in another directory");
         assert!(s.read_in(7));
-        assert!(!s.read_in(8));
         s.barren(7);
         assert!(!s.read_in(7), "nothing to ask for a moment ago");
         assert!(!s.read_in(7));
+        // Reading a tree: having just asked, a first read in another directory asks.
+        assert!(s.read_in(9));
+        s.barren(9);
+        assert!(!s.read_in(9));
     }
 
     #[test]
