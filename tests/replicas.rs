@@ -479,11 +479,17 @@ fn reading_a_file_costs_one_round_trip_and_reading_it_again_none() {
     let after = opens(&s);
     // Each open waited for its first read, which opened and read in one message, or, once
     // two files of the directory were read, was answered from the directory's small files
-    // fetched together (Treadfiles, up to 16 a message).
+    // fetched together (Treadfiles, up to 16 a message), or never reached the mount: the
+    // file had come into the kernel's page cache with them.
     let walkreads = after[0] - before[0];
     let from_small_files = cached(&s, "small_file_reads");
-    assert_eq!(walkreads + from_small_files, 100);
-    assert!(from_small_files >= 50, "{from_small_files} of 100");
+    let pushed = cached(&s, "pages_pushed");
+    assert!(walkreads + from_small_files <= 100);
+    assert!(
+        walkreads + from_small_files + pushed >= 100,
+        "{walkreads} + {from_small_files} + {pushed}"
+    );
+    assert!(walkreads <= 50, "{walkreads} of 100");
     assert!(
         count(&s, "Treadfiles") <= 100 / 16 + 4,
         "{}",
