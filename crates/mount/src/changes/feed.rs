@@ -264,7 +264,12 @@ impl Applier<'_> {
     fn mark_changed(&self, ev: &Event) {
         let listed = &self.shared.listed;
         let from = match &ev.kind {
-            EventKind::Sync { .. } | EventKind::Warning { .. } => return,
+            // The sync's cookie, made and removed at the top of the export, moved the
+            // root's times with no event of their own.
+            EventKind::Sync { .. } => {
+                return listed.changed(self.shared.inodes.qid_path(crate::inode::ROOT));
+            }
+            EventKind::Warning { .. } => return,
             EventKind::Rescan { .. } => return listed.all_changed(),
             EventKind::Renamed { from } => Some(from),
             _ => None,
