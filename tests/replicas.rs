@@ -455,6 +455,43 @@ fn first_stats_of_a_thousand_files_and_of_missing_names_cost_a_bounded_number_of
 }
 
 #[test]
+fn a_directory_whose_names_are_looked_up_is_listed_ahead_and_its_names_found_in_the_kernel() {
+    let s = Setup::new(&[], &[]);
+    std::fs::create_dir(s.host("d")).unwrap();
+    for i in 0..1000 {
+        std::fs::write(s.host(&format!("d/f{i:04}")), format!("{i}")).unwrap();
+    }
+    s.sync();
+    let lookups = |s: &Setup| {
+        s.mount.stats()["fuse"]["LOOKUP"]["count"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let primed = |s: &Setup| s.mount.stats()["caches"]["dirs_primed"].as_u64().unwrap();
+    // Two names looked up: the mount lists the directory through its mount point.
+    for i in 0..2 {
+        std::fs::metadata(s.guest(&format!("d/f{i:04}"))).unwrap();
+    }
+    wait_until(
+        "the directory to be listed",
+        Duration::from_secs(10),
+        || primed(&s) >= 1,
+    );
+    let (before, requests) = (lookups(&s), s.requests());
+    for i in 2..1000 {
+        let md = std::fs::metadata(s.guest(&format!("d/f{i:04}"))).unwrap();
+        assert_eq!(md.len(), format!("{i}").len() as u64);
+    }
+    // The kernel got the names with their attributes from the listing (READDIRPLUS),
+    // answered from the replica: no message to the server either.
+    let asked = lookups(&s) - before;
+    eprintln!("998 stats after the directory was listed: {asked} LOOKUPs");
+    assert!(asked < 100, "{asked} LOOKUPs");
+    assert_eq!(s.requests() - requests, 0);
+    assert_eq!(tree(&s.guest("d")), tree(&s.host("d")));
+}
+
+#[test]
 fn reading_a_file_costs_one_round_trip_and_reading_it_again_none() {
     use std::io::Read;
     let s = Setup::new(&[], &[]);

@@ -147,14 +147,14 @@ impl DirStream {
 
     /// A stream over a replica's listing (see [`listing_snapshot`]), shared, not copied:
     /// opening a directory of any size costs the same.
-    pub(crate) fn from_replica(all: Arc<[Listed]>) -> DirStream {
+    pub(crate) fn from_replica(all: Arc<[Listed]>, ticket: Option<Ticket>) -> DirStream {
         DirStream {
             from: 0,
             entries: VecDeque::new(),
             eof: true,
             snapshot: Some(all),
             gathered: None,
-            ticket: None,
+            ticket,
         }
     }
 }
@@ -283,7 +283,7 @@ mod tests {
             (name.as_bytes().to_vec(), Arc::new(a))
         };
         let all = listing_snapshot([listed("a"), listed("b")].into_iter());
-        let mut s = DirStream::from_replica(all.clone());
+        let mut s = DirStream::from_replica(all.clone(), None);
         let names =
             |v: Vec<Listed>| -> Vec<Vec<u8>> { v.into_iter().map(|l| l.entry.name).collect() };
         assert_eq!(names(s.upcoming(3)), [&b"."[..], b"..", b"a"]);

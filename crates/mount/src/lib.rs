@@ -98,6 +98,7 @@ mod idle;
 mod inode;
 mod listed_attrs;
 mod mount;
+mod primed_dirs;
 mod pushed_pages;
 mod remote;
 mod replica;

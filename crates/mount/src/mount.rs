@@ -102,6 +102,7 @@ pub fn mount(
     let unmounter = session.unmount_callable();
     let notifier = session.notifier();
     shared.start_page_push(notifier.clone());
+    shared.start_dir_priming(mountpoint.to_path_buf());
     let thread = std::thread::Builder::new()
         .name("crossfs-fuse".into())
         .spawn(move || session.run())

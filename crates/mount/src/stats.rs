@@ -74,6 +74,9 @@ pub(crate) struct CacheCounters {
     /// Of those files, the ones pushed into the kernel's page cache (see
     /// `crate::pushed_pages`): their first reads send no request at all.
     pub pages_pushed: AtomicU64,
+    /// Directories the mount listed itself so that the kernel holds their names (see
+    /// `crate::primed_dirs`).
+    pub dirs_primed: AtomicU64,
     /// GETATTRs answered with attributes fetched earlier that nothing changed since (see
     /// `crate::listed_attrs`), while change events are followed.
     pub unchanged_attrs_sent: AtomicU64,
@@ -184,6 +187,7 @@ impl Stats {
                 "small_files_fetched": c.small_files_fetched.load(Relaxed),
                 "small_file_reads": c.small_file_reads.load(Relaxed),
                 "pages_pushed": c.pages_pushed.load(Relaxed),
+                "dirs_primed": c.dirs_primed.load(Relaxed),
                 "readdir_buffer_hits": c.readdir_buffer_hits.load(Relaxed),
                 "readdirplus_entries": c.readdirplus_entries.load(Relaxed),
                 "listed_attrs_reused": c.listed_attrs_reused.load(Relaxed),

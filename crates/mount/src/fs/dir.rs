@@ -285,8 +285,22 @@ impl Shared {
         let (mut ask, mut names, mut qids, mut expected) = (vec![], vec![], vec![], vec![]);
         for (i, Listed { entry: e, attr }) in listed.iter().enumerate() {
             if let Some(a) = attr {
+                // A replica is not updated by the mount's own reads (they move access
+                // times): attributes fetched since for the node, if nothing changed the
+                // file after them, are the newer ones.
+                let newer = self
+                    .inodes
+                    .fetched_attrs_of_name(ino.0, &e.name)
+                    .filter(|(path, kept)| {
+                        *path == a.qid.path
+                            && self
+                                .listed
+                                .reusable_for(*path, &kept.1, self.attr_ttl())
+                                .is_some()
+                    })
+                    .map(|(_, kept)| Arc::new(kept.0));
                 out.push(Some(ListedEntry {
-                    found: Found::Listed(a.clone()),
+                    found: Found::Listed(newer.unwrap_or_else(|| a.clone())),
                     fetched: None,
                     ttl,
                 }));
@@ -340,4 +354,116 @@ struct ListedEntry {
     fetched: Option<Fetched>,
     /// How long the kernel may trust the entry and its attributes.
     ttl: Duration,
+}
+
+impl Shared {
+    /// Starts the thread that lists directories through `mountpoint` so that the kernel
+    /// holds their names (see `crate::primed_dirs`); it ends with the mount.
+    pub(crate) fn start_dir_priming(self: &Arc<Self>, mountpoint: std::path::PathBuf) {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<u64>(64);
+        if self.dirs_to_prime.set(tx).is_err() {
+            return;
+        }
+        let shared = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("crossfs-prime".into())
+            .spawn(move || {
+                let tid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
+                while let Ok(dir) = rx.recv() {
+                    let Some(shared) = shared.upgrade() else {
+                        return;
+                    };
+                    shared.priming_tid.store(tid, Relaxed);
+                    if let Err(e) = shared.prime_dir(&mountpoint, dir) {
+                        tracing::debug!(dir, "directory not listed ahead: {e}");
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start the thread that lists directories ahead: {e}");
+        }
+    }
+
+    /// Whether a request comes from the thread that lists directories ahead.
+    pub(super) fn is_priming(&self, pid: u32) -> bool {
+        pid != 0 && self.priming_tid.load(Relaxed) == pid
+    }
+
+    /// A LOOKUP in `dir` was answered from its replica: lists the directory ahead if that
+    /// makes it time to (`crate::primed_dirs`).
+    pub(super) fn looked_up_in_replica(&self, dir: u64) {
+        if let Some(tx) = self.dirs_to_prime.get() {
+            if self.dir_priming.looked_up(dir) {
+                let _ = tx.try_send(dir);
+            }
+        }
+    }
+
+    /// Lists directory `dir` through the mount point, from where its node was found, if
+    /// its replica is small enough: the kernel's READDIRPLUS, answered from the replica,
+    /// leaves it holding every name.
+    fn prime_dir(&self, mountpoint: &std::path::Path, dir: u64) -> std::io::Result<()> {
+        use rustix::fs::{Mode, OFlags, ResolveFlags};
+        let entries = self.replicas.entries(dir);
+        if entries.is_none_or(|n| n > crate::primed_dirs::MAX_ENTRIES) {
+            return Ok(());
+        }
+        let mut names = Vec::new();
+        let mut at = dir;
+        while at != crate::inode::ROOT {
+            let Some((parent, name)) = self.inodes.found_in(at) else {
+                return Ok(()); // forgotten meanwhile
+            };
+            names.push(name);
+            at = parent;
+            if names.len() > 4096 {
+                return Ok(());
+            }
+        }
+        let rel: std::path::PathBuf = match names.is_empty() {
+            true => ".".into(),
+            false => names.iter().rev().map(|n| OsStr::from_bytes(n)).collect(),
+        };
+        let root = rustix::fs::open(
+            mountpoint,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        // Beneath the mount point and through no link: a name the host just replaced by a
+        // link leads nowhere else.
+        let fd = rustix::fs::openat2(
+            &root,
+            &rel,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_XDEV,
+        )?;
+        drop(root);
+        if rustix::fs::fstat(&fd)?.st_ino != dir {
+            return Ok(()); // renamed meanwhile: another directory is there now
+        }
+        // The kernel asks for attributes (READDIRPLUS) at the start of a listing and after
+        // a lookup in the directory, or a first look at a name a READDIRPLUS gave it (its
+        // readdirplus "auto" mode); else plain READDIR, which gives it no names. So each
+        // getdents, smaller than what one READDIRPLUS brings, is followed by a stat of the
+        // last name it returned, which makes the next request one with attributes.
+        let mut buf = vec![std::mem::MaybeUninit::uninit(); 8 * 1024];
+        let mut entries = rustix::fs::RawDir::new(&fd, &mut buf);
+        let mut last: Option<std::ffi::CString> = None;
+        while let Some(entry) = entries.next() {
+            let name = entry?.file_name().to_owned();
+            if name.as_bytes() != b"." && name.as_bytes() != b".." {
+                last = Some(name);
+            }
+            if let (true, Some(name)) = (entries.is_buffer_empty(), &last) {
+                let _ =
+                    rustix::fs::statat(&fd, name.as_c_str(), rustix::fs::AtFlags::SYMLINK_NOFOLLOW);
+            }
+        }
+        self.stats
+            .caches
+            .dirs_primed
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
 }

@@ -98,7 +98,10 @@ impl Shared {
                 answer = self.replicas.lookup(parent.0, name);
             }
             match answer {
-                Answer::Found(a) => return self.reply_replica((parent, name), &a, ticket, reply),
+                Answer::Found(a) => {
+                    self.reply_replica((parent, name), &a, ticket, reply);
+                    return self.looked_up_in_replica(parent.0);
+                }
                 Answer::Missing => return self.reply_missing(parent.0, name, reply),
                 Answer::Ask => {}
             }

@@ -84,6 +84,12 @@ pub(crate) struct Shared {
     pub page_push: crate::pushed_pages::PagePush,
     pub pages_to_push:
         std::sync::OnceLock<std::sync::mpsc::SyncSender<Vec<crate::small_files::SmallFile>>>,
+    /// Lookups per directory, for listing directories ahead (`crate::primed_dirs`), by the
+    /// thread this sends them to (started with the FUSE session).
+    pub dir_priming: crate::primed_dirs::DirPriming,
+    pub dirs_to_prime: std::sync::OnceLock<std::sync::mpsc::SyncSender<u64>>,
+    /// The thread id of the thread that lists directories ahead.
+    pub priming_tid: std::sync::atomic::AtomicU32,
     /// No `--negative-ttl` was given: while events are followed, missing names the mount
     /// tracks are kept long too.
     pub negative_by_mode: bool,
@@ -145,6 +151,9 @@ impl Shared {
             small_files: crate::small_files::SmallFiles::default(),
             page_push: Default::default(),
             pages_to_push: Default::default(),
+            dir_priming: Default::default(),
+            dirs_to_prime: Default::default(),
+            priming_tid: Default::default(),
             negative_by_mode: config.negative_ttl == crate::NegativeTtl::ByCacheMode,
             client,
         }
@@ -665,7 +674,9 @@ impl Filesystem for CrossFs {
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.s(req, Op::Opendir).opendir(ino, reply);
+        let s = self.s(req, Op::Opendir);
+        let priming = s.is_priming(req.pid());
+        s.opendir(ino, priming, reply);
     }
 
     fn readdir(

@@ -463,6 +463,13 @@ impl DirReplicas {
         self.lock().dirs.contains_key(&dir)
     }
 
+    /// How many entries `dir` has, if its replica is complete.
+    pub(crate) fn entries(&self, dir: u64) -> Option<usize> {
+        let inner = self.lock();
+        let r = inner.dirs.get(&dir).filter(|r| r.complete)?;
+        Some(r.slots.len())
+    }
+
     /// The entries of `dir`'s replica, if it is complete and knows every entry (a listing
     /// can then be answered from it): in the server's order as filled, in name order once
     /// a name changed.
