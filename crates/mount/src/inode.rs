@@ -283,18 +283,6 @@ impl InodeTable {
         })
     }
 
-    /// The newest attributes fetched for the node `name` in `parent` leads to (fid or
-    /// not), with its `qid.path`.
-    pub(crate) fn fetched_attrs_of_name(
-        &self,
-        parent: u64,
-        name: &[u8],
-    ) -> Option<(u64, FetchedAttrs)> {
-        let inner = self.lock();
-        let node = inner.by_ino.get(inner.names.get(&parent)?.get(name)?)?;
-        Some((node.qid_path, node.listed.clone()?))
-    }
-
     /// `f` of the node `name` in `parent` leads to, if it is bound (not stale, with a fid).
     fn with_known<T>(
         &self,

@@ -188,11 +188,16 @@ impl Shared {
 
     /// Each entry comes with its attributes and counts as a lookup; a batch of entries
     /// costs two round trips (all walks, then all getattrs) instead of two per entry.
+    /// `priming`: for the mount's own listing ahead (`crate::primed_dirs`), which is there
+    /// to give the kernel the names it lacks: a file the kernel holds already is listed
+    /// with node id 0, which the kernel takes as "no attributes", so that its own (maybe
+    /// newer: a replica is not updated by reads) are left as they are.
     pub(super) fn readdirplus(
         &self,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
+        priming: bool,
         mut reply: ReplyDirectoryPlus,
     ) {
         let (file, dir) = match (self.open_file(fh), self.node(ino)) {
@@ -242,6 +247,24 @@ impl Shared {
                     }) => Some((self.remember((ino, &e.name), fid, &a, fetched), ttl)),
                     Some(ListedEntry {
                         found: Found::Listed(a),
+                        ..
+                    }) if priming && self.inodes.ino_of(a.qid.path).is_some() => {
+                        let none = attr::file_attr(0, &a, self.ids);
+                        if reply.add(
+                            INodeNo(0),
+                            e.offset,
+                            name,
+                            &Duration::ZERO,
+                            &none,
+                            Generation(0),
+                        ) {
+                            break 'batches;
+                        }
+                        s.consume();
+                        continue;
+                    }
+                    Some(ListedEntry {
+                        found: Found::Listed(a),
                         ttl,
                         ..
                     }) => {
@@ -285,22 +308,8 @@ impl Shared {
         let (mut ask, mut names, mut qids, mut expected) = (vec![], vec![], vec![], vec![]);
         for (i, Listed { entry: e, attr }) in listed.iter().enumerate() {
             if let Some(a) = attr {
-                // A replica is not updated by the mount's own reads (they move access
-                // times): attributes fetched since for the node, if nothing changed the
-                // file after them, are the newer ones.
-                let newer = self
-                    .inodes
-                    .fetched_attrs_of_name(ino.0, &e.name)
-                    .filter(|(path, kept)| {
-                        *path == a.qid.path
-                            && self
-                                .listed
-                                .reusable_for(*path, &kept.1, self.attr_ttl())
-                                .is_some()
-                    })
-                    .map(|(_, kept)| Arc::new(kept.0));
                 out.push(Some(ListedEntry {
-                    found: Found::Listed(newer.unwrap_or_else(|| a.clone())),
+                    found: Found::Listed(a.clone()),
                     fetched: None,
                     ttl,
                 }));
@@ -446,14 +455,16 @@ impl Shared {
         // a lookup in the directory, or a first look at a name a READDIRPLUS gave it (its
         // readdirplus "auto" mode); else plain READDIR, which gives it no names. So each
         // getdents, smaller than what one READDIRPLUS brings, is followed by a stat of the
-        // last name it returned, which makes the next request one with attributes.
+        // last new name it returned, which makes the next request one with attributes.
         let mut buf = vec![std::mem::MaybeUninit::uninit(); 8 * 1024];
         let mut entries = rustix::fs::RawDir::new(&fd, &mut buf);
         let mut last: Option<std::ffi::CString> = None;
         while let Some(entry) = entries.next() {
-            let name = entry?.file_name().to_owned();
-            if name.as_bytes() != b"." && name.as_bytes() != b".." {
-                last = Some(name);
+            let entry = entry?;
+            let name = entry.file_name();
+            // (A name listed with inode number 0 is one the kernel held already.)
+            if entry.ino() != 0 && name.to_bytes() != b"." && name.to_bytes() != b".." {
+                last = Some(name.to_owned());
             }
             if let (true, Some(name)) = (entries.is_buffer_empty(), &last) {
                 let _ =

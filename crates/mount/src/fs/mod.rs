@@ -698,8 +698,9 @@ impl Filesystem for CrossFs {
         offset: u64,
         reply: ReplyDirectoryPlus,
     ) {
-        self.s(req, Op::Readdirplus)
-            .readdirplus(ino, fh, offset, reply);
+        let s = self.s(req, Op::Readdirplus);
+        let priming = s.is_priming(req.pid());
+        s.readdirplus(ino, fh, offset, priming, reply);
     }
 
     fn releasedir(
