@@ -369,28 +369,13 @@ impl Shared {
     /// Starts the thread that lists directories through `mountpoint` so that the kernel
     /// holds their names (see `crate::primed_dirs`); it ends with the mount.
     pub(crate) fn start_dir_priming(self: &Arc<Self>, mountpoint: std::path::PathBuf) {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<u64>(64);
-        if self.dirs_to_prime.set(tx).is_err() {
-            return;
-        }
-        let shared = Arc::downgrade(self);
-        let spawned = std::thread::Builder::new()
-            .name("crossfs-prime".into())
-            .spawn(move || {
-                let tid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
-                while let Ok(dir) = rx.recv() {
-                    let Some(shared) = shared.upgrade() else {
-                        return;
-                    };
-                    shared.priming_tid.store(tid, Relaxed);
-                    if let Err(e) = shared.prime_dir(&mountpoint, dir) {
-                        tracing::debug!(dir, "directory not listed ahead: {e}");
-                    }
-                }
-            });
-        if let Err(e) = spawned {
-            tracing::warn!("cannot start the thread that lists directories ahead: {e}");
-        }
+        self.start_helper("crossfs-prime", &self.dirs_to_prime, move |shared, dir| {
+            let tid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
+            shared.priming_tid.store(tid, Relaxed);
+            if let Err(e) = shared.prime_dir(&mountpoint, dir) {
+                tracing::debug!(dir, "directory not listed ahead: {e}");
+            }
+        });
     }
 
     /// Whether a request comes from the thread that lists directories ahead.

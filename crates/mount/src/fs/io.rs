@@ -343,24 +343,13 @@ impl Shared {
     /// Starts the thread that pushes small files into the kernel's page cache through
     /// `notifier` (see `crate::pushed_pages`); it ends with the mount.
     pub(crate) fn start_page_push(self: &Arc<Self>, notifier: fuser::Notifier) {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<SmallFile>>(64);
-        if self.pages_to_push.set(tx).is_err() {
-            return;
-        }
-        let shared = Arc::downgrade(self);
-        let spawned = std::thread::Builder::new()
-            .name("crossfs-pages".into())
-            .spawn(move || {
-                while let Ok(files) = rx.recv() {
-                    let Some(shared) = shared.upgrade() else {
-                        return;
-                    };
-                    files.iter().for_each(|f| shared.push_pages(&notifier, f));
-                }
-            });
-        if let Err(e) = spawned {
-            tracing::warn!("cannot start the thread that fills the page cache: {e}");
-        }
+        self.start_helper(
+            "crossfs-pages",
+            &self.pages_to_push,
+            move |shared, files| {
+                files.iter().for_each(|f| shared.push_pages(&notifier, f));
+            },
+        );
     }
 
     /// Pushes a small file's content into the kernel's page cache if nothing changed it

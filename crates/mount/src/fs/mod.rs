@@ -203,6 +203,35 @@ impl Shared {
             && !self.untracked.load(Relaxed)
     }
 
+    /// Starts a thread named `name` that runs `work` for each item sent to the sender it
+    /// leaves in `slot` (64 may wait; a sender finding them full drops the item: the work
+    /// only saves requests). The thread holds the mount weakly and ends with it.
+    pub(crate) fn start_helper<T: Send + 'static>(
+        self: &Arc<Self>,
+        name: &str,
+        slot: &std::sync::OnceLock<std::sync::mpsc::SyncSender<T>>,
+        work: impl Fn(&Shared, T) + Send + 'static,
+    ) {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<T>(64);
+        if slot.set(tx).is_err() {
+            return;
+        }
+        let shared = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                while let Ok(item) = rx.recv() {
+                    let Some(shared) = shared.upgrade() else {
+                        return;
+                    };
+                    work(&shared, item);
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start the mount's thread {name}: {e}");
+        }
+    }
+
     /// Whether directory replicas may answer for now.
     pub(crate) fn replicas_usable(&self) -> bool {
         self.client.has_extensions() && self.replicas.enabled()
