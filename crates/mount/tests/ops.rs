@@ -358,6 +358,23 @@ fn posix_locks_reach_the_server() {
         fcntl_lock(&host, F_OFD_SETLK, F_UNLCK).unwrap();
         assert_eq!(fcntl_lock(&mnt, F_GETLK, F_WRLCK).unwrap().0, F_UNLCK);
 
+        // A read lock through a descriptor that cannot write: no FLUSH is sent at its
+        // close, and the lock goes with the open file (RELEASE, a moment after close).
+        let reader = fs::File::open(fx.m("f")).unwrap();
+        fcntl_lock(&reader, F_SETLK, F_RDLCK).unwrap();
+        let e = fcntl_lock(&host, F_OFD_SETLK, F_WRLCK).unwrap_err();
+        assert!(matches!(errno(&e), libc::EAGAIN | libc::EACCES), "{e}");
+        drop(reader);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while fcntl_lock(&host, F_OFD_SETLK, F_WRLCK).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the read lock outlived its descriptor's close by 5 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        fcntl_lock(&host, F_OFD_SETLK, F_UNLCK).unwrap();
+
         // Now the mount holds it and the host is refused.
         fcntl_lock(&mnt, F_SETLK, F_WRLCK).unwrap();
         assert!(fcntl_lock(&host, F_OFD_SETLK, F_RDLCK).is_err());

@@ -104,12 +104,20 @@ impl Shared {
             CacheMode::Auto => self.inodes.reopen_unchanged(ino),
             CacheMode::Never | CacheMode::Metadata => false,
         };
-        if keep {
+        let mut f = if keep {
             self.stats.caches.keep_cache_opens.fetch_add(1, Relaxed);
             FopenFlags::FOPEN_KEEP_CACHE
         } else {
             FopenFlags::empty()
+        };
+        // A close sends FLUSH only to drop the POSIX locks taken through the handle (no
+        // write is buffered here): a handle that cannot write drops them at RELEASE,
+        // which saves a FUSE request per close (README, differences). The kernel
+        // ignores this with the writeback cache, which flushes at every close.
+        if !writes(flags) {
+            f |= FopenFlags::FOPEN_NOFLUSH;
         }
+        f
     }
 
     /// Opens a fresh fid for node `ino`, promoting write-only to read-write for the
@@ -949,8 +957,9 @@ impl Shared {
         reply.written(written as u32);
     }
 
-    /// On close. Nothing is buffered here, but POSIX says closing any descriptor drops the
-    /// process's locks on the file: release those the closing owner took.
+    /// On close of a handle that can write (see `fopen_flags`). Nothing is buffered here,
+    /// but POSIX says closing any descriptor drops the process's locks on the file:
+    /// release those the closing owner took.
     pub(super) fn flush(&self, fh: FileHandle, owner: fuser::LockOwner, reply: ReplyEmpty) {
         let Ok(file) = self.open_file(fh) else {
             return reply.ok();
