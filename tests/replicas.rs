@@ -492,6 +492,53 @@ fn a_directory_whose_names_are_looked_up_is_listed_ahead_and_its_names_found_in_
 }
 
 #[test]
+fn a_directory_listed_once_shows_what_its_listing_left_without_asking() {
+    let s = Setup::new(&[], &[]);
+    let long_ago = std::time::UNIX_EPOCH + Duration::from_secs(1000);
+    for d in 0..20 {
+        std::fs::create_dir(s.host(&format!("d{d}"))).unwrap();
+        for i in 0..5 {
+            std::fs::write(s.host(&format!("d{d}/f{i}")), "x").unwrap();
+        }
+        // Older than its change time: the server's read of its entries moves it.
+        std::fs::File::open(s.host(&format!("d{d}")))
+            .unwrap()
+            .set_times(std::fs::FileTimes::new().set_accessed(long_ago))
+            .unwrap();
+    }
+    s.sync();
+    for d in 0..20 {
+        assert_eq!(
+            std::fs::read_dir(s.guest(&format!("d{d}")))
+                .unwrap()
+                .count(),
+            5
+        );
+    }
+    let getattrs = |s: &Setup| {
+        s.mount.stats()["9p"]["Tgetattr"]["count"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let before = getattrs(&s);
+    // The kernel drops a directory's access time when it lists it, and asks again: the
+    // attributes the server took after reading the entries answer, exactly.
+    for d in 0..20 {
+        let (g, h) = (
+            std::fs::metadata(s.guest(&format!("d{d}"))).unwrap(),
+            std::fs::metadata(s.host(&format!("d{d}"))).unwrap(),
+        );
+        assert!(h.atime() > 1000, "the listing moved d{d}'s access time");
+        assert_eq!(
+            (g.atime(), g.atime_nsec(), g.mtime(), g.ctime(), g.nlink()),
+            (h.atime(), h.atime_nsec(), h.mtime(), h.ctime(), h.nlink()),
+            "d{d}"
+        );
+    }
+    assert_eq!(getattrs(&s) - before, 0);
+}
+
+#[test]
 fn reading_a_file_costs_one_round_trip_and_reading_it_again_none() {
     use std::io::Read;
     let s = Setup::new(&[], &[]);

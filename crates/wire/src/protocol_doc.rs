@@ -42,8 +42,10 @@ request is the body of Tsetattr.
 An `Rreaddirattr` payload is a sequence of entries, each an Rreaddir entry
 (`qid[13] offset[8] type[1] name[s]`) followed by the 153-byte attributes of the file it
 names, taken with `lstat` beneath the directory. `offset` is the cookie to continue after
-the entry. "." and ".." are listed as Treaddir lists them, with attributes all zero
-(`valid` 0: none; `..` of the export's root is outside it). Entries that vanished between
+the entry. "." and ".." are listed as Treaddir lists them; "." with the directory's own
+attributes, taken after the request's last read of its entries (an access time that
+read moved shows; a client takes `valid` 0, as older servers send, for none), ".." with
+attributes all zero (`valid` 0: none; `..` of the export's root is outside it). Entries that vanished between
 the listing and their `lstat` are left out (any other failure to stat an entry fails the request: a listing never
 leaves out a name a walk would find). The server fills each reply as far as `count` (and
 msize) allow, so a reply that leaves room for another entry with a 255-byte name is the

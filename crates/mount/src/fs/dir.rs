@@ -75,10 +75,12 @@ impl Shared {
             s.gathered = ticket.map(|t| (t, Vec::new()));
         }
         let count = self.client.max_io();
+        let fetched = self.listed.before_fetch();
         let entries = self
             .client
             .readdirattr(fid, s.from, count)
             .map_err(|e| errno(&e))?;
+        self.observe_dot(ino, &entries, fetched);
         let used: usize = entries
             .iter()
             .map(|e| DirEntryAttr::wire_len(e.entry.name.len()))
@@ -106,6 +108,18 @@ impl Shared {
         Ok(())
     }
 
+    /// Keeps the attributes of directory `ino` that a listing's "." carries, taken by the
+    /// server after it read the entries (servers before this send none): the kernel asks
+    /// for them after every listing (reading a directory moves its access time), and
+    /// they answer that until something may have changed them (`crate::listed_attrs`; a
+    /// later read of this listing counts).
+    fn observe_dot(&self, ino: u64, entries: &[DirEntryAttr], fetched: Fetched) {
+        let dot = entries.iter().find(|e| e.entry.name == b".");
+        if let Some(e) = dot.filter(|e| e.attr.valid != 0) {
+            self.inodes.observe(ino, &e.attr, Some(fetched));
+        }
+    }
+
     /// Fills directory `ino`'s replica from its start to its end (as many entries per
     /// Treaddirattr as one message holds: about 5,000 per MiB of msize), unless the
     /// directory has more entries than all replicas may hold.
@@ -115,10 +129,12 @@ impl Shared {
         let (mut listed, mut offset) = (Vec::new(), 0);
         self.reading(ino);
         loop {
+            let fetched = self.listed.before_fetch();
             let entries = match self.client.readdirattr(dir.fid(), offset, count) {
                 Ok(entries) => entries,
                 Err(e) => return tracing::debug!("filling the replica of node {ino}: {e}"),
             };
+            self.observe_dot(ino, &entries, fetched);
             let used: usize = entries
                 .iter()
                 .map(|e| DirEntryAttr::wire_len(e.entry.name.len()))

@@ -338,7 +338,9 @@ pub(crate) fn renameatattr(conn: &Conn, m: Trenameatattr) -> OpResult<Rmessage> 
 }
 
 /// Treaddirattr: like Treaddir, each entry followed by the attributes an `lstat` of it
-/// beneath the directory gives ("." and ".." with none: `valid` 0). The fid need not be open: a directory descriptor is opened
+/// beneath the directory gives; "." with the directory's own, taken once this call has
+/// read its entries (which may have moved its access time), ".." with none (`valid` 0).
+/// The fid need not be open: a directory descriptor is opened
 /// for this call only (charged to the connection's descriptor budget). An entry that
 /// vanished before its `lstat` is left out; any other failure to stat one fails the call,
 /// so a listing never claims a name missing that a walk would find.
@@ -353,6 +355,9 @@ pub(crate) fn readdirattr(conn: &Conn, m: Treaddirattr) -> OpResult<Rmessage> {
     let mut data = Vec::with_capacity(max.min(GETDENTS_BUF));
     let mut too_small = false;
     let mut failed = None;
+    // Where "." went and what it is: its attributes are filled in after the last
+    // getdents of this call.
+    let mut dot = None;
     let mut each = |dir: std::os::fd::BorrowedFd<'_>, e: sys::RawEntry<'_>| {
         if conn.server.is_reserved(f.qid.path, e.name) {
             return true;
@@ -362,15 +367,19 @@ pub(crate) fn readdirattr(conn: &Conn, m: Treaddirattr) -> OpResult<Rmessage> {
             return false;
         }
         if e.name == b"." || e.name == b".." {
-            // Listed as Treaddir lists them, without attributes (`..` of the export's
-            // root is outside it).
+            // Listed as Treaddir lists them, without attributes for now (`..` of the
+            // export's root is outside it).
+            let entry = DirEntry {
+                qid: conn.server.entry_qid(f.dev, e.ino, e.ty),
+                offset: e.next,
+                ty: e.ty,
+                name: e.name.to_vec(),
+            };
+            if e.name == b"." {
+                dot = Some((data.len(), entry.clone()));
+            }
             DirEntryAttr {
-                entry: DirEntry {
-                    qid: conn.server.entry_qid(f.dev, e.ino, e.ty),
-                    offset: e.next,
-                    ty: e.ty,
-                    name: e.name.to_vec(),
-                },
+                entry,
                 // No attributes: `valid` 0.
                 attr: Rgetattr::default(),
             }
@@ -402,11 +411,12 @@ pub(crate) fn readdirattr(conn: &Conn, m: Treaddirattr) -> OpResult<Rmessage> {
         true
     };
     let buf = max.min(GETDENTS_BUF);
-    match f.open.get() {
+    let dir_after = match f.open.get() {
         Some(open) => {
             let _cursor = lock(&open.dir_cursor);
             let fd = open.fd.as_fd();
             sys::read_dir(fd, m.offset, buf, |e| each(fd, e))?;
+            sys::stat(fd)
         }
         None => {
             let charge = conn.fds.charge()?;
@@ -414,6 +424,16 @@ pub(crate) fn readdirattr(conn: &Conn, m: Treaddirattr) -> OpResult<Rmessage> {
             let dir = Handle::new(sys::reopen(conn.server.proc_fd(), f.fd(), flags)?, charge);
             let fd = dir.as_fd();
             sys::read_dir(fd, m.offset, buf, |e| each(fd, e))?;
+            sys::stat(fd)
+        }
+    };
+    if let (Some((at, entry)), Ok(st)) = (dot, dir_after) {
+        // The same entry with attributes has the same size: it replaces the placeholder.
+        let mut with_attr = Vec::new();
+        let attr = attr::rgetattr(conn, &st);
+        DirEntryAttr { entry, attr }.encode(&mut with_attr);
+        if let Some(slot) = data.get_mut(at..at + with_attr.len()) {
+            slot.copy_from_slice(&with_attr);
         }
     }
     if let Some(err) = failed {
