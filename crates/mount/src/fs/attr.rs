@@ -168,6 +168,31 @@ impl Shared {
             .map(|_| a)
     }
 
+    /// What to give the kernel for a file a replica lists with attributes `a`: the ones
+    /// the mount fetched for the file since, if nothing can have changed them (they show
+    /// what the mount's own reads did to its access time, which a replica does not
+    /// follow), with when they were fetched; else `a`.
+    pub(super) fn freshest_listed(
+        &self,
+        a: &crossfs_wire::Rgetattr,
+    ) -> (crossfs_wire::Rgetattr, Option<crate::listed_attrs::Fetched>) {
+        let newer = (self.follows_events())
+            .then(|| self.inodes.ino_of(a.qid.path))
+            .flatten()
+            .and_then(|ino| self.inodes.fetched_attrs(ino))
+            .filter(|f| {
+                f.0.qid.path == a.qid.path
+                    && self
+                        .listed
+                        .reusable_for(a.qid.path, &f.1, self.attr_ttl())
+                        .is_some()
+            });
+        match newer {
+            Some(f) => (f.0, Some(f.1)),
+            None => (a.clone(), None),
+        }
+    }
+
     /// GETATTR of a node answered from a replica, which has no fid yet: one Twalkgetattr
     /// from its directory gives it one and the attributes.
     fn getattr_lazy(

@@ -284,7 +284,8 @@ impl Shared {
                         ttl,
                         ..
                     }) => {
-                        let node = self.inodes.remember_lazy((ino.0, &e.name), &a, None);
+                        let (a, fetched) = self.freshest_listed(&a);
+                        let node = self.inodes.remember_lazy((ino.0, &e.name), &a, fetched);
                         self.check_names_lost();
                         if let (Some(t), true) = (s.ticket, attr::is_dir(&a)) {
                             self.replicas.anchor(ino.0, &e.name, node, t);

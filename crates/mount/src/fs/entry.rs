@@ -137,7 +137,8 @@ impl Shared {
         ticket: crate::replica::Ticket,
         reply: ReplyEntry,
     ) {
-        let ino = self.inodes.remember_lazy((parent.0, name), a, None);
+        let (a, fetched) = &self.freshest_listed(a);
+        let ino = self.inodes.remember_lazy((parent.0, name), a, *fetched);
         self.check_names_lost();
         if attr::is_dir(a) {
             self.replicas.anchor(parent.0, name, ino, ticket);
