@@ -542,6 +542,42 @@ fn a_directory_listed_once_shows_what_its_listing_left_without_asking() {
 }
 
 #[test]
+fn subdirectories_fetched_ahead_during_a_walk_stay_exact() {
+    let s = Setup::new(&[], &[]);
+    for b in 0..6 {
+        for i in 0..3 {
+            let dir = s.host(&format!("a/b{b}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(format!("f{i}")), format!("{b}{i}")).unwrap();
+        }
+    }
+    s.sync();
+    let ahead = |s: &Setup| {
+        s.mount.stats()["caches"]["subdirs_fetched_ahead"]
+            .as_u64()
+            .unwrap()
+    };
+    // Two directories listed one after the other: a walk, so a's subdirectories are
+    // fetched ahead, though nothing lists them.
+    assert_eq!(std::fs::read_dir(s.guest("")).unwrap().count(), 1);
+    assert_eq!(std::fs::read_dir(s.guest("a")).unwrap().count(), 6);
+    wait_until(
+        "a's subdirectories to be fetched",
+        Duration::from_secs(10),
+        || ahead(&s) >= 6,
+    );
+    // Changed on the host after they were fetched: they show after a sync.
+    std::fs::write(s.host("a/b3/new"), "new").unwrap();
+    std::fs::remove_file(s.host("a/b4/f1")).unwrap();
+    std::fs::rename(s.host("a/b5/f0"), s.host("a/b2/moved")).unwrap();
+    std::fs::remove_dir_all(s.host("a/b1")).unwrap();
+    s.sync();
+    assert_eq!(tree(&s.guest("a")), tree(&s.host("a")));
+    assert_eq!(std::fs::read(s.guest("a/b3/new")).unwrap(), b"new");
+    assert!(!s.guest("a/b4/f1").exists());
+}
+
+#[test]
 fn reading_a_file_costs_one_round_trip_and_reading_it_again_none() {
     use std::io::Read;
     let s = Setup::new(&[], &[]);

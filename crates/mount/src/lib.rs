@@ -105,6 +105,7 @@ mod replica;
 mod restore;
 mod small_files;
 mod stats;
+mod tree_walk;
 
 pub use cache::{CacheMode, InvalidNegativeTtl, NegativeTtl, UnknownCacheMode};
 pub use config::MountConfig;

@@ -103,6 +103,7 @@ pub fn mount(
     let notifier = session.notifier();
     shared.start_page_push(notifier.clone());
     shared.start_dir_priming(mountpoint.to_path_buf());
+    shared.start_subdir_fetch();
     let thread = std::thread::Builder::new()
         .name("crossfs-fuse".into())
         .spawn(move || session.run())

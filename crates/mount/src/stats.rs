@@ -77,6 +77,9 @@ pub(crate) struct CacheCounters {
     /// Directories the mount listed itself so that the kernel holds their names (see
     /// `crate::primed_dirs`).
     pub dirs_primed: AtomicU64,
+    /// Replicas of subdirectories fetched ahead during a tree walk (see
+    /// `crate::tree_walk`).
+    pub subdirs_fetched_ahead: AtomicU64,
     /// GETATTRs answered with attributes fetched earlier that nothing changed since (see
     /// `crate::listed_attrs`), while change events are followed.
     pub unchanged_attrs_sent: AtomicU64,
@@ -188,6 +191,7 @@ impl Stats {
                 "small_file_reads": c.small_file_reads.load(Relaxed),
                 "pages_pushed": c.pages_pushed.load(Relaxed),
                 "dirs_primed": c.dirs_primed.load(Relaxed),
+                "subdirs_fetched_ahead": c.subdirs_fetched_ahead.load(Relaxed),
                 "readdir_buffer_hits": c.readdir_buffer_hits.load(Relaxed),
                 "readdirplus_entries": c.readdirplus_entries.load(Relaxed),
                 "listed_attrs_reused": c.listed_attrs_reused.load(Relaxed),

@@ -208,6 +208,7 @@ impl Shared {
     /// to give the kernel the names it lacks: a file the kernel holds already is listed
     /// with node id 0, which the kernel takes as "no attributes", so that its own (maybe
     /// newer: a replica is not updated by reads) are left as they are.
+    /// During a tree walk, the subdirectories listed are fetched ahead (`crate::tree_walk`).
     pub(super) fn readdirplus(
         &self,
         ino: INodeNo,
@@ -224,6 +225,14 @@ impl Shared {
             Ok(f) => f.fid(),
             Err(e) => return reply.error(e),
         };
+        let walking = !priming
+            && self.replicas_usable()
+            && if offset == 0 {
+                self.tree_walk.listing(ino.0)
+            } else {
+                self.tree_walk.active()
+            };
+        let mut subdirs = Vec::new();
         let mut s = lock(&file.dir);
         s.seek(offset);
         'batches: loop {
@@ -301,11 +310,52 @@ impl Shared {
                         break 'batches;
                     }
                     self.stats.caches.readdirplus_entries.fetch_add(1, Relaxed);
+                    if walking && fa.kind == FileType::Directory {
+                        subdirs.push(fa.ino.0);
+                    }
                 }
                 s.consume();
             }
         }
+        drop(s);
         reply.ok();
+        if let Some(tx) = self.subdirs_to_fetch.get() {
+            for dir in subdirs.into_iter().filter(|d| !self.replicas.has(*d)) {
+                if tx.try_send(dir).is_err() {
+                    break; // full: the program lists the rest itself
+                }
+            }
+        }
+    }
+
+    /// Starts the thread that fetches the replicas of subdirectories during a tree walk
+    /// (`crate::tree_walk`); it ends with the mount.
+    pub(crate) fn start_subdir_fetch(self: &Arc<Self>) {
+        self.start_helper("crossfs-subdirs", &self.subdirs_to_fetch, |shared, dir| {
+            shared.fetch_subdir_ahead(dir);
+        });
+    }
+
+    /// Fetches directory `dir`'s replica as the first lookup in it would, unless it has one
+    /// by now or could not keep one.
+    fn fetch_subdir_ahead(&self, dir: u64) {
+        if !self.replicas_usable() || self.replicas.has(dir) {
+            return;
+        }
+        let Some(ticket) = self.replicas.ticket(dir) else {
+            return;
+        };
+        // The kernel may have forgotten the node meanwhile: then there is nothing to do.
+        let Ok(fid) = self.node(INodeNo(dir)) else {
+            return;
+        };
+        self.fill_replica(dir, &fid, ticket);
+        if self.replicas.has(dir) {
+            self.stats
+                .caches
+                .subdirs_fetched_ahead
+                .fetch_add(1, Relaxed);
+        }
     }
 
     /// The file and attributes of each entry listed in directory `ino`, in order. An

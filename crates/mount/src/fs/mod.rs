@@ -90,6 +90,10 @@ pub(crate) struct Shared {
     pub dirs_to_prime: std::sync::OnceLock<std::sync::mpsc::SyncSender<u64>>,
     /// The thread id of the thread that lists directories ahead.
     pub priming_tid: std::sync::atomic::AtomicU32,
+    /// Whether a program walks a tree (`crate::tree_walk`), and the thread that fetches
+    /// the replicas of the subdirectories it will list (started with the FUSE session).
+    pub tree_walk: crate::tree_walk::TreeWalk,
+    pub subdirs_to_fetch: std::sync::OnceLock<std::sync::mpsc::SyncSender<u64>>,
     /// No `--negative-ttl` was given: while events are followed, missing names the mount
     /// tracks are kept long too.
     pub negative_by_mode: bool,
@@ -153,6 +157,8 @@ impl Shared {
             pages_to_push: Default::default(),
             dir_priming: Default::default(),
             dirs_to_prime: Default::default(),
+            tree_walk: Default::default(),
+            subdirs_to_fetch: Default::default(),
             priming_tid: Default::default(),
             negative_by_mode: config.negative_ttl == crate::NegativeTtl::ByCacheMode,
             client,

@@ -1,0 +1,75 @@
+//! Replicas of subdirectories fetched ahead while a program walks a tree.
+//!
+//! `find`, `grep -r`, `git status` and `make`'s directory scans list one directory after
+//! another, and the first listing of each costs the program two round trips to the
+//! server (a walk to the directory, then its Treaddirattr). Once a program lists two
+//! directories from their start within [`RECENT`] of each other, the subdirectories of
+//! each directory listed from then on are fetched into replicas by a thread of the mount
+//! (`Shared::fetch_subdir_ahead` in `fs/dir.rs`: a walk and a listing with attributes, as
+//! the first lookup in a directory fetches it), so that when the program gets to them
+//! their listings and lookups are answered in the guest. At most 64 directories wait; a
+//! directory beyond that is listed by the program as before.
+//!
+//! What it costs and shows: the server reads directories the program may never reach
+//! (on the host their access times move as a listing moves them); the replicas are kept
+//! within the same bound as any other (`--replica-entries`, least recently used first),
+//! and are exact as any other (a change between a fetch's start and its end discards
+//! it). What this module must not do: fetch anything (it only says when to).
+
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// How close two listings must come for the mount to take them for a walk.
+const RECENT: Duration = Duration::from_secs(2);
+
+/// The last directory a program listed from its start, and when (see the module doc).
+#[derive(Default)]
+pub(crate) struct TreeWalk {
+    last: Mutex<Option<(u64, Instant)>>,
+}
+
+impl TreeWalk {
+    /// Notes that a program lists directory `dir` from its start; true if another
+    /// directory was listed so within [`RECENT`]: the subdirectories it shows should be
+    /// fetched ahead.
+    pub(crate) fn listing(&self, dir: u64) -> bool {
+        let now = Instant::now();
+        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        let walking = last.is_some_and(|(d, at)| d != dir && now - at <= RECENT);
+        *last = Some((dir, now));
+        walking
+    }
+
+    /// Whether a walk is on: a listing came within [`RECENT`] (for the rest of a listing
+    /// read in several requests).
+    pub(crate) fn active(&self) -> bool {
+        let last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        last.is_some_and(|(_, at)| at.elapsed() <= RECENT)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_directory_listed_again_is_no_walk_and_a_second_one_is() {
+        let w = TreeWalk::default();
+        assert!(!w.active());
+        assert!(!w.listing(1));
+        assert!(!w.listing(1), "the same directory again");
+        assert!(w.active());
+        assert!(w.listing(2), "another directory soon after");
+        assert!(w.listing(3));
+        assert!(!w.listing(3), "the same directory again");
+    }
+
+    #[test]
+    fn listings_far_apart_are_no_walk() {
+        let w = TreeWalk::default();
+        *w.last.lock().unwrap() = Some((1, Instant::now() - RECENT - Duration::from_millis(1)));
+        assert!(!w.active());
+        assert!(!w.listing(2));
+        assert!(w.listing(3));
+    }
+}
