@@ -8,7 +8,9 @@
 //! (`Shared::fetch_subdir_ahead` in `fs/dir.rs`: a walk and a listing with attributes, as
 //! the first lookup in a directory fetches it), so that when the program gets to them
 //! their listings and lookups are answered in the guest. At most 64 directories wait; a
-//! directory beyond that is listed by the program as before.
+//! directory beyond that is listed by the program as before. A program that opens or
+//! looks up in a directory whose fetch is under way waits for it (at most [`MAX_WAIT`])
+//! rather than fetching it a second time.
 //!
 //! What it costs and shows: the server reads directories the program may never reach
 //! (on the host their access times move as a listing moves them); the replicas are kept
@@ -16,19 +18,61 @@
 //! and are exact as any other (a change between a fetch's start and its end discards
 //! it). What this module must not do: fetch anything (it only says when to).
 
-use std::sync::{Mutex, PoisonError};
+use std::collections::HashSet;
+use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// How close two listings must come for the mount to take them for a walk.
 const RECENT: Duration = Duration::from_secs(2);
+/// How long a program waits for a fetch under way of the directory it opens.
+const MAX_WAIT: Duration = Duration::from_secs(1);
 
-/// The last directory a program listed from its start, and when (see the module doc).
+/// The last directory a program listed from its start, and when; the directories being
+/// fetched ahead (see the module doc).
 #[derive(Default)]
 pub(crate) struct TreeWalk {
     last: Mutex<Option<(u64, Instant)>>,
+    fetching: Mutex<HashSet<u64>>,
+    fetched: Condvar,
+}
+
+/// A fetch ahead of one directory under way: others wait for it until it is dropped.
+pub(crate) struct Fetching<'a> {
+    walk: &'a TreeWalk,
+    dir: u64,
+}
+
+impl Drop for Fetching<'_> {
+    fn drop(&mut self) {
+        let mut fetching = self
+            .walk
+            .fetching
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        fetching.remove(&self.dir);
+        self.walk.fetched.notify_all();
+    }
 }
 
 impl TreeWalk {
+    /// Starts fetching directory `dir` ahead.
+    pub(crate) fn fetch(&self, dir: u64) -> Fetching<'_> {
+        let mut fetching = self.fetching.lock().unwrap_or_else(PoisonError::into_inner);
+        fetching.insert(dir);
+        Fetching { walk: self, dir }
+    }
+
+    /// Waits until no fetch ahead of directory `dir` is under way, for at most
+    /// [`MAX_WAIT`].
+    pub(crate) fn wait_for(&self, dir: u64) {
+        let fetching = self.fetching.lock().unwrap_or_else(PoisonError::into_inner);
+        if fetching.contains(&dir) {
+            let _ = self
+                .fetched
+                .wait_timeout_while(fetching, MAX_WAIT, |f| f.contains(&dir));
+        }
+    }
+
     /// Notes that a program lists directory `dir` from its start; true if another
     /// directory was listed so within [`RECENT`]: the subdirectories it shows should be
     /// fetched ahead.
@@ -62,6 +106,28 @@ mod tests {
         assert!(w.listing(2), "another directory soon after");
         assert!(w.listing(3));
         assert!(!w.listing(3), "the same directory again");
+    }
+
+    #[test]
+    fn a_wait_ends_when_the_fetch_does() {
+        let w = std::sync::Arc::new(TreeWalk::default());
+        w.wait_for(7); // nothing under way: no wait
+        let started = Instant::now();
+        let fetch = w.fetch(7);
+        let waiter = {
+            let w = w.clone();
+            std::thread::spawn(move || {
+                w.wait_for(7);
+                started.elapsed()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        drop(fetch);
+        let waited = waiter.join().unwrap();
+        assert!(
+            waited >= Duration::from_millis(50) && waited < MAX_WAIT,
+            "{waited:?}"
+        );
     }
 
     #[test]

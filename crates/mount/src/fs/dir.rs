@@ -345,6 +345,7 @@ impl Shared {
         let Some(ticket) = self.replicas.ticket(dir) else {
             return;
         };
+        let _fetching = self.tree_walk.fetch(dir);
         // The kernel may have forgotten the node meanwhile: then there is nothing to do.
         let Ok(fid) = self.node(INodeNo(dir)) else {
             return;

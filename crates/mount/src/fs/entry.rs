@@ -94,7 +94,11 @@ impl Shared {
         if let Some(ticket) = ticket {
             let mut answer = self.replicas.lookup(parent.0, name);
             if answer == Answer::Ask && !self.replicas.has(parent.0) {
-                self.fill_replica(parent.0, &dir, ticket);
+                // Fetched ahead right now (`crate::tree_walk`), or else by this lookup.
+                self.tree_walk.wait_for(parent.0);
+                if !self.replicas.has(parent.0) {
+                    self.fill_replica(parent.0, &dir, ticket);
+                }
                 answer = self.replicas.lookup(parent.0, name);
             }
             match answer {

@@ -635,6 +635,8 @@ impl Shared {
         let flags = libc::O_RDONLY | libc::O_DIRECTORY;
         let listing_only = self.client.has_extensions() && self.config.cache != CacheMode::Never;
         let opened = if listing_only {
+            // Fetched ahead right now (`crate::tree_walk`): its replica will answer.
+            self.tree_walk.wait_for(ino.0);
             self.node(ino)
                 .map(|fid| (fid, wire_open_flags(flags, false)))
         } else {
