@@ -488,6 +488,26 @@ fn a_directory_whose_names_are_looked_up_is_listed_ahead_and_its_names_found_in_
     eprintln!("998 stats after the directory was listed: {asked} LOOKUPs");
     assert!(asked < 100, "{asked} LOOKUPs");
     assert_eq!(s.requests() - requests, 0);
+    // The kernel kept the mount's listing: a program's listing is read from it, with
+    // every file's own inode number.
+    let listings = |s: &Setup| {
+        let fuse = &s.mount.stats()["fuse"];
+        ["READDIR", "READDIRPLUS"].map(|op| fuse[op]["count"].as_u64().unwrap_or(0))
+    };
+    let before = listings(&s);
+    let numbers = |dir: PathBuf| {
+        let mut all: Vec<(std::ffi::OsString, u64)> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (e.file_name(), std::os::unix::fs::DirEntryExt::ino(&e))
+            })
+            .collect();
+        all.sort();
+        all
+    };
+    assert_eq!(numbers(s.guest("d")), numbers(s.host("d")));
+    assert_eq!(listings(&s), before, "listed from the kernel's cache");
     assert_eq!(tree(&s.guest("d")), tree(&s.host("d")));
 }
 

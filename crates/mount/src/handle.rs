@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use crossfs_wire::{DirEntry, Rgetattr};
 
+use crate::listed_attrs::Fetched;
 use crate::replica::Ticket;
 
 use crate::fid::FidRef;
@@ -93,6 +94,9 @@ pub(crate) struct DirStream {
     /// The directory's replica ticket taken before the listing was fetched (what a
     /// directory listed in it is anchored with).
     pub ticket: Option<Ticket>,
+    /// When the listing was fetched (from the start): a file nothing touched since has
+    /// the attributes it was listed with (see `Shared::readdirplus`).
+    pub fetched: Option<Fetched>,
 }
 
 impl DirStream {
@@ -147,7 +151,11 @@ impl DirStream {
 
     /// A stream over a replica's listing (see [`listing_snapshot`]), shared, not copied:
     /// opening a directory of any size costs the same.
-    pub(crate) fn from_replica(all: Arc<[Listed]>, ticket: Option<Ticket>) -> DirStream {
+    pub(crate) fn from_replica(
+        all: Arc<[Listed]>,
+        ticket: Option<Ticket>,
+        fetched: Fetched,
+    ) -> DirStream {
         DirStream {
             from: 0,
             entries: VecDeque::new(),
@@ -155,6 +163,7 @@ impl DirStream {
             snapshot: Some(all),
             gathered: None,
             ticket,
+            fetched: Some(fetched),
         }
     }
 }
@@ -283,7 +292,8 @@ mod tests {
             (name.as_bytes().to_vec(), Arc::new(a))
         };
         let all = listing_snapshot([listed("a"), listed("b")].into_iter());
-        let mut s = DirStream::from_replica(all.clone(), None);
+        let now = crate::listed_attrs::ListedAttrs::default().before_fetch();
+        let mut s = DirStream::from_replica(all.clone(), None, now);
         let names =
             |v: Vec<Listed>| -> Vec<Vec<u8>> { v.into_iter().map(|l| l.entry.name).collect() };
         assert_eq!(names(s.upcoming(3)), [&b"."[..], b"..", b"a"]);

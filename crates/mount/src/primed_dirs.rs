@@ -9,9 +9,11 @@
 //! kernel keeps each as a name it knows. So once names of a directory with a replica are
 //! looked up [`LOOKUPS`] times within [`RECENT`], a thread of the mount reads the
 //! directory through the mount point (open, getdents, close), and the program's next
-//! names are found in the kernel's cache. That thread's open of the directory reads past
-//! the listing the kernel may keep (`FOPEN_CACHE_DIR`, which gives it no names), and it
-//! makes each request one with attributes (see `Shared::prime_dir` in `fs/dir.rs`).
+//! names are found in the kernel's cache. The kernel keeps that listing too
+//! (`FOPEN_CACHE_DIR`), so the program's own listing of the directory is read from it.
+//! The thread makes each request one with attributes (see `Shared::prime_dir` in
+//! `fs/dir.rs`); if the kernel already keeps a listing of the directory, the thread
+//! reads that one and gives it no names.
 //!
 //! What it costs and shows: the listing is answered from the replica (no message to the
 //! server); directories of more than [`MAX_ENTRIES`] entries are left alone (the kernel

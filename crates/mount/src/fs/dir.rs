@@ -70,12 +70,13 @@ impl Shared {
             return Ok(());
         }
         let ticket = self.replicas.ticket(ino);
+        let fetched = self.listed.before_fetch();
         if s.from == 0 {
             s.ticket = ticket;
             s.gathered = ticket.map(|t| (t, Vec::new()));
+            s.fetched = Some(fetched);
         }
         let count = self.client.max_io();
-        let fetched = self.listed.before_fetch();
         let entries = self
             .client
             .readdirattr(fid, s.from, count)
@@ -101,8 +102,8 @@ impl Shared {
             entry: e.entry,
         }));
         if s.eof {
-            if let Some((ticket, gathered)) = s.gathered.take() {
-                self.replicas.install(ino, ticket, gathered, true);
+            if let (Some((ticket, gathered)), Some(first)) = (s.gathered.take(), s.fetched) {
+                self.replicas.install(ino, ticket, gathered, true, first);
             }
         }
         Ok(())
@@ -128,6 +129,7 @@ impl Shared {
         let limit = self.replicas.limit();
         let (mut listed, mut offset) = (Vec::new(), 0);
         self.reading(ino);
+        let first = self.listed.before_fetch();
         loop {
             let fetched = self.listed.before_fetch();
             let entries = match self.client.readdirattr(dir.fid(), offset, count) {
@@ -154,7 +156,7 @@ impl Shared {
                 return;
             }
         }
-        self.replicas.install(ino, ticket, listed, true);
+        self.replicas.install(ino, ticket, listed, true, first);
     }
 
     /// The d_ino to show for an entry without attributes: its node id if the kernel knows
@@ -204,11 +206,13 @@ impl Shared {
 
     /// Each entry comes with its attributes and counts as a lookup; a batch of entries
     /// costs two round trips (all walks, then all getattrs) instead of two per entry.
-    /// `priming`: for the mount's own listing ahead (`crate::primed_dirs`), which is there
-    /// to give the kernel the names it lacks: a file the kernel holds already is listed
-    /// with node id 0, which the kernel takes as "no attributes", so that its own (maybe
-    /// newer: a replica is not updated by reads) are left as they are.
-    /// During a tree walk, the subdirectories listed are fetched ahead (`crate::tree_walk`).
+    /// An entry listed with attributes (from a replica, or a Treaddirattr) gives the
+    /// attributes the mount fetched for the file since, if still exact; else those it
+    /// was listed with, for as long as nothing touched the file since the listing was
+    /// fetched (a replica is not updated by reads through the mount, which may move the
+    /// access time), or for no time. During a tree walk, the subdirectories listed are
+    /// fetched ahead (`crate::tree_walk`), unless `priming`: the mount's own listing
+    /// ahead (`crate::primed_dirs`).
     pub(super) fn readdirplus(
         &self,
         ino: INodeNo,
@@ -272,28 +276,22 @@ impl Shared {
                     }) => Some((self.remember((ino, &e.name), fid, &a, fetched), ttl)),
                     Some(ListedEntry {
                         found: Found::Listed(a),
-                        ..
-                    }) if priming && self.inodes.ino_of(a.qid.path).is_some() => {
-                        let none = attr::file_attr(0, &a, self.ids);
-                        if reply.add(
-                            INodeNo(0),
-                            e.offset,
-                            name,
-                            &Duration::ZERO,
-                            &none,
-                            Generation(0),
-                        ) {
-                            break 'batches;
-                        }
-                        s.consume();
-                        continue;
-                    }
-                    Some(ListedEntry {
-                        found: Found::Listed(a),
                         ttl,
                         ..
                     }) => {
                         let (a, fetched) = self.freshest_listed(&a);
+                        let ttl = match (fetched, s.fetched) {
+                            (Some(_), _) => Some(ttl),
+                            (None, Some(listed)) => self
+                                .listed
+                                .reusable_for(a.qid.path, &listed, ttl)
+                                .map(|left| left.min(ttl)),
+                            (None, None) => None,
+                        };
+                        // Touched since it was listed (a read through the mount may have
+                        // moved its access time): the kernel gets it for no time, and
+                        // asks again.
+                        let ttl = ttl.unwrap_or(Duration::ZERO);
                         let node = self.inodes.remember_lazy((ino.0, &e.name), &a, fetched);
                         self.check_names_lost();
                         if let (Some(t), true) = (s.ticket, attr::is_dir(&a)) {
@@ -508,15 +506,16 @@ impl Shared {
         // a lookup in the directory, or a first look at a name a READDIRPLUS gave it (its
         // readdirplus "auto" mode); else plain READDIR, which gives it no names. So each
         // getdents, smaller than what one READDIRPLUS brings, is followed by a stat of the
-        // last new name it returned, which makes the next request one with attributes.
+        // last name it returned (one the kernel held before gives no such look: the few
+        // looked up already rarely end a buffer), which makes the next request one with
+        // attributes.
         let mut buf = vec![std::mem::MaybeUninit::uninit(); 8 * 1024];
         let mut entries = rustix::fs::RawDir::new(&fd, &mut buf);
         let mut last: Option<std::ffi::CString> = None;
         while let Some(entry) = entries.next() {
             let entry = entry?;
             let name = entry.file_name();
-            // (A name listed with inode number 0 is one the kernel held already.)
-            if entry.ino() != 0 && name.to_bytes() != b"." && name.to_bytes() != b".." {
+            if name.to_bytes() != b"." && name.to_bytes() != b".." {
                 last = Some(name.to_owned());
             }
             if let (true, Some(name)) = (entries.is_buffer_empty(), &last) {

@@ -628,10 +628,7 @@ impl Shared {
 
     /// With the crossfs extension (outside `never` mode) a directory is listed through its
     /// node's own fid, so opening it sends nothing (and closing it neither).
-    /// `priming`: opened by the mount's own thread that lists directories ahead
-    /// (`crate::primed_dirs`), which must get READDIRPLUS requests, not the listing the
-    /// kernel may have cached.
-    pub(super) fn opendir(&self, ino: INodeNo, priming: bool, reply: ReplyOpen) {
+    pub(super) fn opendir(&self, ino: INodeNo, reply: ReplyOpen) {
         let flags = libc::O_RDONLY | libc::O_DIRECTORY;
         let listing_only = self.client.has_extensions() && self.config.cache != CacheMode::Never;
         let opened = if listing_only {
@@ -654,19 +651,17 @@ impl Shared {
                     // Taken first: directories listed are anchored with it (their own
                     // replicas may then answer), unless the directory changed since.
                     let ticket = self.replicas.ticket(ino.0);
-                    if let (Some(listing), Some(file)) =
+                    if let (Some((listing, fetched)), Some(file)) =
                         (self.replicas.listing(ino.0), self.handles.get(fh))
                     {
                         // The listing is answered from the replica, as it is now.
-                        *lock(&file.dir) = DirStream::from_replica(listing, ticket);
+                        *lock(&file.dir) = DirStream::from_replica(listing, ticket, fetched);
                     }
                 }
                 // Directory listings may stay in the page cache where names do too; the
                 // kernel drops them when the directory changes through this mount, and
                 // the change events drop them when it changes on the host.
                 let flags = match self.config.cache {
-                    // The cached listing stays for others; this handle reads past it.
-                    _ if priming => FopenFlags::FOPEN_KEEP_CACHE,
                     CacheMode::Metadata | CacheMode::Always => {
                         FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
                     }

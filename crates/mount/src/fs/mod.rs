@@ -709,9 +709,7 @@ impl Filesystem for CrossFs {
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let s = self.s(req, Op::Opendir);
-        let priming = s.is_priming(req.pid());
-        s.opendir(ino, priming, reply);
+        self.s(req, Op::Opendir).opendir(ino, reply);
     }
 
     fn readdir(

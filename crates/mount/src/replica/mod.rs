@@ -54,6 +54,7 @@ use serde_json::{json, Value};
 use tree::DirTree;
 
 use crate::handle::{listing_snapshot, Listed};
+use crate::listed_attrs::Fetched;
 
 /// Entries kept in all replicas by default (about 300 bytes each).
 pub const DEFAULT_REPLICA_ENTRIES: usize = 1 << 18;
@@ -95,6 +96,10 @@ struct Replica {
     /// The listing made from `slots` for the last opendir, shared by every opendir until
     /// a name changes (then made again when next asked for).
     listing: Option<Arc<[Listed]>>,
+    /// When the listing it was made from was fetched: a file the mount's change clock
+    /// says nothing touched since has the attributes it was listed with (its access time
+    /// included: the server's reads for the mount count as touches).
+    filled: Fetched,
 }
 
 /// What a change through the mount says of a directory it changed: the directory's
@@ -473,7 +478,7 @@ impl DirReplicas {
     /// The entries of `dir`'s replica, if it is complete and knows every entry (a listing
     /// can then be answered from it): in the server's order as filled, in name order once
     /// a name changed.
-    pub(crate) fn listing(&self, dir: u64) -> Option<Arc<[Listed]>> {
+    pub(crate) fn listing(&self, dir: u64) -> Option<(Arc<[Listed]>, Fetched)> {
         let mut inner = self.lock();
         inner.clock += 1;
         let clock = inner.clock;
@@ -494,7 +499,7 @@ impl DirReplicas {
             known.sort_unstable_by(|a, b| a.0.cmp(b.0));
             listing_snapshot(known.into_iter().map(|(n, a)| (n.clone(), a.clone())))
         });
-        Some(listing.clone())
+        Some((listing.clone(), r.filled))
     }
 
     /// Every name in `dir`'s complete replica with its attributes if known (`None`: changed
@@ -533,15 +538,16 @@ impl DirReplicas {
         (inner.following && inner.tree.is_anchored(dir)).then(|| inner.ticket(dir))
     }
 
-    /// Keeps a listing of `dir` fetched under `ticket`, if nothing touched the directory
-    /// since and it fits: `complete` when it runs to the directory's end. Returns whether
-    /// it was kept.
+    /// Keeps a listing of `dir` fetched under `ticket` (`filled`: taken before its first
+    /// request), if nothing touched the directory since and it fits: `complete` when it
+    /// runs to the directory's end. Returns whether it was kept.
     pub(crate) fn install(
         &self,
         dir: u64,
         ticket: Ticket,
         listed: Listing,
         complete: bool,
+        filled: Fetched,
     ) -> bool {
         let c = &self.counters;
         let mut inner = self.lock();
@@ -562,6 +568,7 @@ impl DirReplicas {
                 complete,
                 used,
                 listing: None,
+                filled,
             },
         );
         let listed: Vec<(Vec<u8>, Arc<Rgetattr>)> =
@@ -807,30 +814,34 @@ mod tests {
         listing.iter().map(|l| &l.entry.name[..]).collect()
     }
 
+    fn now() -> Fetched {
+        crate::listed_attrs::ListedAttrs::default().before_fetch()
+    }
+
     #[test]
     fn opendirs_share_one_listing_until_a_name_changes() {
         let r = DirReplicas::new(100);
         r.set_following(true);
         let ticket = r.ticket(ROOT).expect("the root is anchored");
         let listed = vec![(b"b".to_vec(), file(11)), (b"a".to_vec(), file(10))];
-        assert!(r.install(ROOT, ticket, listed, true));
+        assert!(r.install(ROOT, ticket, listed, true, now()));
 
-        let first = r.listing(ROOT).expect("complete");
+        let (first, _) = r.listing(ROOT).expect("complete");
         assert_eq!(
             names(&first),
             [&b"."[..], b"..", b"b", b"a"],
             "as the server listed them"
         );
-        assert!(Arc::ptr_eq(&first, &r.listing(ROOT).unwrap()), "shared");
+        assert!(Arc::ptr_eq(&first, &r.listing(ROOT).unwrap().0), "shared");
 
         r.own_created(ROOT, b"c", &file(12), None);
-        let created = r.listing(ROOT).unwrap();
+        let (created, _) = r.listing(ROOT).unwrap();
         assert_eq!(names(&created), [&b"."[..], b"..", b"a", b"b", b"c"]);
         assert_eq!(names(&first).len(), 4, "an open listing keeps what it had");
 
         r.own_removed(ROOT, b"a", None);
         assert_eq!(
-            names(&r.listing(ROOT).unwrap()),
+            names(&r.listing(ROOT).unwrap().0),
             [&b"."[..], b"..", b"b", b"c"]
         );
     }
@@ -840,7 +851,7 @@ mod tests {
         let r = DirReplicas::new(100);
         r.set_following(true);
         let ticket = r.ticket(ROOT).unwrap();
-        assert!(r.install(ROOT, ticket, vec![(b"a".to_vec(), file(10))], true));
+        assert!(r.install(ROOT, ticket, vec![(b"a".to_vec(), file(10))], true, now()));
         assert_eq!(r.lookup(ROOT, &[b'x'; 255]), Answer::Missing);
         assert_eq!(
             r.lookup(ROOT, &[b'x'; 256]),
