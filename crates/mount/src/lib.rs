@@ -25,6 +25,9 @@
 //! cache cannot answer, which opens and reads in one round trip (Twalkread), or is answered
 //! from the directory's small files fetched together (`small_files.rs`, Treadfiles), which
 //! in `auto` mode go into the kernel's page cache as they come (`pushed_pages.rs`).
+//! A directory whose names a program looks up is listed ahead through the mount point
+//! (`primed_dirs.rs`), and during a walk of a tree the replicas of the subdirectories a
+//! program lists are fetched ahead (`tree_walk.rs`).
 //! Opening a file again soon after closing it, for reading, reuses the open fid kept from the
 //! last time (`idle.rs`): no round trip. Round trips without a replica: with the extension,
 //! a LOOKUP costs one (Twalkgetattr), an open one (Twalkopen), a create one (Tcreateattr: the file, its node's fid and its
