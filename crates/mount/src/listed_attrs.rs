@@ -56,6 +56,10 @@ pub(crate) struct ListedAttrs {
     all_changed: AtomicU64,
     /// `qid.path` -> the tick of its last change.
     changed: Mutex<HashMap<u64, u64>>,
+    /// `qid.path` -> the tick of its last read by the server for the mount (a change
+    /// too); and the tick past which every file counts as read (the map overflowed).
+    read: Mutex<HashMap<u64, u64>>,
+    all_read: AtomicU64,
     following: AtomicBool,
 }
 
@@ -107,6 +111,32 @@ impl ListedAttrs {
             changed.clear();
             self.all_changed.store(tick, SeqCst);
         }
+    }
+
+    /// Notes that the server is about to read the file with this `qid.path` for the
+    /// mount, which may move its access time: a change, and a read (see
+    /// [`ListedAttrs::read_since`]).
+    pub(crate) fn reading(&self, qid_path: u64) {
+        self.changed([qid_path]);
+        let tick = self.clock.load(SeqCst);
+        let mut read = self.read.lock().unwrap_or_else(PoisonError::into_inner);
+        read.insert(qid_path, tick);
+        if read.len() > CHANGED_LIMIT {
+            read.clear();
+            self.all_read.store(tick, SeqCst);
+        }
+    }
+
+    /// Whether the server may have read the file with this `qid.path` for the mount since
+    /// `f`: attributes a directory was listed with then may show an access time from
+    /// before (a directory replica follows change events, which carry attributes, but
+    /// not reads).
+    pub(crate) fn read_since(&self, qid_path: u64, f: &Fetched) -> bool {
+        if self.all_read.load(SeqCst) > f.tick {
+            return true;
+        }
+        let read = self.read.lock().unwrap_or_else(PoisonError::into_inner);
+        read.get(&qid_path).is_some_and(|&tick| tick > f.tick)
     }
 
     /// Starts a change through the mount to the files with these `qid.path`s.
@@ -194,6 +224,29 @@ mod tests {
         assert_eq!(l.reusable_for(1, &during, TTL), None);
         let after = l.before_fetch();
         assert!(l.reusable_for(1, &after, TTL).is_some());
+    }
+
+    #[test]
+    fn reads_are_told_from_other_changes() {
+        let l = ListedAttrs::default();
+        let listed = l.before_fetch();
+        l.changed([1]);
+        assert!(!l.read_since(1, &listed), "a change is no read");
+        l.reading(2);
+        assert!(l.read_since(2, &listed));
+        assert!(
+            l.reusable_for(2, &listed, TTL).is_none(),
+            "a read is a change too"
+        );
+        assert!(!l.read_since(2, &l.before_fetch()), "listed after the read");
+        for f in 10..10 + CHANGED_LIMIT as u64 + 1 {
+            l.reading(f);
+        }
+        assert!(
+            l.read_since(3, &listed),
+            "past the limit every file counts as read"
+        );
+        assert!(!l.read_since(3, &l.before_fetch()));
     }
 
     #[test]

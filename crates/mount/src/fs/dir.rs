@@ -208,9 +208,9 @@ impl Shared {
     /// costs two round trips (all walks, then all getattrs) instead of two per entry.
     /// An entry listed with attributes (from a replica, or a Treaddirattr) gives the
     /// attributes the mount fetched for the file since, if still exact; else those it
-    /// was listed with, for as long as nothing touched the file since the listing was
-    /// fetched (a replica is not updated by reads through the mount, which may move the
-    /// access time), or for no time. During a tree walk, the subdirectories listed are
+    /// was listed with, for no time if the server read the file for the mount since the
+    /// listing was fetched (a replica follows change events, not reads, which may move
+    /// the access time). During a tree walk, the subdirectories listed are
     /// fetched ahead (`crate::tree_walk`), unless `priming`: the mount's own listing
     /// ahead (`crate::primed_dirs`).
     pub(super) fn readdirplus(
@@ -280,18 +280,13 @@ impl Shared {
                         ..
                     }) => {
                         let (a, fetched) = self.freshest_listed(&a);
-                        let ttl = match (fetched, s.fetched) {
-                            (Some(_), _) => Some(ttl),
-                            (None, Some(listed)) => self
-                                .listed
-                                .reusable_for(a.qid.path, &listed, ttl)
-                                .map(|left| left.min(ttl)),
-                            (None, None) => None,
-                        };
-                        // Touched since it was listed (a read through the mount may have
-                        // moved its access time): the kernel gets it for no time, and
-                        // asks again.
-                        let ttl = ttl.unwrap_or(Duration::ZERO);
+                        // Read by the server for the mount since it was listed (which may
+                        // have moved its access time) and no newer attributes: the kernel
+                        // gets it for no time, and asks again.
+                        let exact = fetched.is_some()
+                            || s.fetched
+                                .is_some_and(|f| !self.listed.read_since(a.qid.path, &f));
+                        let ttl = if exact { ttl } else { Duration::ZERO };
                         let node = self.inodes.remember_lazy((ino.0, &e.name), &a, fetched);
                         self.check_names_lost();
                         if let (Some(t), true) = (s.ticket, attr::is_dir(&a)) {

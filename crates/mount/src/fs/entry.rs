@@ -133,7 +133,10 @@ impl Shared {
     }
 
     /// Answers a LOOKUP with what the replica of `parent` says `name` is: the node the
-    /// mount already has for that file, or a new one walked only when needed.
+    /// mount already has for that file, or a new one walked only when needed. As for a
+    /// listing (`Shared::readdirplus`): the attributes the mount fetched for the file
+    /// since, if still exact; else the replica's, for no time if the server read the file
+    /// for the mount since the replica's listing was fetched (the kernel then asks).
     fn reply_replica(
         &self,
         (parent, name): (INodeNo, &[u8]),
@@ -142,6 +145,13 @@ impl Shared {
         reply: ReplyEntry,
     ) {
         let (a, fetched) = &self.freshest_listed(a);
+        let attr_ttl = self.attr_ttl();
+        let exact = fetched.is_some()
+            || self
+                .replicas
+                .filled(parent.0)
+                .is_some_and(|f| !self.listed.read_since(a.qid.path, &f));
+        let attr_ttl = if exact { attr_ttl } else { Duration::ZERO };
         let ino = self.inodes.remember_lazy((parent.0, name), a, *fetched);
         self.check_names_lost();
         if attr::is_dir(a) {
@@ -149,7 +159,7 @@ impl Shared {
         }
         let fa = attr::file_attr(ino, a, self.ids);
         let entry_ttl = self.entry_ttl_for(fa.kind);
-        reply.entry_with_ttls(&self.attr_ttl(), &entry_ttl, &fa, Generation(0));
+        reply.entry_with_ttls(&attr_ttl, &entry_ttl, &fa, Generation(0));
     }
 
     /// LOOKUP for a replayed creation (see `crate::changes`): the file the server has,

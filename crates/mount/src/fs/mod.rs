@@ -248,7 +248,7 @@ impl Shared {
     /// fetched before are not reused (see `crate::listed_attrs`).
     pub(crate) fn reading(&self, ino: u64) {
         if let Some(qid_path) = self.inodes.qid_path(ino) {
-            self.listed.changed([qid_path]);
+            self.listed.reading(qid_path);
         }
     }
 

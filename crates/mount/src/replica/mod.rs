@@ -463,6 +463,11 @@ impl DirReplicas {
         answer
     }
 
+    /// When the listing `dir`'s replica was made from was fetched, if it has one.
+    pub(crate) fn filled(&self, dir: u64) -> Option<Fetched> {
+        self.lock().dirs.get(&dir).map(|r| r.filled)
+    }
+
     /// Whether `dir` has a replica.
     pub(crate) fn has(&self, dir: u64) -> bool {
         self.lock().dirs.contains_key(&dir)
