@@ -27,14 +27,7 @@ fn a_file_read_and_then_let_go_of_by_the_kernel_shows_its_access_time() {
     let addr = format!("unix:{}", dir.path().join("s.sock").display());
     let _serve = Serve::start(&export, &addr, &[]);
     let mount = Mount::start(&addr, &[]);
-    wait_until(
-        "the mount to follow change events",
-        Duration::from_secs(30),
-        || {
-            std::os::unix::net::UnixStream::connect(&mount.control).is_ok()
-                && mount.stats()["replicas"]["following"] == true
-        },
-    );
+    mount.wait_following();
     run_ok(
         Command::new(crossfs_bin())
             .arg("sync")

@@ -45,14 +45,7 @@ impl Setup {
     }
 
     fn wait_following(&self) {
-        wait_until(
-            "the mount to follow change events",
-            Duration::from_secs(30),
-            || {
-                std::os::unix::net::UnixStream::connect(&self.mount.control).is_ok()
-                    && self.mount.stats()["replicas"]["following"] == true
-            },
-        );
+        self.mount.wait_following();
     }
 
     /// Kills the server and starts a new one on the same address; the mount reconnects.

@@ -265,6 +265,19 @@ impl Mount {
         stats_json(&self.control)
     }
 
+    /// Waits (30 s at most) until the mount follows the server's change events, so that
+    /// its directory replicas may answer.
+    pub fn wait_following(&self) {
+        wait_until(
+            "the mount to follow change events",
+            Duration::from_secs(30),
+            || {
+                std::os::unix::net::UnixStream::connect(&self.control).is_ok()
+                    && self.stats()["replicas"]["following"] == true
+            },
+        );
+    }
+
     /// Sends SIGTERM and waits for the process to unmount and exit.
     pub fn stop(&mut self) -> std::process::ExitStatus {
         let pid = self.child.id().to_string();
