@@ -40,7 +40,7 @@ mod feed;
 mod replay;
 mod watchers;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
@@ -91,21 +91,59 @@ pub(crate) struct Intent {
 /// Names and nodes changed through this mount lately (see [`OWN_WINDOW`]).
 #[derive(Default)]
 struct OwnChanges {
-    names: Mutex<HashMap<(u64, Vec<u8>), Instant>>,
-    nodes: Mutex<HashMap<u64, Instant>>,
+    names: Mutex<RecentKeys<(u64, Vec<u8>)>>,
+    nodes: Mutex<RecentKeys<u64>>,
 }
 
-fn note<K: std::hash::Hash + Eq>(map: &Mutex<HashMap<K, Instant>>, key: K) {
-    let now = Instant::now();
-    let mut m = lock(map);
-    if m.len() >= 4096 {
-        m.retain(|_, t| now.duration_since(*t) < OWN_WINDOW);
+/// Most changes remembered as the mount's own: past it (over 32,000 changes a second for
+/// [`OWN_WINDOW`]) the oldest are forgotten, and their echoes replayed like a host's change.
+const OWN_CHANGES_LIMIT: usize = 1 << 16;
+
+/// Keys noted within [`OWN_WINDOW`], with the time each was noted last. Expiry walks the
+/// notes in the order they were made, so noting costs O(1) however many are recent.
+struct RecentKeys<K> {
+    latest: HashMap<K, Instant>,
+    order: VecDeque<(Instant, K)>,
+}
+
+impl<K> Default for RecentKeys<K> {
+    fn default() -> Self {
+        RecentKeys {
+            latest: HashMap::new(),
+            order: VecDeque::new(),
+        }
     }
-    m.insert(key, now);
 }
 
-fn is_recent<K: std::hash::Hash + Eq>(map: &Mutex<HashMap<K, Instant>>, key: &K) -> bool {
-    lock(map).get(key).is_some_and(|t| t.elapsed() < OWN_WINDOW)
+impl<K: std::hash::Hash + Eq + Clone> RecentKeys<K> {
+    fn note(&mut self, key: K, now: Instant) {
+        while let Some((at, _)) = self.order.front() {
+            if now.duration_since(*at) < OWN_WINDOW && self.order.len() < OWN_CHANGES_LIMIT {
+                break;
+            }
+            let (at, old) = self.order.pop_front().expect("front was just seen");
+            // A later note of the same key keeps it.
+            if self.latest.get(&old) == Some(&at) {
+                self.latest.remove(&old);
+            }
+        }
+        self.latest.insert(key.clone(), now);
+        self.order.push_back((now, key));
+    }
+
+    fn is_recent(&self, key: &K, now: Instant) -> bool {
+        self.latest
+            .get(key)
+            .is_some_and(|t| now.duration_since(*t) < OWN_WINDOW)
+    }
+}
+
+fn note<K: std::hash::Hash + Eq + Clone>(map: &Mutex<RecentKeys<K>>, key: K) {
+    lock(map).note(key, Instant::now());
+}
+
+fn is_recent<K: std::hash::Hash + Eq + Clone>(map: &Mutex<RecentKeys<K>>, key: &K) -> bool {
+    lock(map).is_recent(key, Instant::now())
 }
 
 /// Counters shown by `crossfs stats` under `"changes"`.
@@ -344,5 +382,44 @@ impl Shared {
             Ok(marker) => reply.data(format!("{marker:016x}").as_bytes()),
             Err(e) => reply.error(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recent_keys_expire_after_the_window_and_a_later_note_keeps_a_key() {
+        let t0 = Instant::now();
+        let mut keys = RecentKeys::default();
+        keys.note(1u64, t0);
+        keys.note(2, t0 + Duration::from_millis(500));
+        keys.note(1, t0 + Duration::from_millis(1500));
+        let later = t0 + OWN_WINDOW + Duration::from_millis(100);
+        assert!(keys.is_recent(&1, later));
+        assert!(keys.is_recent(&2, later));
+        // Noting expires what the window left behind: 1's first note, not 1 itself.
+        keys.note(3, later);
+        assert_eq!(keys.latest.len(), 3);
+        let much_later = t0 + OWN_WINDOW + Duration::from_millis(1000);
+        assert!(keys.is_recent(&1, much_later));
+        assert!(!keys.is_recent(&2, much_later));
+        keys.note(4, much_later);
+        assert!(!keys.latest.contains_key(&2));
+        assert_eq!(keys.order.len(), 3);
+    }
+
+    #[test]
+    fn recent_keys_stay_bounded_however_fast_they_come() {
+        let now = Instant::now();
+        let mut keys = RecentKeys::default();
+        for k in 0..OWN_CHANGES_LIMIT as u64 + 10 {
+            keys.note(k, now);
+        }
+        assert_eq!(keys.order.len(), OWN_CHANGES_LIMIT);
+        assert_eq!(keys.latest.len(), OWN_CHANGES_LIMIT);
+        assert!(!keys.is_recent(&0, now));
+        assert!(keys.is_recent(&(OWN_CHANGES_LIMIT as u64 + 9), now));
     }
 }
