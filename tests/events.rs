@@ -502,3 +502,89 @@ fn random_host_changes_with_faults_leave_an_identical_view() {
         "the tiny queue must have overflowed"
     );
 }
+
+/// Attribute `name` of `path`: its value, or the error's errno.
+fn xattr(path: &Path, name: &str) -> Result<Vec<u8>, i32> {
+    let mut buf = vec![0u8; 256];
+    rustix::fs::getxattr(path, name, &mut buf)
+        .map(|n| buf[..n].to_vec())
+        .map_err(|e| e.raw_os_error())
+}
+
+/// The kernel asks for a file's `security.capability` before every write it passes on.
+/// While events are followed the mount answers from what it knows missing (a file it
+/// created, an earlier answer), and a host change of the file's attributes shows after a
+/// sync.
+#[test]
+fn attributes_known_missing_spare_a_request_per_write_and_host_changes_show_after_sync() {
+    use std::io::Write;
+    let s = Setup::new(&[], &[]);
+    let asked = || {
+        s.mount.stats()["9p"]["Txattrwalk"]["count"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let before = asked();
+    let mut f = std::fs::File::create(s.guest("new")).unwrap();
+    for _ in 0..50 {
+        f.write_all(b"data").unwrap();
+    }
+    drop(f);
+    // Without it 50; each change event naming the file may cost one more question.
+    let writes_asked = asked() - before;
+    eprintln!("50 writes to a new file asked the server {writes_asked} times");
+    assert!(writes_asked <= 5, "{writes_asked} questions for 50 writes");
+    assert!(
+        s.mount.stats()["caches"]["missing_xattrs_answered"]
+            .as_u64()
+            .unwrap()
+            >= 45
+    );
+    assert_eq!(std::fs::read(s.host("new")).unwrap(), b"data".repeat(50));
+
+    // Known missing, then set on the host: there after a sync, and gone after a removal.
+    s.sync();
+    assert_eq!(xattr(&s.guest("new"), "user.tag"), Err(libc::ENODATA));
+    assert_eq!(xattr(&s.guest("new"), "user.tag"), Err(libc::ENODATA));
+    let flags = rustix::fs::XattrFlags::empty();
+    rustix::fs::setxattr(s.host("new"), "user.tag", b"host", flags).unwrap();
+    s.sync();
+    assert_eq!(xattr(&s.guest("new"), "user.tag"), Ok(b"host".to_vec()));
+    rustix::fs::removexattr(s.host("new"), "user.tag").unwrap();
+    s.sync();
+    assert_eq!(xattr(&s.guest("new"), "user.tag"), Err(libc::ENODATA));
+    // Set through the mount: there at once.
+    rustix::fs::setxattr(s.guest("new"), "user.tag", b"guest", flags).unwrap();
+    assert_eq!(xattr(&s.guest("new"), "user.tag"), Ok(b"guest".to_vec()));
+    assert_eq!(xattr(&s.host("new"), "user.tag"), Ok(b"guest".to_vec()));
+
+    // A capability set on the host shows, and a write through the mount drops it, as a
+    // write on the host would.
+    std::fs::write(s.host("tool"), "#!/bin/sh\n").unwrap();
+    s.sync();
+    assert_eq!(
+        xattr(&s.guest("tool"), "security.capability"),
+        Err(libc::ENODATA)
+    );
+    // VFS_CAP_REVISION_2 with CAP_NET_RAW (13) permitted.
+    let mut cap = 0x0200_0000u32.to_le_bytes().to_vec();
+    cap.extend_from_slice(&(1u32 << 13).to_le_bytes());
+    cap.extend_from_slice(&[0; 12]);
+    rustix::fs::setxattr(s.host("tool"), "security.capability", &cap, flags).unwrap();
+    s.sync();
+    assert_eq!(xattr(&s.guest("tool"), "security.capability"), Ok(cap));
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(s.guest("tool"))
+        .unwrap();
+    f.write_all(b"exit 0\n").unwrap();
+    drop(f);
+    assert_eq!(
+        xattr(&s.host("tool"), "security.capability"),
+        Err(libc::ENODATA)
+    );
+    assert_eq!(
+        xattr(&s.guest("tool"), "security.capability"),
+        Err(libc::ENODATA)
+    );
+}

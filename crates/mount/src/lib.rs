@@ -28,6 +28,8 @@
 //! A directory whose names a program looks up is listed ahead through the mount point
 //! (`primed_dirs.rs`), and during a walk of a tree the replicas of the subdirectories a
 //! program lists are fetched ahead (`tree_walk.rs`).
+//! The kernel's question before every write, whether the file has a `security.capability`,
+//! is answered from what the server said is missing (`missing_xattrs.rs`).
 //! Opening a file again soon after closing it, for reading, reuses the open fid kept from the
 //! last time (`idle.rs`): no round trip. Round trips without a replica: with the extension,
 //! a LOOKUP costs one (Twalkgetattr), an open one (Twalkopen), a create one (Tcreateattr: the file, its node's fid and its
@@ -100,6 +102,7 @@ mod handle;
 mod idle;
 mod inode;
 mod listed_attrs;
+mod missing_xattrs;
 mod mount;
 mod primed_dirs;
 mod pushed_pages;

@@ -169,6 +169,23 @@ impl ListedAttrs {
         self.following.load(SeqCst)
     }
 
+    /// Whether events were followed at `f` and all the while since, with nothing that
+    /// counts for every file.
+    pub(crate) fn followed_since(&self, f: &Fetched) -> bool {
+        f.following && self.is_following() && self.all_changed.load(SeqCst) <= f.tick
+    }
+
+    /// As [`Self::followed_since`], and nothing changed file `qid_path` since `f`.
+    pub(crate) fn unchanged_since(&self, qid_path: u64, f: &Fetched) -> bool {
+        self.followed_since(f)
+            && self
+                .changed
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&qid_path)
+                .is_none_or(|&tick| tick <= f.tick)
+    }
+
     /// For how long the kernel may trust the attributes of file `qid_path` fetched at `f`
     /// if they are sent to it now, with `ttl` the cache mode's attribute timeout; `None` if
     /// they must be fetched again.

@@ -286,7 +286,9 @@ impl Applier<'_> {
             files.extend(inodes.qid_path(dir));
             files.extend(self.kernel_entry(dir, path.file_name()));
         }
-        listed.changed(files);
+        // In this order: an extended attribute fetched meanwhile is not kept.
+        listed.changed(files.iter().copied());
+        self.shared.missing_xattrs.forget(files);
     }
 
     /// The node of the directory holding `path`, from what the mount knows (no system

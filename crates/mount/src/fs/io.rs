@@ -770,6 +770,7 @@ impl Shared {
             request_mask: ATTR_MASK,
         };
         let before = self.ticket_for_left(parent);
+        let asked = self.listed.before_fetch();
         let sent = match before {
             Some(_) => self.call_left(Tmessage::Createattrdir(Tcreateattrdir {
                 create: create.clone(),
@@ -800,6 +801,14 @@ impl Shared {
             FidRef::new(&self.client, openfid),
             FidRef::new(&self.client, nodefid),
         );
+        if self.follows_events() {
+            // A new file has no capability: the kernel's question before the first write
+            // is answered here.
+            let capability = crate::missing_xattrs::CAPABILITY;
+            let qid_path = created.attr.qid.path;
+            self.missing_xattrs
+                .found_missing(&self.listed, qid_path, capability, asked);
+        }
         let a = self.give_to(caller, &node, created.attr)?;
         Ok((fid, node, a, left))
     }

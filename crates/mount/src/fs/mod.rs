@@ -71,6 +71,8 @@ pub(crate) struct Shared {
     pub changes: ChangeState,
     /// Whether attributes fetched earlier may answer a READDIRPLUS again.
     pub listed: Arc<ListedAttrs>,
+    /// Extended attributes known to be missing, while events are followed.
+    pub missing_xattrs: crate::missing_xattrs::MissingXattrs,
     /// The server refused to give a new file to its creator (it is not root).
     pub chown_refused: std::sync::atomic::AtomicBool,
     /// Whole directories with their entries' attributes, while events are followed.
@@ -144,6 +146,7 @@ impl Shared {
             no_readfiles: std::sync::atomic::AtomicBool::new(false),
             changes: ChangeState::default(),
             listed: Arc::default(),
+            missing_xattrs: Default::default(),
             chown_refused: std::sync::atomic::AtomicBool::new(false),
             replicas: DirReplicas::new(if config.cache == CacheMode::Never {
                 0

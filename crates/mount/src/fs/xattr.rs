@@ -18,6 +18,17 @@ impl Shared {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
+        let known = self.missing_xattr_file(ino, name);
+        if let Some(qid_path) = known {
+            if self.missing_xattrs.is_missing(&self.listed, qid_path, name) {
+                self.stats
+                    .caches
+                    .missing_xattrs_answered
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return reply.error(Errno::ENODATA);
+            }
+        }
+        let asked = self.listed.before_fetch();
         let newfid = self.client.alloc_fid();
         let walk = Tmessage::Xattrwalk(Txattrwalk {
             fid: node.fid(),
@@ -29,6 +40,10 @@ impl Shared {
             Err(e) => {
                 if !matches!(e, ClientError::Protocol(_)) {
                     self.client.free_fid(newfid);
+                }
+                if let (Some(qid_path), ClientError::Errno(libc::ENODATA)) = (known, &e) {
+                    self.missing_xattrs
+                        .found_missing(&self.listed, qid_path, name, asked);
                 }
                 return reply.error(errno(&e));
             }
@@ -53,6 +68,24 @@ impl Shared {
             }
         }
         reply.data(&value);
+    }
+
+    /// The `qid.path` of node `ino` if what is known missing of its attribute `name` may
+    /// answer (see `crate::missing_xattrs`): not a list, not the root, events followed.
+    fn missing_xattr_file(&self, ino: INodeNo, name: &[u8]) -> Option<u64> {
+        if name.is_empty() || ino.0 == crate::inode::ROOT || !self.follows_events() {
+            return None;
+        }
+        self.inodes.qid_path(ino.0)
+    }
+
+    /// An attribute of node `ino` was changed through the mount: marked as changed first,
+    /// so that an answer fetched before cannot be kept after what is known goes.
+    fn xattrs_changed(&self, ino: INodeNo) {
+        if let Some(qid_path) = self.inodes.qid_path(ino.0) {
+            self.listed.changed([qid_path]);
+            self.missing_xattrs.forget([qid_path]);
+        }
     }
 
     /// Txattrcreate on a clone of the file's fid, the value written through it; the
@@ -100,7 +133,10 @@ impl Shared {
         reply: ReplyEmpty,
     ) {
         let flags = flags as u32 & (xattr_flags::CREATE | xattr_flags::REPLACE);
-        match self.write_xattr(ino, name, value, flags) {
+        self.xattrs_changed(ino);
+        let written = self.write_xattr(ino, name, value, flags);
+        self.xattrs_changed(ino);
+        match written {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
@@ -108,7 +144,10 @@ impl Shared {
 
     /// As Linux's v9fs does it: an empty value with XATTR_REPLACE removes the attribute.
     pub(super) fn removexattr(&self, ino: INodeNo, name: &[u8], reply: ReplyEmpty) {
-        match self.write_xattr(ino, name, &[], xattr_flags::REPLACE) {
+        self.xattrs_changed(ino);
+        let written = self.write_xattr(ino, name, &[], xattr_flags::REPLACE);
+        self.xattrs_changed(ino);
+        match written {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
