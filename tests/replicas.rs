@@ -590,6 +590,58 @@ fn subdirectories_fetched_ahead_during_a_walk_stay_exact() {
     assert!(!s.guest("a/b4/f1").exists());
 }
 
+/// Names and types of everything under `dir`, listed as `find` lists: a directory's
+/// entries, then each subdirectory's, with the types the listing gives.
+fn listed_tree(dir: &Path, prefix: &str, out: &mut Vec<String>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let name = format!("{prefix}{}", e.file_name().to_string_lossy());
+        let is_dir = e.file_type().unwrap().is_dir();
+        out.push(format!("{name}{}", if is_dir { "/" } else { "" }));
+        if is_dir {
+            listed_tree(&e.path(), &format!("{name}/"), out);
+        }
+    }
+}
+
+#[test]
+fn a_tree_listed_the_first_time_costs_one_round_trip_per_directory() {
+    let s = Setup::new(&[], &[]);
+    for a in 0..4 {
+        for b in 0..4 {
+            let dir = s.host(&format!("t/a{a}/b{b}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("f"), "x").unwrap();
+        }
+    }
+    s.sync();
+    let walks = |s: &Setup| {
+        let stats = s.mount.stats();
+        let n = |m: &str| stats["9p"][m]["count"].as_u64().unwrap_or(0);
+        (n("Twalk") + n("Twalkgetattr"), n("Twalkreaddirattr"))
+    };
+    let before = s.requests();
+    let (walked, listed) = walks(&s);
+    let mut guest = Vec::new();
+    listed_tree(&s.guest("t"), "", &mut guest);
+    let mut host = Vec::new();
+    listed_tree(&s.host("t"), "", &mut host);
+    assert_eq!(guest, host);
+    // 21 directories, each answered from its parent's replica (t perhaps not: then one
+    // walk, and its listing), and each bound and listed at once, by the program or by
+    // the walk ahead (`crate::tree_walk`).
+    let requests = s.requests() - before;
+    let (walked, listed) = (walks(&s).0 - walked, walks(&s).1 - listed);
+    eprintln!("first listing of 21 directories: {requests} requests, {walked} walks, {listed} walks with listings");
+    assert!(listed >= 20, "{listed} walks with listings");
+    assert!(walked <= 1, "{walked} walks");
+    assert!(requests <= 24, "{requests} requests");
+}
+
 #[test]
 fn reading_a_file_costs_one_round_trip_and_reading_it_again_none() {
     use std::io::Read;

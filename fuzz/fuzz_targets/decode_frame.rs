@@ -21,6 +21,7 @@ fuzz_target!(|data: &[u8]| {
         match &frame.msg {
             Rmessage::Readfiles(r) => FileData::iter(&r.data.0).for_each(drop),
             Rmessage::Readdirattr(r) => DirEntryAttr::iter(&r.data.0).for_each(drop),
+            Rmessage::Walkreaddirattr(r) => DirEntryAttr::iter(&r.data.0).for_each(drop),
             _ => {}
         }
         let mut out = Vec::new();

@@ -2,7 +2,8 @@
 
 use crossfs_wire::{
     getattr, DirEntry, DirEntryAttr, Fid, Qid, Rgetattr, Rmessage, Tattach, Tauth, Tclunk,
-    Tgetattr, Tlopen, Treaddir, Treaddirattr, Treadlink, Twalk, MAX_WALK_ELEMENTS, NOFID,
+    Tgetattr, Tlopen, Treaddir, Treaddirattr, Treadlink, Twalk, Twalkreaddirattr,
+    MAX_WALK_ELEMENTS, NOFID,
 };
 
 use crate::client::unexpected;
@@ -301,9 +302,36 @@ impl Client {
             request_mask: getattr::BASIC,
         };
         match self.call(msg.into())? {
-            Rmessage::Readdirattr(r) => DirEntryAttr::iter(&r.data.0)
-                .collect::<Result<_, _>>()
-                .map_err(|e| ClientError::Protocol(format!("Rreaddirattr: {e}"))),
+            Rmessage::Readdirattr(r) => entries_with_attrs(&r.data.0, "Rreaddirattr"),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// [`Client::readdirattr`] of the directory reached by walking `names` from `fid` to
+    /// `newfid`, in one round trip (Twalkreaddirattr): the qids walked, and the entries.
+    /// `newfid` is bound only if both steps succeed.
+    ///
+    /// # Errors
+    /// As [`Client::call`]; `EOPNOTSUPP` from a server without the message.
+    pub fn walkreaddirattr(
+        &self,
+        (fid, newfid): (Fid, Fid),
+        names: Vec<Vec<u8>>,
+        offset: u64,
+        count: u32,
+    ) -> Result<(Vec<Qid>, Vec<DirEntryAttr>), ClientError> {
+        let msg = Twalkreaddirattr {
+            fid,
+            newfid,
+            wnames: names,
+            offset,
+            count,
+            request_mask: getattr::BASIC,
+        };
+        match self.call(msg.into())? {
+            Rmessage::Walkreaddirattr(r) => {
+                Ok((r.wqids, entries_with_attrs(&r.data.0, "Rwalkreaddirattr")?))
+            }
             other => Err(unexpected(other)),
         }
     }
@@ -318,4 +346,10 @@ impl Client {
             other => Err(unexpected(other)),
         }
     }
+}
+
+fn entries_with_attrs(data: &[u8], reply: &str) -> Result<Vec<DirEntryAttr>, ClientError> {
+    DirEntryAttr::iter(data)
+        .collect::<Result<_, _>>()
+        .map_err(|e| ClientError::Protocol(format!("{reply}: {e}")))
 }

@@ -32,7 +32,8 @@
 //! is answered from what the server said is missing (`missing_xattrs.rs`).
 //! Opening a file again soon after closing it, for reading, reuses the open fid kept from the
 //! last time (`idle.rs`): no round trip. Round trips without a replica: with the extension,
-//! a LOOKUP costs one (Twalkgetattr), an open one (Twalkopen), a create one (Tcreateattr: the file, its node's fid and its
+//! a LOOKUP costs one (Twalkgetattr), an open one (Twalkopen), binding and listing a
+//! directory answered from its parent's replica one (Twalkreaddirattr), a create one (Tcreateattr: the file, its node's fid and its
 //! attributes; Tcreateattrdir also returns the directory's), a setattr one (Tsetattrget),
 //! an unlink or rename one (Tunlinkatattr, Trenameatattr: with the directories' attributes
 //! afterwards). What a change returns of its directory answers the GETATTR the kernel sends

@@ -171,6 +171,82 @@ fn readdirattr_lists_every_entry_with_what_getattr_says_across_small_replies() {
 }
 
 #[test]
+fn walkreaddirattr_lists_what_walk_then_readdirattr_list_and_a_failure_binds_nothing() {
+    let h = Harness::new();
+    std::fs::create_dir_all(h.path("a/b")).unwrap();
+    for i in 0..40 {
+        std::fs::write(h.path(&format!("a/b/f{i}")), vec![b'x'; i]).unwrap();
+    }
+    let mut c = extended(&h);
+    let list = |c: &mut common::Client, offset| {
+        let r = c.ok(Twalkreaddirattr {
+            fid: ROOT,
+            newfid: Fid(1),
+            wnames: names(&["a", "b"]),
+            offset,
+            count: 1024,
+            request_mask: getattr::BASIC,
+        });
+        let Rmessage::Walkreaddirattr(r) = r else {
+            panic!("{r:?}")
+        };
+        assert_eq!(r.wqids.len(), 2);
+        r.data.0
+    };
+    let first = list(&mut c, 0);
+    assert!(first.len() <= 1024);
+    // Fid 1 is the directory: the rest of the listing goes on from it.
+    let mut seen: Vec<DirEntryAttr> = DirEntryAttr::iter(&first).map(Result::unwrap).collect();
+    loop {
+        let Rmessage::Readdirattr(r) = c.ok(Treaddirattr {
+            fid: Fid(1),
+            offset: seen.last().unwrap().entry.offset,
+            count: 1024,
+            request_mask: getattr::BASIC,
+        }) else {
+            panic!()
+        };
+        if r.data.0.is_empty() {
+            break;
+        }
+        seen.extend(DirEntryAttr::iter(&r.data.0).map(Result::unwrap));
+    }
+    assert_eq!(seen.len(), 42, "40 files, . and ..");
+    c.walk(ROOT, Fid(2), &["a", "b"]).unwrap();
+    let Rmessage::Readdirattr(plain) = c.ok(Treaddirattr {
+        fid: Fid(2),
+        offset: 0,
+        count: 1024,
+        request_mask: getattr::BASIC,
+    }) else {
+        panic!()
+    };
+    let names_of = |data: &[u8]| -> Vec<Vec<u8>> {
+        DirEntryAttr::iter(data)
+            .map(|e| e.unwrap().entry.name)
+            .collect()
+    };
+    assert_eq!(names_of(&first), names_of(&plain.data.0));
+    c.clunk(Fid(1)).unwrap();
+    // A missing name, and a file that is no directory: nothing bound.
+    for (wnames, errno) in [
+        (&["a", "nope"][..], libc::ENOENT),
+        (&["a", "b", "f1"], libc::ENOTDIR),
+    ] {
+        let e = c.err(Twalkreaddirattr {
+            fid: ROOT,
+            newfid: Fid(3),
+            wnames: names(wnames),
+            offset: 0,
+            count: 1024,
+            request_mask: getattr::BASIC,
+        });
+        assert_eq!(e, errno, "{wnames:?}");
+        assert_eq!(c.getattr(Fid(3)), Err(libc::EBADF));
+    }
+}
+
+#[test]
 fn walkopen_createattr_and_setattrget_do_what_their_steps_do() {
     let h = Harness::new();
     std::fs::write(h.path("data"), b"hello").unwrap();
@@ -402,6 +478,15 @@ fn the_compounds_keep_the_export_confined_and_read_only_holds() {
             flags: open_flags::RDONLY,
             offset: 0,
             count: 100,
+            request_mask: getattr::BASIC,
+        });
+        assert!(e != 0, "{bad:?}");
+        let e = c.err(Twalkreaddirattr {
+            fid: ROOT,
+            newfid: Fid(1),
+            wnames: names(bad),
+            offset: 0,
+            count: 4096,
             request_mask: getattr::BASIC,
         });
         assert!(e != 0, "{bad:?}");

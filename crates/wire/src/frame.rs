@@ -190,6 +190,7 @@ mod tests {
             | Tmessage::Walkgetattr(Twalkgetattr { wnames, .. })
             | Tmessage::Walkopen(Twalkopen { wnames, .. })
             | Tmessage::Walkread(Twalkread { wnames, .. })
+            | Tmessage::Walkreaddirattr(Twalkreaddirattr { wnames, .. })
             | Tmessage::Readfiles(Treadfiles { names: wnames, .. }) => {
                 wnames.truncate(MAX_WALK_ELEMENTS)
             }
@@ -203,7 +204,10 @@ mod tests {
             Rmessage::Walk(Rwalk { wqids })
             | Rmessage::Walkgetattr(Rwalkgetattr { wqids, .. })
             | Rmessage::Walkopen(Rwalkopen { wqids, .. })
-            | Rmessage::Walkread(Rwalkread { wqids, .. }) => wqids.truncate(MAX_WALK_ELEMENTS),
+            | Rmessage::Walkread(Rwalkread { wqids, .. })
+            | Rmessage::Walkreaddirattr(Rwalkreaddirattr { wqids, .. }) => {
+                wqids.truncate(MAX_WALK_ELEMENTS)
+            }
             _ => {}
         }
         m

@@ -230,6 +230,11 @@ messages! { Tmessage, "request" {
     /// the server may, and each named symbolic link's target ([`crate::FileData`]); other
     /// names are left out. At most 16 names, as a walk.
     Readfiles(Treadfiles = 168) { fid: Fid, names: Vec<Vec<u8>>, max_each: u32 }
+    /// Twalk to `newfid`, then Treaddirattr of it, in one round trip: a directory met in a
+    /// listing, bound and listed at once. `newfid` is bound only if both succeed.
+    Walkreaddirattr(Twalkreaddirattr = 170) {
+        fid: Fid, newfid: Fid, wnames: Vec<Vec<u8>>, offset: u64, count: u32, request_mask: u64,
+    }
 }}
 
 messages! { Rmessage, "reply" {
@@ -326,6 +331,8 @@ messages! { Rmessage, "reply" {
     Walkread(Rwalkread = 167) { wqids: Vec<Qid>, iounit: u32, attr: Rgetattr, data: Data }
     /// Packed files ([`crate::FileData`]), as many of those asked for as msize allows.
     Readfiles(Rreadfiles = 169) { data: Data }
+    /// The qids walked (one per name), and what Rreaddirattr answers.
+    Walkreaddirattr(Rwalkreaddirattr = 171) { wqids: Vec<Qid>, data: Data }
 }}
 
 impl Tsetattr {

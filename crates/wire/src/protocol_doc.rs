@@ -66,12 +66,14 @@ client reads such a file as usual. A name that is not one component fails the re
 
 ## Errors
 Each compound succeeds or fails whole, with `Rlerror` carrying the errno of the step that
-failed, and binds no new fid when it fails: `Twalkgetattr`, `Twalkopen` and `Twalkread`
-fail with `ENOENT` (or the step's errno) if any name cannot be walked, where Twalk would
+failed, and binds no new fid when it fails: `Twalkgetattr`, `Twalkopen`, `Twalkread` and
+`Twalkreaddirattr` fail with `ENOENT` (or the step's errno) if any name cannot be walked, where Twalk would
 answer with fewer qids. `Twalkread` fails like Tlopen, or like Tread (a directory:
 `EISDIR`; a write-only open: `EBADF`), and then leaves `newfid` unbound; its `count` is
 cut to what msize leaves room for, as Tread's is, and reading at or past the end gives
-no data, successfully. `Tcreateattr` fails like Tlcreate (`EEXIST`, `EACCES`, ...) and binds neither
+no data, successfully. `Twalkreaddirattr` fails like Treaddirattr (a file: `ENOTDIR`),
+and its entries are cut to what msize leaves room for besides the qids walked.
+`Tcreateattr` fails like Tlcreate (`EEXIST`, `EACCES`, ...) and binds neither
 fid. `Tsetattrget` fails like Tsetattr; the attributes are only sent on success.
 `Tunlinkatattr`, `Trenameatattr` and `Tcreateattrdir` fail like Tunlinkat, Trenameat and
 Tcreateattr; once the change is made they succeed, and a directory whose attributes could not be read afterwards comes with

@@ -19,15 +19,22 @@ use crate::attr::{self, kind_of_dtype};
 use crate::cache::CacheMode;
 use crate::fid::FidRef;
 use crate::handle::{lock, DirStream, Listed};
-use crate::inode::ByPath;
+use crate::inode::{ByPath, NodeFid};
 use crate::listed_attrs::Fetched;
 use crate::remote::resolve_listed;
+use crossfs_client::ClientError;
+
+/// A directory's fid, and the first entries of its listing if they came with it (with the
+/// count they were asked with).
+pub(super) type DirFid = (Arc<FidRef>, Option<(Vec<DirEntryAttr>, u32)>);
 
 /// Bytes asked of one Treaddir.
 const READDIR_COUNT: u32 = 64 * 1024;
 /// The longest name Linux allows: a Treaddirattr reply with room for one more entry of
 /// this length was the directory's last.
 const NAME_MAX: usize = 255;
+/// Bytes of an Rwalkreaddirattr besides its entries, one name walked: nwqid[2] wqid[13].
+const WALKED_NAME_LEN: u32 = 2 + 13;
 /// Entries resolved (walk + getattr, pipelined) per readdirplus batch.
 const PLUS_BATCH: usize = 32;
 
@@ -71,16 +78,30 @@ impl Shared {
         }
         let ticket = self.replicas.ticket(ino);
         let fetched = self.listed.before_fetch();
-        if s.from == 0 {
-            s.ticket = ticket;
-            s.gathered = ticket.map(|t| (t, Vec::new()));
-            s.fetched = Some(fetched);
-        }
         let count = self.client.max_io();
         let entries = self
             .client
             .readdirattr(fid, s.from, count)
             .map_err(|e| errno(&e))?;
+        self.take_listed(ino, s, (entries, count), ticket, fetched);
+        Ok(())
+    }
+
+    /// Puts entries listed from `s.from`, asked for with `count` at `fetched`, in `s`;
+    /// `ticket`, taken before, is the replica's (see [`Shared::fill`]).
+    pub(super) fn take_listed(
+        &self,
+        ino: u64,
+        s: &mut DirStream,
+        (entries, count): (Vec<DirEntryAttr>, u32),
+        ticket: Option<crate::replica::Ticket>,
+        fetched: Fetched,
+    ) {
+        if s.from == 0 {
+            s.ticket = ticket;
+            s.gathered = ticket.map(|t| (t, Vec::new()));
+            s.fetched = Some(fetched);
+        }
         self.observe_dot(ino, &entries, fetched);
         let used: usize = entries
             .iter()
@@ -106,7 +127,51 @@ impl Shared {
                 self.replicas.install(ino, ticket, gathered, true, first);
             }
         }
-        Ok(())
+    }
+
+    /// Directory `ino`'s fid. When getting it takes a walk (a directory answered from its
+    /// parent's replica) and `listing` says the listing is wanted next, the walk brings the
+    /// listing's first entries too (Twalkreaddirattr), with the count they were asked
+    /// with: a directory met in a listing is bound and listed in one round trip, not two.
+    pub(super) fn dir_fid(&self, ino: u64, listing: bool) -> Result<DirFid, fuser::Errno> {
+        let compound = listing
+            && self.client.has_extensions()
+            && self.config.cache != CacheMode::Never
+            && !self.no_walkreaddirattr.load(Relaxed);
+        let Some(NodeFid::Lazy {
+            dir_ino,
+            name,
+            qid_path,
+        }) = self.inodes.node_fid(ino).filter(|_| compound)
+        else {
+            return self.node(INodeNo(ino)).map(|fid| (fid, None));
+        };
+        let dir = self.node(INodeNo(dir_ino))?;
+        let count = self.client.max_io() - WALKED_NAME_LEN;
+        let newfid = self.client.alloc_fid();
+        let walked = vec![name.clone()];
+        match self
+            .client
+            .walkreaddirattr((dir.fid(), newfid), walked, 0, count)
+        {
+            Ok((wqids, entries)) => {
+                let fid = FidRef::new(&self.client, newfid);
+                if wqids.last().map(|q| q.path) != Some(qid_path) {
+                    return Err(self.lazy_failed(dir_ino, &name));
+                }
+                Ok((self.inodes.bind(ino, fid), Some((entries, count))))
+            }
+            Err(e) => {
+                if !matches!(e, ClientError::Protocol(_)) {
+                    self.client.free_fid(newfid);
+                }
+                if matches!(e, ClientError::Errno(libc::EOPNOTSUPP)) {
+                    self.no_walkreaddirattr.store(true, Relaxed);
+                }
+                // Whatever failed, the plain walk tells it as before.
+                self.node(INodeNo(ino)).map(|fid| (fid, None))
+            }
+        }
     }
 
     /// Keeps the attributes of directory `ino` that a listing's "." carries, taken by the
@@ -124,16 +189,26 @@ impl Shared {
     /// Fills directory `ino`'s replica from its start to its end (as many entries per
     /// Treaddirattr as one message holds: about 5,000 per MiB of msize), unless the
     /// directory has more entries than all replicas may hold.
-    pub(super) fn fill_replica(&self, ino: u64, dir: &FidRef, ticket: crate::replica::Ticket) {
-        let count = self.client.max_io();
+    pub(super) fn fill_replica(&self, ino: u64, ticket: crate::replica::Ticket) {
         let limit = self.replicas.limit();
         let (mut listed, mut offset) = (Vec::new(), 0);
         self.reading(ino);
         let first = self.listed.before_fetch();
+        let (dir, mut walked) = match self.dir_fid(ino, true) {
+            Ok(d) => d,
+            Err(e) => return tracing::debug!("filling the replica of node {ino}: {e:?}"),
+        };
         loop {
             let fetched = self.listed.before_fetch();
-            let entries = match self.client.readdirattr(dir.fid(), offset, count) {
-                Ok(entries) => entries,
+            let listing = match walked.take() {
+                Some(first_entries) => Ok(first_entries),
+                None => {
+                    let count = self.client.max_io();
+                    (self.client.readdirattr(dir.fid(), offset, count)).map(|e| (e, count))
+                }
+            };
+            let (entries, count) = match listing {
+                Ok(listed) => listed,
                 Err(e) => return tracing::debug!("filling the replica of node {ino}: {e}"),
             };
             self.observe_dot(ino, &entries, fetched);
@@ -339,11 +414,8 @@ impl Shared {
             return;
         };
         let _fetching = self.tree_walk.fetch(dir);
-        // The kernel may have forgotten the node meanwhile: then there is nothing to do.
-        let Ok(fid) = self.node(INodeNo(dir)) else {
-            return;
-        };
-        self.fill_replica(dir, &fid, ticket);
+        // The kernel may have forgotten the node meanwhile: then nothing is filled.
+        self.fill_replica(dir, ticket);
         if self.replicas.has(dir) {
             self.stats
                 .caches

@@ -82,10 +82,6 @@ impl Shared {
     /// round trip for a name already known (see [`crate::remote::resolve`]), two for a new
     /// one (one with the crossfs extension).
     pub(super) fn lookup(&self, pid: u32, parent: INodeNo, name: &[u8], reply: ReplyEntry) {
-        let dir = match self.node(parent) {
-            Ok(d) => d,
-            Err(e) => return reply.error(e),
-        };
         let ticket = if self.replicas_usable() {
             self.replicas.ticket(parent.0)
         } else {
@@ -97,7 +93,8 @@ impl Shared {
                 // Fetched ahead right now (`crate::tree_walk`), or else by this lookup.
                 self.tree_walk.wait_for(parent.0);
                 if !self.replicas.has(parent.0) {
-                    self.fill_replica(parent.0, &dir, ticket);
+                    // Binds the directory's fid too, in the same round trip if need be.
+                    self.fill_replica(parent.0, ticket);
                 }
                 answer = self.replicas.lookup(parent.0, name);
             }
@@ -110,6 +107,10 @@ impl Shared {
                 Answer::Ask => {}
             }
         }
+        let dir = match self.node(parent) {
+            Ok(d) => d,
+            Err(e) => return reply.error(e),
+        };
         let expected = self.inodes.expected(parent.0, name);
         let fetched = self.listed.before_fetch();
         match resolve_one(&self.client, &dir, name, expected) {

@@ -631,11 +631,23 @@ impl Shared {
     pub(super) fn opendir(&self, ino: INodeNo, reply: ReplyOpen) {
         let flags = libc::O_RDONLY | libc::O_DIRECTORY;
         let listing_only = self.client.has_extensions() && self.config.cache != CacheMode::Never;
-        let opened = if listing_only {
+        if listing_only {
             // Fetched ahead right now (`crate::tree_walk`): its replica will answer.
             self.tree_walk.wait_for(ino.0);
-            self.node(ino)
-                .map(|fid| (fid, wire_open_flags(flags, false)))
+        }
+        // The listing's first entries may come with the directory's fid: as `fill` does,
+        // the read is noted first, then the ticket and the time are taken.
+        let listing = listing_only && !self.replicas.has(ino.0);
+        if listing {
+            self.reading(ino.0);
+        }
+        let (ticket, fetched) = (self.replicas.ticket(ino.0), self.listed.before_fetch());
+        let mut first = None;
+        let opened = if listing_only {
+            self.dir_fid(ino.0, listing).map(|(fid, listed)| {
+                first = listed;
+                (fid, wire_open_flags(flags, false))
+            })
         } else {
             self.open_node(ino, flags)
         };
@@ -656,7 +668,11 @@ impl Shared {
                     {
                         // The listing is answered from the replica, as it is now.
                         *lock(&file.dir) = DirStream::from_replica(listing, ticket, fetched);
+                        first = None;
                     }
+                }
+                if let (Some(listed), Some(file)) = (first, self.handles.get(fh)) {
+                    self.take_listed(ino.0, &mut lock(&file.dir), listed, ticket, fetched);
                 }
                 // Directory listings may stay in the page cache where names do too; the
                 // kernel drops them when the directory changes through this mount, and

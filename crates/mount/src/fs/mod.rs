@@ -63,6 +63,8 @@ pub(crate) struct Shared {
     pub no_left_attrs: std::sync::atomic::AtomicBool,
     /// The server predates Twalkread: a deferred open is opened, then read.
     pub no_walkread: std::sync::atomic::AtomicBool,
+    /// The server predates Twalkreaddirattr: a directory is walked, then listed.
+    pub no_walkreaddirattr: std::sync::atomic::AtomicBool,
     /// The server predates Treadfiles: no small files are fetched.
     pub no_readfiles: std::sync::atomic::AtomicBool,
     /// `never` mode: each thread's latest LOOKUP, for the GETATTR that follows it.
@@ -143,6 +145,7 @@ impl Shared {
             legacy_names: std::sync::atomic::AtomicBool::new(false),
             no_left_attrs: std::sync::atomic::AtomicBool::new(false),
             no_walkread: std::sync::atomic::AtomicBool::new(false),
+            no_walkreaddirattr: std::sync::atomic::AtomicBool::new(false),
             no_readfiles: std::sync::atomic::AtomicBool::new(false),
             changes: ChangeState::default(),
             listed: Arc::default(),

@@ -8,9 +8,9 @@ use std::os::fd::AsFd;
 use crossfs_wire::{
     Data, DirEntry, DirEntryAttr, Fid, FileData, Rcreateattr, Rcreateattrdir, Rgetattr, Rmessage,
     Rreaddirattr, Rreadfiles, Rrenameatattr, Rsetattrget, Runlinkatattr, Rwalkgetattr, Rwalkopen,
-    Rwalkread, Tcreateattr, Tcreateattrdir, Tgetattr, Tlcreate, Tlopen, Treaddirattr, Treadfiles,
-    Trenameat, Trenameatattr, Tsetattrget, Tunlinkat, Tunlinkatattr, Twalk, Twalkgetattr,
-    Twalkopen, Twalkread, RREAD_HEADER_LEN,
+    Rwalkread, Rwalkreaddirattr, Tcreateattr, Tcreateattrdir, Tgetattr, Tlcreate, Tlopen,
+    Treaddirattr, Treadfiles, Trenameat, Trenameatattr, Tsetattrget, Tunlinkat, Tunlinkatattr,
+    Twalk, Twalkgetattr, Twalkopen, Twalkread, Twalkreaddirattr, RREAD_HEADER_LEN,
 };
 use rustix::fs::OFlags;
 use rustix::io::Errno;
@@ -345,7 +345,35 @@ pub(crate) fn renameatattr(conn: &Conn, m: Trenameatattr) -> OpResult<Rmessage> 
 /// vanished before its `lstat` is left out; any other failure to stat one fails the call,
 /// so a listing never claims a name missing that a walk would find.
 pub(crate) fn readdirattr(conn: &Conn, m: Treaddirattr) -> OpResult<Rmessage> {
-    let room = (conn.msize() as usize).saturating_sub(RREAD_HEADER_LEN + 1);
+    let data = list_with_attrs(conn, &m, 0)?;
+    Ok(Rmessage::Readdirattr(Rreaddirattr { data: Data(data) }))
+}
+
+/// Twalkreaddirattr: Twalk to `newfid`, then Treaddirattr of it.
+pub(crate) fn walkreaddirattr(conn: &Conn, m: Twalkreaddirattr) -> OpResult<Rmessage> {
+    let wqids = walk_all(conn, m.fid, m.newfid, m.wnames)?;
+    let list = Treaddirattr {
+        fid: m.newfid,
+        offset: m.offset,
+        count: m.count,
+        request_mask: m.request_mask,
+    };
+    // nwqid[2] wqid[13 each], before the entries' count and data.
+    match list_with_attrs(conn, &list, 2 + 13 * wqids.len()) {
+        Ok(data) => Ok(Rmessage::Walkreaddirattr(Rwalkreaddirattr {
+            wqids,
+            data: Data(data),
+        })),
+        Err(e) => {
+            unbind(conn, m.fid, m.newfid);
+            Err(e)
+        }
+    }
+}
+
+/// The entries of Treaddirattr `m`, with room in the reply for `more` bytes besides them.
+fn list_with_attrs(conn: &Conn, m: &Treaddirattr, more: usize) -> OpResult<Vec<u8>> {
+    let room = (conn.msize() as usize).saturating_sub(RREAD_HEADER_LEN + 1 + more);
     let max = (m.count as usize).min(room);
     let state = conn.fids.get(m.fid)?;
     let f = state.file()?;
@@ -442,5 +470,5 @@ pub(crate) fn readdirattr(conn: &Conn, m: Treaddirattr) -> OpResult<Rmessage> {
     if too_small {
         return Err(Errno::INVAL.into());
     }
-    Ok(Rmessage::Readdirattr(Rreaddirattr { data: Data(data) }))
+    Ok(data)
 }

@@ -85,7 +85,8 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
         | T::Lock(_)
         | T::Getlock(_)
         | T::Walkgetattr(_)
-        | T::Readdirattr(_) => true,
+        | T::Readdirattr(_)
+        | T::Walkreaddirattr(_) => true,
         T::Lopen(m) => match conn.fids.get(m.fid) {
             Ok(state) => match &*state {
                 FidState::File(f) => matches!(f.kind, libc::S_IFREG | libc::S_IFDIR),
@@ -162,6 +163,7 @@ fn dispatch(conn: &Conn, msg: Tmessage) -> OpResult<Rmessage> {
         T::Walkopen(m) => bulk::walkopen(conn, m),
         T::Walkread(m) => bulk::walkread(conn, m),
         T::Readfiles(m) => bulk::readfiles(conn, m),
+        T::Walkreaddirattr(m) => bulk::walkreaddirattr(conn, m),
         T::Createattr(m) => bulk::createattr(conn, m),
         T::Setattrget(m) => bulk::setattrget(conn, m),
         T::Unlinkatattr(m) => bulk::unlinkatattr(conn, m),
