@@ -199,12 +199,13 @@ impl Shared {
             Err(e) => return tracing::debug!("filling the replica of node {ino}: {e:?}"),
         };
         loop {
-            let fetched = self.listed.before_fetch();
-            let listing = match walked.take() {
-                Some(first_entries) => Ok(first_entries),
+            // The first entries may have come with the fid, asked for at `first`.
+            let (fetched, listing) = match walked.take() {
+                Some(first_entries) => (first, Ok(first_entries)),
                 None => {
-                    let count = self.client.max_io();
-                    (self.client.readdirattr(dir.fid(), offset, count)).map(|e| (e, count))
+                    let (fetched, count) = (self.listed.before_fetch(), self.client.max_io());
+                    let entries = self.client.readdirattr(dir.fid(), offset, count);
+                    (fetched, entries.map(|e| (e, count)))
                 }
             };
             let (entries, count) = match listing {

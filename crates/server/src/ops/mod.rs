@@ -110,13 +110,15 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
             },
             _ => false,
         },
+        T::Unlinkat(crossfs_wire::Tunlinkat { dirfd, name, .. })
+        | T::Unlinkatattr(crossfs_wire::Tunlinkatattr { dirfd, name, .. }) => {
+            quick_removal(conn, *dirfd, name)
+        }
         T::Read(_)
         | T::Write(_)
         | T::Lcreate(_)
         | T::Fsync(_)
         | T::Setattr(_)
-        | T::Unlinkat(_)
-        | T::Unlinkatattr(_)
         | T::Remove(_)
         | T::Version(_)
         | T::Flush(_)
@@ -128,6 +130,26 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
         | T::Walkread(_)
         | T::Readfiles(_) => false,
     }
+}
+
+/// Largest file whose removal runs on the reader (see [`quick_removal`]).
+const QUICK_REMOVAL_MAX: u64 = 1 << 20;
+
+/// Whether removing `name` from directory `dirfd` is quick: anything but the last link of a
+/// regular file over [`QUICK_REMOVAL_MAX`] bytes, whose blocks the file system may take a
+/// while to free (unless someone holds it open). A name that cannot be looked at fails at
+/// once.
+fn quick_removal(conn: &Conn, dirfd: crossfs_wire::Fid, name: &[u8]) -> bool {
+    let Ok(state) = conn.fids.get(dirfd) else {
+        return true;
+    };
+    let (FidState::File(dir), Ok(name)) = (&*state, crate::names::component(name)) else {
+        return true;
+    };
+    crate::sys::stat_at(dir.fd(), &name).map_or(true, |st| {
+        let regular = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG;
+        !(regular && st.stx_nlink == 1 && st.stx_size > QUICK_REMOVAL_MAX)
+    })
 }
 
 fn dispatch(conn: &Conn, msg: Tmessage) -> OpResult<Rmessage> {
