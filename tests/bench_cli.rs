@@ -150,3 +150,52 @@ fn quick_bench_runs_every_workload_on_every_target() {
         assert!(table.contains(name), "table names target {name}");
     }
 }
+
+/// A bench stopped with SIGTERM (or Ctrl-C) unmounts what it mounted, stops its servers and
+/// removes its work directory before it exits.
+#[test]
+fn an_interrupted_bench_leaves_no_mount_process_or_directory_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let mut bench = Command::new(crossfs_bin())
+        .args(["bench", "--runs", "3", "--workloads", "untar,tree"])
+        .env("TMPDIR", tmp.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(log.reopen().unwrap())
+        .spawn()
+        .unwrap();
+    let mounted = || {
+        std::fs::read_to_string("/proc/self/mounts")
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains(tmp.path().to_str().unwrap()))
+            .count()
+    };
+    // Once the first workload ran on the first target, the bench is under way on the
+    // next, with every target's mount up.
+    wait_until(
+        "the bench's first figure",
+        std::time::Duration::from_secs(120),
+        || std::fs::read_to_string(log.path()).is_ok_and(|l| l.contains("[1/")),
+    );
+    assert_eq!(mounted(), 4);
+    let pid = rustix::process::Pid::from_child(&bench);
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let status = bench.wait().unwrap();
+    let stderr = std::fs::read_to_string(log.path()).unwrap();
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    assert_eq!(mounted(), 0, "mounts left behind");
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().collect();
+    assert!(left.is_empty(), "left behind: {left:?}\n{stderr}");
+    // No crossfs process serves or mounts beneath the directory any more.
+    let procs = std::fs::read_dir("/proc").unwrap().filter_map(|e| {
+        let cmdline = std::fs::read(e.ok()?.path().join("cmdline")).ok()?;
+        Some(String::from_utf8_lossy(&cmdline).replace('\0', " "))
+    });
+    let ours: Vec<String> = procs
+        .filter(|c| c.contains(tmp.path().to_str().unwrap()))
+        .collect();
+    assert!(ours.is_empty(), "still running: {ours:?}");
+    println!("{stderr}");
+}

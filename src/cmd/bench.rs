@@ -5,6 +5,8 @@
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -154,6 +156,15 @@ pub fn run(args: BenchArgs) -> Result<()> {
         .prefix("crossfs-bench-")
         .tempdir()
         .context("creating the bench's work directory")?;
+    let interruption = Interruption::watch(work.path())?;
+    let result = run_in(&args, &work, &interruption);
+    // After a signal, the signal thread cleans up and exits with the signal's status: a
+    // target that failed meanwhile (its mount stopped under it) must not exit first.
+    drop(interruption.checkpoint());
+    result
+}
+
+fn run_in(args: &BenchArgs, work: &tempfile::TempDir, interruption: &Interruption) -> Result<()> {
     let export = match &args.dir {
         Some(dir) => dir
             .canonicalize()
@@ -170,6 +181,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     for (i, (name, options)) in crossfs_configs(args.default_only).into_iter().enumerate() {
         let mount = CrossfsMount::start(&export, work.path(), i, options)
             .with_context(|| format!("setting up target `{name}`"))?;
+        interruption.checkpoint().note(&mount);
         let server_control = mount.server_control.clone();
         targets.push(
             Target::mount(name, &mount.mountpoint)
@@ -199,7 +211,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         scale: args.scale,
         ..BenchConfig::default()
     };
-    let mut progress = TerminalProgress::new();
+    let mut progress = Checkpoints(TerminalProgress::new(), interruption);
     let report = crossfs_bench::run(&config, &targets, &mut progress)?;
     drop(progress);
     print!("{}", report.table());
@@ -211,10 +223,170 @@ pub fn run(args: BenchArgs) -> Result<()> {
         report.write_svg(path)?;
     }
     drop(targets);
+    // From here on the mounts are stopped here: a signal no longer does it.
+    interruption.checkpoint().mounts.clear();
     for mount in mounts {
         mount.stop()?;
     }
     Ok(())
+}
+
+/// What an interrupted bench (SIGINT, SIGTERM) must undo before it exits: the workload
+/// running, the mounts and servers it started, then its work directory, unless something is
+/// still mounted there. The main thread waits at each checkpoint while that runs, so that
+/// it creates nothing in the directory being removed.
+struct Interruption {
+    started: Mutex<Started>,
+    /// The main thread waits at a checkpoint (or is about to).
+    main_waits: AtomicBool,
+}
+
+/// The mounts started: each pair's mount process, server process and mount point.
+#[derive(Default)]
+struct Started {
+    mounts: Vec<(u32, u32, PathBuf)>,
+}
+
+impl Started {
+    fn note(&mut self, mount: &CrossfsMount) {
+        let pids = (mount.client.id(), mount.server.id());
+        self.mounts.push((pids.0, pids.1, mount.mountpoint.clone()));
+    }
+}
+
+/// Longest wait, after a signal, for the main thread to stop at a checkpoint (the workload
+/// running was stopped; a figure's time cap is 3 s).
+const CHECKPOINT_WAIT: Duration = Duration::from_secs(10);
+
+impl Interruption {
+    fn watch(work: &Path) -> Result<Arc<Self>> {
+        let this = Arc::new(Interruption {
+            started: Mutex::default(),
+            main_waits: AtomicBool::new(false),
+        });
+        let (that, work) = (this.clone(), work.to_path_buf());
+        crate::signals::on_termination(move |sig| {
+            eprintln!("crossfs bench: interrupted (signal {sig}), stopping its mounts");
+            let mut started = that.started.lock().unwrap_or_else(PoisonError::into_inner);
+            // The workload running now (tar, make, git...) first: it keeps its mount busy.
+            let pairs: Vec<u32> = started.mounts.iter().flat_map(|m| [m.0, m.1]).collect();
+            for child in children().into_iter().filter(|c| !pairs.contains(c)) {
+                if let Some(pid) = rustix::process::Pid::from_raw(child as i32) {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+                }
+            }
+            for (client, server, mountpoint) in started.mounts.drain(..) {
+                stop_pair(client, server, &mountpoint);
+            }
+            let deadline = Instant::now() + CHECKPOINT_WAIT;
+            while !that.main_waits.load(Ordering::SeqCst) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if is_mounted_beneath(&work) {
+                eprintln!(
+                    "crossfs bench: left {}: something is still mounted there",
+                    work.display()
+                );
+            } else if let Err(e) = std::fs::remove_dir_all(&work) {
+                eprintln!("crossfs bench: removing {}: {e}", work.display());
+            }
+            std::process::exit(128 + sig);
+        })?;
+        Ok(this)
+    }
+
+    /// Called by the main thread between steps: after a signal, it waits here until the
+    /// process exits.
+    fn checkpoint(&self) -> std::sync::MutexGuard<'_, Started> {
+        self.main_waits.store(true, Ordering::SeqCst);
+        let started = self.started.lock().unwrap_or_else(PoisonError::into_inner);
+        self.main_waits.store(false, Ordering::SeqCst);
+        started
+    }
+}
+
+/// The bench's progress, with a checkpoint at every step.
+struct Checkpoints<'a>(TerminalProgress, &'a Interruption);
+
+impl crossfs_bench::Progress for Checkpoints<'_> {
+    fn begin(&mut self, total_steps: usize) {
+        drop(self.1.checkpoint());
+        self.0.begin(total_steps);
+    }
+    fn step_started(&mut self, step: &crossfs_bench::Step<'_>) {
+        drop(self.1.checkpoint());
+        self.0.step_started(step);
+    }
+    fn step_finished(&mut self, step: &crossfs_bench::Step<'_>, outcome: Result<Duration, &str>) {
+        drop(self.1.checkpoint());
+        self.0.step_finished(step, outcome);
+    }
+    fn note(&mut self, message: &str) {
+        drop(self.1.checkpoint());
+        self.0.note(message);
+    }
+    fn end(&mut self) {
+        self.0.end();
+    }
+}
+
+/// Stops one pair by pid: the mount first (SIGTERM makes it unmount and exit; after 10 s
+/// the mount is detached and the process killed), then the server. Both are reaped.
+fn stop_pair(client: u32, server: u32, mountpoint: &Path) {
+    use rustix::process::{kill_process, waitpid, Pid, Signal, WaitOptions};
+    let exited = |pid| !matches!(waitpid(Some(pid), WaitOptions::NOHANG), Ok(None));
+    if let Some(client) = Pid::from_raw(client as i32) {
+        let _ = kill_process(client, Signal::TERM);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !exited(client) {
+            if Instant::now() > deadline {
+                let _ = rustix::mount::unmount(mountpoint, rustix::mount::UnmountFlags::DETACH);
+                let _ = kill_process(client, Signal::KILL);
+                let _ = waitpid(Some(client), WaitOptions::empty());
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    if let Some(server) = Pid::from_raw(server as i32) {
+        let _ = kill_process(server, Signal::KILL);
+        let _ = waitpid(Some(server), WaitOptions::empty());
+    }
+}
+
+/// This process's children (the `ppid` field of every /proc/PID/stat).
+fn children() -> Vec<u32> {
+    let me = std::process::id();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    procs
+        .filter_map(|e| {
+            let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // "PID (COMM) STATE PPID ...": the command may hold spaces and parentheses.
+            let ppid: u32 = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            (ppid == me).then_some(pid)
+        })
+        .collect()
+}
+
+/// Whether anything is mounted at `dir` or beneath it (/proc/self/mounts).
+fn is_mounted_beneath(dir: &Path) -> bool {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    mounts
+        .lines()
+        .filter_map(|l| l.split(' ').nth(1))
+        .any(|at| {
+            // Spaces and other bytes are octal escapes there; bench paths have none.
+            Path::new(at).starts_with(dir)
+        })
 }
 
 /// The server's total message counts, as the bench wants them.
