@@ -14,10 +14,7 @@ const XATTR_SIZE_MAX: u64 = 64 * 1024;
 impl Shared {
     /// Reads attribute `name` (the name list when empty). `size` 0 asks only for the length.
     pub(super) fn getxattr(&self, ino: INodeNo, name: &[u8], size: u32, reply: ReplyXattr) {
-        let node = match self.node(ino) {
-            Ok(n) => n,
-            Err(e) => return reply.error(e),
-        };
+        // Before the node's fid: a node answered from a replica would be walked for it.
         let known = self.missing_xattr_file(ino, name);
         if let Some(qid_path) = known {
             if self.missing_xattrs.is_missing(&self.listed, qid_path, name) {
@@ -28,6 +25,10 @@ impl Shared {
                 return reply.error(Errno::ENODATA);
             }
         }
+        let node = match self.node(ino) {
+            Ok(n) => n,
+            Err(e) => return reply.error(e),
+        };
         let asked = self.listed.before_fetch();
         let newfid = self.client.alloc_fid();
         let walk = Tmessage::Xattrwalk(Txattrwalk {
