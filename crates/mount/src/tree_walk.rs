@@ -10,7 +10,8 @@
 //! their listings and lookups are answered in the guest. At most 64 directories wait; a
 //! directory beyond that is listed by the program as before. A program that opens or
 //! looks up in a directory whose fetch is under way waits for it (at most [`MAX_WAIT`])
-//! rather than fetching it a second time.
+//! rather than fetching it a second time, and the thread leaves alone a directory that
+//! a program is fetching itself.
 //!
 //! What it costs and shows: the server reads directories the program may never reach
 //! (on the host their access times move as a listing moves them); the replicas are kept
@@ -55,11 +56,17 @@ impl Drop for Fetching<'_> {
 }
 
 impl TreeWalk {
-    /// Starts fetching directory `dir` ahead.
-    pub(crate) fn fetch(&self, dir: u64) -> Fetching<'_> {
+    /// Starts fetching directory `dir` (ahead, or for a program); `None` if a fetch of it
+    /// is under way already.
+    pub(crate) fn fetch(&self, dir: u64) -> Option<Fetching<'_>> {
         let mut fetching = self.fetching.lock().unwrap_or_else(PoisonError::into_inner);
-        fetching.insert(dir);
-        Fetching { walk: self, dir }
+        // Made only if inserted (not with `then_some`): a Fetching dropped unused would
+        // end the fetch under way, and lock what is locked here.
+        if fetching.insert(dir) {
+            Some(Fetching { walk: self, dir })
+        } else {
+            None
+        }
     }
 
     /// Waits until no fetch ahead of directory `dir` is under way, for at most
@@ -113,7 +120,8 @@ mod tests {
         let w = std::sync::Arc::new(TreeWalk::default());
         w.wait_for(7); // nothing under way: no wait
         let started = Instant::now();
-        let fetch = w.fetch(7);
+        let fetch = w.fetch(7).unwrap();
+        assert!(w.fetch(7).is_none(), "one fetch of a directory at a time");
         let waiter = {
             let w = w.clone();
             std::thread::spawn(move || {
@@ -124,6 +132,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         drop(fetch);
         let waited = waiter.join().unwrap();
+        assert!(w.fetch(7).is_some(), "over: another may start");
         assert!(
             waited >= Duration::from_millis(50) && waited < MAX_WAIT,
             "{waited:?}"

@@ -414,7 +414,10 @@ impl Shared {
         let Some(ticket) = self.replicas.ticket(dir) else {
             return;
         };
-        let _fetching = self.tree_walk.fetch(dir);
+        // A program fetching it itself (opening it, looking up in it) is left alone.
+        let Some(_fetching) = self.tree_walk.fetch(dir) else {
+            return;
+        };
         // The kernel may have forgotten the node meanwhile: then nothing is filled.
         self.fill_replica(dir, ticket);
         if self.replicas.has(dir) {

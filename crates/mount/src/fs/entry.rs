@@ -93,6 +93,7 @@ impl Shared {
                 // Fetched ahead right now (`crate::tree_walk`), or else by this lookup.
                 self.tree_walk.wait_for(parent.0);
                 if !self.replicas.has(parent.0) {
+                    let _fetching = self.tree_walk.fetch(parent.0);
                     // Binds the directory's fid too, in the same round trip if need be.
                     self.fill_replica(parent.0, ticket);
                 }

@@ -638,6 +638,8 @@ impl Shared {
         // The listing's first entries may come with the directory's fid: as `fill` does,
         // the read is noted first, then the ticket and the time are taken.
         let listing = listing_only && !self.replicas.has(ino.0);
+        // Claimed, so that the walk ahead does not fetch it a second time meanwhile.
+        let _fetching = listing.then(|| self.tree_walk.fetch(ino.0));
         if listing {
             self.reading(ino.0);
         }
