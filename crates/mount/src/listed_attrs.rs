@@ -69,6 +69,8 @@ pub(crate) struct ListedAttrs {
 pub(crate) struct ChangeInFlight {
     listed: Arc<ListedAttrs>,
     files: Vec<u64>,
+    /// The tick of the mark made when the change started.
+    started: u64,
     /// Also run once the server has answered (the directory replicas' update).
     at_end: Option<Box<dyn FnOnce() + Send>>,
 }
@@ -83,6 +85,37 @@ impl Drop for ChangeInFlight {
 }
 
 impl ChangeInFlight {
+    /// Ends the change, as dropping it does, once the server has answered with the
+    /// attributes of file `qid_path` after it. Returns when they count as fetched (see
+    /// [`ListedAttrs::reusable_for`]) if nothing but this change marked the file while it
+    /// was in flight (no event, no other change, no read): then they are what the server
+    /// would answer now, and stay so until the next mark. `None` otherwise.
+    pub(crate) fn end_with_answer(mut self, qid_path: u64) -> Option<Fetched> {
+        let l = self.listed.clone();
+        let files = std::mem::take(&mut self.files);
+        let mut changed = l.changed.lock().unwrap_or_else(PoisonError::into_inner);
+        let alone = changed.get(&qid_path) == Some(&self.started)
+            && l.all_changed.load(SeqCst) <= self.started;
+        // The end mark, under the same lock as the check: a mark after it is later.
+        let tick = l.clock.fetch_add(1, SeqCst) + 1;
+        for file in files {
+            changed.insert(file, tick);
+        }
+        if changed.len() > CHANGED_LIMIT {
+            changed.clear();
+            l.all_changed.store(tick, SeqCst);
+        }
+        drop(changed);
+        let fetched = Fetched {
+            tick,
+            at: Instant::now(),
+            following: l.is_following(),
+        };
+        // `self` drops here: its files were taken, so only `at_end` runs.
+        drop(self);
+        alone.then_some(fetched)
+    }
+
     /// Runs `f` too once the server has answered.
     pub(crate) fn also_at_end(mut self, f: impl FnOnce() + Send + 'static) -> Self {
         self.at_end = Some(Box::new(f));
@@ -100,8 +133,8 @@ impl ListedAttrs {
         }
     }
 
-    /// Notes that the files with these `qid.path`s may have changed.
-    pub(crate) fn changed(&self, files: impl IntoIterator<Item = u64>) {
+    /// Notes that the files with these `qid.path`s may have changed; returns the mark's tick.
+    pub(crate) fn changed(&self, files: impl IntoIterator<Item = u64>) -> u64 {
         let tick = self.clock.fetch_add(1, SeqCst) + 1;
         let mut changed = self.changed.lock().unwrap_or_else(PoisonError::into_inner);
         for file in files {
@@ -111,6 +144,7 @@ impl ListedAttrs {
             changed.clear();
             self.all_changed.store(tick, SeqCst);
         }
+        tick
     }
 
     /// Notes that the server is about to read the file with this `qid.path` for the
@@ -141,10 +175,11 @@ impl ListedAttrs {
 
     /// Starts a change through the mount to the files with these `qid.path`s.
     pub(crate) fn change(self: &Arc<Self>, files: Vec<u64>) -> ChangeInFlight {
-        self.changed(files.iter().copied());
+        let started = self.changed(files.iter().copied());
         ChangeInFlight {
             listed: self.clone(),
             files,
+            started,
             at_end: None,
         }
     }
@@ -241,6 +276,35 @@ mod tests {
         assert_eq!(l.reusable_for(1, &during, TTL), None);
         let after = l.before_fetch();
         assert!(l.reusable_for(1, &after, TTL).is_some());
+    }
+
+    #[test]
+    fn a_change_answered_alone_gives_attributes_as_fetched_and_not_when_marked_meanwhile() {
+        let l = Arc::new(ListedAttrs::default());
+        l.set_following(true);
+        let alone = l.change(vec![1, 2]).end_with_answer(1).unwrap();
+        assert!(l.reusable_for(1, &alone, TTL).is_some());
+        l.changed([1]);
+        assert_eq!(
+            l.reusable_for(1, &alone, TTL),
+            None,
+            "a later change ends it"
+        );
+        // An event, a read or another change while in flight: the answer may be older.
+        let change = l.change(vec![1]);
+        l.changed([1]);
+        assert!(change.end_with_answer(1).is_none());
+        let change = l.change(vec![1]);
+        l.reading(1);
+        assert!(change.end_with_answer(1).is_none());
+        let change = l.change(vec![1]);
+        l.all_changed();
+        assert!(change.end_with_answer(1).is_none());
+        // Another file's mark is no matter.
+        let change = l.change(vec![1]);
+        l.changed([3]);
+        let f = change.end_with_answer(1).unwrap();
+        assert!(l.reusable_for(1, &f, TTL).is_some());
     }
 
     #[test]

@@ -267,7 +267,8 @@ impl Applier<'_> {
             // The sync's cookie, made and removed at the top of the export, moved the
             // root's times with no event of their own.
             EventKind::Sync { .. } => {
-                return listed.changed(self.shared.inodes.qid_path(crate::inode::ROOT));
+                listed.changed(self.shared.inodes.qid_path(crate::inode::ROOT));
+                return;
             }
             EventKind::Warning { .. } => return,
             EventKind::Rescan { .. } => return listed.all_changed(),

@@ -9,6 +9,7 @@ use super::{errno, wire_time, Shared};
 use crate::attr;
 use crate::cache::CacheMode;
 use crate::fid::FidRef;
+use crate::listed_attrs::ChangeInFlight;
 use crate::remote::{expect_reply, ATTR_MASK};
 
 /// The attribute changes of one SETATTR.
@@ -216,11 +217,12 @@ impl Shared {
         }
     }
 
+    /// SETATTR; `in_flight` marks the file changed until the server has answered.
     pub(super) fn setattr(
         self: &Arc<Self>,
         ino: INodeNo,
         fh: Option<FileHandle>,
-        change: Change,
+        (change, in_flight): (Change, ChangeInFlight),
         reply: ReplyAttr,
     ) {
         if let Err(e) = self.writable() {
@@ -238,7 +240,10 @@ impl Shared {
             });
             return match expect_reply!(self.client.call(msg), Setattrget) {
                 Ok(r) => {
-                    self.inodes.observe(ino.0, &r.attr, None);
+                    // The kernel asks for them again before a chown (to drop set-user-ID
+                    // bits): the answer may give them, as a fetch would.
+                    let fetched = in_flight.end_with_answer(r.attr.qid.path);
+                    self.inodes.observe(ino.0, &r.attr, fetched);
                     let fa = attr::file_attr(ino.0, &r.attr, self.ids);
                     reply.attr(&self.attr_ttl(), &fa);
                 }

@@ -501,7 +501,7 @@ impl Filesystem for CrossFs {
             mtime,
             ctime: ctime.is_some(),
         };
-        let (s, _change) = self.s_changing(req, Op::Setattr, &[ino.0], &[]);
+        let (s, in_flight) = self.s_changing(req, Op::Setattr, &[ino.0], &[]);
         if s.changes.is_replay(req.pid()) {
             // A replayed change: the kernel is told what the server has, nothing is sent.
             return s.getattr(req.pid(), ino, None, reply);
@@ -512,7 +512,7 @@ impl Filesystem for CrossFs {
             // (`crate::pushed_pages`; the change clock moved above, so no other starts).
             s.page_push.settle(ino.0);
         }
-        s.setattr(ino, fh, change, reply);
+        s.setattr(ino, fh, (change, in_flight), reply);
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {

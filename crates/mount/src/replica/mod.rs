@@ -26,7 +26,9 @@
 //!   unknown. A create, removal or rename that returned its directory's attributes
 //!   (Tcreateattrdir, Tunlinkatattr, Trenameatattr) leaves them here for the kernel's
 //!   next GETATTR of the directory, under the same ticket rule
-//!   ([`DirReplicas::left_attrs`]); any event about the directory or in it drops them.
+//!   ([`DirReplicas::left_attrs`]); a change to the directory itself, or one that adds,
+//!   removes or renames a name in it, drops them (a change to a file in it, which leaves
+//!   the directory's own attributes alone, does not).
 //! - **Names over 255 bytes** are never answered "missing": the server says ENAMETOOLONG.
 //!
 //! So after `crossfs sync` (every host change before it applied) a replica answers what
@@ -175,6 +177,23 @@ impl Inner {
         *self.changes.entry(dir).or_default() += 1;
     }
 
+    /// As [`Self::bump`], for a change to an entry of `dir` that leaves the directory's
+    /// own attributes as they were (a file's attributes or link count, a subdirectory's
+    /// times): what a change through the mount left of them stays good.
+    fn bump_entry(&mut self, dir: u64) {
+        let left_good = self
+            .left
+            .get(&dir)
+            .is_some_and(|(_, t)| self.still(dir, *t));
+        self.bump(dir);
+        if left_good {
+            let now = self.ticket(dir);
+            if let Some((_, t)) = self.left.get_mut(&dir) {
+                *t = now;
+            }
+        }
+    }
+
     fn ticket(&self, dir: u64) -> Ticket {
         Ticket {
             epoch: self.epoch,
@@ -262,7 +281,7 @@ impl Inner {
         let grandparent = dir.parent().and_then(|g| self.tree.resolve(g.components()));
         if let Some(g) = grandparent {
             self.touch(g, dir.file_name(), None);
-            self.bump(g);
+            self.bump_entry(g);
         }
     }
 
@@ -271,7 +290,7 @@ impl Inner {
         if let Some((parent, name)) = self.tree.parent(dir) {
             let name = name.to_vec();
             self.touch(parent, &name, None);
-            self.bump(parent);
+            self.bump_entry(parent);
         }
     }
 
@@ -279,7 +298,7 @@ impl Inner {
     fn touch_links(&mut self, qid_path: u64, now: Option<&Attrs>) {
         for (dir, name) in self.by_qid.get(&qid_path).cloned().unwrap_or_default() {
             self.touch(dir, &name, now);
-            self.bump(dir);
+            self.bump_entry(dir);
         }
     }
 
@@ -323,10 +342,18 @@ impl Inner {
         self.bump(dir);
     }
 
-    /// `name` in `dir` may be new or changed (`now`: its attributes, if known).
+    /// `name` in `dir` may be new or changed (`now`: its attributes, if known); `entry_only`:
+    /// only the file's content or attributes changed, not the name (then the directory's
+    /// own attributes did not change either).
     /// A directory of that name keeps its place only if the event says it is still one
     /// (its attributes then tell whether it is the same one: see `touch`).
-    fn changed(&mut self, dir: u64, name: &[u8], now: Option<&Attrs>, counters: &Counters) {
+    fn changed(
+        &mut self,
+        (dir, name): (u64, &[u8]),
+        now: Option<&Attrs>,
+        entry_only: bool,
+        counters: &Counters,
+    ) {
         if !now.is_some_and(|a| a.is_dir()) {
             self.detach_child(dir, name, counters);
         }
@@ -342,7 +369,11 @@ impl Inner {
             self.touch_links(q, None);
         }
         self.touch(dir, name, now);
-        self.bump(dir);
+        if entry_only {
+            self.bump_entry(dir);
+        } else {
+            self.bump(dir);
+        }
     }
 
     /// `name` in `dir` was renamed through the mount to `to_name` in `to_dir`.
@@ -352,7 +383,7 @@ impl Inner {
             _ => None,
         };
         self.removed(dir, name, c);
-        self.changed(to_dir, to_name, None, c);
+        self.changed((to_dir, to_name), None, false, c);
         self.touch_self(to_dir);
         if let Some(q) = moved {
             self.touch_links(q, None);
@@ -657,7 +688,7 @@ impl DirReplicas {
                     return;
                 }
                 if let Some(dir) = parent_of(&inner, &ev.path) {
-                    inner.changed(dir, ev.path.file_name(), None, c);
+                    inner.changed((dir, ev.path.file_name()), None, false, c);
                 }
             }
             EventKind::Removed => {
@@ -668,7 +699,9 @@ impl DirReplicas {
             }
             EventKind::Created | EventKind::Modified | EventKind::Attrib => {
                 if let Some(dir) = parent_of(&inner, &ev.path) {
-                    inner.changed(dir, ev.path.file_name(), ev.attrs.as_ref(), c);
+                    let entry_only = !matches!(ev.kind, EventKind::Created);
+                    let at = (dir, ev.path.file_name());
+                    inner.changed(at, ev.attrs.as_ref(), entry_only, c);
                 }
                 if matches!(ev.kind, EventKind::Created) {
                     inner.touch_container(&ev.path);
@@ -681,7 +714,7 @@ impl DirReplicas {
                 // Whatever had the name goes, and a directory that comes with its old
                 // subtree's knowledge too.
                 if let Some(dir) = parent_of(&inner, &ev.path) {
-                    inner.changed(dir, ev.path.file_name(), None, c);
+                    inner.changed((dir, ev.path.file_name()), None, false, c);
                 }
                 inner.touch_container(from);
                 inner.touch_container(&ev.path);
@@ -766,6 +799,8 @@ impl DirReplicas {
     /// are unknown until looked up again.
     pub(crate) fn own_changed(&self, ino: u64, qid_path: u64) {
         let mut inner = self.lock();
+        // A directory's own attributes changed: what an earlier change left of them goes.
+        inner.left.remove(&ino);
         inner.touch_links(qid_path, None);
         if inner.tree.is_anchored(ino) {
             inner.touch_self(ino);
@@ -912,6 +947,46 @@ mod tests {
         r.own_removed(ROOT, b"x", Some(left));
         assert!(r.left_attrs(ROOT).is_some());
         r.set_following(false);
+        assert_eq!(r.left_attrs(ROOT), None);
+    }
+
+    #[test]
+    fn what_a_change_left_of_a_directory_outlives_changes_to_its_files_not_to_its_names() {
+        let r = DirReplicas::new(100);
+        r.set_following(true);
+        let ticket = r.ticket(ROOT).unwrap();
+        assert!(r.install(ROOT, ticket, vec![(b"a".to_vec(), file(10))], true, now()));
+        let left = |r: &DirReplicas| DirLeft {
+            before: r.ticket(ROOT).unwrap(),
+            attrs: Rgetattr {
+                valid: 0x7ff,
+                mode: libc::S_IFDIR | 0o755,
+                ..Rgetattr::default()
+            },
+        };
+        r.own_created(ROOT, b"b", &file(11), Some(left(&r)));
+        assert!(r.left_attrs(ROOT).is_some());
+        let event = |kind: EventKind, name: &str, ino: u64| Event {
+            epoch: 1,
+            seq: 1,
+            kind,
+            path: RelPath::new(name).unwrap(),
+            qid: Some(ino),
+            attrs: None,
+        };
+        // A file's attributes and content: the directory's stay.
+        r.own_changed(100, 11);
+        r.apply(&event(EventKind::Attrib, "a", 10));
+        r.apply(&event(EventKind::Modified, "b", 11));
+        assert!(r.left_attrs(ROOT).is_some());
+        assert_eq!(r.lookup(ROOT, b"a"), Answer::Ask, "the file's entry goes");
+        // The directory's own change: they go.
+        r.own_changed(ROOT, 1);
+        assert_eq!(r.left_attrs(ROOT), None);
+        // A name: they go.
+        r.own_removed(ROOT, b"x", Some(left(&r)));
+        assert!(r.left_attrs(ROOT).is_some());
+        r.apply(&event(EventKind::Created, "c", 12));
         assert_eq!(r.left_attrs(ROOT), None);
     }
 }
