@@ -403,6 +403,44 @@ fn a_directory_changed_itself_through_the_mount_shows_its_change_when_asked_agai
 }
 
 #[test]
+fn a_stat_after_each_write_costs_no_getattr_and_a_host_write_shows_after_sync() {
+    let s = Setup::new(&[], &[]);
+    std::fs::create_dir(s.host("d")).unwrap();
+    s.sync();
+    let log = s.guest("d/log");
+    std::fs::write(&log, "").unwrap();
+    let getattrs = |s: &Setup| {
+        s.mount.stats()["9p"]["Tgetattr"]["count"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let before = getattrs(&s);
+    for i in 0..50 {
+        let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        std::io::Write::write_all(&mut f, format!("line {i}\n").as_bytes()).unwrap();
+        drop(f);
+        // The kernel asks for the attributes after a write: the write's answer gives them.
+        assert_eq!(
+            describe(&log),
+            describe(&s.host("d/log")),
+            "after write {i}"
+        );
+    }
+    let asked = getattrs(&s) - before;
+    eprintln!("50 appends, each followed by a stat: {asked} Tgetattr");
+    // 50 or more before writes returned the file's attributes.
+    assert!(asked < 10, "{asked} Tgetattr for 50 writes and stats");
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(s.host("d/log"))
+        .unwrap();
+    std::io::Write::write_all(&mut f, b"from the host\n").unwrap();
+    drop(f);
+    s.sync();
+    assert_eq!(describe(&log), describe(&s.host("d/log")));
+}
+
+#[test]
 fn files_extracted_as_tar_does_cost_no_getattr_and_host_changes_show_after_sync() {
     let s = Setup::new(&[], &[]);
     std::fs::create_dir(s.host("d")).unwrap();

@@ -12,7 +12,7 @@ use std::io::{self, BufReader, Read, Write};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crossfs_wire::{CounterSnapshot, Fid, MessageCounters, Rmessage, Tmessage, IOHDRSZ};
+use crossfs_wire::{CounterSnapshot, Fid, MessageCounters, Rgetattr, Rmessage, Tmessage, IOHDRSZ};
 
 use crate::conn::{self, Shared, READ_BUFFER};
 use crate::fids::FidPool;
@@ -20,6 +20,9 @@ use crate::redial::{self, Link, RestoreHook, Transport};
 use crate::request::{Completion, Done, Reply, Request, Waiter};
 use crate::version::negotiate;
 use crate::{ClientConfig, ClientError, MsizeNegotiation};
+
+/// What a Twriteattr's completion gets: the count written and the attributes after it.
+pub type WriteAttrDone = Box<dyn FnOnce(Result<(u32, Rgetattr), ClientError>) + Send>;
 
 /// A 9P2000.L client over one connection (replaced by a new one when it is lost, if
 /// [`Client::enable_reconnect`] was called). Share it as `Arc<Client>`; every method takes
@@ -356,6 +359,28 @@ impl Client {
             fid,
             offset,
             data: Cow::Borrowed(data),
+            with_attr: false,
+        };
+        self.submit(request, None, Completion::Msg(done));
+    }
+
+    /// As [`Client::write_async`], as a Twriteattr of the crossfs extension: `done` gets
+    /// the count written and the file's attributes after the write (`valid` 0 if the
+    /// server could not read them). A server without it answers `EOPNOTSUPP`, and has
+    /// then written nothing.
+    pub fn write_attr_async(&self, fid: Fid, offset: u64, data: &[u8], done: WriteAttrDone) {
+        let len = data.len();
+        let done: Done = Box::new(move |reply| {
+            done(reply.and_then(|m| match m {
+                Rmessage::Writeattr(w) => Ok((checked_count(w.count, len)?, w.attr)),
+                other => Err(unexpected(other)),
+            }))
+        });
+        let request = Request::Write {
+            fid,
+            offset,
+            data: Cow::Borrowed(data),
+            with_attr: true,
         };
         self.submit(request, None, Completion::Msg(done));
     }
@@ -392,6 +417,7 @@ impl Client {
             fid,
             offset,
             data: Cow::Borrowed(data),
+            with_attr: false,
         };
         written(self.blocking(request, None, false)?.into_msg(), data.len())
     }
@@ -492,12 +518,19 @@ fn version_refused() -> ClientError {
 /// The count of an Rwrite answering a write of `len` bytes.
 fn written(m: Rmessage, len: usize) -> Result<u32, ClientError> {
     match m {
-        Rmessage::Write(w) if w.count as usize <= len => Ok(w.count),
-        Rmessage::Write(w) => Err(ClientError::Protocol(format!(
-            "Rwrite claims {} bytes of a {len}-byte write",
-            w.count
-        ))),
+        Rmessage::Write(w) => checked_count(w.count, len),
         other => Err(unexpected(other)),
+    }
+}
+
+/// The count a write's reply claims, if it is no more than the `len` bytes sent.
+fn checked_count(count: u32, len: usize) -> Result<u32, ClientError> {
+    if count as usize <= len {
+        Ok(count)
+    } else {
+        Err(ClientError::Protocol(format!(
+            "a write's reply claims {count} bytes of a {len}-byte write"
+        )))
     }
 }
 

@@ -43,7 +43,7 @@ mod request;
 mod tags;
 mod version;
 
-pub use client::Client;
+pub use client::{Client, WriteAttrDone};
 pub use config::{ClientConfig, MsizeNegotiation};
 pub use crossfs_wire::{
     CounterSnapshot, DirEntry, DirEntryAttr, Fid, Qid, Rgetattr, Rmessage, Tmessage,

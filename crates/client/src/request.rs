@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, Thread};
 
-use crossfs_wire::{encode_twrite, Data, Fid, Rmessage, Rread, Tag, Tmessage, Twrite};
+use crossfs_wire::{
+    encode_twrite, encode_twriteattr, Data, Fid, Rmessage, Rread, Tag, Tmessage, Twrite, Twriteattr,
+};
 
 use crate::ClientError;
 
@@ -21,6 +23,8 @@ pub(crate) enum Request<'a> {
         fid: Fid,
         offset: u64,
         data: Cow<'a, [u8]>,
+        /// Sent as Twriteattr: the reply carries the file's attributes.
+        with_attr: bool,
     },
 }
 
@@ -28,14 +32,31 @@ impl Request<'_> {
     pub(crate) fn msg_type(&self) -> u8 {
         match self {
             Request::Msg(m) => m.msg_type(),
-            Request::Write { .. } => Twrite::TYPE,
+            Request::Write {
+                with_attr: false, ..
+            } => Twrite::TYPE,
+            Request::Write {
+                with_attr: true, ..
+            } => Twriteattr::TYPE,
         }
     }
 
     pub(crate) fn encode(&self, tag: Tag, out: &mut Vec<u8>) {
         match self {
             Request::Msg(m) => m.encode(tag, out),
-            Request::Write { fid, offset, data } => encode_twrite(tag, *fid, *offset, data, out),
+            Request::Write {
+                fid,
+                offset,
+                data,
+                with_attr,
+            } => {
+                let encode = if *with_attr {
+                    encode_twriteattr
+                } else {
+                    encode_twrite
+                };
+                encode(tag, *fid, *offset, data, out)
+            }
         }
     }
 
@@ -43,10 +64,16 @@ impl Request<'_> {
     pub(crate) fn into_owned(self) -> Request<'static> {
         match self {
             Request::Msg(m) => Request::Msg(m),
-            Request::Write { fid, offset, data } => Request::Write {
+            Request::Write {
+                fid,
+                offset,
+                data,
+                with_attr,
+            } => Request::Write {
                 fid,
                 offset,
                 data: Cow::Owned(data.into_owned()),
+                with_attr,
             },
         }
     }

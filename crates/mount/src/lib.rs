@@ -35,9 +35,12 @@
 //! a LOOKUP costs one (Twalkgetattr), an open one (Twalkopen), binding and listing a
 //! directory answered from its parent's replica one (Twalkreaddirattr), a create one (Tcreateattr: the file, its node's fid and its
 //! attributes; Tcreateattrdir also returns the directory's), a setattr one (Tsetattrget),
-//! an unlink or rename one (Tunlinkatattr, Trenameatattr: with the directories' attributes
-//! afterwards). What a change returns of its directory answers the GETATTR the kernel sends
-//! before the next change in it, while nothing else touched the directory. Over
+//! a write one (Twriteattr: with the file's attributes afterwards), an unlink or rename one
+//! (Tunlinkatattr, Trenameatattr: with the directories' attributes afterwards). What a
+//! change returns of its directory answers the GETATTR the kernel sends before the next
+//! change in it, while nothing else touched the directory; what a setattr or a write
+//! returns of the file answers the GETATTR the kernel sends after it (after every write,
+//! and before a chown), while nothing else marked the file. Over
 //! plain 9P2000.L, a LOOKUP of a name the
 //! mount has resolved before costs one (Twalk and a Tgetattr of the known node's fid, sent
 //! together; the reply is used only if the walk finds the same file), a new name two (a

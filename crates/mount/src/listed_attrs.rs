@@ -173,6 +173,16 @@ impl ListedAttrs {
         read.get(&qid_path).is_some_and(|&tick| tick > f.tick)
     }
 
+    /// Whether anything may have changed the file with this `qid.path` since `f` (a
+    /// change or read through the mount, an event, anything that counts for every file).
+    pub(crate) fn changed_since(&self, qid_path: u64, f: &Fetched) -> bool {
+        if self.all_changed.load(SeqCst) > f.tick {
+            return true;
+        }
+        let changed = self.changed.lock().unwrap_or_else(PoisonError::into_inner);
+        changed.get(&qid_path).is_some_and(|&tick| tick > f.tick)
+    }
+
     /// Starts a change through the mount to the files with these `qid.path`s.
     pub(crate) fn change(self: &Arc<Self>, files: Vec<u64>) -> ChangeInFlight {
         let started = self.changed(files.iter().copied());
@@ -313,6 +323,7 @@ mod tests {
         let listed = l.before_fetch();
         l.changed([1]);
         assert!(!l.read_since(1, &listed), "a change is no read");
+        assert!(l.changed_since(1, &listed) && !l.changed_since(3, &listed));
         l.reading(2);
         assert!(l.read_since(2, &listed));
         assert!(

@@ -13,23 +13,29 @@ use crossfs_mount::MountConfig;
 use crossfs_wire::CounterSnapshot;
 
 const MIB: u64 = 1 << 20;
-/// size[4] type[1] tag[2] fid[4] offset[8] count[4]
+/// size[4] type[1] tag[2] fid[4] offset[8] count[4] (Twriteattr is laid out the same)
 const TWRITE_HEADER: u64 = 23;
 /// size[4] type[1] tag[2] count[4]
 const RREAD_HEADER: u64 = 11;
 
-/// Mean payload per message of `name` between two snapshots.
+/// Mean payload per message of the types `names` between two snapshots.
 fn mean_payload(
     before: &CounterSnapshot,
     after: &CounterSnapshot,
-    name: &str,
+    names: &[&str],
     header: u64,
 ) -> (u64, u64) {
-    let get = |s: &CounterSnapshot| s.messages.get(name).map_or((0, 0), |c| (c.count, c.bytes));
+    let get = |s: &CounterSnapshot| {
+        names.iter().fold((0, 0), |(n, b), name| {
+            s.messages
+                .get(*name)
+                .map_or((n, b), |c| (n + c.count, b + c.bytes))
+        })
+    };
     let (c0, b0) = get(before);
     let (c1, b1) = get(after);
     let count = c1 - c0;
-    assert!(count > 0, "no {name}");
+    assert!(count > 0, "no {names:?}");
     (count, (b1 - b0 - count * header) / count)
 }
 
@@ -59,7 +65,8 @@ fn run(fx: &Fixture, len: u64) -> (u64, u64) {
     f.sync_all().unwrap();
     drop(f);
     let after = fx.counters();
-    let (writes, write_size) = mean_payload(&before, &after, "Twrite", TWRITE_HEADER);
+    let (writes, write_size) =
+        mean_payload(&before, &after, &["Twrite", "Twriteattr"], TWRITE_HEADER);
     assert!(
         fs::read(fx.e("written")).unwrap() == content,
         "written data differs"
@@ -78,7 +85,7 @@ fn run(fx: &Fixture, len: u64) -> (u64, u64) {
         back.extend_from_slice(&buf[..n]);
     }
     let after = fx.counters();
-    let (reads, read_size) = mean_payload(&before, &after, "Rread", RREAD_HEADER);
+    let (reads, read_size) = mean_payload(&before, &after, &["Rread"], RREAD_HEADER);
     assert!(back == content, "read data differs");
     eprintln!(
         "{} MiB: {writes} Twrite of {write_size} B mean, {reads} Rread of {read_size} B mean; stats: max_pages {}, read_ahead_kb {}",

@@ -324,6 +324,33 @@ fn walkopen_createattr_and_setattrget_do_what_their_steps_do() {
     };
     assert_eq!((s.attr.mode & 0o7777, s.attr.size), (0o600, 1));
     assert_eq!(std::fs::read(h.path("new")).unwrap(), b"a");
+
+    // Twriteattr: the write, then what Tgetattr says after it.
+    let r = c.ok(Twriteattr {
+        fid: Fid(5),
+        offset: 1,
+        data: Data(b"bcdef".to_vec()),
+    });
+    let Rmessage::Writeattr(w) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(w.count, 5);
+    assert_eq!(std::fs::read(h.path("new")).unwrap(), b"abcdef");
+    let after = c.getattr(Fid(4)).unwrap();
+    assert_eq!(w.attr.size, 6);
+    assert_eq!(
+        (w.attr.qid, w.attr.mode, w.attr.mtime_sec, w.attr.mtime_nsec),
+        (after.qid, after.mode, after.mtime_sec, after.mtime_nsec)
+    );
+    assert_eq!(w.attr.ctime_nsec, after.ctime_nsec);
+    // Fails like Twrite: a fid opened for nothing, or not at all.
+    let e = c.err(Twriteattr {
+        fid: Fid(4),
+        offset: 0,
+        data: Data(b"x".to_vec()),
+    });
+    assert_eq!(e, libc::EBADF);
+    assert_eq!(std::fs::read(h.path("new")).unwrap(), b"abcdef");
 }
 
 #[test]
@@ -545,6 +572,22 @@ fn the_compounds_keep_the_export_confined_and_read_only_holds() {
         }),
         libc::EROFS
     );
+    std::fs::write(ro.path("f"), "x").unwrap();
+    let Rmessage::Walkopen(_) = c.ok(Twalkopen {
+        fid: ROOT,
+        newfid: Fid(5),
+        wnames: names(&["f"]),
+        flags: open_flags::RDONLY,
+        request_mask: 0,
+    }) else {
+        panic!()
+    };
+    let e = c.err(Twriteattr {
+        fid: Fid(5),
+        offset: 0,
+        data: Data(b"y".to_vec()),
+    });
+    assert_eq!(e, libc::EROFS);
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! Whole frames: `size[4] type[1] tag[2] body`, with the size checks every reader needs.
 
 use crate::codec::{DecodeError, Field, Reader};
-use crate::messages::{Rmessage, Rread, Tfsync, Tmessage, Twrite};
+use crate::messages::{Rmessage, Rread, Tfsync, Tmessage, Twrite, Twriteattr};
 use crate::types::{Fid, Tag};
 
 /// Bytes of `size[4] type[1] tag[2]`.
@@ -136,7 +136,16 @@ impl Rmessage {
 
 /// Appends a Twrite frame whose payload is borrowed, sparing the copy into a [`Twrite`].
 pub fn encode_twrite(tag: Tag, fid: Fid, offset: u64, data: &[u8], out: &mut Vec<u8>) {
-    encode_frame(Twrite::TYPE, tag, out, |out| {
+    encode_write_frame(Twrite::TYPE, tag, (fid, offset, data), out);
+}
+
+/// As [`encode_twrite`], for a Twriteattr (laid out the same).
+pub fn encode_twriteattr(tag: Tag, fid: Fid, offset: u64, data: &[u8], out: &mut Vec<u8>) {
+    encode_write_frame(Twriteattr::TYPE, tag, (fid, offset, data), out);
+}
+
+fn encode_write_frame(ty: u8, tag: Tag, (fid, offset, data): (Fid, u64, &[u8]), out: &mut Vec<u8>) {
+    encode_frame(ty, tag, out, |out| {
         fid.encode(out);
         offset.encode(out);
         (data.len() as u32).encode(out);

@@ -34,9 +34,9 @@ pub use codec::DecodeError;
 pub use counters::{CounterSnapshot, MessageCount, MessageCounters};
 pub use dirent::{DirEntry, DirEntryAttr, DirEntryAttrIter, DirEntryIter, FileData, FileDataIter};
 pub use frame::{
-    check_frame_size, decode_rframe, decode_tframe, encode_rread_with, encode_twrite, message_name,
-    Rframe, Tframe, DEFAULT_MSIZE, HEADER_LEN, IOHDRSZ, MIN_MSIZE, RREAD_HEADER_LEN,
-    TWRITE_HEADER_LEN,
+    check_frame_size, decode_rframe, decode_tframe, encode_rread_with, encode_twrite,
+    encode_twriteattr, message_name, Rframe, Tframe, DEFAULT_MSIZE, HEADER_LEN, IOHDRSZ, MIN_MSIZE,
+    RREAD_HEADER_LEN, TWRITE_HEADER_LEN,
 };
 pub use messages::*;
 pub use types::*;

@@ -235,6 +235,9 @@ messages! { Tmessage, "request" {
     Walkreaddirattr(Twalkreaddirattr = 170) {
         fid: Fid, newfid: Fid, wnames: Vec<Vec<u8>>, offset: u64, count: u32, request_mask: u64,
     }
+    /// Twrite, then the attributes of the file as the write left them (all of Tgetattr's
+    /// basic ones). Laid out as Twrite, so it carries as much data.
+    Writeattr(Twriteattr = 172) { fid: Fid, offset: u64, data: Data }
 }}
 
 messages! { Rmessage, "reply" {
@@ -333,6 +336,9 @@ messages! { Rmessage, "reply" {
     Readfiles(Rreadfiles = 169) { data: Data }
     /// The qids walked (one per name), and what Rreaddirattr answers.
     Walkreaddirattr(Rwalkreaddirattr = 171) { wqids: Vec<Qid>, data: Data }
+    /// What Rwrite answers, and the file's attributes after the write (`valid` 0: they
+    /// could not be read; the write stands).
+    Writeattr(Rwriteattr = 173) { count: u32, attr: Rgetattr }
 }}
 
 impl Tsetattr {

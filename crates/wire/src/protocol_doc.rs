@@ -75,6 +75,9 @@ no data, successfully. `Twalkreaddirattr` fails like Treaddirattr (a file: `ENOT
 and its entries are cut to what msize leaves room for besides the qids walked.
 `Tcreateattr` fails like Tlcreate (`EEXIST`, `EACCES`, ...) and binds neither
 fid. `Tsetattrget` fails like Tsetattr; the attributes are only sent on success.
+`Twriteattr` fails like Twrite (a fid not open for writing: `EBADF`; a read-only export:
+`EROFS`); once written, it succeeds, and a file whose attributes could not be read then
+comes with `valid` 0.
 `Tunlinkatattr`, `Trenameatattr` and `Tcreateattrdir` fail like Tunlinkat, Trenameat and
 Tcreateattr; once the change is made they succeed, and a directory whose attributes could not be read afterwards comes with
 `valid` 0 (a client then asks with Tgetattr if it needs them). A server that predates them

@@ -356,12 +356,15 @@ impl Shared {
                         ..
                     }) => {
                         let (a, fetched) = self.freshest_listed(&a);
-                        // Read by the server for the mount since it was listed (which may
-                        // have moved its access time) and no newer attributes: the kernel
-                        // gets it for no time, and asks again.
+                        // Changed since it was listed, and no newer attributes: the kernel
+                        // gets it for no time, and asks again. A read by the server for the
+                        // mount counts (it may have moved the access time), and so does a
+                        // change through the mount: the kernel dropped the file's
+                        // attributes when it was made, and would otherwise take these,
+                        // older, in their place.
                         let exact = fetched.is_some()
                             || s.fetched
-                                .is_some_and(|f| !self.listed.read_since(a.qid.path, &f));
+                                .is_some_and(|f| !self.listed.changed_since(a.qid.path, &f));
                         let ttl = if exact { ttl } else { Duration::ZERO };
                         let node = self.inodes.remember_lazy((ino.0, &e.name), &a, fetched);
                         self.check_names_lost();

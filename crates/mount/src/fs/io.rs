@@ -916,7 +916,7 @@ impl Shared {
 
     /// `change`: held until the server has answered (see `crate::listed_attrs`).
     pub(super) fn write(
-        &self,
+        self: &Arc<Self>,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -939,6 +939,9 @@ impl Shared {
             Ok(f) => f.fid(),
             Err(e) => return reply.error(e),
         };
+        if self.client.has_extensions() && !self.no_writeattr.load(Ordering::Relaxed) {
+            return self.write_attr(file, fid, (offset, data), change, reply);
+        }
         self.client.write_async(
             fid,
             offset,
@@ -948,6 +951,57 @@ impl Shared {
                 match r {
                     Ok(n) => reply.written(n),
                     Err(e) => reply.error(errno(&e)),
+                }
+            }),
+        );
+    }
+
+    /// A write as Twriteattr: the attributes it returns answer the kernel's next GETATTR
+    /// (it asks after every write) if nothing else changed the file meanwhile. Until the
+    /// server has answered one, each keeps its data, to be sent as a Twrite if the server
+    /// predates it.
+    fn write_attr(
+        self: &Arc<Self>,
+        file: Arc<OpenFile>,
+        fid: crossfs_wire::Fid,
+        (offset, data): (u64, &[u8]),
+        change: ChangeInFlight,
+        reply: ReplyWrite,
+    ) {
+        let again = (!self.writeattr_answered.load(Ordering::Relaxed)).then(|| data.to_vec());
+        let shared = self.clone();
+        self.client.write_attr_async(
+            fid,
+            offset,
+            data,
+            Box::new(move |r| match r {
+                Ok((n, attr)) => {
+                    shared.writeattr_answered.store(true, Ordering::Relaxed);
+                    if attr.valid != 0 {
+                        let fetched = change.end_with_answer(attr.qid.path);
+                        shared.inodes.observe(file.reopen.node, &attr, fetched);
+                    }
+                    reply.written(n);
+                }
+                Err(e) if e.errno() == libc::EOPNOTSUPP && again.is_some() => {
+                    shared.no_writeattr.store(true, Ordering::Relaxed);
+                    let data = again.unwrap_or_default();
+                    shared.client.write_async(
+                        fid,
+                        offset,
+                        &data,
+                        Box::new(move |r| {
+                            drop((file, change));
+                            match r {
+                                Ok(n) => reply.written(n),
+                                Err(e) => reply.error(errno(&e)),
+                            }
+                        }),
+                    );
+                }
+                Err(e) => {
+                    drop((file, change));
+                    reply.error(errno(&e));
                 }
             }),
         );

@@ -67,6 +67,12 @@ pub(crate) struct Shared {
     pub no_walkreaddirattr: std::sync::atomic::AtomicBool,
     /// The server predates Treadfiles: no small files are fetched.
     pub no_readfiles: std::sync::atomic::AtomicBool,
+    /// The server predates Twriteattr: writes are Twrites, and the kernel's GETATTR after
+    /// one goes to the server.
+    pub no_writeattr: std::sync::atomic::AtomicBool,
+    /// The server has answered a Twriteattr: a write need not keep its data for a Twrite
+    /// again.
+    pub writeattr_answered: std::sync::atomic::AtomicBool,
     /// `never` mode: each thread's latest LOOKUP, for the GETATTR that follows it.
     pub recent: RecentLookups,
     /// Change events from the server: replay recognition, own changes, syncs.
@@ -147,6 +153,8 @@ impl Shared {
             no_walkread: std::sync::atomic::AtomicBool::new(false),
             no_walkreaddirattr: std::sync::atomic::AtomicBool::new(false),
             no_readfiles: std::sync::atomic::AtomicBool::new(false),
+            no_writeattr: std::sync::atomic::AtomicBool::new(false),
+            writeattr_answered: std::sync::atomic::AtomicBool::new(false),
             changes: ChangeState::default(),
             listed: Arc::default(),
             missing_xattrs: Default::default(),

@@ -8,9 +8,10 @@ use std::os::fd::AsFd;
 use crossfs_wire::{
     Data, DirEntry, DirEntryAttr, Fid, FileData, Rcreateattr, Rcreateattrdir, Rgetattr, Rmessage,
     Rreaddirattr, Rreadfiles, Rrenameatattr, Rsetattrget, Runlinkatattr, Rwalkgetattr, Rwalkopen,
-    Rwalkread, Rwalkreaddirattr, Tcreateattr, Tcreateattrdir, Tgetattr, Tlcreate, Tlopen,
-    Treaddirattr, Treadfiles, Trenameat, Trenameatattr, Tsetattrget, Tunlinkat, Tunlinkatattr,
-    Twalk, Twalkgetattr, Twalkopen, Twalkread, Twalkreaddirattr, RREAD_HEADER_LEN,
+    Rwalkread, Rwalkreaddirattr, Rwriteattr, Tcreateattr, Tcreateattrdir, Tgetattr, Tlcreate,
+    Tlopen, Treaddirattr, Treadfiles, Trenameat, Trenameatattr, Tsetattrget, Tunlinkat,
+    Tunlinkatattr, Twalk, Twalkgetattr, Twalkopen, Twalkread, Twalkreaddirattr, Twrite, Twriteattr,
+    RREAD_HEADER_LEN,
 };
 use rustix::fs::OFlags;
 use rustix::io::Errno;
@@ -299,6 +300,19 @@ pub(crate) fn createattrdir(conn: &Conn, m: Tcreateattrdir) -> OpResult<Rmessage
     };
     let dir = attr_after_change(conn, dfid, request_mask);
     Ok(Rmessage::Createattrdir(Rcreateattrdir { created, dir }))
+}
+
+/// Twriteattr: Twrite, then the file's basic attributes.
+pub(crate) fn writeattr(conn: &Conn, m: Twriteattr) -> OpResult<Rmessage> {
+    let (fid, offset, data) = (m.fid, m.offset, m.data);
+    let Rmessage::Write(written) = super::io::write(conn, Twrite { fid, offset, data })? else {
+        return Err(OpError::Invalid("Twrite answered something else"));
+    };
+    let attr = attr_after_change(conn, fid, crossfs_wire::getattr::BASIC);
+    Ok(Rmessage::Writeattr(Rwriteattr {
+        count: written.count,
+        attr,
+    }))
 }
 
 /// Tunlinkatattr: Tunlinkat, then the directory's attributes.

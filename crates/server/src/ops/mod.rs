@@ -116,6 +116,7 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
         }
         T::Read(_)
         | T::Write(_)
+        | T::Writeattr(_)
         | T::Lcreate(_)
         | T::Fsync(_)
         | T::Setattr(_)
@@ -161,6 +162,7 @@ fn dispatch(conn: &Conn, msg: Tmessage) -> OpResult<Rmessage> {
         T::Lopen(m) => io::lopen(conn, m),
         T::Lcreate(m) => io::lcreate(conn, m),
         T::Write(m) => io::write(conn, m),
+        T::Writeattr(m) => bulk::writeattr(conn, m),
         T::Fsync(m) => io::fsync(conn, m),
         T::Readdir(m) => dir::readdir(conn, m),
         T::Mkdir(m) => dir::mkdir(conn, m),
