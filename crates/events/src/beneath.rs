@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{openat2, AtFlags, Dir, Mode, OFlags, ResolveFlags};
 
-use crate::event::Attrs;
+use crate::event::{Attrs, DirAttrs};
 use crate::path::{valid_name, RelPath};
 
 /// The export root: an open directory plus its canonical path.
@@ -109,6 +109,15 @@ impl Root {
             Err(e) if gone(e) => Ok(None),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// The attributes of directory `rel` (see [`DirAttrs`]); `None` when it is not (or no
+    /// longer) a directory or cannot be looked at.
+    pub(crate) fn dir_attrs(&self, rel: &RelPath) -> Option<DirAttrs> {
+        let fd = self.open_dir_path(rel).ok()??;
+        rustix::fs::fstat(&fd)
+            .ok()
+            .map(|st| DirAttrs::from_stat(&st))
     }
 
     /// Opens `rel` as an `O_PATH` directory handle (for inotify's `/proc/self/fd` trick).

@@ -6,7 +6,7 @@
 //! applying the events holds the snapshot; and every real change leaves a hint (or a rescan)
 //! that brings the snapshot back to the disk.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
 use crate::beneath::Root;
 use crate::coalesce::{Coalescer, Flushed, Hints, Window};
-use crate::event::{Change, EventKind};
+use crate::event::{Change, DirAttrs, EventKind};
 use crate::hub::{lock, Shared};
 use crate::path::RelPath;
 use crate::snapshot::{compare, diff, Snapshot};
@@ -285,10 +285,34 @@ impl Engine {
             // client that refreshes them on the marker must find them as they stay.
             self.shared.cookies.remove(self.shared.epoch, id);
         }
+        self.attach_dirs(&mut out);
         self.shared.publish(out);
         for id in cookies {
             self.cookies_seen.remove(&id);
             self.shared.syncs.complete(id);
+        }
+    }
+
+    /// Gives each change that adds, removes or renames a name the attributes of the
+    /// directories it changed, as they are now, after it (one stat a directory a batch):
+    /// a client that made the change can tell its own from a later one.
+    fn attach_dirs(&self, out: &mut [Change]) {
+        let mut seen: HashMap<RelPath, Option<DirAttrs>> = HashMap::new();
+        let mut stat = |path: &RelPath| -> Option<DirAttrs> {
+            let dir = path.parent()?;
+            *seen
+                .entry(dir)
+                .or_insert_with_key(|dir| self.root.dir_attrs(dir))
+        };
+        for c in out.iter_mut() {
+            match &c.kind {
+                EventKind::Created | EventKind::Removed => c.dir = stat(&c.path),
+                EventKind::Renamed { from } => {
+                    c.from_dir = stat(from);
+                    c.dir = stat(&c.path);
+                }
+                _ => {}
+            }
         }
     }
 

@@ -44,6 +44,49 @@ impl Attrs {
     }
 }
 
+/// A directory's attributes as a stat of it gives them, all a client may cache of them:
+/// carried by events that add, remove or rename a name in the directory, taken when the
+/// event is published (after the change), so that a client can tell whether the directory
+/// is as its own change left it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirAttrs {
+    /// Inode number.
+    pub ino: u64,
+    /// `st_mode`.
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Link count.
+    pub nlink: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// 512-byte blocks.
+    pub blocks: u64,
+    /// Modification time, nanoseconds since the epoch.
+    pub mtime_ns: i64,
+    /// Status-change time, nanoseconds since the epoch.
+    pub ctime_ns: i64,
+}
+
+impl DirAttrs {
+    pub(crate) fn from_stat(st: &rustix::fs::Stat) -> Self {
+        let ns = |s: i64, n: i64| s.saturating_mul(1_000_000_000).saturating_add(n);
+        Self {
+            ino: st.st_ino,
+            mode: st.st_mode,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            nlink: st.st_nlink,
+            size: u64::try_from(st.st_size).unwrap_or(0),
+            blocks: u64::try_from(st.st_blocks).unwrap_or(0),
+            mtime_ns: ns(st.st_mtime, st.st_mtime_nsec as i64),
+            ctime_ns: ns(st.st_ctime, st.st_ctime_nsec as i64),
+        }
+    }
+}
+
 /// What happened to [`Event::path`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -90,11 +133,21 @@ pub struct Change {
     /// The new attributes where known (the old ones for `Removed`, none for a name that
     /// was never published).
     pub attrs: Option<Attrs>,
+    /// For a name added, removed or renamed: its directory's attributes when published.
+    pub dir: Option<DirAttrs>,
+    /// For a rename: the old name's directory's attributes when published.
+    pub from_dir: Option<DirAttrs>,
 }
 
 impl Change {
     pub(crate) fn new(kind: EventKind, path: RelPath, attrs: Option<Attrs>) -> Self {
-        Self { kind, path, attrs }
+        Self {
+            kind,
+            path,
+            attrs,
+            dir: None,
+            from_dir: None,
+        }
     }
 }
 
@@ -116,6 +169,13 @@ pub struct Event {
     /// The new attributes where known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attrs: Option<Attrs>,
+    /// For `created`, `removed` and `renamed`: the attributes of the directory holding
+    /// `path`, taken when the event was published.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<DirAttrs>,
+    /// For `renamed`: the attributes of the directory that held `from`, likewise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_dir: Option<DirAttrs>,
 }
 
 impl Event {
@@ -127,6 +187,8 @@ impl Event {
             path: c.path,
             qid: c.attrs.map(|a| a.ino),
             attrs: c.attrs,
+            dir: c.dir,
+            from_dir: c.from_dir,
         }
     }
 
@@ -199,6 +261,8 @@ mod tests {
                 mtime_ns: 1,
                 ctime_ns: 2,
             }),
+            dir: None,
+            from_dir: None,
         };
         let mut line = Vec::new();
         ev.write_json_line(&mut line);
@@ -223,6 +287,8 @@ mod tests {
             path: RelPath::new(b"d/\xff\n").unwrap(),
             qid: None,
             attrs: None,
+            dir: None,
+            from_dir: None,
         };
         let mut line = Vec::new();
         ev.write_json_line(&mut line);

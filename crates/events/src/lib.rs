@@ -44,7 +44,7 @@ mod watch;
 
 pub use config::{BackendKind, HubConfig};
 pub use error::EventError;
-pub use event::{Attrs, Change, Event, EventKind};
+pub use event::{Attrs, Change, DirAttrs, Event, EventKind};
 pub use hub::{EventHub, HubStats};
 pub use path::{PathError, RelPath};
 pub use snapshot::{diff, Snapshot};

@@ -47,6 +47,8 @@ fn rescan(epoch: u64, seq: u64, reason: &str) -> Arc<Event> {
         path: RelPath::root(),
         qid: None,
         attrs: None,
+        dir: None,
+        from_dir: None,
     })
 }
 
@@ -166,6 +168,8 @@ impl Subscriber {
             path: RelPath::root(),
             qid: None,
             attrs: None,
+            dir: None,
+            from_dir: None,
         }));
     }
 
@@ -232,6 +236,8 @@ mod tests {
             path: RelPath::new(path).unwrap(),
             qid: None,
             attrs: None,
+            dir: None,
+            from_dir: None,
         })
     }
 

@@ -282,6 +282,54 @@ fn hundred_writes_in_ten_ms_are_one_event() {
 }
 
 #[test]
+fn name_changes_carry_their_directories_as_they_are_after_the_change() {
+    use std::os::unix::fs::MetadataExt;
+    let t = tempdir();
+    let root = t.path();
+    fs::create_dir(root.join("a")).unwrap();
+    fs::create_dir(root.join("b")).unwrap();
+    let hub = EventHub::start(root, config(BackendKind::Inotify)).unwrap();
+    let sub = hub.subscribe();
+    let dir_now = |name: &str| {
+        let md = fs::metadata(root.join(name)).unwrap();
+        (
+            md.ino(),
+            md.mode(),
+            md.nlink(),
+            md.size(),
+            md.mtime() * 1_000_000_000 + md.mtime_nsec(),
+        )
+    };
+    let seen = |d: Option<crossfs_events::DirAttrs>| {
+        let d = d.expect("the directory's stat");
+        (d.ino, d.mode, d.nlink, d.size, d.mtime_ns)
+    };
+    fs::write(root.join("a/f"), b"x").unwrap();
+    fs::create_dir(root.join("a/sub")).unwrap();
+    let evs = until_sync(&hub, &sub);
+    assert_eq!(evs.len(), 2, "{evs:?}");
+    for ev in &evs {
+        assert_eq!(seen(ev.dir), dir_now("a"), "{ev}");
+        assert_eq!(ev.from_dir, None);
+    }
+    fs::rename(root.join("a/f"), root.join("b/g")).unwrap();
+    let evs = until_sync(&hub, &sub);
+    assert_eq!(evs.len(), 1, "{evs:?}");
+    assert_eq!(seen(evs[0].from_dir), dir_now("a"));
+    assert_eq!(seen(evs[0].dir), dir_now("b"));
+    fs::remove_dir(root.join("a/sub")).unwrap();
+    let evs = until_sync(&hub, &sub);
+    assert_eq!(seen(evs[0].dir), dir_now("a"), "nlink 2 again");
+    // Content and attribute changes carry none.
+    fs::write(root.join("b/g"), b"more").unwrap();
+    let evs = until_sync(&hub, &sub);
+    assert_eq!(
+        (evs[0].kind.clone(), evs[0].dir),
+        (EventKind::Modified, None)
+    );
+}
+
+#[test]
 fn sync_marker_follows_every_earlier_change() {
     let t = tempdir();
     let root = t.path();

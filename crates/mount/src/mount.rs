@@ -101,6 +101,7 @@ pub fn mount(
     let mut session = Session::new(fs, mountpoint, &fuse_config).map_err(mount_err)?;
     let unmounter = session.unmount_callable();
     let notifier = session.notifier();
+    let _ = shared.notifier.set(notifier.clone());
     shared.start_page_push(notifier.clone());
     shared.start_dir_priming(mountpoint.to_path_buf());
     shared.start_subdir_fetch();

@@ -123,7 +123,10 @@ impl Applier<'_> {
         self.mark_changed(ev);
         // Replicas first: a lookup the kernel sends after the invalidations below must
         // not be answered with what the event changed.
-        self.shared.replicas.apply(ev);
+        let changes = &self.shared.changes;
+        self.shared
+            .replicas
+            .apply(ev, &|dir, name| changes.is_own_name(dir, name));
         if let Some(ino) = ev.qid.and_then(|q| self.shared.inodes.ino_of(q)) {
             self.shared.idle.forget(ino);
         }

@@ -104,6 +104,8 @@ pub(crate) struct Shared {
     /// the replicas of the subdirectories it will list (started with the FUSE session).
     pub tree_walk: crate::tree_walk::TreeWalk,
     pub subdirs_to_fetch: std::sync::OnceLock<std::sync::mpsc::SyncSender<u64>>,
+    /// Tells the kernel about changes (set with the FUSE session).
+    pub notifier: std::sync::OnceLock<fuser::Notifier>,
     /// No `--negative-ttl` was given: while events are followed, missing names the mount
     /// tracks are kept long too.
     pub negative_by_mode: bool,
@@ -173,6 +175,7 @@ impl Shared {
             dirs_to_prime: Default::default(),
             tree_walk: Default::default(),
             subdirs_to_fetch: Default::default(),
+            notifier: Default::default(),
             priming_tid: Default::default(),
             negative_by_mode: config.negative_ttl == crate::NegativeTtl::ByCacheMode,
             client,
@@ -391,18 +394,34 @@ impl CrossFs {
             .chain(named)
             .flatten()
             .collect();
-        let mut change = s.listed.change(files);
-        if !changed.is_empty() {
+        let dirs: Vec<u64> = names.iter().map(|&(dir, _)| dir).collect();
+        let shared = s.clone();
+        let change = s.listed.change(files).also_at_end(move || {
             // The files' entries in directory replicas are asked of the server again once
             // the change is done (entry changes update replicas in their handlers).
-            let shared = s.clone();
-            change = change.also_at_end(move || {
-                for (ino, qid_path) in changed {
-                    shared.replicas.own_changed(ino, qid_path);
-                }
-            });
-        }
+            for (ino, qid_path) in changed {
+                shared.replicas.own_changed(ino, qid_path);
+            }
+            shared.dirs_changed(&dirs);
+        });
         (s, change)
+    }
+}
+
+impl Shared {
+    /// After a change of names in directories `dirs`: the kernel dropped their attributes
+    /// when it got the answer, but a listing of their parent in flight (READDIRPLUS: a
+    /// program's, or the mount's own ahead of one) may bring older ones after that, and the
+    /// kernel would keep those. Telling it to drop them moves their attribute version on,
+    /// and the kernel then takes nothing from a reply to a request sent before.
+    fn dirs_changed(&self, dirs: &[u64]) {
+        let Some(notifier) = self.notifier.get() else {
+            return;
+        };
+        for &dir in dirs {
+            // ENOENT: the kernel holds no such inode, nothing to drop.
+            let _ = notifier.inval_inode(INodeNo(dir), -1, 0);
+        }
     }
 }
 

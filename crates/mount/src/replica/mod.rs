@@ -28,7 +28,11 @@
 //!   next GETATTR of the directory, under the same ticket rule
 //!   ([`DirReplicas::left_attrs`]); a change to the directory itself, or one that adds,
 //!   removes or renames a name in it, drops them (a change to a file in it, which leaves
-//!   the directory's own attributes alone, does not).
+//!   the directory's own attributes alone, does not), except the event of the mount's own
+//!   change when the stat of the directory it carries equals them: then nothing else has
+//!   changed the directory's attributes since (a later change shows in its own event).
+//!   Anchors found meanwhile likewise hold across changes to entries' attributes: tickets
+//!   count changes of names apart from changes of entries.
 //! - **Names over 255 bytes** are never answered "missing": the server says ENAMETOOLONG.
 //!
 //! So after `crossfs sync` (every host change before it applied) a replica answers what
@@ -49,7 +53,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crossfs_events::{Attrs, Event, EventKind, RelPath};
+use crossfs_events::{Attrs, DirAttrs, Event, EventKind, RelPath};
 use crossfs_wire::Rgetattr;
 use serde_json::{json, Value};
 
@@ -118,7 +122,17 @@ pub(crate) struct DirLeft {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Ticket {
     epoch: u64,
-    changes: u64,
+    changes: Changes,
+}
+
+/// The changes routed to a directory so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Changes {
+    /// Changes to its names, and anything else that may have changed the directory's own
+    /// attributes.
+    names: u64,
+    /// Those, and changes to its entries' attributes (a file's, a subdirectory's times).
+    entries: u64,
 }
 
 #[derive(Default)]
@@ -127,7 +141,7 @@ struct Inner {
     /// Moves on with every change that counts for every directory.
     epoch: u64,
     /// Directory node -> changes routed to it so far.
-    changes: HashMap<u64, u64>,
+    changes: HashMap<u64, Changes>,
     tree: DirTree,
     dirs: HashMap<u64, Replica>,
     /// `qid.path` of a non-directory -> the entries naming it (hard links share one).
@@ -168,44 +182,59 @@ fn same_as_event(a: &Rgetattr, e: &Attrs) -> bool {
         && ns(a.ctime_sec, a.ctime_nsec) == e.ctime_ns
 }
 
+/// Whether `a` shows every attribute a directory's stat `d` gives (what a GETATTR tells the
+/// kernel but the access time, which no event follows).
+fn same_dir_attrs(a: &Rgetattr, d: &DirAttrs) -> bool {
+    let ns = |s: u64, n: u64| (s as i64).saturating_mul(1_000_000_000) + n as i64;
+    a.qid.path == d.ino
+        && a.mode == d.mode
+        && (a.uid, a.gid) == (d.uid, d.gid)
+        && a.nlink == d.nlink
+        && a.size == d.size
+        && a.blocks == d.blocks
+        && ns(a.mtime_sec, a.mtime_nsec) == d.mtime_ns
+        && ns(a.ctime_sec, a.ctime_nsec) == d.ctime_ns
+}
+
 fn is_dir(a: &Rgetattr) -> bool {
     a.mode & libc::S_IFMT == libc::S_IFDIR
 }
 
 impl Inner {
     fn bump(&mut self, dir: u64) {
-        *self.changes.entry(dir).or_default() += 1;
+        let c = self.changes.entry(dir).or_default();
+        c.names += 1;
+        c.entries += 1;
     }
 
-    /// As [`Self::bump`], for a change to an entry of `dir` that leaves the directory's
-    /// own attributes as they were (a file's attributes or link count, a subdirectory's
-    /// times): what a change through the mount left of them stays good.
+    /// As [`Self::bump`], for a change to an entry of `dir` that leaves its names and the
+    /// directory's own attributes as they were (a file's attributes or link count, a
+    /// subdirectory's times): what a change through the mount left of the directory's
+    /// attributes stays good, and so do anchors found meanwhile.
     fn bump_entry(&mut self, dir: u64) {
-        let left_good = self
-            .left
-            .get(&dir)
-            .is_some_and(|(_, t)| self.still(dir, *t));
-        self.bump(dir);
-        if left_good {
-            let now = self.ticket(dir);
-            if let Some((_, t)) = self.left.get_mut(&dir) {
-                *t = now;
-            }
-        }
+        self.changes.entry(dir).or_default().entries += 1;
     }
 
     fn ticket(&self, dir: u64) -> Ticket {
         Ticket {
             epoch: self.epoch,
-            changes: self.changes.get(&dir).copied().unwrap_or(0),
+            changes: self.changes.get(&dir).copied().unwrap_or_default(),
         }
     }
 
+    /// Whether nothing touched `dir` since `t` (nor anything that counts for every
+    /// directory), while events were followed.
     fn still(&self, dir: u64, t: Ticket) -> bool {
+        self.names_still(dir, t)
+            && t.changes.entries == self.changes.get(&dir).map_or(0, |c| c.entries)
+    }
+
+    /// As [`Self::still`], for `dir`'s names and own attributes only.
+    fn names_still(&self, dir: u64, t: Ticket) -> bool {
         self.following
             && self.tree.is_anchored(dir)
             && t.epoch == self.epoch
-            && t.changes == self.changes.get(&dir).copied().unwrap_or(0)
+            && t.changes.names == self.changes.get(&dir).map_or(0, |c| c.names)
     }
 
     fn unindex(&mut self, dir: u64, name: &[u8], slot: &Slot) {
@@ -328,7 +357,9 @@ impl Inner {
     }
 
     /// `name` in `dir` is gone; a directory of that name goes with its subtree.
-    fn removed(&mut self, dir: u64, name: &[u8], counters: &Counters) {
+    /// `dir_as_left`: the directory is known to be as what a change through the mount left
+    /// of it says (see [`Inner::as_left`]).
+    fn removed(&mut self, dir: u64, name: &[u8], dir_as_left: bool, counters: &Counters) {
         self.detach_child(dir, name, counters);
         let qid = match self.dirs.get(&dir).and_then(|r| r.slots.get(name)) {
             Some(Slot::Known(a)) if !is_dir(a) => Some(a.qid.path),
@@ -339,19 +370,34 @@ impl Inner {
             self.touch_links(q, None);
         }
         self.touch_self(dir);
-        self.bump(dir);
+        if dir_as_left {
+            self.bump_entry(dir);
+        } else {
+            self.bump(dir);
+        }
     }
 
-    /// `name` in `dir` may be new or changed (`now`: its attributes, if known); `entry_only`:
-    /// only the file's content or attributes changed, not the name (then the directory's
-    /// own attributes did not change either).
+    /// Whether directory `dir`'s attributes `now` (a stat of it taken after the change an
+    /// event tells) are what a change through the mount left of them: then that change's
+    /// echo, or a later change in the directory that changed nothing of it, leaves them.
+    fn as_left(&self, dir: u64, now: Option<&DirAttrs>) -> bool {
+        let (Some(now), Some((attrs, ticket))) = (now, self.left.get(&dir)) else {
+            return false;
+        };
+        self.names_still(dir, *ticket) && same_dir_attrs(attrs, now)
+    }
+
+    /// `name` in `dir` may be new or changed (`now`: its attributes, if known);
+    /// `dir_as_left`: the directory's own attributes are as a change through the mount
+    /// left them (only the file's content or attributes changed, not the name, or a stat
+    /// of the directory says so: see [`Inner::as_left`]).
     /// A directory of that name keeps its place only if the event says it is still one
     /// (its attributes then tell whether it is the same one: see `touch`).
     fn changed(
         &mut self,
         (dir, name): (u64, &[u8]),
         now: Option<&Attrs>,
-        entry_only: bool,
+        dir_as_left: bool,
         counters: &Counters,
     ) {
         if !now.is_some_and(|a| a.is_dir()) {
@@ -369,7 +415,7 @@ impl Inner {
             self.touch_links(q, None);
         }
         self.touch(dir, name, now);
-        if entry_only {
+        if dir_as_left {
             self.bump_entry(dir);
         } else {
             self.bump(dir);
@@ -382,7 +428,7 @@ impl Inner {
             Some(Slot::Known(a)) if !is_dir(a) => Some(a.qid.path),
             _ => None,
         };
-        self.removed(dir, name, c);
+        self.removed(dir, name, false, c);
         self.changed((to_dir, to_name), None, false, c);
         self.touch_self(to_dir);
         if let Some(q) = moved {
@@ -402,15 +448,15 @@ impl Inner {
     }
 
     /// The attributes in `left` if they may be kept for `dir`: nothing but the change
-    /// they came with touched the directory since its ticket was taken (checked before
-    /// the change is applied).
+    /// they came with touched the directory's names or attributes since its ticket was
+    /// taken (checked before the change is applied).
     fn keepable(&self, dir: u64, left: Option<DirLeft>) -> Option<Rgetattr> {
-        left.filter(|l| l.attrs.valid != 0 && self.still(dir, l.before))
+        left.filter(|l| l.attrs.valid != 0 && self.names_still(dir, l.before))
             .map(|l| l.attrs)
     }
 
-    /// Keeps `attrs` as `dir`'s, good until the directory's next change (once the change
-    /// they came with has been applied).
+    /// Keeps `attrs` as `dir`'s, good until the next change of its names or attributes
+    /// (once the change they came with has been applied).
     fn keep_left(&mut self, dir: u64, attrs: Option<Rgetattr>) {
         if let Some(attrs) = attrs {
             let ticket = self.ticket(dir);
@@ -636,10 +682,10 @@ impl DirReplicas {
     }
 
     /// Directory node `ino` was found as `name` in `parent` by a request sent under
-    /// `ticket` (of `parent`): it is anchored there if nothing touched `parent` since.
+    /// `ticket` (of `parent`): it is anchored there if no name of `parent` changed since.
     pub(crate) fn anchor(&self, parent: u64, name: &[u8], ino: u64, ticket: Ticket) {
         let mut inner = self.lock();
-        if !inner.still(parent, ticket) {
+        if !inner.names_still(parent, ticket) {
             return;
         }
         let gone = inner.tree.anchor(parent, name, ino);
@@ -663,7 +709,10 @@ impl DirReplicas {
     }
 
     /// Applies a change event (see the module doc), before the kernel's caches are told.
-    pub(crate) fn apply(&self, ev: &Event) {
+    /// `own(dir, name)`: whether the name was changed through the mount lately; the echo
+    /// of such a change, or a later change that left the directory's attributes as the
+    /// mount's change left them (the event's stat of the directory says), keeps them.
+    pub(crate) fn apply(&self, ev: &Event, own: &dyn Fn(u64, &[u8]) -> bool) {
         let c = &self.counters;
         let mut inner = self.lock();
         let parent_of = |inner: &Inner, p: &RelPath| -> Option<u64> {
@@ -693,15 +742,18 @@ impl DirReplicas {
             }
             EventKind::Removed => {
                 if let Some(dir) = parent_of(&inner, &ev.path) {
-                    inner.removed(dir, ev.path.file_name(), c);
+                    let name = ev.path.file_name();
+                    let as_left = own(dir, name) && inner.as_left(dir, ev.dir.as_ref());
+                    inner.removed(dir, name, as_left, c);
                 }
                 inner.touch_container(&ev.path);
             }
             EventKind::Created | EventKind::Modified | EventKind::Attrib => {
                 if let Some(dir) = parent_of(&inner, &ev.path) {
-                    let entry_only = !matches!(ev.kind, EventKind::Created);
-                    let at = (dir, ev.path.file_name());
-                    inner.changed(at, ev.attrs.as_ref(), entry_only, c);
+                    let name = ev.path.file_name();
+                    let as_left = !matches!(ev.kind, EventKind::Created)
+                        || own(dir, name) && inner.as_left(dir, ev.dir.as_ref());
+                    inner.changed((dir, name), ev.attrs.as_ref(), as_left, c);
                 }
                 if matches!(ev.kind, EventKind::Created) {
                     inner.touch_container(&ev.path);
@@ -709,12 +761,16 @@ impl DirReplicas {
             }
             EventKind::Renamed { from } => {
                 if let Some(dir) = parent_of(&inner, from) {
-                    inner.removed(dir, from.file_name(), c);
+                    let name = from.file_name();
+                    let as_left = own(dir, name) && inner.as_left(dir, ev.from_dir.as_ref());
+                    inner.removed(dir, name, as_left, c);
                 }
                 // Whatever had the name goes, and a directory that comes with its old
                 // subtree's knowledge too.
                 if let Some(dir) = parent_of(&inner, &ev.path) {
-                    inner.changed((dir, ev.path.file_name()), None, false, c);
+                    let name = ev.path.file_name();
+                    let as_left = own(dir, name) && inner.as_left(dir, ev.dir.as_ref());
+                    inner.changed((dir, name), None, as_left, c);
                 }
                 inner.touch_container(from);
                 inner.touch_container(&ev.path);
@@ -748,7 +804,10 @@ impl DirReplicas {
     /// before the request was sent: an event about the name meanwhile may have moved it.
     pub(crate) fn own_made_dir(&self, parent: u64, name: &[u8], ino: u64, before: Ticket) {
         let made = Ticket {
-            changes: before.changes + 1,
+            changes: Changes {
+                names: before.changes.names + 1,
+                ..before.changes
+            },
             ..before
         };
         self.anchor(parent, name, ino, made);
@@ -759,19 +818,20 @@ impl DirReplicas {
     pub(crate) fn own_removed(&self, dir: u64, name: &[u8], left: Option<DirLeft>) {
         let mut inner = self.lock();
         let kept = inner.keepable(dir, left);
-        inner.removed(dir, name, &self.counters);
+        inner.removed(dir, name, false, &self.counters);
         inner.keep_left(dir, kept);
     }
 
     /// The attributes of directory `dir` as the last change through the mount left them,
-    /// if nothing touched the directory since (no change through the mount that did not
-    /// say, no event about it or in it, events followed all the while): what the server
+    /// if nothing changed them since (no change of its names through the mount that did
+    /// not say, no event about it or of a name in it but the echo of that change with the
+    /// directory as it left it, events followed all the while): what the server
     /// would answer, so a GETATTR (the kernel asks one after every change in a directory,
     /// to check permissions for the next) need not ask.
     pub(crate) fn left_attrs(&self, dir: u64) -> Option<Rgetattr> {
         let mut inner = self.lock();
         let (attrs, ticket) = inner.left.get(&dir)?;
-        if inner.still(dir, *ticket) {
+        if inner.names_still(dir, *ticket) {
             return Some(attrs.clone());
         }
         inner.left.remove(&dir);
@@ -973,11 +1033,13 @@ mod tests {
             path: RelPath::new(name).unwrap(),
             qid: Some(ino),
             attrs: None,
+            dir: None,
+            from_dir: None,
         };
         // A file's attributes and content: the directory's stay.
         r.own_changed(100, 11);
-        r.apply(&event(EventKind::Attrib, "a", 10));
-        r.apply(&event(EventKind::Modified, "b", 11));
+        r.apply(&event(EventKind::Attrib, "a", 10), &|_, _| false);
+        r.apply(&event(EventKind::Modified, "b", 11), &|_, _| false);
         assert!(r.left_attrs(ROOT).is_some());
         assert_eq!(r.lookup(ROOT, b"a"), Answer::Ask, "the file's entry goes");
         // The directory's own change: they go.
@@ -986,7 +1048,67 @@ mod tests {
         // A name: they go.
         r.own_removed(ROOT, b"x", Some(left(&r)));
         assert!(r.left_attrs(ROOT).is_some());
-        r.apply(&event(EventKind::Created, "c", 12));
+        r.apply(&event(EventKind::Created, "c", 12), &|_, _| false);
+        assert_eq!(r.left_attrs(ROOT), None);
+    }
+
+    #[test]
+    fn the_echo_of_the_mounts_own_change_keeps_what_it_left_only_if_the_directory_is_so() {
+        let r = DirReplicas::new(100);
+        r.set_following(true);
+        let ticket = r.ticket(ROOT).unwrap();
+        assert!(r.install(ROOT, ticket, vec![], true, now()));
+        let attrs = |mtime: u64| Rgetattr {
+            valid: 0x7ff,
+            mode: libc::S_IFDIR | 0o755,
+            nlink: 2,
+            size: 4096,
+            mtime_sec: mtime,
+            ctime_sec: mtime,
+            ..Rgetattr::default()
+        };
+        let stat = |mtime: i64| DirAttrs {
+            mode: libc::S_IFDIR | 0o755,
+            nlink: 2,
+            size: 4096,
+            mtime_ns: mtime * 1_000_000_000,
+            ctime_ns: mtime * 1_000_000_000,
+            ..DirAttrs::default()
+        };
+        let created = |name: &str, dir: DirAttrs| Event {
+            epoch: 1,
+            seq: 1,
+            kind: EventKind::Created,
+            path: RelPath::new(name).unwrap(),
+            qid: Some(20),
+            attrs: None,
+            dir: Some(dir),
+            from_dir: None,
+        };
+        let make = |r: &DirReplicas, name: &[u8], mtime: u64| {
+            let left = DirLeft {
+                before: r.ticket(ROOT).unwrap(),
+                attrs: attrs(mtime),
+            };
+            r.own_created(ROOT, name, &file(20), Some(left));
+        };
+        let own = |_: u64, name: &[u8]| name == b"mine";
+        make(&r, b"mine", 5);
+        // Its echo, the directory as the creation left it: kept.
+        r.apply(&created("mine", stat(5)), &own);
+        assert_eq!(r.left_attrs(ROOT).map(|a| a.mtime_sec), Some(5));
+        // The echo, but the directory changed since (its stat says): gone.
+        r.apply(&created("mine", stat(6)), &own);
+        assert_eq!(r.left_attrs(ROOT), None);
+        // The host's creation, whatever the stat says: gone.
+        make(&r, b"mine", 7);
+        r.apply(&created("theirs", stat(7)), &own);
+        assert_eq!(r.left_attrs(ROOT), None);
+        // An event without the directory's stat (an older server): gone.
+        make(&r, b"mine", 8);
+        let mut old = created("mine", stat(8));
+        old.dir = None;
+        r.apply(&old, &own);
         assert_eq!(r.left_attrs(ROOT), None);
     }
 }
