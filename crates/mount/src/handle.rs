@@ -85,9 +85,12 @@ pub(crate) struct DirStream {
     pub entries: VecDeque<Listed>,
     /// The server said there is nothing after `from` + `entries`.
     pub eof: bool,
-    /// The whole listing, taken from a directory replica when the directory was opened:
-    /// cookies are positions in it (entry `i` has cookie `i + 1`), and nothing is fetched.
+    /// The whole listing, taken from a directory replica when the directory was opened,
+    /// with the server's cookies: nothing is fetched while the kernel asks for what
+    /// follows a cookie in it.
     pub snapshot: Option<Arc<[Listed]>>,
+    /// The index in `snapshot` of the entry after cookie `from`.
+    pub next: usize,
     /// A listing with attributes read from the start so far, to become the directory's
     /// replica if it runs to the end with nothing touching the directory meanwhile.
     pub gathered: Option<(Ticket, crate::replica::Listing)>,
@@ -102,10 +105,29 @@ pub(crate) struct DirStream {
 impl DirStream {
     /// Entries continuing after cookie `offset`: the buffer if it continues there, else
     /// nothing (the caller fetches from `offset`).
+    ///
+    /// A stream over a replica's listing continues after the entry with cookie `offset`;
+    /// a cookie not in it (the kernel's cache of another listing, the directory changed
+    /// since) is the server's to continue after: the stream reads from the server then.
     pub(crate) fn seek(&mut self, offset: u64) {
-        if self.snapshot.is_some() {
+        if let Some(all) = &self.snapshot {
+            let after = match offset {
+                0 => Some(0),
+                _ => all
+                    .iter()
+                    .position(|l| l.entry.offset == offset)
+                    .map(|i| i + 1),
+            };
+            if let Some(next) = after {
+                self.next = next;
+                self.from = offset;
+                return;
+            }
+            self.snapshot = None;
             self.from = offset;
-            self.eof = true;
+            self.entries.clear();
+            self.eof = false;
+            self.gathered = None;
             return;
         }
         if offset != self.from {
@@ -120,8 +142,7 @@ impl DirStream {
     /// The next entry to hand to the kernel, if one is at hand.
     pub(crate) fn front(&self) -> Option<&Listed> {
         match &self.snapshot {
-            // After cookie `from` comes entry `from`.
-            Some(all) => usize::try_from(self.from).ok().and_then(|i| all.get(i)),
+            Some(all) => all.get(self.next),
             None => self.entries.front(),
         }
     }
@@ -130,8 +151,7 @@ impl DirStream {
     pub(crate) fn upcoming(&self, n: usize) -> Vec<Listed> {
         match &self.snapshot {
             Some(all) => {
-                let start = usize::try_from(self.from).unwrap_or(usize::MAX);
-                let rest = all.get(start..).unwrap_or_default();
+                let rest = all.get(self.next..).unwrap_or_default();
                 rest.iter().take(n).cloned().collect()
             }
             None => self.entries.iter().take(n).cloned().collect(),
@@ -143,8 +163,11 @@ impl DirStream {
         let Some(offset) = self.front().map(|e| e.entry.offset) else {
             return;
         };
-        if self.snapshot.is_none() {
-            self.entries.pop_front();
+        match self.snapshot {
+            Some(_) => self.next += 1,
+            None => {
+                self.entries.pop_front();
+            }
         }
         self.from = offset;
     }
@@ -161,6 +184,7 @@ impl DirStream {
             entries: VecDeque::new(),
             eof: true,
             snapshot: Some(all),
+            next: 0,
             gathered: None,
             ticket,
             fetched: Some(fetched),
@@ -168,19 +192,19 @@ impl DirStream {
     }
 }
 
-/// A replica's entries (in name order) as a listing: "." and ".." first, entry `i` with
-/// cookie `i + 1`.
+/// A replica's entries as a listing, in the server's order with the server's cookies
+/// (names, attributes: none for "." and "..", cookies). Cookies are the server's so that
+/// the kernel, which keeps listings and asks for what follows a cookie of one, may mix
+/// this listing with one read from the server: a position in a replica that changed
+/// since would point elsewhere.
 pub(crate) fn listing_snapshot(
-    sorted: impl Iterator<Item = (Vec<u8>, Arc<Rgetattr>)>,
+    listed: impl Iterator<Item = (Vec<u8>, Option<Arc<Rgetattr>>, u64)>,
 ) -> Arc<[Listed]> {
-    let dots = [&b"."[..], b".."].map(|name| (name.to_vec(), None));
-    dots.into_iter()
-        .chain(sorted.map(|(n, a)| (n, Some(a))))
-        .enumerate()
-        .map(|(i, (name, attr))| Listed {
+    listed
+        .map(|(name, attr, offset)| Listed {
             entry: DirEntry {
                 qid: attr.as_ref().map(|a| a.qid).unwrap_or_default(),
-                offset: i as u64 + 1,
+                offset,
                 ty: attr
                     .as_ref()
                     .map_or(libc::DT_DIR, |a| ((a.mode & libc::S_IFMT) >> 12) as u8),
@@ -283,15 +307,22 @@ mod tests {
     }
 
     #[test]
-    fn a_replica_stream_walks_its_shared_listing_by_cookie() {
-        let listed = |name: &str| {
+    fn a_replica_stream_walks_its_shared_listing_by_the_servers_cookies() {
+        let listed = |name: &str, offset: u64| {
             let a = Rgetattr {
                 mode: libc::S_IFREG | 0o644,
                 ..Rgetattr::default()
             };
-            (name.as_bytes().to_vec(), Arc::new(a))
+            let attr = (!name.starts_with('.')).then(|| Arc::new(a));
+            (name.as_bytes().to_vec(), attr, offset)
         };
-        let all = listing_snapshot([listed("a"), listed("b")].into_iter());
+        let entries = [
+            listed(".", 70),
+            listed("..", 900),
+            listed("a", 40),
+            listed("b", 5000),
+        ];
+        let all = listing_snapshot(entries.into_iter());
         let now = crate::listed_attrs::ListedAttrs::default().before_fetch();
         let mut s = DirStream::from_replica(all.clone(), None, now);
         let names =
@@ -299,13 +330,13 @@ mod tests {
         assert_eq!(names(s.upcoming(3)), [&b"."[..], b"..", b"a"]);
         s.consume();
         s.consume();
-        assert_eq!(s.from, 2);
+        assert_eq!(s.from, 900);
         assert_eq!(s.front().map(|l| l.entry.name.clone()), Some(b"a".to_vec()));
         assert_eq!(s.front().unwrap().entry.ty, libc::DT_REG);
         s.consume();
         s.consume();
         assert!(s.front().is_none() && s.eof, "the end of the listing");
-        s.seek(1);
+        s.seek(70);
         assert_eq!(
             names(s.upcoming(9)),
             [&b".."[..], b"a", b"b"],
@@ -315,5 +346,9 @@ mod tests {
             Arc::ptr_eq(s.snapshot.as_ref().unwrap(), &all),
             "shared, not copied"
         );
+        // A cookie the listing never gave (another listing's): the server continues.
+        s.seek(41);
+        assert!(s.snapshot.is_none() && !s.eof && s.front().is_none());
+        assert_eq!(s.from, 41);
     }
 }

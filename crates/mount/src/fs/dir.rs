@@ -113,8 +113,7 @@ impl Shared {
             gathered.extend(
                 entries
                     .iter()
-                    .filter(|e| !is_dot(&e.entry.name))
-                    .map(|e| (e.entry.name.clone(), e.attr.clone())),
+                    .map(|e| (e.entry.name.clone(), e.attr.clone(), e.entry.offset)),
             );
         }
         s.entries.extend(entries.into_iter().map(|e| Listed {
@@ -221,8 +220,7 @@ impl Shared {
             listed.extend(
                 entries
                     .into_iter()
-                    .filter(|e| !is_dot(&e.entry.name))
-                    .map(|e| (e.entry.name, e.attr)),
+                    .map(|e| (e.entry.name, e.attr, e.entry.offset)),
             );
             // The server fills each reply: one with room for another entry is the last.
             if used + DirEntryAttr::wire_len(NAME_MAX) <= count as usize {

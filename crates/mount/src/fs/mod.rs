@@ -394,7 +394,8 @@ impl CrossFs {
             .chain(named)
             .flatten()
             .collect();
-        let dirs: Vec<u64> = names.iter().map(|&(dir, _)| dir).collect();
+        let mut dirs: Vec<u64> = names.iter().map(|&(dir, _)| dir).collect();
+        dirs.dedup();
         let shared = s.clone();
         let change = s.listed.change(files).also_at_end(move || {
             // The files' entries in directory replicas are asked of the server again once

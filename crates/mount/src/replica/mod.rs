@@ -65,8 +65,9 @@ use crate::listed_attrs::Fetched;
 /// Entries kept in all replicas by default (about 300 bytes each).
 pub const DEFAULT_REPLICA_ENTRIES: usize = 1 << 18;
 
-/// A directory's entries as listed: names and attributes.
-pub(crate) type Listing = Vec<(Vec<u8>, Rgetattr)>;
+/// A directory's entries as listed: names, attributes ("." and ".." with none: `valid` 0)
+/// and the server's cookies, in the server's order.
+pub(crate) type Listing = Vec<(Vec<u8>, Rgetattr, u64)>;
 
 /// A name in a replica and its attributes if known (see [`DirReplicas::names`]).
 pub(crate) type NameKnown = (Vec<u8>, Option<Arc<Rgetattr>>);
@@ -102,6 +103,11 @@ struct Replica {
     /// The listing made from `slots` for the last opendir, shared by every opendir until
     /// a name changes (then made again when next asked for).
     listing: Option<Arc<[Listed]>>,
+    /// The names as the server listed them, "." and ".." included, with its cookies.
+    order: Vec<(Vec<u8>, u64)>,
+    /// Every name in `slots` is in `order`: no name came since the listing (a creation or
+    /// a rename here has no cookie of the server's), so listings can be answered here.
+    cookied: bool,
     /// When the listing it was made from was fetched: a file the mount's change clock
     /// says nothing touched since has the attributes it was listed with (its access time
     /// included: the server's reads for the mount count as touches).
@@ -196,6 +202,10 @@ fn same_dir_attrs(a: &Rgetattr, d: &DirAttrs) -> bool {
         && ns(a.ctime_sec, a.ctime_nsec) == d.ctime_ns
 }
 
+fn is_dot_name(name: &[u8]) -> bool {
+    name == b"." || name == b".."
+}
+
 fn is_dir(a: &Rgetattr) -> bool {
     a.mode & libc::S_IFMT == libc::S_IFDIR
 }
@@ -277,7 +287,10 @@ impl Inner {
             r.unknown -= 1;
         }
         match (old.is_some(), present) {
-            (false, true) => self.entries += 1,
+            (false, true) => {
+                self.entries += 1;
+                r.cookied = false;
+            }
             (true, false) => self.entries -= 1,
             _ => {}
         }
@@ -557,29 +570,30 @@ impl DirReplicas {
         Some(r.slots.len())
     }
 
-    /// The entries of `dir`'s replica, if it is complete and knows every entry (a listing
-    /// can then be answered from it): in the server's order as filled, in name order once
-    /// a name changed.
+    /// The entries of `dir`'s replica, if it is complete, knows every entry and has no
+    /// name the server did not list (a listing can then be answered from it): in the
+    /// server's order, with its cookies (see [`listing_snapshot`]).
     pub(crate) fn listing(&self, dir: u64) -> Option<(Arc<[Listed]>, Fetched)> {
         let mut inner = self.lock();
         inner.clock += 1;
         let clock = inner.clock;
         let r = inner.dirs.get_mut(&dir)?;
-        if !r.complete || r.unknown > 0 {
+        if !r.complete || r.unknown > 0 || !r.cookied {
             return None;
         }
         r.used = clock;
-        let slots = &r.slots;
+        let (slots, order) = (&r.slots, &r.order);
         let listing = r.listing.get_or_insert_with(|| {
-            let mut known: Vec<_> = slots
-                .iter()
-                .filter_map(|(n, s)| match s {
-                    Slot::Known(a) => Some((n, a)),
-                    Slot::Unknown => None,
-                })
-                .collect();
-            known.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            listing_snapshot(known.into_iter().map(|(n, a)| (n.clone(), a.clone())))
+            let present = order.iter().filter_map(|(name, cookie)| {
+                let attr = match slots.get(name) {
+                    Some(Slot::Known(a)) => Some(a.clone()),
+                    _ if is_dot_name(name) => None,
+                    // Removed since.
+                    _ => return None,
+                };
+                Some((name.clone(), attr, *cookie))
+            });
+            listing_snapshot(present)
         });
         Some((listing.clone(), r.filled))
     }
@@ -633,15 +647,19 @@ impl DirReplicas {
     ) -> bool {
         let c = &self.counters;
         let mut inner = self.lock();
-        if !inner.still(dir, ticket) || listed.len() > self.limit() {
+        let n = listed
+            .iter()
+            .filter(|(name, ..)| !is_dot_name(name))
+            .count();
+        if !inner.still(dir, ticket) || n > self.limit() {
             c.fills_discarded.fetch_add(1, Relaxed);
             return false;
         }
         inner.drop_dirs(&[dir]);
-        inner.make_room(listed.len(), self.limit(), c);
+        inner.make_room(n, self.limit(), c);
         inner.clock += 1;
         let used = inner.clock;
-        let n = listed.len();
+        let order = listed.iter().map(|(n, _, c)| (n.clone(), *c)).collect();
         inner.dirs.insert(
             dir,
             Replica {
@@ -650,19 +668,30 @@ impl DirReplicas {
                 complete,
                 used,
                 listing: None,
+                order,
+                cookied: true,
                 filled,
             },
         );
-        let listed: Vec<(Vec<u8>, Arc<Rgetattr>)> =
-            listed.into_iter().map(|(n, a)| (n, Arc::new(a))).collect();
-        for (name, a) in &listed {
-            inner.set(dir, name, Some(Slot::Known(a.clone())));
+        let listed: Vec<(Vec<u8>, Option<Arc<Rgetattr>>, u64)> = listed
+            .into_iter()
+            .map(|(n, a, c)| {
+                let attr = (!is_dot_name(&n)).then(|| Arc::new(a));
+                (n, attr, c)
+            })
+            .collect();
+        for (name, a, _) in &listed {
+            if let Some(a) = a {
+                inner.set(dir, name, Some(Slot::Known(a.clone())));
+            }
         }
-        // The listing for the next opendir, in the server's order, made now rather than
-        // sorted from the slots then (milliseconds for a large directory, on the first
-        // `ls` after a stat pass).
-        if let Some(r) = inner.dirs.get_mut(&dir).filter(|_| complete) {
-            r.listing = Some(listing_snapshot(listed.into_iter()));
+        // The listing for the next opendir, made now rather than from the slots then
+        // (milliseconds for a large directory, on the first `ls` after a stat pass).
+        if let Some(r) = inner.dirs.get_mut(&dir) {
+            r.cookied = true;
+            if complete {
+                r.listing = Some(listing_snapshot(listed.into_iter()));
+            }
         }
         c.fills.fetch_add(1, Relaxed);
         c.filled_entries.fetch_add(n as u64, Relaxed);
@@ -919,11 +948,17 @@ mod tests {
     }
 
     #[test]
-    fn opendirs_share_one_listing_until_a_name_changes() {
+    fn opendirs_share_one_listing_with_the_servers_cookies_until_a_name_comes() {
         let r = DirReplicas::new(100);
         r.set_following(true);
         let ticket = r.ticket(ROOT).expect("the root is anchored");
-        let listed = vec![(b"b".to_vec(), file(11)), (b"a".to_vec(), file(10))];
+        let dot = |name: &[u8], cookie| (name.to_vec(), Rgetattr::default(), cookie);
+        let listed = vec![
+            dot(b".", 7),
+            dot(b"..", 3),
+            (b"b".to_vec(), file(11), 90),
+            (b"a".to_vec(), file(10), 12),
+        ];
         assert!(r.install(ROOT, ticket, listed, true, now()));
 
         let (first, _) = r.listing(ROOT).expect("complete");
@@ -932,18 +967,18 @@ mod tests {
             [&b"."[..], b"..", b"b", b"a"],
             "as the server listed them"
         );
+        let cookies: Vec<u64> = first.iter().map(|l| l.entry.offset).collect();
+        assert_eq!(cookies, [7, 3, 90, 12], "the server's cookies");
         assert!(Arc::ptr_eq(&first, &r.listing(ROOT).unwrap().0), "shared");
 
-        r.own_created(ROOT, b"c", &file(12), None);
-        let (created, _) = r.listing(ROOT).unwrap();
-        assert_eq!(names(&created), [&b"."[..], b"..", b"a", b"b", b"c"]);
+        // A removal keeps every other cookie: the listing stays.
+        r.own_removed(ROOT, b"b", None);
+        assert_eq!(names(&r.listing(ROOT).unwrap().0), [&b"."[..], b"..", b"a"]);
         assert_eq!(names(&first).len(), 4, "an open listing keeps what it had");
-
-        r.own_removed(ROOT, b"a", None);
-        assert_eq!(
-            names(&r.listing(ROOT).unwrap().0),
-            [&b"."[..], b"..", b"b", b"c"]
-        );
+        // A new name has no cookie of the server's: listings go to the server.
+        r.own_created(ROOT, b"c", &file(12), None);
+        assert!(r.listing(ROOT).is_none());
+        assert_eq!(r.lookup(ROOT, b"c"), Answer::Found(Arc::new(file(12))));
     }
 
     #[test]
@@ -951,7 +986,13 @@ mod tests {
         let r = DirReplicas::new(100);
         r.set_following(true);
         let ticket = r.ticket(ROOT).unwrap();
-        assert!(r.install(ROOT, ticket, vec![(b"a".to_vec(), file(10))], true, now()));
+        assert!(r.install(
+            ROOT,
+            ticket,
+            vec![(b"a".to_vec(), file(10), 5)],
+            true,
+            now()
+        ));
         assert_eq!(r.lookup(ROOT, &[b'x'; 255]), Answer::Missing);
         assert_eq!(
             r.lookup(ROOT, &[b'x'; 256]),
@@ -1015,7 +1056,13 @@ mod tests {
         let r = DirReplicas::new(100);
         r.set_following(true);
         let ticket = r.ticket(ROOT).unwrap();
-        assert!(r.install(ROOT, ticket, vec![(b"a".to_vec(), file(10))], true, now()));
+        assert!(r.install(
+            ROOT,
+            ticket,
+            vec![(b"a".to_vec(), file(10), 5)],
+            true,
+            now()
+        ));
         let left = |r: &DirReplicas| DirLeft {
             before: r.ticket(ROOT).unwrap(),
             attrs: Rgetattr {
