@@ -947,6 +947,16 @@ mod tests {
         crate::listed_attrs::ListedAttrs::default().before_fetch()
     }
 
+    /// Replicas following events, the root's complete with one file "a" (node 10).
+    fn root_listing_one_file() -> DirReplicas {
+        let r = DirReplicas::new(100);
+        r.set_following(true);
+        let ticket = r.ticket(ROOT).unwrap();
+        let listed = vec![(b"a".to_vec(), file(10), 5)];
+        assert!(r.install(ROOT, ticket, listed, true, now()));
+        r
+    }
+
     #[test]
     fn opendirs_share_one_listing_with_the_servers_cookies_until_a_name_comes() {
         let r = DirReplicas::new(100);
@@ -983,16 +993,7 @@ mod tests {
 
     #[test]
     fn a_name_too_long_for_the_host_is_not_answered_missing() {
-        let r = DirReplicas::new(100);
-        r.set_following(true);
-        let ticket = r.ticket(ROOT).unwrap();
-        assert!(r.install(
-            ROOT,
-            ticket,
-            vec![(b"a".to_vec(), file(10), 5)],
-            true,
-            now()
-        ));
+        let r = root_listing_one_file();
         assert_eq!(r.lookup(ROOT, &[b'x'; 255]), Answer::Missing);
         assert_eq!(
             r.lookup(ROOT, &[b'x'; 256]),
@@ -1053,16 +1054,7 @@ mod tests {
 
     #[test]
     fn what_a_change_left_of_a_directory_outlives_changes_to_its_files_not_to_its_names() {
-        let r = DirReplicas::new(100);
-        r.set_following(true);
-        let ticket = r.ticket(ROOT).unwrap();
-        assert!(r.install(
-            ROOT,
-            ticket,
-            vec![(b"a".to_vec(), file(10), 5)],
-            true,
-            now()
-        ));
+        let r = root_listing_one_file();
         let left = |r: &DirReplicas| DirLeft {
             before: r.ticket(ROOT).unwrap(),
             attrs: Rgetattr {
