@@ -78,6 +78,13 @@ impl Setup {
         self.mount.stats()["replicas"][counter].as_u64().unwrap()
     }
 
+    /// Tgetattr sent so far.
+    fn getattrs(&self) -> u64 {
+        self.mount.stats()["9p"]["Tgetattr"]["count"]
+            .as_u64()
+            .unwrap_or(0)
+    }
+
     fn requests(&self) -> u64 {
         let stats = self.mount.stats();
         stats["9p"]
@@ -343,12 +350,7 @@ fn a_directory_changed_through_the_mount_shows_what_the_change_left_without_aski
     std::fs::create_dir(s.host("e")).unwrap();
     s.sync();
     std::fs::read_dir(s.guest("d")).unwrap().count();
-    let getattrs = |s: &Setup| {
-        s.mount.stats()["9p"]["Tgetattr"]["count"]
-            .as_u64()
-            .unwrap_or(0)
-    };
-    let before = getattrs(&s);
+    let before = s.getattrs();
     for i in 0..100 {
         match i % 3 {
             0 => std::fs::remove_file(s.guest(&format!("d/f{i}"))).unwrap(),
@@ -364,7 +366,7 @@ fn a_directory_changed_through_the_mount_shows_what_the_change_left_without_aski
             );
         }
     }
-    let asked = getattrs(&s) - before;
+    let asked = s.getattrs() - before;
     let left = s.mount.stats()["caches"]["dir_attrs_left"]
         .as_u64()
         .unwrap();
@@ -443,12 +445,7 @@ fn a_stat_after_each_write_costs_no_getattr_and_a_host_write_shows_after_sync() 
     s.sync();
     let log = s.guest("d/log");
     std::fs::write(&log, "").unwrap();
-    let getattrs = |s: &Setup| {
-        s.mount.stats()["9p"]["Tgetattr"]["count"]
-            .as_u64()
-            .unwrap_or(0)
-    };
-    let before = getattrs(&s);
+    let before = s.getattrs();
     for i in 0..50 {
         let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
         std::io::Write::write_all(&mut f, format!("line {i}\n").as_bytes()).unwrap();
@@ -460,7 +457,7 @@ fn a_stat_after_each_write_costs_no_getattr_and_a_host_write_shows_after_sync() 
             "after write {i}"
         );
     }
-    let asked = getattrs(&s) - before;
+    let asked = s.getattrs() - before;
     eprintln!("50 appends, each followed by a stat: {asked} Tgetattr");
     // 50 or more before writes returned the file's attributes.
     assert!(asked < 10, "{asked} Tgetattr for 50 writes and stats");
@@ -480,12 +477,7 @@ fn files_extracted_as_tar_does_cost_no_getattr_and_host_changes_show_after_sync(
     std::fs::create_dir(s.host("d")).unwrap();
     s.sync();
     std::fs::read_dir(s.guest("d")).unwrap().count();
-    let getattrs = |s: &Setup| {
-        s.mount.stats()["9p"]["Tgetattr"]["count"]
-            .as_u64()
-            .unwrap_or(0)
-    };
-    let before = getattrs(&s);
+    let before = s.getattrs();
     let mtime = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
     for i in 0..60 {
         // What `tar -x` does with each file, as root: create, write, set the times, chown
@@ -499,7 +491,7 @@ fn files_extracted_as_tar_does_cost_no_getattr_and_host_changes_show_after_sync(
         f.set_permissions(std::fs::Permissions::from_mode(0o640))
             .unwrap();
     }
-    let asked = getattrs(&s) - before;
+    let asked = s.getattrs() - before;
     eprintln!("60 files extracted: {asked} Tgetattr");
     // Each file's attributes come back with its chmod and times (Tsetattrget), and the
     // directory's with each creation (Tcreateattrdir); the events of these changes come
@@ -676,12 +668,7 @@ fn a_directory_listed_once_shows_what_its_listing_left_without_asking() {
     // A listing of their parent, answered from its replica, which has their attributes
     // from before those reads: the ones the mount fetched since are newer.
     assert_eq!(std::fs::read_dir(s.guest("")).unwrap().count(), 20);
-    let getattrs = |s: &Setup| {
-        s.mount.stats()["9p"]["Tgetattr"]["count"]
-            .as_u64()
-            .unwrap_or(0)
-    };
-    let before = getattrs(&s);
+    let before = s.getattrs();
     // The kernel drops a directory's access time when it lists it, and asks again: the
     // attributes the server took after reading the entries answer, exactly.
     for d in 0..20 {
@@ -696,7 +683,7 @@ fn a_directory_listed_once_shows_what_its_listing_left_without_asking() {
             "d{d}"
         );
     }
-    assert_eq!(getattrs(&s) - before, 0);
+    assert_eq!(s.getattrs() - before, 0);
 }
 
 #[test]
