@@ -415,6 +415,81 @@ fn a_directory_emptied_while_it_is_read_lists_every_entry() {
 }
 
 #[test]
+fn a_file_open_for_reading_reads_on_after_its_name_is_removed_renamed_or_replaced() {
+    // Names answered from a replica have no fid: the mount walks them when first needed,
+    // and an open for reading waits for its first read. A change of names through the
+    // mount (or the event of one on the host) before that read used to leave the open
+    // file unreachable (ESTALE), as it did a renamed file's next open under its new name.
+    use std::io::Read;
+    let s = Setup::new(&[], &[]);
+    std::fs::create_dir(s.host("d")).unwrap();
+    std::fs::create_dir(s.host("e")).unwrap();
+    type Change = fn(&Setup);
+    let changes: [(&str, Change); 6] = [
+        // First: an event on names the mount changed itself within the last two seconds
+        // is taken for the echo of its own change.
+        ("renamed on the host, once its event has come", |s| {
+            std::fs::rename(s.host("d/old"), s.host("d/moved")).unwrap();
+            s.sync();
+        }),
+        ("unlinked", |s| {
+            std::fs::remove_file(s.guest("d/old")).unwrap()
+        }),
+        ("renamed", |s| {
+            std::fs::rename(s.guest("d/old"), s.guest("d/moved")).unwrap()
+        }),
+        ("renamed into another directory", |s| {
+            std::fs::rename(s.guest("d/old"), s.guest("e/old")).unwrap()
+        }),
+        ("replaced by a rename", |s| {
+            std::fs::rename(s.guest("d/new"), s.guest("d/old")).unwrap()
+        }),
+        ("its directory renamed", |s| {
+            std::fs::rename(s.guest("d"), s.guest("d2")).unwrap();
+            std::fs::rename(s.guest("d2"), s.guest("d")).unwrap();
+        }),
+    ];
+    for (what, change) in changes {
+        for name in ["d/old", "d/new", "d/moved", "e/old"] {
+            let _ = std::fs::remove_file(s.host(name));
+        }
+        std::fs::write(s.host("d/old"), "the old file").unwrap();
+        std::fs::write(s.host("d/new"), "the new file").unwrap();
+        s.sync();
+        // Listed, then looked up: both names are answered from the replica.
+        assert_eq!(
+            std::fs::read_dir(s.guest("d")).unwrap().count(),
+            2,
+            "{what}"
+        );
+        assert!(
+            s.guest("d/old").exists() && s.guest("d/new").exists(),
+            "{what}"
+        );
+        let mut open = std::fs::File::open(s.guest("d/old")).unwrap();
+        change(&s);
+        let mut text = String::new();
+        let read = open.read_to_string(&mut text);
+        assert!(read.is_ok(), "{what}: reading the open file: {read:?}");
+        assert_eq!(text, "the old file", "{what}");
+    }
+    // A file renamed through the mount opens under its new name, in its new directory.
+    std::fs::write(s.host("d/old"), "moved twice").unwrap();
+    s.sync();
+    assert!(s.guest("d/old").exists());
+    std::fs::rename(s.guest("d/old"), s.guest("d/moved")).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(s.guest("d/moved")).unwrap(),
+        "moved twice"
+    );
+    std::fs::rename(s.guest("d/moved"), s.guest("e/moved")).unwrap();
+    assert_eq!(
+        std::fs::read_to_string(s.guest("e/moved")).unwrap(),
+        "moved twice"
+    );
+}
+
+#[test]
 fn a_directory_changed_itself_through_the_mount_shows_its_change_when_asked_again() {
     let s = Setup::new(&[], &[]);
     let forced_mode = |path: &Path| {

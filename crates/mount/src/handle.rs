@@ -271,6 +271,14 @@ impl HandleTable {
         lock(&self.open).len()
     }
 
+    /// Whether an open of node `node` still waits for its first read to reach the server
+    /// (see [`OpenFile::deferred`]).
+    pub(crate) fn has_deferred(&self, node: u64) -> bool {
+        lock(&self.open)
+            .values()
+            .any(|f| f.reopen.node == node && f.deferred.is_some() && f.fid().is_none())
+    }
+
     /// Every open file, for restoring them on a new connection.
     pub(crate) fn all(&self) -> Vec<Arc<OpenFile>> {
         lock(&self.open).values().cloned().collect()

@@ -478,15 +478,76 @@ impl InodeTable {
     /// `name` in directory `parent` leads the kernel nowhere any more (the mount answered
     /// it missing, or dropped the kernel's entry): it is no longer anyone's expectation.
     pub(crate) fn forget_name(&self, parent: u64, name: &[u8]) {
+        Self::unname(&mut self.lock(), parent, name);
+    }
+
+    /// Takes `name` out of directory `parent`'s known names; returns the node it led to.
+    fn unname(inner: &mut Inner, parent: u64, name: &[u8]) -> Option<u64> {
+        let dir = inner.names.get_mut(&parent)?;
+        let ino = dir.remove(name)?;
+        if dir.is_empty() {
+            inner.names.remove(&parent);
+        }
+        inner.name_count -= 1;
+        Some(ino)
+    }
+
+    /// A change through the mount removed `name` from directory `parent`: a node found
+    /// there, without a fid, is found nowhere now (it answers ESTALE, which makes the
+    /// kernel look a path up again, rather than being walked to a later file of that name).
+    pub(crate) fn removed(&self, parent: u64, name: &[u8]) {
         let mut inner = self.lock();
-        let Some(dir) = inner.names.get_mut(&parent) else {
+        if let Some(ino) = Self::unname(&mut inner, parent, name) {
+            Self::lose_origin(&mut inner, ino, (parent, name));
+        }
+    }
+
+    /// A rename through the mount moved `from` to `to`: the node `from` led to is found
+    /// as `to` from now on (one without a fid is walked from there: the kernel moved its
+    /// entry, and open files of it read on), and the node `to` led to, replaced, is found
+    /// nowhere.
+    pub(crate) fn renamed(&self, from: (u64, &[u8]), to: (u64, &[u8])) {
+        let mut inner = self.lock();
+        let moved = Self::unname(&mut inner, from.0, from.1);
+        if let Some(replaced) = Self::unname(&mut inner, to.0, to.1) {
+            Self::lose_origin(&mut inner, replaced, to);
+        }
+        let Some(ino) = moved else {
             return;
         };
-        if dir.remove(name).is_some() {
-            if dir.is_empty() {
-                inner.names.remove(&parent);
+        Self::name(&mut inner, to.0, to.1, ino);
+        Self::move_origin(&mut inner, ino, from, to);
+    }
+
+    /// The host renamed `from` to `to`, and the file was node `ino`'s: a node without a
+    /// fid is walked from `to` from now on, so that its open files read on. The names the
+    /// kernel holds are the feed's to drop.
+    pub(crate) fn moved(&self, ino: u64, from: (u64, &[u8]), to: (u64, &[u8])) {
+        Self::move_origin(&mut self.lock(), ino, from, to);
+    }
+
+    fn move_origin(inner: &mut Inner, ino: u64, from: (u64, &[u8]), to: (u64, &[u8])) {
+        let Some(node) = inner.by_ino.get_mut(&ino) else {
+            return;
+        };
+        if node
+            .origin
+            .as_ref()
+            .is_some_and(|o| o.0 == from.0 && o.1 == from.1)
+        {
+            node.origin = Some((to.0, to.1.to_vec()));
+        }
+    }
+
+    fn lose_origin(inner: &mut Inner, ino: u64, (dir, name): (u64, &[u8])) {
+        if let Some(node) = inner.by_ino.get_mut(&ino) {
+            if node
+                .origin
+                .as_ref()
+                .is_some_and(|o| o.0 == dir && o.1 == name)
+            {
+                node.origin = None;
             }
-            inner.name_count -= 1;
         }
     }
 
@@ -735,5 +796,44 @@ mod tests {
         table.lock().unmap_path(5, spare);
         assert_eq!(shown(5), 5);
         assert_eq!(table.lock().spared.len(), 1, "the root's only");
+    }
+
+    #[test]
+    fn names_changed_through_the_mount_move_or_end_where_fidless_nodes_are_walked_from() {
+        let table = InodeTable {
+            inner: Mutex::new(Inner::default()),
+        };
+        let lazy = |dir: u64, name: &str, qid_path: u64| {
+            let a = Rgetattr {
+                qid: Qid {
+                    ty: 0,
+                    version: 0,
+                    path: qid_path,
+                },
+                mode: libc::S_IFREG | 0o644,
+                ..Rgetattr::default()
+            };
+            table.remember_lazy((dir, name.as_bytes()), &a, None)
+        };
+        let walked_from = |ino: u64| match table.node_fid(ino) {
+            Some(NodeFid::Lazy { dir_ino, name, .. }) => Some((dir_ino, name)),
+            _ => None,
+        };
+        let (a, b, c) = (lazy(1, "a", 10), lazy(1, "b", 11), lazy(1, "c", 12));
+        table.renamed((1, b"a"), (2, b"moved"));
+        assert_eq!(walked_from(a), Some((2, b"moved".to_vec())));
+        assert_eq!(table.child(2, b"moved"), Some(a));
+        assert_eq!(table.child(1, b"a"), None);
+        // Renamed over: the replaced node is walked from nowhere (ESTALE), not to the
+        // file now under its name.
+        table.renamed((1, b"b"), (1, b"c"));
+        assert_eq!(walked_from(b), Some((1, b"c".to_vec())));
+        assert_eq!(walked_from(c), None);
+        table.removed(1, b"c");
+        assert_eq!(walked_from(b), None);
+        assert_eq!(table.child(1, b"c"), None);
+        // A name the table no longer knows moves nothing.
+        table.renamed((1, b"gone"), (1, b"other"));
+        assert_eq!(table.child(1, b"other"), None);
     }
 }

@@ -446,6 +446,13 @@ impl Applier<'_> {
             // The guest found the file under its new name already: drop the old one.
             return self.inval_entry(from_dir, from_name);
         }
+        // Its open files read on: a node without a fid is walked from the new name (the
+        // old one leads the kernel to the event's file here, or nowhere).
+        if let (Some(to_dir), Some(ino)) = (to_dir, self.shared.inodes.child(from_dir, from_name)) {
+            self.shared
+                .inodes
+                .moved(ino, (from_dir, from_name), (to_dir, to_name));
+        }
         if let Some(to_dir) = to_dir {
             self.drop_stale_entry(to_dir, to_name);
         }

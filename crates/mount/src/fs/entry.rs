@@ -14,6 +14,7 @@ use super::{errno, Caller, Shared};
 use crate::attr::{self, decode_dev};
 use crate::cache::CacheMode;
 use crate::fid::FidRef;
+use crate::inode::NodeFid;
 use crate::listed_attrs::Fetched;
 use crate::remote::{expect_reply, resolve_one, ATTR_MASK};
 use crate::replica::{Answer, DirLeft};
@@ -405,6 +406,7 @@ impl Shared {
         let run = || -> Result<Option<DirLeft>, Errno> {
             self.writable()?;
             let dir = self.node(parent)?;
+            self.keep_reachable(parent.0, name);
             let before = self.ticket_for_left(parent.0);
             if let Some(before) = before {
                 let msg = Tmessage::Unlinkatattr(Tunlinkatattr {
@@ -441,10 +443,30 @@ impl Shared {
         };
         match run() {
             Ok(left) => {
+                self.inodes.removed(parent.0, name);
                 self.replicas.own_removed(parent.0, name, left);
                 reply.ok()
             }
             Err(e) => reply.error(e),
+        }
+    }
+
+    /// Before a change through the mount takes `name` in `parent` from its file (an
+    /// unlink, a rename over it): a node answered from a replica has no fid and is reached
+    /// through its name, so while an open of it waits for its first read (a deferred open)
+    /// it is walked now, and that open reads the file afterwards, as POSIX has it. Other
+    /// opens hold fids of their own; a node nobody has open costs nothing here.
+    fn keep_reachable(&self, parent: u64, name: &[u8]) {
+        let Some(ino) = self.inodes.child(parent, name) else {
+            return;
+        };
+        if matches!(self.inodes.node_fid(ino), Some(NodeFid::Lazy { .. }))
+            && self.handles.has_deferred(ino)
+        {
+            // Failing, the change goes on: its own answer says what the name was.
+            if let Err(e) = self.node(INodeNo(ino)) {
+                tracing::debug!(ino, "open file not walked before its name went: {e:?}");
+            }
         }
     }
 
@@ -489,6 +511,7 @@ impl Shared {
                 return Err(Errno::EINVAL);
             }
             let (from, to) = (self.node(parent)?, self.node(newparent)?);
+            self.keep_reachable(newparent.0, newname);
             let before = self
                 .ticket_for_left(parent.0)
                 .zip(self.ticket_for_left(newparent.0));
@@ -536,6 +559,8 @@ impl Shared {
         };
         match run() {
             Ok(left) => {
+                self.inodes
+                    .renamed((parent.0, name), (newparent.0, newname));
                 self.replicas
                     .own_renamed((parent.0, name), (newparent.0, newname), left);
                 reply.ok()

@@ -10,9 +10,12 @@
 //! data the kernel's page cache holds (a repeated `grep -r`, a build reading the same
 //! headers) then costs no round trip at all, and a first read one instead of two. What it
 //! promises, and what it does not: the file is the one the name led to at the open
-//! (checked by its `qid.path`, or held by the node's fid), but if it is removed or
-//! replaced on the host before that first read, the read fails with `ESTALE` where a
-//! local open would still read the old file; and a server that may not open the file
+//! (checked by its `qid.path`, or held by the node's fid); a removal or rename of it
+//! through the mount first walks its node if it has no fid yet (`keep_reachable` in
+//! `fs/entry.rs`), and a rename on the host moves where the node is walked from once its
+//! event has come. But if it is removed or replaced on the host before that first read
+//! (or renamed there before the event comes, or into a directory the guest never looked
+//! at), the read fails with `ESTALE` where a local open would still read the old file; and a server that may not open the file
 //! after all (its own credentials, an ACL, a security module) fails the read, not the
 //! open. Both need a change on the host in the microseconds between a program's open and
 //! its first read, or a file readable by others that the server cannot read.

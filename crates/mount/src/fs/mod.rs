@@ -592,6 +592,7 @@ impl Filesystem for CrossFs {
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let (s, _change) = self.s_changing(req, Op::Unlink, &[], &[(parent.0, bytes(name))]);
         if s.changes.is_replay(req.pid()) {
+            s.inodes.removed(parent.0, bytes(name));
             return reply.ok();
         }
         s.changes.note_name(parent.0, bytes(name));
@@ -601,6 +602,7 @@ impl Filesystem for CrossFs {
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let (s, _change) = self.s_changing(req, Op::Rmdir, &[], &[(parent.0, bytes(name))]);
         if s.changes.is_replay(req.pid()) {
+            s.inodes.removed(parent.0, bytes(name));
             return reply.ok();
         }
         s.changes.note_name(parent.0, bytes(name));
@@ -646,6 +648,9 @@ impl Filesystem for CrossFs {
             &[(parent.0, bytes(name)), (newparent.0, bytes(newname))],
         );
         if s.changes.is_replay(req.pid()) {
+            // The kernel moves its entry: a node without a fid is walked from there now.
+            s.inodes
+                .renamed((parent.0, bytes(name)), (newparent.0, bytes(newname)));
             return reply.ok();
         }
         s.changes.note_name(parent.0, bytes(name));
