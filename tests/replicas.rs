@@ -490,6 +490,35 @@ fn a_file_open_for_reading_reads_on_after_its_name_is_removed_renamed_or_replace
 }
 
 #[test]
+fn a_hard_linked_file_stays_reachable_by_its_other_name_when_one_is_removed() {
+    // Both names lead the kernel to one node, walked from the name it was found as last;
+    // removing that name through the mount must leave the node reachable.
+    let s = Setup::new(&[], &[]);
+    std::fs::create_dir(s.host("d")).unwrap();
+    for (first, second) in [("a", "b"), ("b", "a")] {
+        std::fs::write(s.host("d/a"), "linked").unwrap();
+        std::fs::hard_link(s.host("d/a"), s.host("d/b")).unwrap();
+        s.sync();
+        assert_eq!(std::fs::read_dir(s.guest("d")).unwrap().count(), 2);
+        for name in [first, second] {
+            assert_eq!(
+                std::fs::metadata(s.guest(&format!("d/{name}")))
+                    .unwrap()
+                    .nlink(),
+                2
+            );
+        }
+        std::fs::remove_file(s.guest(&format!("d/{second}"))).unwrap();
+        let left = s.guest(&format!("d/{first}"));
+        assert_eq!(std::fs::read_to_string(&left).unwrap(), "linked");
+        std::fs::set_permissions(&left, PermissionsExt::from_mode(0o604)).unwrap();
+        let md = std::fs::metadata(&left).unwrap();
+        assert_eq!((md.mode() & 0o777, md.nlink()), (0o604, 1));
+        std::fs::remove_file(left).unwrap();
+    }
+}
+
+#[test]
 fn a_directory_changed_itself_through_the_mount_shows_its_change_when_asked_again() {
     let s = Setup::new(&[], &[]);
     let forced_mode = |path: &Path| {

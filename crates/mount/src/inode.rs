@@ -30,6 +30,8 @@ pub(crate) struct DataStamp {
     /// A regular file that others may read: the server may open it for reading whatever
     /// its own credentials (see `OpenFile::deferred`).
     pub readable_by_anyone: bool,
+    /// Not a directory, and more than one name leads to it.
+    pub hard_linked: bool,
 }
 
 struct Inode {
@@ -674,6 +676,14 @@ impl InodeTable {
     /// Node `ino`'s newest fetched attributes and when they were fetched, if kept.
     pub(crate) fn fetched_attrs(&self, ino: u64) -> Option<FetchedAttrs> {
         self.lock().by_ino.get(&ino)?.listed.clone()
+    }
+
+    /// Whether node `ino`'s file may have names other than the one it was found as (a
+    /// hard link; unknown counts).
+    pub(crate) fn hard_linked(&self, ino: u64) -> bool {
+        let inner = self.lock();
+        let node = inner.by_ino.get(&ino);
+        node.and_then(|n| n.seen).is_none_or(|s| s.hard_linked)
     }
 
     /// The kernel is about to get node `ino`'s content as of attributes `stamp`
