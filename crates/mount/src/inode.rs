@@ -34,6 +34,32 @@ pub(crate) struct DataStamp {
     pub hard_linked: bool,
 }
 
+/// A file's attributes as a change event shows them (`crossfs_events::Attrs`): what tells
+/// the echo of the mount's own change from a later change on the host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Status {
+    pub mode: u32,
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+}
+
+impl Status {
+    pub(crate) fn of(a: &Rgetattr) -> Status {
+        let ns = |s: u64, n: u64| {
+            (s as i64)
+                .saturating_mul(1_000_000_000)
+                .saturating_add(n as i64)
+        };
+        Status {
+            mode: a.mode,
+            size: a.size,
+            mtime_ns: ns(a.mtime_sec, a.mtime_nsec),
+            ctime_ns: ns(a.ctime_sec, a.ctime_nsec),
+        }
+    }
+}
+
 struct Inode {
     /// An unopened fid for the file: the base of walks, getattr, setattr, xattrs, opens.
     /// `None` for a node answered from a directory replica: walked from `origin` when
@@ -49,6 +75,8 @@ struct Inode {
     nlookup: u64,
     /// The newest attributes seen from the server.
     seen: Option<DataStamp>,
+    /// The same attributes, as a change event shows a file (see [`Status`]).
+    status: Option<Status>,
     /// The attributes seen when the file was last opened.
     opened: Option<DataStamp>,
     /// The newest attributes fetched, for a READDIRPLUS to reuse (see `crate::listed_attrs`).
@@ -179,6 +207,7 @@ impl InodeTable {
                 format: libc::S_IFDIR,
                 nlookup: 1,
                 seen: None,
+                status: None,
                 opened: None,
                 listed: None,
                 stale: false,
@@ -393,6 +422,7 @@ impl InodeTable {
                 if node.format == format {
                     node.nlookup += 1;
                     node.seen = Some(stamp);
+                    node.status = Some(Status::of(a));
                     node.listed = listed;
                     let fid = match found {
                         Found::Walked(fid) => fid,
@@ -426,6 +456,7 @@ impl InodeTable {
         let ino = Self::insert(inner, fid, qid.path, format, Some(stamp));
         if let Some(node) = inner.by_ino.get_mut(&ino) {
             node.origin = origin;
+            node.status = Some(Status::of(a));
         }
         inner.map_path(qid.path, ino);
         if let Some(node) = inner.by_ino.get_mut(&ino) {
@@ -469,6 +500,7 @@ impl InodeTable {
                 format,
                 nlookup: 1,
                 seen,
+                status: None,
                 opened: None,
                 listed: None,
                 stale: false,
@@ -661,6 +693,7 @@ impl InodeTable {
     pub(crate) fn observe(&self, ino: u64, a: &Rgetattr, fetched: Option<Fetched>) {
         if let Some(node) = self.lock().by_ino.get_mut(&ino) {
             node.seen = Some(crate::attr::stamp(a));
+            node.status = Some(Status::of(a));
             if node.qid_path == a.qid.path {
                 node.listed = fetched.map(|f| Box::new((a.clone(), f)));
             }
@@ -676,6 +709,11 @@ impl InodeTable {
     /// Node `ino`'s newest fetched attributes and when they were fetched, if kept.
     pub(crate) fn fetched_attrs(&self, ino: u64) -> Option<FetchedAttrs> {
         self.lock().by_ino.get(&ino)?.listed.clone()
+    }
+
+    /// Node `ino`'s attributes as last seen from the server, as an event shows them.
+    pub(crate) fn status(&self, ino: u64) -> Option<Status> {
+        self.lock().by_ino.get(&ino)?.status
     }
 
     /// Whether node `ino`'s file may have names other than the one it was found as (a

@@ -124,13 +124,14 @@ impl Applier<'_> {
         // Replicas first: a lookup the kernel sends after the invalidations below must
         // not be answered with what the event changed.
         let changes = &self.shared.changes;
+        let echo = self.is_echo(ev);
         self.shared
             .replicas
-            .apply(ev, &|dir, name| changes.is_own_name(dir, name));
+            .apply(ev, &|dir, name| echo && changes.is_own_name(dir, name));
         if let Some(ino) = ev.qid.and_then(|q| self.shared.inodes.ino_of(q)) {
             self.shared.idle.forget(ino);
         }
-        self.inval_containers(ev);
+        self.inval_containers(ev, echo);
         match &ev.kind {
             EventKind::Sync { cookie } => {
                 // The server made and removed its cookie at the top of the export: the
@@ -144,10 +145,11 @@ impl Applier<'_> {
                 c.stats.rescans.fetch_add(1, Relaxed);
                 self.rescan(&ev.path);
             }
-            EventKind::Created => self.created(ev),
-            EventKind::Removed => self.removed(ev),
+            EventKind::Created if !echo => self.created(ev),
+            EventKind::Removed if !echo => self.removed(ev),
             EventKind::Modified | EventKind::Attrib => self.changed(ev),
-            EventKind::Renamed { from } => self.renamed(from, ev),
+            EventKind::Renamed { from } if !echo => self.renamed(from, ev),
+            EventKind::Created | EventKind::Removed | EventKind::Renamed { .. } => {}
         }
     }
 
@@ -156,17 +158,15 @@ impl Applier<'_> {
     /// files involved (their link counts may have changed: the file the event names, and
     /// whatever the kernel knew under the names, such as a file a rename replaced),
     /// everything the kernel may keep long while events are followed.
-    fn inval_containers(&self, ev: &Event) {
+    fn inval_containers(&self, ev: &Event, echo: bool) {
         let from = match &ev.kind {
             EventKind::Created | EventKind::Removed => None,
             EventKind::Renamed { from } => Some(from),
             _ => return,
         };
-        let mut own = true;
         let mut files: Vec<u64> = ev.qid.into_iter().collect();
         for path in std::iter::once(&ev.path).chain(from) {
             let Some(dir) = self.known_parent(path) else {
-                own = false;
                 continue;
             };
             files.extend(self.kernel_entry(dir, path.file_name()));
@@ -175,12 +175,9 @@ impl Applier<'_> {
             // later, and the kernel, which updated its caches for its own change, would
             // keep the directory's times from before the host's.
             self.inval_inode(dir, true);
-            // A change through this mount: the kernel updated its own caches of the files.
-            if !self.shared.changes.is_own_name(dir, path.file_name()) {
-                own = false;
-            }
         }
-        if own {
+        // A change through this mount: the kernel updated its own caches of the files.
+        if echo {
             return;
         }
         files.sort_unstable();
@@ -307,13 +304,58 @@ impl Applier<'_> {
         Some(dir)
     }
 
-    /// Whether `name` in `dir` was changed through this mount lately (counted as such).
-    fn is_own(&self, dir: u64, name: &[u8]) -> bool {
-        let own = self.shared.changes.is_own_name(dir, name);
-        if own {
+    /// Whether `ev` shows node `ino`'s file with the attributes the mount last saw of it
+    /// (`ctime`: its change time too).
+    fn as_seen(&self, ino: u64, ev: &Event, ctime: bool) -> bool {
+        let (Some(a), Some(seen)) = (ev.attrs, self.shared.inodes.status(ino)) else {
+            return false;
+        };
+        (a.mode, a.size, a.mtime_ns) == (seen.mode, seen.size, seen.mtime_ns)
+            && (!ctime || a.ctime_ns == seen.ctime_ns)
+    }
+
+    /// `path` as a name in a directory node, if the kernel holds the directory.
+    fn known_name<'p>(&self, path: &'p RelPath) -> Option<(u64, &'p [u8])> {
+        Some((self.known_parent(path)?, path.file_name()))
+    }
+
+    /// Whether `ev` is the echo of a change made through this mount (counted as such):
+    /// names it changed lately, and what the kernel was told agrees with the event already
+    /// (a name the event gives leads to the event's file, with the attributes the mount
+    /// last saw of it; a name it takes leads elsewhere or nowhere). The host changing the
+    /// same names or files soon after disagrees (an event stats the file when it is
+    /// published, and a creation and a chmod right after come as one event), and its
+    /// event is applied as any other: taking every event on those names for an echo left
+    /// the kernel with names the server no longer had, and attributes it had changed,
+    /// even after a sync.
+    fn is_echo(&self, ev: &Event) -> bool {
+        let file = event_file(ev);
+        let at = |path| self.known_name(path);
+        let own = |(dir, name): (u64, &[u8])| self.shared.changes.is_own_name(dir, name);
+        let known = |(dir, name): (u64, &[u8])| self.kernel_file(dir, name);
+        // A rename moves the file's change time, which no reply to the mount shows.
+        let ctime = matches!(ev.kind, EventKind::Created);
+        let as_seen = |(dir, name): (u64, &[u8])| {
+            let ino = self.shared.inodes.child(dir, name);
+            ino.is_some_and(|ino| self.as_seen(ino, ev, ctime))
+        };
+        let gives = |n| own(n) && file.is_some() && known(n) == file && as_seen(n);
+        let takes = |n| own(n) && known(n).is_none();
+        let echo = match &ev.kind {
+            EventKind::Created => at(&ev.path).is_some_and(gives),
+            EventKind::Removed => at(&ev.path).is_some_and(takes),
+            EventKind::Renamed { from } => match (at(from), at(&ev.path)) {
+                (Some(from), Some(to)) => takes(from) && gives(to),
+                (Some(from), None) => takes(from),
+                (None, Some(to)) => gives(to),
+                (None, None) => false,
+            },
+            _ => false,
+        };
+        if echo {
             self.shared.changes.stats.own.fetch_add(1, Relaxed);
         }
-        own
+        echo
     }
 
     /// For a name that now exists on the server: drops what the kernel may hold for it, a
@@ -343,9 +385,6 @@ impl Applier<'_> {
         let Some(dir) = self.known_parent(&ev.path) else {
             return;
         };
-        if self.is_own(dir, name) {
-            return;
-        }
         if event_file(ev).is_some() && self.kernel_file(dir, name) == event_file(ev) {
             // The guest looked the new file up before the event came: nothing is stale
             // (and invalidating a directory in use would detach it from its users).
@@ -366,13 +405,12 @@ impl Applier<'_> {
         let Some(dir) = self.known_parent(&ev.path) else {
             return;
         };
-        if self.is_own(dir, name) {
-            return;
-        }
         let known = self.kernel_file(dir, name);
         if known.is_some() && event_file(ev).is_some() && known != event_file(ev) {
-            // The name already leads the guest to a newer file.
-            return;
+            // The name leads the guest to another file, newer than the event's stat (made
+            // after it), or made and removed since the file the event names (the engine
+            // tells only what a name is now): the server says which.
+            return self.inval_entry(dir, name);
         }
         // Replayed where watched; elsewhere the kernel just forgets the name.
         let replay = self.watchers.any_watched(&[dir]);
@@ -390,10 +428,25 @@ impl Applier<'_> {
 
     fn changed(&self, ev: &Event) {
         let modified = matches!(ev.kind, EventKind::Modified);
+        // The engine tells what a name is now: a file removed and another made under its
+        // name that took its inode number shows as a change of that number. If the
+        // guest's entry leads to another file, the server says which is right; one the
+        // mount answered missing meanwhile goes.
+        let name = ev.path.file_name();
+        if let Some(dir) = self.known_parent(&ev.path) {
+            match self.kernel_file(dir, name) {
+                None => self.drop_stale_entry(dir, name),
+                Some(known) if event_file(ev).is_some_and(|f| f != known) => {
+                    self.inval_entry(dir, name)
+                }
+                Some(_) => {}
+            }
+        }
         let node = ev.qid.and_then(|q| self.shared.inodes.ino_of(q));
         if let Some(ino) = node {
-            // Pages go only for content changes this mount did not make itself.
-            let own = self.shared.changes.is_own_node(ino);
+            // Pages go only for content changes this mount did not make itself: the
+            // event shows the file as the mount's own change left it.
+            let own = self.shared.changes.is_own_node(ino) && self.as_seen(ino, ev, true);
             self.inval_inode(ino, modified && !own);
             if own {
                 self.shared.changes.stats.own.fetch_add(1, Relaxed);
@@ -422,11 +475,6 @@ impl Applier<'_> {
     fn renamed(&self, from: &RelPath, ev: &Event) {
         let (from_name, to_name) = (from.file_name(), ev.path.file_name());
         let (from_dir, to_dir) = (self.known_parent(from), self.known_parent(&ev.path));
-        if from_dir.is_some_and(|d| self.is_own(d, from_name))
-            || to_dir.is_some_and(|d| self.is_own(d, to_name))
-        {
-            return;
-        }
         let Some(from_dir) = from_dir else {
             // The kernel never saw the old name: to it, this is a creation.
             return self.created(ev);
