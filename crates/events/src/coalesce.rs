@@ -5,9 +5,10 @@
 //! a flushed path into at most one event by comparing what subscribers were last told (the
 //! snapshot) with what is on disk now. That comparison realises the rules:
 //! - created + modified → `Created` (with the final attributes);
-//! - created + removed → nothing, *if* the create was never published: subscribers never saw
-//!   the file, so telling them about it would only make them do work. If the create was
-//!   published by an earlier flush, the snapshot has the path and the removal is published.
+//! - created + removed → `Removed` without attributes, even if the create was never
+//!   published: a subscriber may have seen the file meanwhile (looked it up on the server,
+//!   or made it itself). If the create was published by an earlier flush, the snapshot has
+//!   the path and the removal carries its attributes.
 //! - modified × N → one `Modified`;
 //! - a rename keeps its source and destination: it is an entry of its own, and changes to either
 //!   name after it start new entries behind it, so they are applied in the order they happened.
