@@ -358,6 +358,70 @@ fn changes_through_the_mount_and_on_the_host_leave_the_directories_exact() {
     }
 }
 
+/// Random changes under `base` (the mount or the export) on a few names in two
+/// directories, as concurrent programs make them; failures are part of the game.
+fn random_changes(base: &Path, seed: u64, n: usize) {
+    let mut rng = Rng(seed);
+    let pick = |rng: &mut Rng| {
+        let dir = ["s1", "s2"][rng.below(2)];
+        base.join(dir).join(NAMES[rng.below(NAMES.len())])
+    };
+    for i in 0..n {
+        let (path, other) = (pick(&mut rng), pick(&mut rng));
+        let _ = match rng.below(7) {
+            0 => std::fs::write(&path, format!("{seed}-{i}")),
+            1 => std::fs::rename(&path, &other),
+            2 => std::fs::remove_file(&path),
+            3 => std::fs::set_permissions(
+                &path,
+                PermissionsExt::from_mode([0o600, 0o644, 0o755][rng.below(3)]),
+            ),
+            4 => std::fs::OpenOptions::new()
+                .append(true)
+                .open(&path)
+                .and_then(|mut f| std::io::Write::write_all(&mut f, b"+")),
+            5 => std::fs::create_dir(&path),
+            _ => std::fs::remove_dir(&path),
+        };
+    }
+}
+
+#[test]
+fn concurrent_changes_through_the_mount_and_on_the_host_leave_every_name_exact() {
+    // Three programs in the guest and one on the host change the same names at once, so
+    // that events of the mount's own changes and the host's interleave on every name.
+    let s = Setup::new(&[], &[]);
+    for d in ["s1", "s2"] {
+        std::fs::create_dir(s.host(d)).unwrap();
+    }
+    for round in 0..6u64 {
+        s.sync();
+        for d in ["s1", "s2"] {
+            std::fs::read_dir(s.guest(d)).unwrap().count();
+        }
+        std::thread::scope(|scope| {
+            for i in 0..3 {
+                let mountpoint = &s.mount.mountpoint;
+                scope.spawn(move || random_changes(mountpoint, round * 10 + i, 200));
+            }
+            scope.spawn(|| random_changes(&s.export, round * 10 + 9, 200));
+        });
+        s.sync();
+        for dir in ["s1/", "s2/"] {
+            for name in NAMES {
+                let rel = format!("{dir}{name}");
+                let (guest, host) = (describe(&s.guest(&rel)), describe(&s.host(&rel)));
+                assert_eq!(guest, host, "{rel} after round {round}");
+            }
+        }
+        assert_eq!(
+            tree(&s.mount.mountpoint),
+            tree(&s.export),
+            "after round {round}"
+        );
+    }
+}
+
 #[test]
 fn a_directory_changed_through_the_mount_shows_what_the_change_left_without_asking() {
     let s = Setup::new(&[], &[]);
