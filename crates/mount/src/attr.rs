@@ -94,7 +94,6 @@ pub(crate) fn stamp(a: &Rgetattr) -> DataStamp {
         size: a.size,
         setgid_group: setgid_dir.then_some(a.gid),
         readable_by_anyone: a.mode & libc::S_IFMT == libc::S_IFREG && a.mode & libc::S_IROTH != 0,
-        hard_linked: a.mode & libc::S_IFMT != libc::S_IFDIR && a.nlink > 1,
     }
 }
 

@@ -30,8 +30,18 @@ pub(crate) struct DataStamp {
     /// A regular file that others may read: the server may open it for reading whatever
     /// its own credentials (see `OpenFile::deferred`).
     pub readable_by_anyone: bool,
-    /// Not a directory, and more than one name leads to it.
-    pub hard_linked: bool,
+}
+
+impl Inode {
+    /// The node was found as `name` in directory `dir`: walked from there when needed.
+    fn found_as(&mut self, dir: u64, name: &[u8]) {
+        match &self.origin {
+            Some((d, n)) if *d == dir && n == name => return,
+            Some(_) => self.named_twice = true,
+            None => {}
+        }
+        self.origin = Some((dir, name.to_vec()));
+    }
 }
 
 /// A file's attributes as a change event shows them (`crossfs_events::Attrs`): what tells
@@ -68,6 +78,9 @@ struct Inode {
     /// Where the node was last found: its directory's node and its name there (a node
     /// without a fid is walked from there when needed).
     origin: Option<(u64, Vec<u8>)>,
+    /// The kernel found the node under another name than `origin` too (a hard link, or
+    /// a name it had before the host renamed it), and may still hold that name.
+    named_twice: bool,
     qid_path: u64,
     /// `S_IFMT` bits: a qid.path reused by a file of another type is another file.
     format: u32,
@@ -203,6 +216,7 @@ impl InodeTable {
             Inode {
                 fid: Some(root),
                 origin: None,
+                named_twice: false,
                 qid_path: root_qid.path,
                 format: libc::S_IFDIR,
                 nlookup: 1,
@@ -372,7 +386,7 @@ impl InodeTable {
         let (ino, unused) = Self::remember_locked(&mut inner, fid, a, fetched);
         Self::name(&mut inner, parent, name, ino);
         if let Some(node) = inner.by_ino.get_mut(&ino).filter(|_| ino != ROOT) {
-            node.origin = Some((parent, name.to_vec()));
+            node.found_as(parent, name);
         }
         drop(inner);
         // Dropping a fid may send its Tclunk, which can wait for the socket; never under the
@@ -435,7 +449,7 @@ impl InodeTable {
                                 node.stale = false;
                             }
                             if node.fid.is_none() {
-                                node.origin = Some((dir_ino, name));
+                                node.found_as(dir_ino, &name);
                             }
                             return (ino, unused);
                         }
@@ -496,6 +510,7 @@ impl InodeTable {
             Inode {
                 fid,
                 origin: None,
+                named_twice: false,
                 qid_path,
                 format,
                 nlookup: 1,
@@ -716,12 +731,10 @@ impl InodeTable {
         self.lock().by_ino.get(&ino)?.status
     }
 
-    /// Whether node `ino`'s file may have names other than the one it was found as (a
-    /// hard link; unknown counts).
-    pub(crate) fn hard_linked(&self, ino: u64) -> bool {
-        let inner = self.lock();
-        let node = inner.by_ino.get(&ino);
-        node.and_then(|n| n.seen).is_none_or(|s| s.hard_linked)
+    /// Whether the kernel found node `ino` under more than one name (see
+    /// `Inode::named_twice`).
+    pub(crate) fn named_twice(&self, ino: u64) -> bool {
+        self.lock().by_ino.get(&ino).is_some_and(|n| n.named_twice)
     }
 
     /// The kernel is about to get node `ino`'s content as of attributes `stamp`

@@ -106,16 +106,22 @@ impl Applier<'_> {
                     return;
                 }
             };
-            for line in data.split_inclusive(|&b| b == b'\n') {
-                match Event::from_json_line(line) {
-                    Ok(ev) => self.apply(&ev),
-                    Err(e) => tracing::warn!("unreadable change event: {e}"),
-                }
+            let events: Vec<Event> = data
+                .split_inclusive(|&b| b == b'\n')
+                .filter_map(|line| {
+                    Event::from_json_line(line)
+                        .map_err(|e| tracing::warn!("unreadable change event: {e}"))
+                        .ok()
+                })
+                .collect();
+            for (i, ev) in events.iter().enumerate() {
+                self.apply(ev, events.get(i + 1));
             }
         }
     }
 
-    fn apply(&self, ev: &Event) {
+    /// Applies `ev`; `next`: the event after it, if it came with it.
+    fn apply(&self, ev: &Event, next: Option<&Event>) {
         let c = &self.shared.changes;
         c.stats.received.fetch_add(1, Relaxed);
         *super::lock(&c.position) = Some((ev.epoch, ev.seq));
@@ -124,7 +130,7 @@ impl Applier<'_> {
         // Replicas first: a lookup the kernel sends after the invalidations below must
         // not be answered with what the event changed.
         let changes = &self.shared.changes;
-        let echo = self.is_echo(ev);
+        let echo = self.is_echo(ev, next);
         self.shared
             .replicas
             .apply(ev, &|dir, name| echo && changes.is_own_name(dir, name));
@@ -304,6 +310,17 @@ impl Applier<'_> {
         Some(dir)
     }
 
+    /// Whether name `n` leads the kernel to the file `ev` gives it, with the attributes the
+    /// mount last saw of it (but the change time after a rename, which moves it without
+    /// any reply to the mount showing it).
+    fn leads_to(&self, (dir, name): (u64, &[u8]), ev: &Event) -> bool {
+        let file = event_file(ev);
+        let ctime = matches!(ev.kind, EventKind::Created);
+        file.is_some()
+            && self.kernel_file(dir, name) == file
+            && (self.shared.inodes.child(dir, name)).is_some_and(|ino| self.as_seen(ino, ev, ctime))
+    }
+
     /// Whether `ev` shows node `ino`'s file with the attributes the mount last saw of it
     /// (`ctime`: its change time too).
     fn as_seen(&self, ino: u64, ev: &Event, ctime: bool) -> bool {
@@ -328,26 +345,29 @@ impl Applier<'_> {
     /// event is applied as any other: taking every event on those names for an echo left
     /// the kernel with names the server no longer had, and attributes it had changed,
     /// even after a sync.
-    fn is_echo(&self, ev: &Event) -> bool {
-        let file = event_file(ev);
+    ///
+    /// The engine tells a name whose file was replaced as the old file's removal and, in
+    /// the next event, the new file's creation (or a rename onto it): a removal whose
+    /// next event gives the name the file the guest holds is the echo of the mount's own
+    /// replacement (`git checkout`, an editor's save) when that next event is.
+    fn is_echo(&self, ev: &Event, next: Option<&Event>) -> bool {
         let at = |path| self.known_name(path);
         let own = |(dir, name): (u64, &[u8])| self.shared.changes.is_own_name(dir, name);
-        let known = |(dir, name): (u64, &[u8])| self.kernel_file(dir, name);
-        // A rename moves the file's change time, which no reply to the mount shows.
-        let ctime = matches!(ev.kind, EventKind::Created);
-        let as_seen = |(dir, name): (u64, &[u8])| {
-            let ino = self.shared.inodes.child(dir, name);
-            ino.is_some_and(|ino| self.as_seen(ino, ev, ctime))
+        let gives = |n, ev| own(n) && self.leads_to(n, ev);
+        let takes = |n| own(n) && self.kernel_file(n.0, n.1).is_none();
+        let replaced_in = |n| {
+            next.is_some_and(|next| {
+                let onto = matches!(next.kind, EventKind::Created | EventKind::Renamed { .. });
+                onto && next.path == ev.path && gives(n, next)
+            })
         };
-        let gives = |n| own(n) && file.is_some() && known(n) == file && as_seen(n);
-        let takes = |n| own(n) && known(n).is_none();
         let echo = match &ev.kind {
-            EventKind::Created => at(&ev.path).is_some_and(gives),
-            EventKind::Removed => at(&ev.path).is_some_and(takes),
+            EventKind::Created => at(&ev.path).is_some_and(|n| gives(n, ev)),
+            EventKind::Removed => at(&ev.path).is_some_and(|n| takes(n) || replaced_in(n)),
             EventKind::Renamed { from } => match (at(from), at(&ev.path)) {
-                (Some(from), Some(to)) => takes(from) && gives(to),
+                (Some(from), Some(to)) => takes(from) && gives(to, ev),
                 (Some(from), None) => takes(from),
-                (None, Some(to)) => gives(to),
+                (None, Some(to)) => gives(to, ev),
                 (None, None) => false,
             },
             _ => false,

@@ -454,15 +454,15 @@ impl Shared {
     /// Before a change through the mount takes `name` in `parent` from its file (an
     /// unlink, a rename over it): a node answered from a replica has no fid and is reached
     /// through its name, so while an open of it waits for its first read (a deferred open),
-    /// or while another name may lead the kernel to it (a hard link), it is walked now,
-    /// and stays reachable afterwards, as POSIX has it. Other opens hold fids of their
+    /// or while the kernel may hold another name of it (a hard link it looked up too), it
+    /// is walked now, and stays reachable afterwards, as POSIX has it. Other opens hold fids of their
     /// own; a file of one name that nobody has open costs nothing here.
     fn keep_reachable(&self, parent: u64, name: &[u8]) {
         let Some(ino) = self.inodes.child(parent, name) else {
             return;
         };
         if matches!(self.inodes.node_fid(ino), Some(NodeFid::Lazy { .. }))
-            && (self.handles.has_deferred(ino) || self.inodes.hard_linked(ino))
+            && (self.handles.has_deferred(ino) || self.inodes.named_twice(ino))
         {
             // Failing, the change goes on: its own answer says what the name was.
             if let Err(e) = self.node(INodeNo(ino)) {
