@@ -186,6 +186,52 @@ fn fanotify_new_directories_lose_nothing() {
     mkdir_p_then_fill(BackendKind::Fanotify);
 }
 
+/// A directory removed and made again under the same name, and a change inside the new one:
+/// when the old directory is still open somewhere, the kernel says its watch is gone only
+/// after the new directory's creation, and that notice used to take the new directory's
+/// watch with it (the change inside was lost from the second round on).
+fn remade_directory_is_watched(backend: BackendKind) {
+    let t = tempdir();
+    let root = t.path();
+    let hub = EventHub::start(root, config(backend)).unwrap();
+    let sub = hub.subscribe();
+    let mut model = Model::new(root);
+    for round in 0..4 {
+        // Held open (as crossfs's server holds a directory a client has looked up), the
+        // old directory outlives its name, and its watch goes only when it is closed.
+        let held = fs::File::open(root.join("g")).ok();
+        let _ = fs::remove_dir_all(root.join("g"));
+        fs::create_dir(root.join("g")).unwrap();
+        fs::write(root.join("g/a"), b"aaa").unwrap();
+        until_sync(&hub, &sub).iter().for_each(|e| model.apply(e));
+        drop(held);
+        fs::write(root.join("g/a"), format!("round {round}")).unwrap();
+        let evs = until_sync(&hub, &sub);
+        evs.iter().for_each(|e| model.apply(e));
+        assert_eq!(
+            summary(&evs),
+            pairs(&[("modified", "g/a")]),
+            "{backend:?}, round {round}"
+        );
+        assert_eq!(model.differences(), Vec::<String>::new(), "{backend:?}");
+    }
+}
+
+#[test]
+fn inotify_remade_directory_is_watched() {
+    remade_directory_is_watched(BackendKind::Inotify);
+}
+
+#[test]
+fn fanotify_remade_directory_is_watched() {
+    let t = tempdir();
+    if !fanotify_available(t.path()) {
+        eprintln!("SKIPPED: fanotify unavailable");
+        return;
+    }
+    remade_directory_is_watched(BackendKind::Fanotify);
+}
+
 /// A directory filled and then moved into another directory, all within one coalescing window
 /// (or while the reader is paused, so the events queue up and may be read in pieces): the
 /// subscriber's model must have the moved children, at their new names, and a later change

@@ -77,10 +77,21 @@ impl Watches {
         }
     }
 
+    /// The kernel dropped watch `wd` (its directory is gone). Its path may have a newer
+    /// watch already, on a directory made there since: that one stays.
     fn forget_wd(&mut self, wd: i32) {
         if let Some(p) = self.wds.remove(&wd) {
-            self.paths.remove(&p);
+            if self.paths.get(&p) == Some(&wd) {
+                self.paths.remove(&p);
+            }
         }
+    }
+
+    /// Directory `dir` was removed: a directory made under its name next must be watched
+    /// anew, though the kernel's notice that the old watch is gone (`IN_IGNORED`) may come
+    /// after the new directory's creation.
+    fn removed(&mut self, dir: &RelPath) {
+        self.paths.remove(dir);
     }
 
     /// A directory moved within the export: its watches follow the inodes, so only our
@@ -346,6 +357,9 @@ impl Watcher for Inotify {
                 }
             }
             if mask.contains(ReadFlags::DELETE) {
+                if is_dir {
+                    w.removed(&path);
+                }
                 out.push(Raw::Change {
                     path: path.clone(),
                     hints: Hints::REMOVED,
