@@ -131,6 +131,7 @@ impl Applier<'_> {
         // not be answered with what the event changed.
         let changes = &self.shared.changes;
         let echo = self.is_echo(ev, next);
+        self.note_echoed(ev);
         self.shared
             .replicas
             .apply(ev, &|dir, name| echo && changes.is_own_name(dir, name));
@@ -143,6 +144,7 @@ impl Applier<'_> {
                 // The server made and removed its cookie at the top of the export: the
                 // root's times moved with no event of their own.
                 self.inval_inode(crate::inode::ROOT, false);
+                self.check_unechoed();
                 c.marker_applied(*cookie)
             }
             EventKind::Warning { message } => tracing::warn!("server: {message}"),
@@ -329,6 +331,31 @@ impl Applier<'_> {
         };
         (a.mode, a.size, a.mtime_ns) == (seen.mode, seen.size, seen.mtime_ns)
             && (!ctime || a.ctime_ns == seen.ctime_ns)
+    }
+
+    /// Notes the names `ev` names as told (see `OwnChanges::unechoed`).
+    fn note_echoed(&self, ev: &Event) {
+        let from = match &ev.kind {
+            EventKind::Renamed { from } => Some(from),
+            _ => None,
+        };
+        for (dir, name) in std::iter::once(&ev.path)
+            .chain(from)
+            .filter_map(|p| self.known_name(p))
+        {
+            self.shared.changes.echoed(dir, name);
+        }
+    }
+
+    /// At a sync: names changed through the mount that no event has named since are
+    /// checked with the server (the host may have undone the change within one window of
+    /// the server's engine, which then tells nothing): the kernel's entry is kept if it
+    /// still leads where the server's does, and the replica asks the server about them.
+    fn check_unechoed(&self) {
+        for (dir, name) in self.shared.changes.take_unechoed() {
+            self.shared.replicas.stale(dir, &name);
+            self.inval_entry(dir, &name);
+        }
     }
 
     /// `path` as a name in a directory node, if the kernel holds the directory.

@@ -93,6 +93,14 @@ pub(crate) struct Intent {
 struct OwnChanges {
     names: Mutex<RecentKeys<(u64, Vec<u8>)>>,
     nodes: Mutex<RecentKeys<u64>>,
+    /// Names changed through the mount that no event has named since (at most
+    /// [`OWN_CHANGES_LIMIT`]; past it they are forgotten). The server's engine tells what
+    /// a name is now, against what it told before: a change of the mount's that the host
+    /// undid within one of its windows (a directory renamed, then renamed back) shows
+    /// only as the directory's new change time, and with coarse timestamps (4 ms here) not
+    /// even that, while the guest keeps the mount's change. A sync checks these names
+    /// with the server.
+    unechoed: Mutex<HashSet<(u64, Vec<u8>)>>,
 }
 
 /// Most changes remembered as the mount's own: past it (over 32,000 changes a second for
@@ -192,7 +200,25 @@ impl ChangeState {
     pub(crate) fn note_name(&self, parent: u64, name: &[u8]) {
         if self.enabled.load(Relaxed) {
             note(&self.own.names, (parent, name.to_vec()));
+            let mut unechoed = lock(&self.own.unechoed);
+            if unechoed.len() >= OWN_CHANGES_LIMIT {
+                unechoed.clear();
+            }
+            unechoed.insert((parent, name.to_vec()));
         }
+    }
+
+    /// An event named `name` in `parent`.
+    fn echoed(&self, parent: u64, name: &[u8]) {
+        let mut unechoed = lock(&self.own.unechoed);
+        if !unechoed.is_empty() {
+            unechoed.remove(&(parent, name.to_vec()));
+        }
+    }
+
+    /// The names changed through the mount that no event has named since.
+    fn take_unechoed(&self) -> HashSet<(u64, Vec<u8>)> {
+        std::mem::take(&mut lock(&self.own.unechoed))
     }
 
     /// Notes that node `ino` was written or its attributes set through this mount.
