@@ -32,18 +32,6 @@ pub(crate) struct DataStamp {
     pub readable_by_anyone: bool,
 }
 
-impl Inode {
-    /// The node was found as `name` in directory `dir`: walked from there when needed.
-    fn found_as(&mut self, dir: u64, name: &[u8]) {
-        match &self.origin {
-            Some((d, n)) if *d == dir && n == name => return,
-            Some(_) => self.named_twice = true,
-            None => {}
-        }
-        self.origin = Some((dir, name.to_vec()));
-    }
-}
-
 /// A file's attributes as a change event shows them (`crossfs_events::Attrs`): what tells
 /// the echo of the mount's own change from a later change on the host.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,6 +85,23 @@ struct Inode {
     /// `fid` is not bound on the server (it could not be bound again after a reconnect):
     /// the node answers ESTALE until a lookup finds its file and gives it a fresh fid.
     stale: bool,
+}
+
+impl Inode {
+    /// The node was found as `name` in directory `dir`: walked from there when needed.
+    fn found_as(&mut self, dir: u64, name: &[u8]) {
+        if self.origin.is_some() && !self.found_at(dir, name) {
+            self.named_twice = true;
+        }
+        self.origin = Some((dir, name.to_vec()));
+    }
+
+    /// Whether the node is walked from `name` in directory `dir`.
+    fn found_at(&self, dir: u64, name: &[u8]) -> bool {
+        self.origin
+            .as_ref()
+            .is_some_and(|(d, n)| *d == dir && n == name)
+    }
 }
 
 #[derive(Default)]
@@ -576,27 +581,18 @@ impl InodeTable {
     }
 
     fn move_origin(inner: &mut Inner, ino: u64, from: (u64, &[u8]), to: (u64, &[u8])) {
-        let Some(node) = inner.by_ino.get_mut(&ino) else {
-            return;
-        };
-        if node
-            .origin
-            .as_ref()
-            .is_some_and(|o| o.0 == from.0 && o.1 == from.1)
+        if let Some(node) = inner
+            .by_ino
+            .get_mut(&ino)
+            .filter(|n| n.found_at(from.0, from.1))
         {
             node.origin = Some((to.0, to.1.to_vec()));
         }
     }
 
     fn lose_origin(inner: &mut Inner, ino: u64, (dir, name): (u64, &[u8])) {
-        if let Some(node) = inner.by_ino.get_mut(&ino) {
-            if node
-                .origin
-                .as_ref()
-                .is_some_and(|o| o.0 == dir && o.1 == name)
-            {
-                node.origin = None;
-            }
+        if let Some(node) = inner.by_ino.get_mut(&ino).filter(|n| n.found_at(dir, name)) {
+            node.origin = None;
         }
     }
 

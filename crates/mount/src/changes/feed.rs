@@ -318,9 +318,10 @@ impl Applier<'_> {
     fn leads_to(&self, (dir, name): (u64, &[u8]), ev: &Event) -> bool {
         let file = event_file(ev);
         let ctime = matches!(ev.kind, EventKind::Created);
+        let as_seen = |ino| self.as_seen(ino, ev, ctime);
         file.is_some()
             && self.kernel_file(dir, name) == file
-            && (self.shared.inodes.child(dir, name)).is_some_and(|ino| self.as_seen(ino, ev, ctime))
+            && self.shared.inodes.child(dir, name).is_some_and(as_seen)
     }
 
     /// Whether `ev` shows node `ino`'s file with the attributes the mount last saw of it

@@ -455,8 +455,8 @@ impl Shared {
     /// unlink, a rename over it): a node answered from a replica has no fid and is reached
     /// through its name, so while an open of it waits for its first read (a deferred open),
     /// or while the kernel may hold another name of it (a hard link it looked up too), it
-    /// is walked now, and stays reachable afterwards, as POSIX has it. Other opens hold fids of their
-    /// own; a file of one name that nobody has open costs nothing here.
+    /// is walked now, and stays reachable afterwards, as POSIX has it. Other opens hold
+    /// fids of their own; a file of one name that nobody has open costs nothing here.
     fn keep_reachable(&self, parent: u64, name: &[u8]) {
         let Some(ino) = self.inodes.child(parent, name) else {
             return;
