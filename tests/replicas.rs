@@ -148,6 +148,21 @@ fn tree(root: &Path) -> BTreeMap<String, String> {
 }
 
 const NAMES: [&str; 5] = ["a", "b", "c", "d", "e"];
+
+/// Looks each of [`NAMES`] up in each of `dirs` through the mount: each shows what the
+/// export has (a name missing from both shows as missing).
+fn assert_every_name_as_exported(s: &Setup, dirs: &[&str], when: &str) {
+    for dir in dirs {
+        for name in NAMES {
+            let rel = format!("{dir}{name}");
+            assert_eq!(
+                describe(&s.guest(&rel)),
+                describe(&s.host(&rel)),
+                "{rel} {when}"
+            );
+        }
+    }
+}
 const DIRS: [&str; 4] = ["", "p/", "q/", "p/r/"];
 
 fn any_path(rng: &mut Rng) -> String {
@@ -265,16 +280,8 @@ fn host_changes_against_replicas(tiny_queue: bool, seed: u64) {
         s.sync();
         // Every name that could exist, looked up one by one (replicas answer lookups of
         // missing names too), then every listing.
-        for dir in DIRS {
-            for name in NAMES {
-                let rel = format!("{dir}{name}");
-                assert_eq!(
-                    describe(&s.guest(&rel)),
-                    describe(&s.host(&rel)),
-                    "{rel} after batch {batch} (stalled: {stalled}, restart: {restart})"
-                );
-            }
-        }
+        let when = format!("after batch {batch} (stalled: {stalled}, restart: {restart})");
+        assert_every_name_as_exported(&s, &DIRS, &when);
         assert_eq!(
             tree(&s.mount.mountpoint),
             tree(&s.export),
@@ -337,13 +344,7 @@ fn changes_through_the_mount_and_on_the_host_leave_the_directories_exact() {
         s.sync();
         // Every name that could exist, looked up one by one: a host change to a name just
         // changed through the mount shows too.
-        for dir in DIRS {
-            for name in NAMES {
-                let rel = format!("{dir}{name}");
-                let (guest, host) = (describe(&s.guest(&rel)), describe(&s.host(&rel)));
-                assert_eq!(guest, host, "{rel} after batch {batch}");
-            }
-        }
+        assert_every_name_as_exported(&s, &DIRS, &format!("after batch {batch}"));
         // The root too, whose times the sync's own cookie moves.
         assert_eq!(
             describe(&s.mount.mountpoint),
@@ -407,13 +408,7 @@ fn concurrent_changes_through_the_mount_and_on_the_host_leave_every_name_exact()
             scope.spawn(|| random_changes(&s.export, round * 10 + 9, 200));
         });
         s.sync();
-        for dir in ["s1/", "s2/"] {
-            for name in NAMES {
-                let rel = format!("{dir}{name}");
-                let (guest, host) = (describe(&s.guest(&rel)), describe(&s.host(&rel)));
-                assert_eq!(guest, host, "{rel} after round {round}");
-            }
-        }
+        assert_every_name_as_exported(&s, &["s1/", "s2/"], &format!("after round {round}"));
         assert_eq!(
             tree(&s.mount.mountpoint),
             tree(&s.export),
