@@ -280,7 +280,12 @@ impl Shared {
         });
         let made_dir = r.as_ref().is_ok_and(|(_, a)| attr::is_dir(a));
         match &r {
-            Ok((_, a)) => self.replicas.own_created(parent.0, name, a, None),
+            Ok((_, a)) => {
+                // A new file: what the mount kept of an earlier one of the same number
+                // (the host reused it), such as a link's target, is not it.
+                self.listed.changed([a.qid.path]);
+                self.replicas.own_created(parent.0, name, a, None)
+            }
             // Created, but its attributes are unknown.
             Err(_) => self.replicas.stale(parent.0, name),
         }

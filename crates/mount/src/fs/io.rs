@@ -842,6 +842,8 @@ impl Shared {
         (flags, wire): (i32, u32),
         reply: ReplyCreate,
     ) {
+        // A new file (see `create_entry` in `fs/entry.rs`).
+        self.listed.changed([a.qid.path]);
         self.replicas.own_created(parent.0, name, &a, left);
         let fa = self.remember((parent, name), node, &a, None);
         let fh = self.handles.insert(fid, Reopen::new(fa.ino.0, wire));
