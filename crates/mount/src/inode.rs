@@ -96,6 +96,22 @@ impl Inode {
         self.origin = Some((dir, name.to_vec()));
     }
 
+    /// Whether `a`, of a symbolic link with this node's number, is another link than the
+    /// node's (the host removed the link and gave its number to a new one while the
+    /// kernel still held the node): a link's modification time is its creation's, and the
+    /// kernel keeps a link's target with its node (`FUSE_CACHE_SYMLINKS`), which nothing
+    /// would tell it to drop. The new link gets a node of its own. Regular files and
+    /// directories need no such care: the kernel drops their cached pages and listings
+    /// when their times change.
+    fn another_link(&self, a: &Rgetattr) -> bool {
+        let mtime_ns = |s: Status| s.mtime_ns;
+        self.format == libc::S_IFLNK
+            && self
+                .status
+                .map(mtime_ns)
+                .is_some_and(|m| m != Status::of(a).mtime_ns)
+    }
+
     /// Whether the node is walked from `name` in directory `dir`.
     fn found_at(&self, dir: u64, name: &[u8]) -> bool {
         self.origin
@@ -438,7 +454,7 @@ impl InodeTable {
         let listed = fetched.map(|f| Box::new((a.clone(), f)));
         if let Some(&ino) = inner.by_path.get(&qid.path) {
             if let Some(node) = inner.by_ino.get_mut(&ino) {
-                if node.format == format {
+                if node.format == format && !node.another_link(a) {
                     node.nlookup += 1;
                     node.seen = Some(stamp);
                     node.status = Some(Status::of(a));
@@ -853,6 +869,44 @@ mod tests {
         table.lock().unmap_path(5, spare);
         assert_eq!(shown(5), 5);
         assert_eq!(table.lock().spared.len(), 1, "the root's only");
+    }
+
+    #[test]
+    fn a_link_of_a_number_the_kernel_holds_for_another_link_gets_a_node_of_its_own() {
+        let table = InodeTable {
+            inner: Mutex::new(Inner {
+                next_spare: PLACEHOLDER - 1,
+                ..Inner::default()
+            }),
+        };
+        let link = |name: &str, mode: u32, mtime_sec: u64| {
+            let a = Rgetattr {
+                qid: Qid {
+                    ty: 0,
+                    version: 0,
+                    path: 40,
+                },
+                mode,
+                mtime_sec,
+                ..Rgetattr::default()
+            };
+            table.remember_lazy((1, name.as_bytes()), &a, None)
+        };
+        let first = link("a", libc::S_IFLNK | 0o777, 100);
+        assert_eq!(first, 40);
+        assert_eq!(
+            link("a", libc::S_IFLNK | 0o777, 100),
+            first,
+            "the same link"
+        );
+        // The host removed it and made another link that took its number: the kernel
+        // would keep the first link's target for a node it still holds.
+        let second = link("b", libc::S_IFLNK | 0o777, 200);
+        assert_ne!(second, first);
+        assert_eq!(table.ino_of(40), Some(second));
+        // A regular file's node follows its changes: the kernel drops its pages itself.
+        let file = link("f", libc::S_IFREG | 0o644, 300);
+        assert_eq!(link("f", libc::S_IFREG | 0o644, 400), file);
     }
 
     #[test]

@@ -335,8 +335,19 @@ impl Shared {
 
     /// Whether a small file fetched earlier still holds what the file holds: nothing can
     /// have changed it since it was asked for, events followed all the while.
+    ///
+    /// And it is the file the kernel knows by that number: with the attributes its node was
+    /// last seen with. The host may give a removed file's number to a new one before the
+    /// events of either come (a link removed and another made: the kernel would keep the
+    /// old link's target for the new one).
     fn small_file_usable(&self, f: &SmallFile) -> bool {
+        let status = |s: crate::inode::Status| (s.mode, s.size, s.mtime_ns);
+        let known = self
+            .inodes
+            .ino_of(f.attr.qid.path)
+            .and_then(|ino| self.inodes.status(ino));
         self.follows_events()
+            && known.is_none_or(|k| status(k) == status(crate::inode::Status::of(&f.attr)))
             && self
                 .listed
                 .reusable_for(f.attr.qid.path, &f.fetched, self.attr_ttl())
