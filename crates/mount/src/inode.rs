@@ -843,14 +843,19 @@ impl InodeTable {
 mod tests {
     use super::*;
 
-    #[test]
-    fn listings_show_each_file_its_node_id() {
-        let table = InodeTable {
+    /// A table without even the root.
+    fn empty_table() -> InodeTable {
+        InodeTable {
             inner: Mutex::new(Inner {
                 next_spare: PLACEHOLDER - 1,
                 ..Inner::default()
             }),
-        };
+        }
+    }
+
+    #[test]
+    fn listings_show_each_file_its_node_id() {
+        let table = empty_table();
         let shown = |q: u64| table.by_path().ino_or_own(q);
         let add = |q: u64| {
             let mut inner = table.lock();
@@ -873,12 +878,7 @@ mod tests {
 
     #[test]
     fn a_link_of_a_number_the_kernel_holds_for_another_link_gets_a_node_of_its_own() {
-        let table = InodeTable {
-            inner: Mutex::new(Inner {
-                next_spare: PLACEHOLDER - 1,
-                ..Inner::default()
-            }),
-        };
+        let table = empty_table();
         let link = |name: &str, mode: u32, mtime_sec: u64| {
             let a = Rgetattr {
                 qid: Qid {
@@ -911,9 +911,7 @@ mod tests {
 
     #[test]
     fn names_changed_through_the_mount_move_or_end_where_fidless_nodes_are_walked_from() {
-        let table = InodeTable {
-            inner: Mutex::new(Inner::default()),
-        };
+        let table = empty_table();
         let lazy = |dir: u64, name: &str, qid_path: u64| {
             let a = Rgetattr {
                 qid: Qid {
