@@ -250,8 +250,9 @@ pub struct WatchArgs {
 
 #[derive(Args, Debug)]
 pub struct SyncArgs {
-    /// The mount point of a `crossfs mount` whose server streams change events.
-    pub mountpoint: PathBuf,
+    /// A `crossfs mount` whose server streams change events: its mount point, or any path in
+    /// it (which need not exist yet).
+    pub path: PathBuf,
 }
 
 #[derive(Args, Debug)]

@@ -258,52 +258,16 @@ fn detach(cmd: &mut Command) {
     }
 }
 
-/// Whether a crossfs FUSE mount is at `dir` (from /proc/self/mountinfo: a FUSE file system
-/// whose source is `crossfs:ADDR`).
+/// Whether a crossfs FUSE mount is at `dir` (the last mount there: a FUSE file system whose
+/// source is `crossfs:ADDR`).
 fn is_crossfs_mount(dir: &Path) -> bool {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
-    let want = dir.to_string_lossy();
-    info.lines().any(|line| {
-        let fields: Vec<&str> = line.split(' ').collect();
-        let after = fields
+    crate::mountinfo::mounts().is_ok_and(|mounts| {
+        mounts
             .iter()
-            .position(|f| *f == "-")
-            .map_or(&[][..], |i| &fields[i + 1..]);
-        let fuse = after
-            .first()
-            .is_some_and(|t| *t == "fuse" || t.starts_with("fuse."));
-        let ours = after
-            .get(1)
-            .is_some_and(|s| unescape(s).starts_with("crossfs:"));
-        fuse && ours && fields.get(4).map(|m| unescape(m)).as_deref() == Some(&*want)
+            .rev()
+            .find(|m| m.mountpoint == dir)
+            .is_some_and(|m| m.crossfs_addr().is_some())
     })
-}
-
-/// mountinfo escapes space, tab, newline and backslash as octal (`\040`).
-fn unescape(field: &str) -> String {
-    let mut out = Vec::with_capacity(field.len());
-    let b = field.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        let octal = b.get(i + 1..i + 4).and_then(|d| {
-            std::str::from_utf8(d)
-                .ok()
-                .and_then(|s| u8::from_str_radix(s, 8).ok())
-        });
-        match (b[i], octal) {
-            (b'\\', Some(c)) => {
-                out.push(c);
-                i += 4;
-            }
-            (c, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
@@ -377,12 +341,5 @@ mod tests {
         assert!(translate(&strings(&["private=1"]), false)
             .unwrap_err()
             .contains("no value"));
-    }
-
-    #[test]
-    fn mountinfo_paths_are_unescaped() {
-        assert_eq!(unescape(r"/mnt/a\040b"), "/mnt/a b");
-        assert_eq!(unescape(r"/mnt/\134x"), r"/mnt/\x");
-        assert_eq!(unescape("/plain"), "/plain");
     }
 }

@@ -8,6 +8,7 @@ mod args;
 mod cmd;
 mod control;
 mod helper;
+mod mountinfo;
 mod signals;
 mod token;
 

@@ -298,6 +298,39 @@ fn a_cache_always_mount_is_coherent_after_sync() {
 }
 
 #[test]
+fn a_sync_of_any_path_in_the_mount_syncs_the_mount_and_a_path_elsewhere_is_refused() {
+    let s = Setup::new(&[], &[]);
+    std::fs::create_dir(s.host("dir")).unwrap();
+    s.sync();
+    assert!(std::fs::metadata(s.guest("dir/late")).is_err());
+    let syncs = s.changes("syncs");
+    std::fs::write(s.host("dir/late"), "here").unwrap();
+    // The name the host just made, not yet shown: its nearest existing ancestor decides.
+    run_ok(
+        Command::new(crossfs_bin())
+            .arg("sync")
+            .arg(s.guest("dir/late")),
+    );
+    assert_eq!(s.changes("syncs"), syncs + 1);
+    assert_eq!(
+        std::fs::read_to_string(s.guest("dir/late")).unwrap(),
+        "here"
+    );
+    run_ok(Command::new(crossfs_bin()).arg("sync").arg(s.guest("dir")));
+    assert_eq!(s.changes("syncs"), syncs + 2);
+
+    let elsewhere = s.export.parent().unwrap();
+    let out = Command::new(crossfs_bin())
+        .arg("sync")
+        .arg(elsewhere)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("is not in a crossfs mount"), "{stderr}");
+}
+
+#[test]
 fn an_overflow_while_the_mount_is_paused_rescans_to_a_correct_view() {
     let s = Setup::new(&[], &["--cache", "always"]);
     std::fs::create_dir(s.host("big")).unwrap();

@@ -87,60 +87,17 @@ fn target_addr(target: &str) -> Result<Addr> {
     let dir = Path::new(target)
         .canonicalize()
         .with_context(|| format!("mount point {target}"))?;
-    let info =
-        std::fs::read_to_string("/proc/self/mountinfo").context("reading /proc/self/mountinfo")?;
-    for line in info.lines() {
-        // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER
-        let fields: Vec<&str> = line.split(' ').collect();
-        let Some(dash) = fields.iter().position(|f| *f == "-") else {
-            continue;
-        };
-        let (Some(mountpoint), Some(fstype), Some(source)) =
-            (fields.get(4), fields.get(dash + 1), fields.get(dash + 2))
-        else {
-            continue;
-        };
-        if Path::new(&unescape(mountpoint)) != dir || !fstype.starts_with("fuse") {
-            continue;
-        }
-        if let Some(addr) = unescape(source).strip_prefix("crossfs:") {
-            return addr
-                .parse()
-                .map_err(|e| anyhow::anyhow!("mount source `{source}`: {e}"));
-        }
+    let mounts = crate::mountinfo::mounts().context("reading /proc/self/mountinfo")?;
+    // The last mount at that point is the one a path there reaches.
+    if let Some(addr) = mounts
+        .iter()
+        .rev()
+        .find(|m| m.mountpoint == dir)
+        .and_then(|m| m.crossfs_addr())
+    {
+        return addr
+            .parse()
+            .map_err(|e| anyhow::anyhow!("mount source `crossfs:{addr}`: {e}"));
     }
     bail!("{} is not a crossfs mount", dir.display())
-}
-
-/// mountinfo escapes space, tab, newline and backslash as octal (`\040`).
-fn unescape(field: &str) -> String {
-    let b = field.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
-            out.push(v);
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mountinfo_escapes() {
-        assert_eq!(unescape(r"/mnt/a\040b"), "/mnt/a b");
-        assert_eq!(unescape(r"/mnt/x\134y"), r"/mnt/x\y");
-        assert_eq!(unescape("plain"), "plain");
-    }
 }
