@@ -17,68 +17,86 @@ pub fn run(args: StatsArgs) -> Result<()> {
 }
 
 /// A message-count table: one row per message type with count, bytes and errors.
-fn message_table(title: &str, messages: &Value) -> String {
-    let mut out = format!("{title}\n");
+fn message_table(out: &mut String, indent: &str, title: &str, messages: &Value) {
+    out.push_str(&format!("{indent}{title}\n"));
     let Some(map) = messages.as_object() else {
-        return out;
+        return;
     };
     out.push_str(&format!(
-        "  {:<14} {:>12} {:>16} {:>8}\n",
+        "{indent}  {:<14} {:>12} {:>16} {:>8}\n",
         "message", "count", "bytes", "errors"
     ));
+    // serde_json's numbers ignore width: format them as integers so the columns line up.
+    let number = |v: &Value, key: &str| v.get(key).and_then(Value::as_u64).unwrap_or(0);
     for (name, v) in map {
-        if let Some(count) = v.get("count") {
+        if v.get("count").is_some() {
+            // 9P counts carry `bytes`; FUSE opcodes of a virtio device, bytes in and out.
+            let bytes = number(v, "bytes") + number(v, "bytes_in") + number(v, "bytes_out");
             out.push_str(&format!(
-                "  {:<14} {:>12} {:>16} {:>8}\n",
+                "{indent}  {:<14} {:>12} {:>16} {:>8}\n",
                 name,
-                count,
-                v.get("bytes").unwrap_or(&Value::from(0)),
-                v.get("errors").unwrap_or(&Value::from(0)),
+                number(v, "count"),
+                bytes,
+                number(v, "errors"),
             ));
         }
     }
     for key in ["bytes_in", "bytes_out"] {
         if let Some(v) = map.get(key) {
-            out.push_str(&format!("  {key}: {v}\n"));
+            out.push_str(&format!("{indent}  {key}: {v}\n"));
         }
     }
-    out
+}
+
+/// Any part of a report: message maps as tables, objects as indented sections, arrays item
+/// by item, numbers and strings as `name: value`.
+fn section(out: &mut String, indent: &str, key: &str, v: &Value) {
+    match v {
+        Value::Object(map) if map.values().any(|c| c.get("count").is_some()) => {
+            message_table(out, indent, key, v)
+        }
+        Value::Object(map) => {
+            out.push_str(&format!("{indent}{key}\n"));
+            let inner = format!("{indent}  ");
+            for (name, value) in map {
+                section(out, &inner, name, value);
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                section(out, indent, &format!("{key} {i}"), item);
+            }
+        }
+        _ => out.push_str(&format!("{indent}{key}: {v}\n")),
+    }
 }
 
 /// Human-readable rendering of a server's or a mount's report.
 fn render(doc: &Value) -> String {
     let mut out = String::new();
-    match doc.get("role").and_then(Value::as_str) {
-        Some("server") => {
-            out.push_str(&format!("server exporting {}\n", doc["export"]));
-            out.push_str(&message_table("total", &doc["total"]));
-            let live = &doc["live"];
-            if live.is_object() {
-                out.push_str(&format!(
-                    "live: {} connections holding {} fids and {} descriptors\n",
-                    live["connections"], live["fids"], live["fds"]
-                ));
-            }
-            for conn in doc["connections"].as_array().into_iter().flatten() {
-                out.push_str(&message_table(
-                    &format!(
-                        "connection {} from {} (msize {}, {} fids, {} descriptors)",
-                        conn["id"], conn["peer"], conn["msize"], conn["fids"], conn["fds"]
-                    ),
-                    conn,
-                ));
-            }
+    let mut rest: Vec<(&String, &Value)> = doc.as_object().into_iter().flatten().collect();
+    if doc.get("role").and_then(Value::as_str) == Some("server") {
+        out.push_str(&format!("server exporting {}\n", doc["export"]));
+        message_table(&mut out, "", "total", &doc["total"]);
+        let live = &doc["live"];
+        if live.is_object() {
+            out.push_str(&format!(
+                "live: {} connections holding {} fids and {} descriptors\n",
+                live["connections"], live["fids"], live["fds"]
+            ));
         }
-        _ => {
-            // A mount: print its sections generically.
-            for (key, v) in doc.as_object().into_iter().flatten() {
-                if v.is_object() {
-                    out.push_str(&message_table(key, v));
-                } else {
-                    out.push_str(&format!("{key}: {v}\n"));
-                }
-            }
+        for conn in doc["connections"].as_array().into_iter().flatten() {
+            let title = format!(
+                "connection {} from {} (msize {}, {} fids, {} descriptors)",
+                conn["id"], conn["peer"], conn["msize"], conn["fids"], conn["fds"]
+            );
+            message_table(&mut out, "", &title, conn);
         }
+        let shown = ["role", "export", "total", "live", "connections"];
+        rest.retain(|(key, _)| !shown.contains(&key.as_str()));
+    }
+    for (key, v) in rest {
+        section(&mut out, "", key, v);
     }
     out
 }
@@ -93,7 +111,9 @@ mod tests {
             "role": "server", "export": "/x",
             "total": {"Twalk": {"count": 3, "bytes": 90, "errors": 1}, "bytes_in": 90, "bytes_out": 0},
             "live": {"connections": 1, "fids": 2, "fds": 3},
-            "connections": [{"id": 1, "peer": "unix", "msize": 1048576, "fids": 2, "fds": 3, "Twalk": {"count": 3, "bytes": 90, "errors": 1}}]
+            "connections": [{"id": 1, "peer": "unix", "msize": 1048576, "fids": 2, "fds": 3, "Twalk": {"count": 3, "bytes": 90, "errors": 1}}],
+            "events": {"overflows": 2},
+            "virtiofs": [{"listen": "unix:/v", "ops": {"LOOKUP": {"count": 4, "errors": 0, "bytes_in": 200, "bytes_out": 100}}}]
         });
         let text = render(&doc);
         assert!(
@@ -107,5 +127,38 @@ mod tests {
         assert!(text.contains("Twalk"), "{text}");
         assert!(text.contains("msize 1048576"), "{text}");
         assert!(text.contains("bytes_in: 90"), "{text}");
+        assert!(
+            text.contains("events\n  overflows: 2\n"),
+            "the event engine's counters: {text}"
+        );
+        assert!(
+            text.contains("virtiofs 0\n  listen: \"unix:/v\"\n  ops\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("    LOOKUP                    4              300        0"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn renders_every_counter_of_a_mount() {
+        let doc = serde_json::json!({
+            "role": "client", "cache": "auto",
+            "9p": {"Twalk": {"count": 3, "bytes": 90, "errors": 1}},
+            "fuse": {},
+            "replicas": {"hits": 7, "entries": 12, "following": true},
+            "msize": {"effective": 65536}
+        });
+        let text = render(&doc);
+        for line in [
+            "cache: \"auto\"",
+            "replicas\n  entries: 12\n  following: true\n  hits: 7",
+            "msize\n  effective: 65536",
+            "fuse\n",
+            "Twalk",
+        ] {
+            assert!(text.contains(line), "{line:?} in {text}");
+        }
     }
 }
