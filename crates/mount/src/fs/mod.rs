@@ -641,6 +641,14 @@ impl Filesystem for CrossFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        if parent == newparent && name == newname {
+            // The kernel renames a name onto itself without asking unless its two lookups
+            // of the name found two files: its entry was stale (the host replaced the
+            // file). Renamed as asked, it would move the stale entry over the fresh one
+            // and keep it. ESTALE makes renameat(2) look both up again, once, and find one
+            // file, which is nothing to rename.
+            return reply.error(Errno::ESTALE);
+        }
         let (s, _change) = self.s_changing(
             req,
             Op::Rename,
