@@ -649,7 +649,11 @@ fn a_rename_of_a_name_onto_itself_leaves_the_file_the_host_put_there() {
             std::fs::rename(s.guest("r/a"), s.guest("r/a")).unwrap();
             s.sync();
             let what = format!("{mount_args:?}, round {round}");
-            assert_eq!(describe(&s.guest("r/a")), describe(&s.host("r/a")), "{what}");
+            assert_eq!(
+                describe(&s.guest("r/a")),
+                describe(&s.host("r/a")),
+                "{what}"
+            );
             assert_eq!(tree(&s.guest("r")), tree(&s.host("r")), "{what}");
         }
     }
