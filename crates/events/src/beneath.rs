@@ -84,9 +84,14 @@ impl Root {
     /// `lstat` of `rel`; `Ok(None)` when it does not exist (or a component is no longer a
     /// directory, or is now a symlink: then the path as we knew it does not exist either).
     pub(crate) fn lstat(&self, rel: &RelPath) -> io::Result<Option<Attrs>> {
+        Ok(self.lstat_whole(rel)?.map(|st| Attrs::from_stat(&st)))
+    }
+
+    /// As [`Root::lstat`], everything `fstat` tells.
+    pub(crate) fn lstat_whole(&self, rel: &RelPath) -> io::Result<Option<rustix::fs::Stat>> {
         let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         match self.open_beneath(rel, flags) {
-            Ok(fd) => Ok(Some(Attrs::from_stat(&rustix::fs::fstat(&fd)?))),
+            Ok(fd) => Ok(Some(rustix::fs::fstat(&fd)?)),
             Err(e) if gone(e) => Ok(None),
             Err(e) => Err(e.into()),
         }

@@ -24,6 +24,10 @@ use crate::watch::{Raw, Watcher};
 
 /// The longest the thread sleeps without a reason to wake.
 const IDLE: Duration = Duration::from_secs(1);
+/// Most names remembered as another link of a file (see `Engine::links_made`); past it,
+/// all are forgotten (what is lost: the change time of a link made and removed within one
+/// window).
+const LINKS_MADE_LIMIT: usize = 4096;
 /// The least time between two reads of the watcher (at most a quarter of the quiet
 /// window): a burst of changes is taken in one wakeup every few milliseconds rather than
 /// one per event, which on a small machine is CPU taken from the program making them
@@ -47,6 +51,12 @@ pub(crate) struct Engine {
     /// When the watcher was last read, and the least time until the next read.
     last_read: Instant,
     read_gap: Duration,
+    /// Names made as another link of a file, with the file as it was then. A link made and
+    /// removed within one window changes nothing but that file's link count and change
+    /// time, which no event of its other names tells (the kernel tells only a watch on
+    /// the file itself): the removal carries the file, so subscribers drop what they know
+    /// of it. Filled when the creation is read, emptied when the name is flushed.
+    links_made: HashMap<RelPath, crate::Attrs>,
 }
 
 impl Engine {
@@ -80,6 +90,7 @@ impl Engine {
             next_poll,
             last_read: Instant::now(),
             read_gap,
+            links_made: HashMap::new(),
         }
     }
 
@@ -192,6 +203,9 @@ impl Engine {
                         }
                     }
                 } else if !path.is_root() {
+                    if hints.contains(Hints::CREATED) {
+                        self.note_link(&path);
+                    }
                     self.coalescer.push(path, hints, now);
                 }
             }
@@ -206,6 +220,22 @@ impl Engine {
                 self.coalescer.collapse(path, "requested", false, now);
             }
         }
+    }
+
+    /// Remembers `path` if it was made as another link of a file (a file with more than one
+    /// link, other than a directory), while it is still there to see.
+    fn note_link(&mut self, path: &RelPath) {
+        let Ok(Some(st)) = self.root.lstat_whole(path) else {
+            return;
+        };
+        let a = crate::Attrs::from_stat(&st);
+        if a.is_dir() || st.st_nlink < 2 {
+            return;
+        }
+        if self.links_made.len() >= LINKS_MADE_LIMIT {
+            self.links_made.clear();
+        }
+        self.links_made.insert(path.clone(), a);
     }
 
     /// A kernel queue overflow: rescan everything against the snapshot; too many in a row
@@ -381,9 +411,11 @@ impl Engine {
             }
         };
         let old = self.snapshot.get(path).copied();
+        let link = self.links_made.remove(path);
         match (old, now) {
             // Here and gone within the window: a subscriber may have looked it up meanwhile.
-            (None, None) => out.push(Change::new(EventKind::Removed, path.clone(), None)),
+            // A link of a file carries the file (its link count and change time moved).
+            (None, None) => out.push(Change::new(EventKind::Removed, path.clone(), link)),
             (Some(o), None) => {
                 self.snapshot.remove_subtree(path);
                 out.push(Change::new(EventKind::Removed, path.clone(), Some(o)));
@@ -486,6 +518,8 @@ impl Engine {
             self.ensure_parent(path, out);
         }
         self.shared.stats.rescans.fetch_add(1, Ordering::Relaxed);
+        // Names collapsed into the rescan are not flushed one by one.
+        self.links_made.clear();
         self.compare_subtree(path, reason, announce, out);
     }
 

@@ -5,7 +5,7 @@ mod common;
 use std::fs;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::time::Duration;
 
 use common::*;
@@ -230,6 +230,53 @@ fn fanotify_remade_directory_is_watched() {
         return;
     }
     remade_directory_is_watched(BackendKind::Fanotify);
+}
+
+/// A hard link made and removed within one window changes nothing but its file's link
+/// count and change time, which no event of the file's other names tells: the removal
+/// carries the file, as it was while the link was there.
+fn short_lived_link_names_its_file(backend: BackendKind) {
+    let t = tempdir();
+    let root = t.path();
+    fs::write(root.join("f"), b"f").unwrap();
+    // A window long enough that the engine reads the link's creation within it however
+    // busy the machine is; the link lives a tenth of it.
+    let config = HubConfig {
+        quiet: Duration::from_millis(500),
+        max_delay: Duration::from_secs(2),
+        ..config(backend)
+    };
+    let hub = EventHub::start(root, config).unwrap();
+    let sub = hub.subscribe();
+    until_sync(&hub, &sub);
+    let ino = fs::metadata(root.join("f")).unwrap().ino();
+    fs::hard_link(root.join("f"), root.join("link")).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    fs::remove_file(root.join("link")).unwrap();
+    let evs = until_sync(&hub, &sub);
+    assert_eq!(summary(&evs), pairs(&[("removed", "link")]), "{backend:?}");
+    assert_eq!(evs[0].qid, Some(ino), "{backend:?}");
+    // A name made and removed that was no link carries nothing.
+    fs::write(root.join("tmp"), b"t").unwrap();
+    fs::remove_file(root.join("tmp")).unwrap();
+    let evs = until_sync(&hub, &sub);
+    assert_eq!(summary(&evs), pairs(&[("removed", "tmp")]), "{backend:?}");
+    assert_eq!(evs[0].qid, None, "{backend:?}");
+}
+
+#[test]
+fn inotify_short_lived_link_names_its_file() {
+    short_lived_link_names_its_file(BackendKind::Inotify);
+}
+
+#[test]
+fn fanotify_short_lived_link_names_its_file() {
+    let t = tempdir();
+    if !fanotify_available(t.path()) {
+        eprintln!("SKIPPED: fanotify unavailable");
+        return;
+    }
+    short_lived_link_names_its_file(BackendKind::Fanotify);
 }
 
 /// A directory filled and then moved into another directory, all within one coalescing window
