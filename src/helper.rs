@@ -262,11 +262,7 @@ fn detach(cmd: &mut Command) {
 /// source is `crossfs:ADDR`).
 fn is_crossfs_mount(dir: &Path) -> bool {
     crate::mountinfo::mounts().is_ok_and(|mounts| {
-        mounts
-            .iter()
-            .rev()
-            .find(|m| m.mountpoint == dir)
-            .is_some_and(|m| m.crossfs_addr().is_some())
+        crate::mountinfo::at(&mounts, dir).is_some_and(|m| m.crossfs_addr().is_some())
     })
 }
 

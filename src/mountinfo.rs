@@ -38,6 +38,11 @@ pub fn containing<'a>(mounts: &'a [MountEntry], path: &Path) -> Option<&'a Mount
         .map(|(_, m)| m)
 }
 
+/// The mount at `mountpoint` (the last made there: the one a path there reaches).
+pub fn at<'a>(mounts: &'a [MountEntry], mountpoint: &Path) -> Option<&'a MountEntry> {
+    mounts.iter().rev().find(|m| m.mountpoint == mountpoint)
+}
+
 fn parse(info: &str) -> Vec<MountEntry> {
     info.lines()
         .filter_map(|line| {
@@ -112,5 +117,7 @@ mod tests {
         assert_eq!(on("/mnt/a bc"), Some("/dev/vda1"));
         // A later mount at the same point hides the crossfs mount under it.
         assert_eq!(on("/mnt/c/d"), Some("host:/src"));
+        assert_eq!(at(&m, Path::new("/mnt/c")).unwrap().source, "host:/src");
+        assert!(at(&m, Path::new("/mnt")).is_none());
     }
 }

@@ -26,19 +26,12 @@ pub fn run(args: SyncArgs) -> Result<()> {
 /// The mount point of the crossfs mount `path` is in. The path need not exist yet (a file the
 /// host has just made is what one syncs for): its nearest existing ancestor decides.
 fn mount_root(path: &Path) -> Result<PathBuf> {
-    let mut existing = path;
-    let canonical = loop {
-        match existing.canonicalize() {
-            Ok(p) => break p,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                existing = match existing.parent() {
-                    Some(p) if !p.as_os_str().is_empty() => p,
-                    _ => Path::new("."),
-                };
-            }
-            Err(e) => return Err(e).with_context(|| format!("resolving {}", existing.display())),
-        }
-    };
+    let canonical = path
+        .ancestors()
+        .filter(|p| !p.as_os_str().is_empty())
+        .chain([Path::new(".")])
+        .find_map(|p| p.canonicalize().ok())
+        .with_context(|| format!("resolving {}", path.display()))?;
     let mounts = mountinfo::mounts().context("reading /proc/self/mountinfo")?;
     match mountinfo::containing(&mounts, &canonical) {
         Some(m) if m.crossfs_addr().is_some() => Ok(m.mountpoint.clone()),

@@ -88,13 +88,7 @@ fn target_addr(target: &str) -> Result<Addr> {
         .canonicalize()
         .with_context(|| format!("mount point {target}"))?;
     let mounts = crate::mountinfo::mounts().context("reading /proc/self/mountinfo")?;
-    // The last mount at that point is the one a path there reaches.
-    if let Some(addr) = mounts
-        .iter()
-        .rev()
-        .find(|m| m.mountpoint == dir)
-        .and_then(|m| m.crossfs_addr())
-    {
+    if let Some(addr) = crate::mountinfo::at(&mounts, &dir).and_then(|m| m.crossfs_addr()) {
         return addr
             .parse()
             .map_err(|e| anyhow::anyhow!("mount source `crossfs:{addr}`: {e}"));
