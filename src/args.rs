@@ -202,8 +202,9 @@ pub struct ServeArgs {
     /// Txattrcreate and Tclunk; past it, ENOSPC.
     #[arg(long, value_name = "BYTES", default_value = "1M", value_parser = parse_buffer)]
     pub max_pending_xattr_bytes: usize,
-    /// Descriptors the server may hold for all clients together. Default: the open-file
-    /// limit (raised to its hard maximum) less an eighth.
+    /// Descriptors the server may hold for all clients together, of both doors (9P and
+    /// vhost-user-fs). Default: the open-file limit (raised to its hard maximum) less an
+    /// eighth.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(64..))]
     pub fd_budget: Option<u64>,
     /// vhost-user-fs listeners: largest FUSE request in 4 KiB pages (FUSE_MAX_PAGES); the

@@ -58,64 +58,55 @@ pub fn run(args: ServeArgs) -> Result<()> {
             Some(Arc::new(hub))
         }
     };
-    // The event hub's sync cookies are hidden by both doors.
-    let reserved_prefix = events.as_ref().map(|hub| hub.cookie_prefix().to_vec());
+    // One export for both doors: one policy, one descriptor budget (each client's share
+    // is kept fair by the pool, whichever door it came through), one set of reserved names
+    // (the event hub's sync cookies).
+    let policy = crossfs_export::policy::Policy {
+        read_only: args.read_only,
+        allow_devices: args.allow_devices,
+        allow_setuid: args.allow_setuid,
+    };
+    let mut core = crossfs_export::Export::open(&export, policy, config.fd_budget)
+        .with_context(|| format!("exporting {}", export.display()))?;
+    core.reserved_prefix = events.as_ref().map(|hub| hub.cookie_prefix().to_vec());
+    info!(
+        export = %export.display(),
+        openat2 = core.openat2,
+        fd_limit = core.fd_limit,
+        fd_budget = core.fds.budget(),
+        read_only = args.read_only,
+        "export opened"
+    );
+    let core = Arc::new(core);
     // vhost-user-fs listeners are served by the virtio door; the others carry 9P.
     let (vhost, listen): (Vec<Addr>, Vec<Addr>) = args
         .listen
         .iter()
         .cloned()
         .partition(|a| matches!(a, Addr::VhostUserFs(_)));
-    let mut config = config;
-    let virtio_budget = if vhost.is_empty() {
-        None
-    } else {
-        // The two doors divide the descriptors: each pool is budgeted on its own.
-        let total = config.fd_budget.unwrap_or_else(|| {
-            crossfs_export::budget::FdPool::budget_for_limit(crossfs_export::sys::raise_fd_limit())
-        });
-        if !listen.is_empty() {
-            config.fd_budget = Some(total / 2);
-        }
-        Some(if listen.is_empty() { total } else { total / 2 })
-    };
-    let server = Server::with_events(config, events)
+    let server = Server::with_export(config, core.clone(), events)
         .with_context(|| format!("exporting {}", export.display()))?;
-    let virtio = match virtio_budget {
-        None => Vec::new(),
-        Some(budget) => {
-            let policy = crossfs_export::policy::Policy {
-                read_only: args.read_only,
-                allow_devices: args.allow_devices,
-                allow_setuid: args.allow_setuid,
-            };
-            let mut core = crossfs_export::Export::open(&export, policy, Some(budget))
-                .with_context(|| format!("exporting {}", export.display()))?;
-            core.reserved_prefix = reserved_prefix;
-            let core = Arc::new(core);
-            let fs_config = crossfs_virtiofs::FsConfig {
-                cache: args.cache,
-                max_pages: args.max_pages,
-                negative_ttl: None,
-                max_xattr_size: args.max_xattr_size,
-            };
-            vhost
-                .iter()
-                .filter_map(|addr| match addr {
-                    Addr::VhostUserFs(path) => Some(path),
-                    _ => None,
-                })
-                .map(|path| {
-                    Arc::new(crossfs_virtiofs::VirtioFs::new(
-                        core.clone(),
-                        path.clone(),
-                        fs_config.clone(),
-                        usize::from(args.request_queues),
-                    ))
-                })
-                .collect::<Vec<_>>()
-        }
+    let fs_config = crossfs_virtiofs::FsConfig {
+        cache: args.cache,
+        max_pages: args.max_pages,
+        negative_ttl: None,
+        max_xattr_size: args.max_xattr_size,
     };
+    let virtio: Vec<_> = vhost
+        .iter()
+        .filter_map(|addr| match addr {
+            Addr::VhostUserFs(path) => Some(path),
+            _ => None,
+        })
+        .map(|path| {
+            Arc::new(crossfs_virtiofs::VirtioFs::new(
+                core.clone(),
+                path.clone(),
+                fs_config.clone(),
+                usize::from(args.request_queues),
+            ))
+        })
+        .collect();
     let listen_opts = ListenOptions {
         allow_remote_tcp: args.allow_remote,
         stream: SocketOptions {

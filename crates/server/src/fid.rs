@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use crossfs_wire::{Fid, Qid};
 
-use crate::budget::{ByteCharge, Handle};
 use crate::error::{OpError, OpResult};
+use crossfs_export::budget::{ByteCharge, Handle};
 
 /// Where a fid's file was found: its directory and its name there.
 #[derive(Clone)]
@@ -107,7 +107,7 @@ impl FileFid {
 }
 
 /// An extended attribute value (or name list) held by an xattr fid, charged to its
-/// connection's budget for such values (see [`crate::budget`]).
+/// connection's budget for such values (see [`crossfs_export::budget`]).
 pub(crate) struct XattrValue {
     /// The bytes; their capacity is what is charged.
     pub bytes: Vec<u8>,
@@ -266,7 +266,7 @@ mod tests {
 
     #[test]
     fn table_enforces_uniqueness_and_limit() {
-        let budget = crate::budget::ByteBudget::new(0);
+        let budget = crossfs_export::budget::ByteBudget::new(0);
         let empty = || {
             FidState::XattrRead(XattrValue {
                 bytes: vec![],

@@ -2,9 +2,12 @@
 //! Linux kernel's v9fs, sees what a local program would see there.
 //!
 //! # What it owns, what it does not
-//! This crate owns the export (an `O_PATH` handle on its root), the fids of each connection,
-//! and the handling of every request, from the byte stream a connection hands it to the
-//! replies it writes back. It does not listen, accept or configure sockets (that is
+//! This crate is the 9P door of the export core (`crossfs-export`): it owns the fids of
+//! each connection and the handling of every request, from the byte stream a connection
+//! hands it to the replies it writes back. What a request does to exported files
+//! (confinement, names, reserved names, policy, ownership of new files, the descriptor
+//! budget) is the core's: a handler translates the message into one core call and the
+//! answer back. It does not listen, accept or configure sockets (that is
 //! `crossfs-transport`), parse command lines or print anything (the CLI). A caller makes a
 //! [`Server`] from a [`ServerConfig`] and calls [`Server::serve_connection`] with each
 //! connection's two directions, on a thread of its own:
@@ -53,7 +56,7 @@
 //! swapping one for a symlink between requests redirects nothing. Device nodes can neither be
 //! created nor opened unless [`ServerConfig::allow_devices`] is set. Set-user-ID and
 //! set-group-ID bits from clients are stripped, and cleared from files clients write to,
-//! unless [`ServerConfig::allow_setuid`] is set (see the rules in `ops/setid.rs`). With
+//! unless [`ServerConfig::allow_setuid`] is set (the rules are `crossfs_export::policy`'s). With
 //! [`ServerConfig::read_only`] every mutation is refused with `EROFS`. With
 //! [`ServerConfig::auth_token`], Tattach needs an `afid` from Tauth to which the client has
 //! written the token (`EACCES` otherwise, with a warning); the token is compared in time
@@ -137,14 +140,10 @@
 mod config;
 mod error;
 mod fid;
-mod names;
 mod ops;
 mod server;
 mod session;
 mod stats;
-
-// The confined export core, shared with the virtio door (crates/export).
-pub(crate) use crossfs_export::{budget, sys};
 
 pub use config::{AuthToken, ServerConfig};
 pub use error::ServerError;

@@ -2,8 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
-use std::os::fd::BorrowedFd;
-use std::path::PathBuf;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
@@ -15,35 +14,26 @@ use serde_json::{json, Map, Value};
 
 use crossfs_events::EventHub;
 
-use crate::budget::{FdAccount, FdPool, Handle};
+use crossfs_export::policy::Policy;
+use crossfs_export::{Dir, Export, OpenError};
+
 use crate::config::ServerConfig;
-use crate::error::{OpError, OpResult, ServerError};
-use crate::fid::lock;
+use crate::error::ServerError;
+use crate::fid::{lock, FileFid};
 use crate::session;
 use crate::stats::{add_counters, ConnStats};
+use crossfs_export::budget::{FdAccount, Handle};
 
 /// A directory exported over 9P2000.L. Create one with [`Server::new`], then hand each
 /// accepted connection to [`Server::serve_connection`] on its own thread.
 pub struct Server {
     pub(crate) config: ServerConfig,
-    /// The export as given, for logs and stats.
-    export: PathBuf,
-    /// `O_PATH` handle on the export root; every fid descends from it.
-    pub(crate) root: Arc<Handle>,
     root_dev: u64,
-    /// The root's qid path, to recognise the root directory in walks and listings.
-    root_qid_path: u64,
     /// Change events of the export, when watched (see [`Server::with_events`]).
     pub(crate) events: Option<Arc<EventHub>>,
-    /// The opened export (its `/proc/self/fd` handle reopens fids), shared code with the
-    /// virtio door.
-    core: crossfs_export::Export,
-    /// Whether walks use `openat2(RESOLVE_BENEATH|...)`.
-    pub(crate) openat2: bool,
-    /// Whether the server runs as root (then created files are given to the caller).
-    pub(crate) is_root: bool,
-    /// Descriptors held for clients, shared fairly between connections.
-    pub(crate) fds: Arc<FdPool>,
+    /// The export core: every operation on exported files goes through it (shared with
+    /// the virtio door when both serve one export).
+    pub(crate) export: Arc<Export>,
     /// Devices other than the root's met so far, numbered from 1 (qid path mixing).
     devices: Mutex<HashMap<u64, u64>>,
     /// Counters over every connection, closed ones included.
@@ -57,7 +47,7 @@ pub struct Server {
 impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server")
-            .field("export", &self.export)
+            .field("export", &self.export.path)
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
@@ -90,9 +80,24 @@ impl Server {
         config: ServerConfig,
         events: Option<Arc<EventHub>>,
     ) -> Result<Arc<Server>, ServerError> {
-        if config.export.as_os_str().is_empty() {
-            return Err(ServerError::Config("the export path is empty"));
-        }
+        let mut export = open_export(&config)?;
+        // The hub's sync cookies are not the clients'.
+        export.reserved_prefix = events.as_ref().map(|hub| hub.cookie_prefix().to_vec());
+        Self::with_export(config, Arc::new(export), events)
+    }
+
+    /// As [`Server::with_events`], over an export already opened (and shared, say, with the
+    /// virtio door): its policy, descriptor budget and reserved names apply, and
+    /// `config`'s `export`, `read_only`, `allow_devices`, `allow_setuid` and `fd_budget`
+    /// are not read.
+    ///
+    /// # Errors
+    /// [`ServerError::Config`] for limits that make no sense.
+    pub fn with_export(
+        config: ServerConfig,
+        export: Arc<Export>,
+        events: Option<Arc<EventHub>>,
+    ) -> Result<Arc<Server>, ServerError> {
         if config.max_msize < MIN_MSIZE {
             return Err(ServerError::Config("max_msize is below 4096"));
         }
@@ -104,40 +109,12 @@ impl Server {
                 "workers_per_connection, max_in_flight and max_connections must be at least 1",
             ));
         }
-        let policy = crossfs_export::policy::Policy {
-            read_only: config.read_only,
-            allow_devices: config.allow_devices,
-            allow_setuid: config.allow_setuid,
-        };
-        // The export core opens the export as the virtio door does.
-        let core = crossfs_export::Export::open(&config.export, policy, config.fd_budget).map_err(
-            |e| match e {
-                crossfs_export::OpenError::Export { path, source } => {
-                    ServerError::Export { path, source }
-                }
-                crossfs_export::OpenError::NoProc(e) => ServerError::NoProc(e),
-            },
-        )?;
-        let (root_dev, root_ino) = core.root_dev_ino;
-        tracing::info!(
-            export = %config.export.display(),
-            openat2 = core.openat2,
-            fd_limit = core.fd_limit,
-            fd_budget = core.fds.budget(),
-            read_only = config.read_only,
-            "export opened"
-        );
+        let root_dev = export.root_dev_ino.0;
         Ok(Arc::new(Server {
-            export: config.export.clone(),
             config,
-            root: core.root.clone(),
             root_dev,
-            root_qid_path: root_ino,
             events,
-            openat2: core.openat2,
-            is_root: core.is_root,
-            fds: core.fds.clone(),
-            core,
+            export,
             devices: Mutex::new(HashMap::new()),
             totals: MessageCounters::default(),
             connections: Mutex::new(BTreeMap::new()),
@@ -170,7 +147,7 @@ impl Server {
             return;
         };
         let id = self.next_connection.fetch_add(1, Relaxed);
-        let fds = FdAccount::new(self.fds.clone());
+        let fds = FdAccount::new(self.export.fds.clone());
         let stats = Arc::new(ConnStats::new(id, peer, fds));
         lock(&self.connections).insert(id, stats.clone());
         session::run(self, &stats, reader, Box::new(writer));
@@ -229,34 +206,30 @@ impl Server {
         });
         json!({
             "role": "server",
-            "export": self.export.to_string_lossy(),
+            "export": self.export.path.to_string_lossy(),
             "total": Value::Object(total),
             "live": {
                 "connections": connections.len(),
                 "fids": fids,
-                "fds": self.fds.held(),
+                "fds": self.export.fds.held(),
             },
             "connections": connections,
             "events": events,
         })
     }
 
-    /// Whether `name` in the directory with qid path `dir` is one of the event hub's sync
-    /// cookies (top-level names with its prefix), which clients never see.
-    pub(crate) fn is_reserved(&self, dir: u64, name: &[u8]) -> bool {
-        dir == self.root_qid_path
-            && self
-                .events
-                .as_ref()
-                .is_some_and(|hub| name.starts_with(hub.cookie_prefix()))
+    /// The directory a fid names, for the export core's operations.
+    pub(crate) fn dir<'a>(&self, f: &'a FileFid) -> Dir<'a> {
+        self.dir_of(&f.handle)
     }
 
-    /// Refuses to make, remove or rename the reserved name (see [`Server::is_reserved`]).
-    pub(crate) fn check_not_reserved(&self, dir: u64, name: &[u8]) -> OpResult<()> {
-        if self.is_reserved(dir, name) {
-            return Err(OpError::NotPermitted("name reserved for change events"));
+    /// The directory behind `handle`. Every handle on the export root is the export's own
+    /// (attaches share it, walks start from it), so the root is told by identity.
+    pub(crate) fn dir_of<'a>(&self, handle: &'a Arc<Handle>) -> Dir<'a> {
+        Dir {
+            fd: handle.as_fd(),
+            is_root: Arc::ptr_eq(handle, &self.export.root),
         }
-        Ok(())
     }
 
     /// Counts a message on a connection and in the totals.
@@ -269,25 +242,6 @@ impl Server {
     pub(crate) fn record_error(&self, conn: &ConnStats, request_ty: u8) {
         conn.counters.record_error(request_ty);
         self.totals.record_error(request_ty);
-    }
-
-    /// The descriptor of `/proc/self/fd`.
-    pub(crate) fn proc_fd(&self) -> BorrowedFd<'_> {
-        self.core.proc_fd()
-    }
-
-    /// Refuses a mutation on a read-only export.
-    pub(crate) fn check_writable(&self) -> OpResult<()> {
-        Ok(self.policy().check_writable()?)
-    }
-
-    /// What clients may change, as the export core rules it (shared with the virtio door).
-    pub(crate) fn policy(&self) -> crossfs_export::policy::Policy {
-        crossfs_export::policy::Policy {
-            read_only: self.config.read_only,
-            allow_devices: self.config.allow_devices,
-            allow_setuid: self.config.allow_setuid,
-        }
     }
 
     /// The qid of a file from its attributes. Version is always 0: the qid names the inode,
@@ -332,6 +286,31 @@ impl Server {
         let index = *devices.entry(dev).or_insert(next);
         ino ^ (index << 48)
     }
+}
+
+/// Opens the export `config` names, with its policy and descriptor budget, and logs it.
+fn open_export(config: &ServerConfig) -> Result<Export, ServerError> {
+    if config.export.as_os_str().is_empty() {
+        return Err(ServerError::Config("the export path is empty"));
+    }
+    let policy = Policy {
+        read_only: config.read_only,
+        allow_devices: config.allow_devices,
+        allow_setuid: config.allow_setuid,
+    };
+    let export = Export::open(&config.export, policy, config.fd_budget).map_err(|e| match e {
+        OpenError::Export { path, source } => ServerError::Export { path, source },
+        OpenError::NoProc(e) => ServerError::NoProc(e),
+    })?;
+    tracing::info!(
+        export = %config.export.display(),
+        openat2 = export.openat2,
+        fd_limit = export.fd_limit,
+        fd_budget = export.fds.budget(),
+        read_only = config.read_only,
+        "export opened"
+    );
+    Ok(export)
 }
 
 /// A connection slot, given back when the connection ends.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crossfs_wire::{CounterSnapshot, MessageCounters};
 use serde_json::{json, Map, Value};
 
-use crate::budget::FdAccount;
+use crossfs_export::budget::FdAccount;
 
 /// Figures of one live connection.
 pub(crate) struct ConnStats {
@@ -69,7 +69,7 @@ mod tests {
 
     #[test]
     fn connection_json_has_the_documented_shape() {
-        let pool = crate::budget::FdPool::new(16);
+        let pool = crossfs_export::budget::FdPool::new(16);
         let c = ConnStats::new(3, "unix:peer".into(), FdAccount::new(pool));
         let _charge = c.fds.charge().unwrap();
         c.fids.store(2, Relaxed);

@@ -9,14 +9,14 @@
 //! MKDIR, SYMLINK, LINK and each READDIRPLUS entry count one).
 
 use std::collections::HashMap;
-use std::ffi::CStr;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crossfs_export::budget::{FdAccount, Handle};
-use crossfs_export::{names, policy, sys, Export, ExportError, Statx};
+use crossfs_export::{sys, Caller, Dir, Export, ExportError, Made, SetAttr, Statx};
 use rustix::fs::OFlags;
 use rustix::io::Errno;
 
@@ -291,18 +291,15 @@ impl FuseFs {
             Op::Getxattr { size, name } => self.getxattr(n, name, size),
             Op::Listxattr { size } => self.listxattr(n, size),
             Op::Setxattr { flags, name, value } => {
-                self.export.policy.check_writable()?;
-                let name = names::c_string(name)?;
                 if value.len() > self.config.max_xattr_size {
                     return Err(Errno::TOOBIG.into());
                 }
-                sys::set_xattr(self.node(n)?.as_fd(), &name, value, flags)?;
+                let node = self.node(n)?;
+                self.export.set_xattr(node.as_fd(), name, value, flags)?;
                 Ok(Reply::new())
             }
             Op::Removexattr { name } => {
-                self.export.policy.check_writable()?;
-                let name = names::c_string(name)?;
-                sys::remove_xattr(self.node(n)?.as_fd(), &name)?;
+                self.export.remove_xattr(self.node(n)?.as_fd(), name)?;
                 Ok(Reply::new())
             }
             // The kernel then checks permissions itself, from the attributes we report.
@@ -464,12 +461,7 @@ impl FuseFs {
 
     fn lookup(&self, parent: u64, name: &[u8]) -> OpResult<Reply> {
         let dir = self.node(parent)?;
-        let found = if self.export.is_reserved(parent == fuse::ROOT_ID, name) {
-            Err(ExportError::Os(Errno::NOENT))
-        } else {
-            crossfs_export::lookup(dir.as_fd(), name, self.export.openat2)
-        };
-        match found {
+        match self.export.lookup(Self::dir(parent, &dir), name) {
             Ok((fd, st)) => self.entry(fd, &st),
             Err(ExportError::Os(Errno::NOENT)) if self.config.negative_ttl() != Ttl::ZERO => {
                 // A negative entry: the guest answers this name itself until it times out.
@@ -489,169 +481,111 @@ impl FuseFs {
     }
 
     fn setattr(&self, id: u64, s: &SetattrIn) -> OpResult<Reply> {
-        self.export.policy.check_writable()?;
-        let handle = self.node(id)?;
-        let fd = handle.as_fd();
-        let proc_fd = self.export.proc_fd();
-        let st = sys::stat(fd)?;
-        let mode = u32::from(st.stx_mode);
-        if s.valid & (fattr::UID | fattr::GID) != 0 {
-            let uid = (s.valid & fattr::UID != 0).then_some(s.uid);
-            let gid = (s.valid & fattr::GID != 0).then_some(s.gid);
-            sys::chown(fd, uid, gid)?;
-            // As the kernel does, checked rather than trusted to the exported file system.
-            policy::drop_bits(proc_fd, fd)?;
-        }
-        if s.valid & fattr::MODE != 0 {
-            let current = u32::from(sys::stat(fd)?.stx_mode);
-            sys::chmod(
-                proc_fd,
-                fd,
-                self.export.policy.setattr_perm(s.mode, current),
-            )?;
-        }
-        if s.valid & fattr::SIZE != 0 {
-            self.export.policy.before_write(proc_fd, fd, mode)?;
-            let open = if s.valid & fattr::FH != 0 {
-                self.file(s.fh).ok()
+        let given = |bit: u32| s.valid & bit != 0;
+        let time = |set: u32, now: u32, sec: u64, nsec: u32| {
+            if !given(set) {
+                sys::Time::Omit
+            } else if given(now) {
+                sys::Time::Now
             } else {
-                None
-            };
-            match open {
-                Some(f) => sys::truncate(f.fd.as_fd(), s.size)?,
-                None => {
-                    if mode & libc::S_IFMT != libc::S_IFREG {
-                        return Err(Errno::INVAL.into());
-                    }
-                    let w = sys::reopen(proc_fd, fd, OFlags::WRONLY)?;
-                    sys::truncate(w.as_fd(), s.size)?;
-                }
+                sys::Time::At(sec as i64, i64::from(nsec))
             }
-        }
-        if s.valid & (fattr::ATIME | fattr::MTIME) != 0 {
-            let time = |set: u32, now: u32, sec: u64, nsec: u32| {
-                if s.valid & set == 0 {
-                    sys::Time::Omit
-                } else if s.valid & now != 0 {
-                    sys::Time::Now
-                } else {
-                    sys::Time::At(sec as i64, i64::from(nsec))
-                }
-            };
-            sys::set_times(
-                proc_fd,
-                fd,
-                time(fattr::ATIME, fattr::ATIME_NOW, s.atime, s.atimensec),
-                time(fattr::MTIME, fattr::MTIME_NOW, s.mtime, s.mtimensec),
-            )?;
-        }
+        };
+        let set = SetAttr {
+            mode: given(fattr::MODE).then_some(s.mode),
+            uid: given(fattr::UID).then_some(s.uid),
+            gid: given(fattr::GID).then_some(s.gid),
+            size: given(fattr::SIZE).then_some(s.size),
+            atime: time(fattr::ATIME, fattr::ATIME_NOW, s.atime, s.atimensec),
+            mtime: time(fattr::MTIME, fattr::MTIME_NOW, s.mtime, s.mtimensec),
+        };
+        let open = if given(fattr::FH) {
+            self.file(s.fh).ok()
+        } else {
+            None
+        };
+        let handle = self.node(id)?;
+        let open_fd = open.as_ref().map(|f| f.fd.as_fd());
+        self.export.setattr(handle.as_fd(), open_fd, &set)?;
         self.getattr(id)
     }
 
     // --- making and removing names ---------------------------------------------------------
 
-    /// The owner a root server gives new files: the caller's.
-    fn owner(&self, h: &InHeader) -> Option<(Option<u32>, Option<u32>)> {
-        self.export.is_root.then_some((Some(h.uid), Some(h.gid)))
+    /// The directory behind node `id`, for the export core.
+    fn dir(id: u64, handle: &Handle) -> Dir<'_> {
+        Dir {
+            fd: handle.as_fd(),
+            is_root: id == fuse::ROOT_ID,
+        }
     }
 
-    /// Opens what was just made as `name` in `dir`, fixes owner and mode, answers its entry.
-    fn created(
-        &self,
-        h: &InHeader,
-        dir: BorrowedFd<'_>,
-        name: &CStr,
-        perm: u32,
-    ) -> OpResult<Reply> {
-        let fd = sys::walk_one(dir, name, self.export.openat2)?;
-        policy::finish_create(self.export.proc_fd(), fd.as_fd(), perm, self.owner(h))?;
-        let st = sys::stat(fd.as_fd())?;
-        self.entry(fd, &st)
+    /// Who asks: a root server gives new files to the caller, as a local create would.
+    fn caller(h: &InHeader) -> Caller {
+        Caller {
+            uid: Some(h.uid),
+            gid: Some(h.gid),
+        }
     }
 
-    /// Refuses a reserved name in directory `parent`.
-    fn not_reserved(&self, parent: u64, name: &[u8]) -> OpResult<()> {
-        self.export
-            .check_not_reserved(parent == fuse::ROOT_ID, name)
+    fn made(&self, made: Made) -> OpResult<Reply> {
+        self.entry(made.handle, &made.stat)
     }
 
     fn symlink(&self, h: &InHeader, name: &[u8], target: &[u8]) -> OpResult<Reply> {
-        self.export.policy.check_writable()?;
-        self.not_reserved(h.nodeid, name)?;
-        let name = names::component(name)?;
-        let target = names::c_string(target)?;
         let dir = self.node(h.nodeid)?;
-        sys::symlink(&target, dir.as_fd(), &name)?;
-        self.created(h, dir.as_fd(), &name, 0o777)
+        let made = self
+            .export
+            .symlink(Self::dir(h.nodeid, &dir), name, target, Self::caller(h))?;
+        self.made(made)
     }
 
     fn mknod(&self, h: &InHeader, mode: u32, rdev: u32, name: &[u8]) -> OpResult<Reply> {
-        self.export.policy.check_writable()?;
-        self.not_reserved(h.nodeid, name)?;
-        let name = names::component(name)?;
-        self.export.policy.check_device(mode)?;
-        let kind = mode & libc::S_IFMT;
-        if !matches!(
-            kind,
-            libc::S_IFCHR | libc::S_IFBLK | libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFREG | 0
-        ) {
-            return Err(Errno::INVAL.into());
-        }
-        let perm = self.export.policy.client_perm(mode);
         let dir = self.node(h.nodeid)?;
         // The old 32-bit device encoding FUSE carries.
         let major = (rdev >> 8) & 0xfff;
         let minor = (rdev & 0xff) | ((rdev >> 12) & 0xfff00);
-        sys::mknod(
-            dir.as_fd(),
-            &name,
-            kind | (perm & 0o777),
+        let made = self.export.mknod(
+            Self::dir(h.nodeid, &dir),
+            name,
+            mode,
             sys::makedev(major, minor),
+            Self::caller(h),
         )?;
-        self.created(h, dir.as_fd(), &name, perm)
+        self.made(made)
     }
 
     fn mkdir(&self, h: &InHeader, mode: u32, name: &[u8]) -> OpResult<Reply> {
-        self.export.policy.check_writable()?;
-        self.not_reserved(h.nodeid, name)?;
-        let name = names::component(name)?;
         let dir = self.node(h.nodeid)?;
-        // As mkdir(2): set-id bits of the mode are ignored.
-        let perm = mode & 0o1777;
-        sys::mkdir(dir.as_fd(), &name, perm)?;
-        self.created(h, dir.as_fd(), &name, perm)
+        let made = self
+            .export
+            .mkdir(Self::dir(h.nodeid, &dir), name, mode, Self::caller(h))?;
+        self.made(made)
     }
 
-    fn unlink(&self, parent: u64, name: &[u8], dir: bool) -> OpResult<Reply> {
-        self.export.policy.check_writable()?;
-        self.not_reserved(parent, name)?;
-        let name = names::component(name)?;
-        sys::unlink(self.node(parent)?.as_fd(), &name, dir)?;
+    fn unlink(&self, parent: u64, name: &[u8], is_dir: bool) -> OpResult<Reply> {
+        let dir = self.node(parent)?;
+        self.export.unlink(Self::dir(parent, &dir), name, is_dir)?;
         Ok(Reply::new())
     }
 
     fn rename(&self, from: u64, old: &[u8], to: u64, new: &[u8], flags: u32) -> OpResult<Reply> {
-        self.export.policy.check_writable()?;
+        // RENAME_NOREPLACE, RENAME_EXCHANGE and RENAME_WHITEOUT are not carried.
         if flags != 0 {
             return Err(Errno::INVAL.into());
         }
-        self.not_reserved(from, old)?;
-        self.not_reserved(to, new)?;
-        let old = names::component(old)?;
-        let new = names::component(new)?;
-        sys::rename(self.node(from)?.as_fd(), &old, self.node(to)?.as_fd(), &new)?;
+        let (old_dir, new_dir) = (self.node(from)?, self.node(to)?);
+        self.export
+            .rename(Self::dir(from, &old_dir), old, Self::dir(to, &new_dir), new)?;
         Ok(Reply::new())
     }
 
     fn link(&self, target: u64, parent: u64, name: &[u8]) -> OpResult<Reply> {
-        self.export.policy.check_writable()?;
-        self.not_reserved(parent, name)?;
-        let name = names::component(name)?;
         let handle = self.node(target)?;
         let dir = self.node(parent)?;
-        sys::link(self.export.proc_fd(), handle.as_fd(), dir.as_fd(), &name)?;
-        let fd = sys::walk_one(dir.as_fd(), &name, self.export.openat2)?;
-        let st = sys::stat(fd.as_fd())?;
+        let dir = Self::dir(parent, &dir);
+        self.export.link(handle.as_fd(), dir, name)?;
+        let (fd, st) = self.export.lookup(dir, name)?;
         self.entry(fd, &st)
     }
 
@@ -705,35 +639,12 @@ impl FuseFs {
         }
     }
 
-    fn writes(flags: u32) -> bool {
-        let f = OFlags::from_bits_retain(flags as _);
-        f & OFlags::ACCMODE != OFlags::RDONLY || f.contains(OFlags::TRUNC)
-    }
-
     fn open(&self, id: u64, flags: u32) -> OpResult<Reply> {
         let handle = self.node(id)?;
-        let st = sys::stat(handle.as_fd())?;
-        let kind = u32::from(st.stx_mode) & libc::S_IFMT;
-        if kind == libc::S_IFLNK {
-            return Err(Errno::LOOP.into());
-        }
-        self.export.policy.check_device(kind)?;
-        if Self::writes(flags) {
-            self.export.policy.check_writable()?;
-        }
         let charge = self.fds.charge()?;
-        let fd = sys::reopen(
-            self.export.proc_fd(),
-            handle.as_fd(),
-            self.host_flags(flags),
-        )?;
-        if Self::writes(flags) {
-            self.export.policy.before_write(
-                self.export.proc_fd(),
-                handle.as_fd(),
-                u32::from(st.stx_mode),
-            )?;
-        }
+        let (fd, _) = self
+            .export
+            .open_file(handle.as_fd(), self.host_flags(flags))?;
         let fh = self.add_file(fd, charge, false);
         let mut r = Reply::new();
         r.open_out(fh, self.open_flags());
@@ -741,46 +652,18 @@ impl FuseFs {
     }
 
     fn create(&self, h: &InHeader, flags: u32, mode: u32, name: &[u8]) -> OpResult<Reply> {
-        self.export.policy.check_writable()?;
-        self.not_reserved(h.nodeid, name)?;
-        let cname = names::component(name)?;
         let dir = self.node(h.nodeid)?;
-        let perm = self.export.policy.client_perm(mode);
-        let host = self.host_flags(flags);
         let charge = self.fds.charge()?;
-        // Create exclusively, so that only a file made here gets the caller's owner and mode;
-        // an existing one (the guest's negative entry was stale) is opened as it is.
-        let (fd, made) = match sys::create_at(
-            dir.as_fd(),
-            &cname,
-            host | OFlags::CREATE | OFlags::EXCL,
-            perm & 0o777,
-        ) {
-            Ok(fd) => (fd, true),
-            Err(Errno::EXIST) if flags & libc::O_EXCL as u32 == 0 => {
-                (sys::create_at(dir.as_fd(), &cname, host, 0)?, false)
-            }
-            Err(e) => return Err(e.into()),
-        };
-        let path = sys::path_handle(self.export.proc_fd(), fd.as_fd())?;
-        let st = sys::stat(path.as_fd())?;
-        if made {
-            policy::finish_create(self.export.proc_fd(), path.as_fd(), perm, self.owner(h))?;
-        } else {
-            if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
-                return Err(Errno::EXIST.into());
-            }
-            if Self::writes(flags) {
-                self.export.policy.before_write(
-                    self.export.proc_fd(),
-                    path.as_fd(),
-                    u32::from(st.stx_mode),
-                )?;
-            }
-        }
-        let st = sys::stat(path.as_fd())?;
-        let mut r = self.entry(path, &st)?;
-        let fh = self.add_file(fd, charge, false);
+        let created = self.export.create(
+            Self::dir(h.nodeid, &dir),
+            name,
+            self.host_flags(flags),
+            flags & libc::O_EXCL as u32 != 0,
+            mode,
+            Self::caller(h),
+        )?;
+        let mut r = self.entry(created.handle, &created.stat)?;
+        let fh = self.add_file(created.file, charge, false);
         r.open_out(fh, self.open_flags());
         Ok(r)
     }
@@ -844,11 +727,9 @@ impl FuseFs {
     fn opendir(&self, id: u64) -> OpResult<Reply> {
         let handle = self.node(id)?;
         let charge = self.fds.charge()?;
-        let fd = sys::reopen(
-            self.export.proc_fd(),
-            handle.as_fd(),
-            OFlags::RDONLY | OFlags::DIRECTORY,
-        )?;
+        let (fd, _) = self
+            .export
+            .open_file(handle.as_fd(), OFlags::RDONLY | OFlags::DIRECTORY)?;
         let fh = self.add_file(fd, charge, id == fuse::ROOT_ID);
         let mut r = Reply::new();
         r.open_out(fh, 0);
@@ -865,10 +746,11 @@ impl FuseFs {
         let mut reply = Reply::with_capacity(size.min(1 << 20));
         let ttl = self.config.ttl();
         let mut failure = None;
-        sys::read_dir(file.fd.as_fd(), r.offset, size.min(64 << 10), |e| {
-            if self.export.is_reserved(file.root, e.name) {
-                return true;
-            }
+        let dir = Dir {
+            fd: file.fd.as_fd(),
+            is_root: file.root,
+        };
+        self.export.list(dir, r.offset, size.min(64 << 10), |e| {
             let dirent = encode::dirent_len(e.name.len());
             let need = if plus { 128 + dirent } else { dirent };
             if reply.body_len() + need > size {
@@ -882,7 +764,7 @@ impl FuseFs {
                 let found = if dots {
                     None
                 } else {
-                    crossfs_export::lookup(file.fd.as_fd(), e.name, self.export.openat2).ok()
+                    self.export.lookup(dir, e.name).ok()
                 };
                 match found {
                     Some((fd, st)) => match self.remember(fd, &st) {
@@ -925,13 +807,18 @@ impl FuseFs {
     }
 
     fn getxattr(&self, id: u64, name: &[u8], size: u32) -> OpResult<Reply> {
-        let name = names::c_string(name)?;
-        let value = sys::get_xattr(self.node(id)?.as_fd(), &name, self.config.max_xattr_size)?;
+        let node = self.node(id)?;
+        let value = self
+            .export
+            .get_xattr(node.as_fd(), name, self.config.max_xattr_size)?;
         Self::xattr_reply(value, size)
     }
 
     fn listxattr(&self, id: u64, size: u32) -> OpResult<Reply> {
-        let list = sys::list_xattr(self.node(id)?.as_fd(), self.config.max_xattr_size)?;
+        let node = self.node(id)?;
+        let list = self
+            .export
+            .list_xattr(node.as_fd(), self.config.max_xattr_size)?;
         Self::xattr_reply(list, size)
     }
 }

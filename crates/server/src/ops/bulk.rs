@@ -16,13 +16,12 @@ use crossfs_wire::{
 use rustix::fs::OFlags;
 use rustix::io::Errno;
 
-use crate::budget::Handle;
 use crate::error::{OpError, OpResult};
 use crate::fid::{lock, FidState, FileFid};
-use crate::names;
 use crate::ops::{attr, dir, io, walk};
 use crate::session::Conn;
-use crate::sys;
+use crossfs_export::budget::Handle;
+use crossfs_export::sys;
 
 /// Largest `getdents64` buffer per system call.
 const GETDENTS_BUF: usize = 64 * 1024;
@@ -152,19 +151,14 @@ pub(crate) fn readfiles(conn: &Conn, m: Treadfiles) -> OpResult<Rmessage> {
     if dir.kind != libc::S_IFDIR {
         return Err(Errno::NOTDIR.into());
     }
-    let names = m
-        .names
-        .iter()
-        .map(|n| names::component(n))
-        .collect::<OpResult<Vec<_>>>()?;
+    for name in &m.names {
+        crossfs_export::names::component(name)?;
+    }
     let room = (conn.msize() as usize).saturating_sub(RREAD_HEADER_LEN + 1);
     let max_each = (m.max_each as usize).min(room);
     let mut data = Vec::new();
-    for (name, raw) in names.iter().zip(&m.names) {
-        if conn.server.is_reserved(dir.qid.path, raw) {
-            continue;
-        }
-        let Some((attr, content)) = read_whole(conn, dir.fd(), name, max_each) else {
+    for raw in &m.names {
+        let Some((attr, content)) = read_whole(conn, conn.server.dir(dir), raw, max_each) else {
             continue;
         };
         if data.len() + FileData::wire_len(raw.len(), content.len()) > room {
@@ -185,13 +179,12 @@ pub(crate) fn readfiles(conn: &Conn, m: Treadfiles) -> OpResult<Rmessage> {
 /// or a symbolic link's target (reading a link moves its access time as a readlink does).
 fn read_whole(
     conn: &Conn,
-    dir: std::os::fd::BorrowedFd<'_>,
-    name: &std::ffi::CStr,
+    dir: crossfs_export::Dir<'_>,
+    name: &[u8],
     max: usize,
 ) -> Option<(Rgetattr, Vec<u8>)> {
     let _path_charge = conn.fds.charge().ok()?;
-    let path = sys::walk_one(dir, name, conn.server.openat2).ok()?;
-    let st = sys::stat(path.as_fd()).ok()?;
+    let (path, st) = conn.server.export.lookup(dir, name).ok()?;
     let kind = u32::from(st.stx_mode) & libc::S_IFMT;
     if st.stx_size > max as u64 {
         return None;
@@ -207,7 +200,7 @@ fn read_whole(
     }
     let _open_charge = conn.fds.charge().ok()?;
     let flags = OFlags::RDONLY | OFlags::NOATIME;
-    let fd = sys::reopen(conn.server.proc_fd(), path.as_fd(), flags).ok()?;
+    let (fd, _) = conn.server.export.open_file(path.as_fd(), flags).ok()?;
     // One byte more than allowed: a file that grew meanwhile is left out.
     let mut content = vec![0; max + 1];
     let mut n = 0;
@@ -401,9 +394,6 @@ fn list_with_attrs(conn: &Conn, m: &Treaddirattr, more: usize) -> OpResult<Vec<u
     // getdents of this call.
     let mut dot = None;
     let mut each = |dir: std::os::fd::BorrowedFd<'_>, e: sys::RawEntry<'_>| {
-        if conn.server.is_reserved(f.qid.path, e.name) {
-            return true;
-        }
         if data.len() + DirEntryAttr::wire_len(e.name.len()) > max {
             too_small = data.is_empty();
             return false;
@@ -453,19 +443,26 @@ fn list_with_attrs(conn: &Conn, m: &Treaddirattr, more: usize) -> OpResult<Vec<u
         true
     };
     let buf = max.min(GETDENTS_BUF);
+    let is_root = conn.server.dir(f).is_root;
+    let list =
+        |fd, each: &mut dyn FnMut(std::os::fd::BorrowedFd<'_>, sys::RawEntry<'_>) -> bool| {
+            let dir = crossfs_export::Dir { fd, is_root };
+            conn.server.export.list(dir, m.offset, buf, |e| each(fd, e))
+        };
     let dir_after = match f.open.get() {
         Some(open) => {
             let _cursor = lock(&open.dir_cursor);
             let fd = open.fd.as_fd();
-            sys::read_dir(fd, m.offset, buf, |e| each(fd, e))?;
+            list(fd, &mut each)?;
             sys::stat(fd)
         }
         None => {
             let charge = conn.fds.charge()?;
             let flags = OFlags::RDONLY | OFlags::DIRECTORY;
-            let dir = Handle::new(sys::reopen(conn.server.proc_fd(), f.fd(), flags)?, charge);
+            let (dir, _) = conn.server.export.open_file(f.fd(), flags)?;
+            let dir = Handle::new(dir, charge);
             let fd = dir.as_fd();
-            sys::read_dir(fd, m.offset, buf, |e| each(fd, e))?;
+            list(fd, &mut each)?;
             sys::stat(fd)
         }
     };

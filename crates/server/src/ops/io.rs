@@ -10,15 +10,13 @@ use crossfs_wire::{
 use rustix::fs::OFlags;
 use rustix::io::Errno;
 
-use crate::budget::Handle;
 use crate::error::{OpError, OpResult};
 use crate::fid::{lock, FidState, FileFid, Location, OpenFile};
-use crate::names;
-use crate::ops::dir::finish_create;
-use crate::ops::setid;
+use crate::ops::dir::caller;
 use crate::server::dev_and_kind;
 use crate::session::Conn;
-use crate::sys;
+use crossfs_export::budget::Handle;
+use crossfs_export::sys;
 
 /// 9P2000.L open flags that carry over to the host, each translated explicitly (the values
 /// happen to match Linux's, but a server must not rely on that). NOCTTY, FASYNC and CLOEXEC
@@ -51,16 +49,9 @@ pub(crate) fn host_flags(flags: u32) -> OpResult<OFlags> {
     Ok(host)
 }
 
-/// Whether an open with these 9P2000.L flags could change the file.
-fn mutates(flags: u32) -> bool {
-    flags & of::ACCMODE != of::RDONLY || flags & (of::TRUNC | of::CREATE) != 0
-}
-
-/// Tlopen: opens the fid's inode through `/proc/self/fd/N`. The fid must not be a symlink
-/// (`ELOOP`, as `O_NOFOLLOW` gives locally) nor, unless allowed, a device (`EPERM`).
-///
-/// `O_NOFOLLOW` cannot be passed here: it would refuse the magic link itself. It is not
-/// needed either: the magic link lands on the fid's inode and is never followed further.
+/// Tlopen: opens the fid's inode as the export core opens one
+/// ([`crossfs_export::Export::open_file`]: through `/proc/self/fd/N`, never following
+/// anything; a symlink is `ELOOP`, a device `EPERM` unless allowed).
 pub(crate) fn lopen(conn: &Conn, m: Tlopen) -> OpResult<Rmessage> {
     let state = conn.fids.get(m.fid)?;
     if let FidState::Events(_) = &*state {
@@ -69,27 +60,19 @@ pub(crate) fn lopen(conn: &Conn, m: Tlopen) -> OpResult<Rmessage> {
             iounit: conn.iounit(),
         }));
     }
-    if mutates(m.flags) {
-        conn.server.check_writable()?;
-    }
     let f = state.file()?;
     if f.open.get().is_some() {
         return Err(OpError::Invalid("fid already open"));
     }
     let flags = host_flags(m.flags)?;
-    let st = sys::stat(f.fd())?;
-    let kind = u32::from(st.stx_mode) & libc::S_IFMT;
-    if kind == libc::S_IFLNK {
-        return Err(Errno::LOOP.into());
-    }
-    conn.server.policy().check_device(kind)?;
     let charge = conn.fds.charge()?;
-    let fd = Handle::new(sys::reopen(conn.server.proc_fd(), f.fd(), flags)?, charge);
-    if mutates(m.flags) {
-        setid::before_write(conn, f.fd(), u32::from(st.stx_mode))?;
-    }
+    let (fd, st) = conn.server.export.open_file(f.fd(), flags)?;
     f.open
-        .set(OpenFile::new(fd, dev_and_kind(&st).1, flags))
+        .set(OpenFile::new(
+            Handle::new(fd, charge),
+            dev_and_kind(&st).1,
+            flags,
+        ))
         .map_err(|_| OpError::Invalid("fid already open"))?;
     Ok(Rmessage::Lopen(Rlopen {
         qid: conn.server.qid(&st),
@@ -97,43 +80,26 @@ pub(crate) fn lopen(conn: &Conn, m: Tlopen) -> OpResult<Rmessage> {
     }))
 }
 
-/// Tlcreate: creates `name` in the directory `fid` with `O_CREAT|O_NOFOLLOW` (and the
-/// client's `O_EXCL`), then rebinds `fid` to the new, open file.
+/// Tlcreate: creates `name` in the directory `fid` (the client's `O_EXCL` kept; without it
+/// an existing file is opened), then rebinds `fid` to the new, open file.
 pub(crate) fn lcreate(conn: &Conn, m: Tlcreate) -> OpResult<Rmessage> {
-    conn.server.check_writable()?;
-    let name = names::component(&m.name)?;
     let state = conn.fids.get(m.fid)?;
     let dir = state.file()?;
-    conn.server.check_not_reserved(dir.qid.path, &m.name)?;
     let flags = host_flags(m.flags)?;
-    let perm = setid::client_perm(conn, m.mode);
     let (open_charge, handle_charge) = (conn.fds.charge()?, conn.fds.charge()?);
-    // Try an exclusive create first, so that only a file this call made gets its mode and
-    // owner adjusted; without the client's O_EXCL an existing file is then simply opened.
-    let (fd, created) =
-        match sys::create_at(dir.fd(), &name, flags | OFlags::CREATE | OFlags::EXCL, perm) {
-            Ok(fd) => (fd, true),
-            Err(Errno::EXIST) if m.flags & of::EXCL == 0 => {
-                (sys::create_at(dir.fd(), &name, flags, perm)?, false)
-            }
-            Err(e) => return Err(e.into()),
-        };
-    if created {
-        finish_create(conn, fd.as_fd(), perm, m.gid, dir.n_uname)?;
-    } else if mutates(m.flags) {
-        let mode = u32::from(sys::stat(fd.as_fd())?.stx_mode);
-        setid::before_write(conn, fd.as_fd(), mode)?;
-    }
-    let handle = Handle::new(
-        sys::path_handle(conn.server.proc_fd(), fd.as_fd())?,
-        handle_charge,
-    );
-    let st = sys::stat(handle.as_fd())?;
-    let qid = conn.server.qid(&st);
+    let created = conn.server.export.create(
+        conn.server.dir(dir),
+        &m.name,
+        flags,
+        m.flags & of::EXCL != 0,
+        m.mode,
+        caller(dir.n_uname, m.gid),
+    )?;
+    let qid = conn.server.qid(&created.stat);
     let new = FileFid::new(
-        Arc::new(handle),
+        Arc::new(Handle::new(created.handle, handle_charge)),
         qid,
-        dev_and_kind(&st),
+        dev_and_kind(&created.stat),
         Some(Location {
             parent: dir.handle.clone(),
             name: m.name,
@@ -141,9 +107,11 @@ pub(crate) fn lcreate(conn: &Conn, m: Tlcreate) -> OpResult<Rmessage> {
         dir.n_uname,
     );
     // A fresh OnceLock cannot be set already.
-    let _ = new
-        .open
-        .set(OpenFile::new(Handle::new(fd, open_charge), new.kind, flags));
+    let _ = new.open.set(OpenFile::new(
+        Handle::new(created.file, open_charge),
+        new.kind,
+        flags,
+    ));
     conn.fids.replace(m.fid, FidState::File(new))?;
     Ok(Rmessage::Lcreate(Rlcreate {
         qid,
@@ -255,7 +223,7 @@ pub(crate) fn write(conn: &Conn, m: Twrite) -> OpResult<Rmessage> {
         }));
     }
     if !matches!(&*state, FidState::Auth(_)) {
-        conn.server.check_writable()?;
+        conn.server.export.policy.check_writable()?;
     }
     let count = match &*state {
         FidState::Auth(a) => super::auth::write(a, &m.data.0)?,
@@ -319,7 +287,5 @@ mod tests {
             OFlags::WRONLY | OFlags::DIRECT
         );
         assert!(host_flags(3).is_err());
-        assert!(mutates(of::RDONLY | of::TRUNC));
-        assert!(!mutates(of::RDONLY | of::DIRECTORY));
     }
 }

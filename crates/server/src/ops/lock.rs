@@ -10,7 +10,7 @@ use rustix::io::Errno;
 
 use crate::error::OpResult;
 use crate::session::Conn;
-use crate::sys::{self, LockRange};
+use crossfs_export::sys::{self, LockRange};
 
 fn range(ty: u8, start: u64, length: u64) -> OpResult<LockRange> {
     let ty = match ty {

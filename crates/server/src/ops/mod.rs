@@ -7,7 +7,6 @@ mod bulk;
 mod dir;
 mod io;
 mod lock;
-mod setid;
 mod walk;
 mod xattr;
 
@@ -100,8 +99,8 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
         // fid itself, or the one name beneath it, looked at without following anything.
         T::Walkopen(m) => match (conn.fids.get(m.fid), m.wnames.as_slice()) {
             (Ok(state), []) => matches!(&*state, FidState::File(f) if matches!(f.kind, libc::S_IFREG | libc::S_IFDIR)),
-            (Ok(state), [name]) => match (&*state, crate::names::component(name)) {
-                (FidState::File(dir), Ok(name)) => crate::sys::stat_at(dir.fd(), &name)
+            (Ok(state), [name]) => match (&*state, crossfs_export::names::component(name)) {
+                (FidState::File(dir), Ok(name)) => crossfs_export::sys::stat_at(dir.fd(), &name)
                     .is_ok_and(|st| {
                         matches!(u32::from(st.stx_mode) & libc::S_IFMT, libc::S_IFREG | libc::S_IFDIR)
                     }),
@@ -144,10 +143,10 @@ fn quick_removal(conn: &Conn, dirfd: crossfs_wire::Fid, name: &[u8]) -> bool {
     let Ok(state) = conn.fids.get(dirfd) else {
         return true;
     };
-    let (FidState::File(dir), Ok(name)) = (&*state, crate::names::component(name)) else {
+    let (FidState::File(dir), Ok(name)) = (&*state, crossfs_export::names::component(name)) else {
         return true;
     };
-    crate::sys::stat_at(dir.fd(), &name).map_or(true, |st| {
+    crossfs_export::sys::stat_at(dir.fd(), &name).map_or(true, |st| {
         let regular = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG;
         !(regular && st.stx_nlink == 1 && st.stx_size > QUICK_REMOVAL_MAX)
     })

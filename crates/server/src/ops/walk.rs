@@ -5,13 +5,12 @@ use std::sync::Arc;
 
 use crossfs_wire::{Rattach, Rmessage, Rwalk, Tattach, Twalk};
 
-use crate::budget::Handle;
 use crate::error::{OpError, OpResult};
 use crate::fid::{FidState, FileFid, Location};
-use crate::names;
 use crate::server::dev_and_kind;
 use crate::session::Conn;
-use crate::sys;
+use crossfs_export::budget::Handle;
+use crossfs_export::sys;
 
 /// Tattach: binds `fid` to the export root, once `afid` passes [`super::auth::check_attach`].
 /// The unames are recorded and logged; they grant nothing (see the crate's Identity
@@ -29,7 +28,7 @@ pub(crate) fn attach(conn: &Conn, m: Tattach) -> OpResult<Rmessage> {
     if let Some(since) = m.aname.strip_prefix(crate::EVENTS_ANAME.as_bytes()) {
         return attach_events(conn, m.fid, since);
     }
-    let root = conn.server.root.clone();
+    let root = conn.server.export.root.clone();
     let st = sys::stat(root.as_fd())?;
     let qid = conn.server.qid(&st);
     let fid = FileFid::new(root, qid, dev_and_kind(&st), None, m.n_uname);
@@ -86,28 +85,19 @@ pub(crate) fn walk(conn: &Conn, m: Twalk) -> OpResult<Rmessage> {
     if m.newfid != m.fid && conn.fids.contains(m.newfid) {
         return Err(OpError::FidInUse(m.newfid));
     }
-    let names = m
-        .wnames
-        .iter()
-        .map(|n| names::component(n))
-        .collect::<OpResult<Vec<_>>>()?;
+    // Every name is checked before any is walked: one bad name fails the whole walk.
+    for name in &m.wnames {
+        crossfs_export::names::component(name)?;
+    }
 
     let mut handle = from.handle.clone();
     let mut location = from.location();
     let mut qid = from.qid;
     let mut dev_kind = (from.dev, from.kind);
-    let mut wqids = Vec::with_capacity(names.len());
-    for (name, raw) in names.iter().zip(&m.wnames) {
-        if conn.server.is_reserved(qid.path, raw) {
-            if wqids.is_empty() {
-                return Err(rustix::io::Errno::NOENT.into());
-            }
-            return Ok(Rmessage::Walk(Rwalk { wqids }));
-        }
+    let mut wqids = Vec::with_capacity(m.wnames.len());
+    for raw in &m.wnames {
         let charge = conn.fds.charge()?;
-        let step = sys::walk_one(handle.as_fd(), name, conn.server.openat2)
-            .and_then(|fd| sys::stat(fd.as_fd()).map(|st| (fd, st)));
-        let (fd, st) = match step {
+        let (fd, st) = match conn.server.export.lookup(conn.server.dir_of(&handle), raw) {
             Ok(found) => found,
             Err(e) if wqids.is_empty() => return Err(e.into()),
             Err(_) => return Ok(Rmessage::Walk(Rwalk { wqids })),
@@ -122,7 +112,7 @@ pub(crate) fn walk(conn: &Conn, m: Twalk) -> OpResult<Rmessage> {
         handle = Arc::new(Handle::new(fd, charge));
     }
 
-    if m.newfid == m.fid && names.is_empty() {
+    if m.newfid == m.fid && m.wnames.is_empty() {
         // Cloning a fid onto itself changes nothing (and keeps it open if it was).
         return Ok(Rmessage::Walk(Rwalk { wqids }));
     }

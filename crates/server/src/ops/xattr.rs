@@ -9,9 +9,8 @@ use rustix::io::Errno;
 
 use crate::error::{OpError, OpResult};
 use crate::fid::{lock, FidState, XattrValue, XattrWrite};
-use crate::names;
 use crate::session::Conn;
-use crate::sys;
+use crossfs_export::names;
 
 /// Txattrwalk: fetches the value of `name` (or, for an empty name, the NUL-separated list of
 /// names) and binds it to `newfid`, from which the client reads it.
@@ -22,10 +21,11 @@ pub(crate) fn xattrwalk(conn: &Conn, m: Txattrwalk) -> OpResult<Rmessage> {
         return Err(OpError::FidInUse(m.newfid));
     }
     let max = conn.server.config.max_xattr_size;
+    let export = &conn.server.export;
     let value = if m.name.is_empty() {
-        sys::list_xattr(f.fd(), max)?
+        export.list_xattr(f.fd(), max)?
     } else {
-        sys::get_xattr(f.fd(), &names::c_string(&m.name)?, max)?
+        export.get_xattr(f.fd(), &m.name, max)?
     };
     let size = value.len() as u64;
     let mut charge = conn.xattr_bytes.empty();
@@ -47,7 +47,8 @@ pub(crate) fn xattrwalk(conn: &Conn, m: Txattrwalk) -> OpResult<Rmessage> {
 /// limit). The attribute is set when the fid is clunked. Nothing is reserved here: the value's
 /// buffer grows, and is charged, as Twrite brings data.
 pub(crate) fn xattrcreate(conn: &Conn, m: Txattrcreate) -> OpResult<Rmessage> {
-    conn.server.check_writable()?;
+    // Checked again when the value is set, at Tclunk; refused here so nothing is buffered.
+    conn.server.export.policy.check_writable()?;
     if m.name.is_empty() {
         return Err(OpError::Invalid("empty xattr name"));
     }
@@ -83,17 +84,17 @@ pub(crate) fn xattrcreate(conn: &Conn, m: Txattrcreate) -> OpResult<Rmessage> {
 /// passes a NULL value with that flag), so exactly that combination removes the attribute;
 /// any other size-0 create sets an empty value. A value shorter than announced is `EINVAL`.
 pub(crate) fn commit(conn: &Conn, x: &XattrWrite) -> OpResult<()> {
-    conn.server.check_writable()?;
     let guard = lock(&x.value);
     let value = &guard.bytes;
     if value.len() != x.size {
         return Err(OpError::Invalid("xattr value shorter than announced"));
     }
     let fd = rustix::fd::AsFd::as_fd(&*x.handle);
+    let export = &conn.server.export;
     if x.size == 0 && x.flags == xattr_flags::REPLACE {
-        sys::remove_xattr(fd, &x.name)?;
+        export.remove_xattr(fd, x.name.as_bytes())?;
     } else {
-        sys::set_xattr(fd, &x.name, value, x.flags)?;
+        export.set_xattr(fd, x.name.as_bytes(), value, x.flags)?;
     }
     Ok(())
 }

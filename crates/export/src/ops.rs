@@ -1,0 +1,489 @@
+//! The operations both doors carry, each written once: a door translates its protocol into
+//! one of these calls and the answer back, and decides nothing on its own.
+//!
+//! Every operation that takes a name checks, in this order: the export is writable (for
+//! changes; `EROFS`), the name is one component (`EINVAL`, or `ENAMETOOLONG`), the name is
+//! not reserved (`EPERM` to make or remove one, `ENOENT` to look one up), the policy allows
+//! what is asked (devices, set-id bits), then it makes the system call and, for anything it
+//! creates, sets the owner and exact permission bits ([`policy::finish_create`]) and reads
+//! the new file's attributes.
+//!
+//! Descriptors are charged by the door, before the call, to the client's share of the one
+//! [`crate::budget::FdPool`]: the share belongs to the client's connection, which only the
+//! door knows.
+
+use std::ffi::CStr;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use rustix::fs::OFlags;
+use rustix::io::Errno;
+
+use crate::sys::{self, RawEntry, Time};
+use crate::{names, policy, Export, ExportError, ExportResult, Statx};
+
+/// A directory a client names, as its door knows it: the descriptor, and whether it is the
+/// export's root (where the reserved names live).
+#[derive(Clone, Copy, Debug)]
+pub struct Dir<'a> {
+    /// An `O_PATH` (or open) descriptor of the directory.
+    pub fd: BorrowedFd<'a>,
+    /// Whether this is the export root.
+    pub is_root: bool,
+}
+
+/// Who asks for a new file, as the door was told: a root server gives what it makes to this
+/// user and group, as a local create by that user would. `None` keeps the server's own.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Caller {
+    /// The caller's user id, when the protocol says it.
+    pub uid: Option<u32>,
+    /// The group the new file should have, when the protocol says it.
+    pub gid: Option<u32>,
+}
+
+/// A file system object just made (or found): its `O_PATH` handle and its attributes.
+#[derive(Debug)]
+pub struct Made {
+    /// `O_PATH|O_NOFOLLOW` handle on the new object.
+    pub handle: OwnedFd,
+    /// Its attributes after ownership and mode were set.
+    pub stat: Statx,
+}
+
+/// What [`Export::create`] opened.
+#[derive(Debug)]
+pub struct Created {
+    /// The open file.
+    pub file: OwnedFd,
+    /// An `O_PATH` handle on the same inode.
+    pub handle: OwnedFd,
+    /// Its attributes.
+    pub stat: Statx,
+    /// Whether this call made it (false: an existing file was opened).
+    pub made: bool,
+}
+
+/// The changes of one setattr. Empty (all `None`, both times [`Time::Omit`]) changes
+/// nothing and succeeds even on a read-only export.
+#[derive(Clone, Copy, Debug)]
+pub struct SetAttr {
+    /// Permission bits (`07777`); set-id bits as [`policy::Policy::setattr_perm`] allows.
+    pub mode: Option<u32>,
+    /// New owner.
+    pub uid: Option<u32>,
+    /// New group.
+    pub gid: Option<u32>,
+    /// New size (regular files only).
+    pub size: Option<u64>,
+    /// Access time.
+    pub atime: Time,
+    /// Modification time.
+    pub mtime: Time,
+}
+
+impl Default for SetAttr {
+    fn default() -> Self {
+        SetAttr {
+            mode: None,
+            uid: None,
+            gid: None,
+            size: None,
+            atime: Time::Omit,
+            mtime: Time::Omit,
+        }
+    }
+}
+
+impl SetAttr {
+    fn is_empty(&self) -> bool {
+        self.mode.is_none()
+            && self.uid.is_none()
+            && self.gid.is_none()
+            && self.size.is_none()
+            && matches!(self.atime, Time::Omit)
+            && matches!(self.mtime, Time::Omit)
+    }
+}
+
+/// Whether an open with these host flags may change the file (then the export must be
+/// writable and set-id bits go first).
+pub fn open_writes(flags: OFlags) -> bool {
+    flags & OFlags::ACCMODE != OFlags::RDONLY || flags.contains(OFlags::TRUNC)
+}
+
+impl Export {
+    /// A name in `dir` checked for a change: the export is writable, the name is one
+    /// component, and not reserved.
+    fn name_to_change(&self, dir: Dir<'_>, name: &[u8]) -> ExportResult<std::ffi::CString> {
+        self.policy.check_writable()?;
+        let c = names::component(name)?;
+        self.check_not_reserved(dir.is_root, name)?;
+        Ok(c)
+    }
+
+    /// One confined lookup step: `name` (one component; a reserved name is `ENOENT`) beneath
+    /// `dir`, as an `O_PATH|O_NOFOLLOW` handle (a symlink is returned as itself, never
+    /// followed), with its attributes.
+    ///
+    /// # Errors
+    /// [`ExportError::InvalidName`], otherwise what the kernel says (`ENOENT`, `ENOTDIR`,
+    /// `EXDEV` for an escape `openat2` caught, ...).
+    pub fn lookup(&self, dir: Dir<'_>, name: &[u8]) -> ExportResult<(OwnedFd, Statx)> {
+        let c = names::component(name)?;
+        if self.is_reserved(dir.is_root, name) {
+            return Err(Errno::NOENT.into());
+        }
+        self.lookup_checked(dir.fd, &c)
+    }
+
+    fn lookup_checked(&self, dir: BorrowedFd<'_>, name: &CStr) -> ExportResult<(OwnedFd, Statx)> {
+        let fd = sys::walk_one(dir, name, self.openat2)?;
+        let st = sys::stat(fd.as_fd())?;
+        Ok((fd, st))
+    }
+
+    /// Reads the directory open at `fd` from cookie `offset`, handing each entry but the
+    /// reserved ones to `each` until it returns `false` (see [`sys::read_dir`]).
+    ///
+    /// # Errors
+    /// As [`sys::read_dir`].
+    pub fn list(
+        &self,
+        dir: Dir<'_>,
+        offset: u64,
+        buf_len: usize,
+        mut each: impl FnMut(RawEntry<'_>) -> bool,
+    ) -> ExportResult<()> {
+        Ok(sys::read_dir(dir.fd, offset, buf_len, |e| {
+            self.is_reserved(dir.is_root, e.name) || each(e)
+        })?)
+    }
+
+    /// Looks up what was just made as `name` in `dir`, gives it to the caller and sets its
+    /// exact permission bits.
+    fn created(&self, dir: Dir<'_>, name: &CStr, perm: u32, caller: Caller) -> ExportResult<Made> {
+        let handle = sys::walk_one(dir.fd, name, self.openat2)?;
+        policy::finish_create(self.proc_fd(), handle.as_fd(), perm, self.owner(caller))?;
+        let stat = sys::stat(handle.as_fd())?;
+        Ok(Made { handle, stat })
+    }
+
+    /// The owner a new file gets: the caller's, when the server runs as root; without root
+    /// the server keeps ownership (it cannot give files away, and pretending would lie).
+    fn owner(&self, caller: Caller) -> Option<(Option<u32>, Option<u32>)> {
+        self.is_root.then_some((caller.uid, caller.gid))
+    }
+
+    /// mkdir. As mkdir(2), the mode's set-id bits are ignored (a directory inherits
+    /// `S_ISGID` from a setgid parent, nothing else).
+    ///
+    /// # Errors
+    /// The name checks, then what `mkdirat`, `chown` or `chmod` say.
+    pub fn mkdir(
+        &self,
+        dir: Dir<'_>,
+        name: &[u8],
+        mode: u32,
+        caller: Caller,
+    ) -> ExportResult<Made> {
+        let c = self.name_to_change(dir, name)?;
+        let perm = mode & 0o1777;
+        sys::mkdir(dir.fd, &c, perm)?;
+        self.created(dir, &c, perm, caller)
+    }
+
+    /// symlink: the target is stored as given; it is data, never resolved by the server.
+    ///
+    /// # Errors
+    /// The name checks, [`ExportError::Nul`] for a target holding NUL, then what
+    /// `symlinkat` or `chown` say.
+    pub fn symlink(
+        &self,
+        dir: Dir<'_>,
+        name: &[u8],
+        target: &[u8],
+        caller: Caller,
+    ) -> ExportResult<Made> {
+        let c = self.name_to_change(dir, name)?;
+        let target = names::c_string(target)?;
+        sys::symlink(&target, dir.fd, &c)?;
+        self.created(dir, &c, 0o777, caller)
+    }
+
+    /// mknod: fifos, sockets and regular files (type 0 is a regular file, as mknod(2)
+    /// says); device nodes only where the policy allows them.
+    ///
+    /// # Errors
+    /// The name checks, `EPERM` for a device the policy refuses, `EINVAL` for another type,
+    /// then what `mknodat` says.
+    pub fn mknod(
+        &self,
+        dir: Dir<'_>,
+        name: &[u8],
+        mode: u32,
+        rdev: rustix::fs::Dev,
+        caller: Caller,
+    ) -> ExportResult<Made> {
+        let c = self.name_to_change(dir, name)?;
+        self.policy.check_device(mode)?;
+        let kind = match mode & libc::S_IFMT {
+            0 => libc::S_IFREG,
+            k
+            @ (libc::S_IFCHR | libc::S_IFBLK | libc::S_IFIFO | libc::S_IFSOCK | libc::S_IFREG) => k,
+            _ => return Err(Errno::INVAL.into()),
+        };
+        let perm = self.policy.client_perm(mode);
+        sys::mknod(dir.fd, &c, kind | perm, rdev)?;
+        self.created(dir, &c, perm, caller)
+    }
+
+    /// A hard link named `name` in `dir` to the inode behind `file`, made through its magic
+    /// link (no privilege needed, unlike `AT_EMPTY_PATH`; a symlink links itself).
+    ///
+    /// # Errors
+    /// The name checks, then what `linkat` says.
+    pub fn link(&self, file: BorrowedFd<'_>, dir: Dir<'_>, name: &[u8]) -> ExportResult<()> {
+        let c = self.name_to_change(dir, name)?;
+        sys::link(self.proc_fd(), file, dir.fd, &c)?;
+        Ok(())
+    }
+
+    /// rename(2): within or across directories, replacing an existing target.
+    ///
+    /// # Errors
+    /// The name checks (both names), then what `renameat` says.
+    pub fn rename(&self, from: Dir<'_>, old: &[u8], to: Dir<'_>, new: &[u8]) -> ExportResult<()> {
+        let old = self.name_to_change(from, old)?;
+        let new = self.name_to_change(to, new)?;
+        sys::rename(from.fd, &old, to.fd, &new)?;
+        Ok(())
+    }
+
+    /// Removes a name; `is_dir` for a directory (rmdir).
+    ///
+    /// # Errors
+    /// The name checks, then what `unlinkat` says.
+    pub fn unlink(&self, dir: Dir<'_>, name: &[u8], is_dir: bool) -> ExportResult<()> {
+        let c = self.name_to_change(dir, name)?;
+        sys::unlink(dir.fd, &c, is_dir)?;
+        Ok(())
+    }
+
+    /// Opens the inode behind `handle` (an `O_PATH` handle) with the host `flags`, through
+    /// `/proc/self/fd`, which lands on the inode and follows nothing. A symlink is `ELOOP`
+    /// (as `O_NOFOLLOW` gives locally), a device `EPERM` unless allowed; an open that may
+    /// change the file needs a writable export and clears set-id bits (see [`policy`]).
+    /// Returns the open descriptor and the attributes from before the open.
+    ///
+    /// # Errors
+    /// As said, then what `open` says.
+    pub fn open_file(
+        &self,
+        handle: BorrowedFd<'_>,
+        flags: OFlags,
+    ) -> ExportResult<(OwnedFd, Statx)> {
+        let st = sys::stat(handle)?;
+        let mode = u32::from(st.stx_mode);
+        if mode & libc::S_IFMT == libc::S_IFLNK {
+            return Err(Errno::LOOP.into());
+        }
+        self.policy.check_device(mode)?;
+        let writes = open_writes(flags);
+        if writes {
+            self.policy.check_writable()?;
+        }
+        let fd = sys::reopen(self.proc_fd(), handle, flags)?;
+        if writes {
+            self.policy.before_write(self.proc_fd(), handle, mode)?;
+        }
+        Ok((fd, st))
+    }
+
+    /// Creates `name` in `dir` and opens it with `flags` (host flags; creation flags are
+    /// added here). The create is exclusive first, so that only a file this call made gets
+    /// the caller's owner and mode. Unless `exclusive`, an existing file is opened as
+    /// [`Export::open_file`] opens one (a directory is `EISDIR`, as open(2) says).
+    ///
+    /// # Errors
+    /// The name checks, `EEXIST` when `exclusive` and the name exists, then what the kernel
+    /// says.
+    pub fn create(
+        &self,
+        dir: Dir<'_>,
+        name: &[u8],
+        flags: OFlags,
+        exclusive: bool,
+        mode: u32,
+        caller: Caller,
+    ) -> ExportResult<Created> {
+        let c = self.name_to_change(dir, name)?;
+        let perm = self.policy.client_perm(mode);
+        let flags = flags & !(OFlags::CREATE | OFlags::EXCL);
+        // The name may come and go between the two tries; a local open(O_CREAT) never
+        // fails for that, so try again a few times.
+        for _ in 0..4 {
+            match sys::create_at(dir.fd, &c, flags | OFlags::CREATE | OFlags::EXCL, perm) {
+                Ok(file) => {
+                    let handle = sys::path_handle(self.proc_fd(), file.as_fd())?;
+                    policy::finish_create(
+                        self.proc_fd(),
+                        handle.as_fd(),
+                        perm,
+                        self.owner(caller),
+                    )?;
+                    let stat = sys::stat(handle.as_fd())?;
+                    return Ok(Created {
+                        file,
+                        handle,
+                        stat,
+                        made: true,
+                    });
+                }
+                Err(Errno::EXIST) if !exclusive => {}
+                Err(e) => return Err(e.into()),
+            }
+            let (handle, st) = match self.lookup_checked(dir.fd, &c) {
+                Ok(found) => found,
+                Err(ExportError::Os(Errno::NOENT)) => continue,
+                Err(e) => return Err(e),
+            };
+            if u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR {
+                return Err(Errno::ISDIR.into());
+            }
+            let (file, _) = self.open_file(handle.as_fd(), flags)?;
+            let stat = sys::stat(handle.as_fd())?;
+            return Ok(Created {
+                file,
+                handle,
+                stat,
+                made: false,
+            });
+        }
+        Err(Errno::NOENT.into())
+    }
+
+    /// setattr of the inode behind `handle`, in the order that keeps each change: owner
+    /// first (a chown clears set-id bits, made sure of here), then mode, then size (which
+    /// moves mtime; through `open` when that is a writable descriptor of the file), then
+    /// times.
+    ///
+    /// # Errors
+    /// `EROFS` on a read-only export, `EISDIR`/`EINVAL` to truncate a directory or anything
+    /// else not a regular file, then what the kernel says.
+    pub fn setattr(
+        &self,
+        handle: BorrowedFd<'_>,
+        open: Option<BorrowedFd<'_>>,
+        set: &SetAttr,
+    ) -> ExportResult<()> {
+        if set.is_empty() {
+            return Ok(());
+        }
+        self.policy.check_writable()?;
+        let proc_fd = self.proc_fd();
+        if set.uid.is_some() || set.gid.is_some() {
+            sys::chown(handle, set.uid, set.gid)?;
+            // As the kernel does, checked rather than trusted to the exported file system.
+            policy::drop_bits(proc_fd, handle)?;
+        }
+        if let Some(mode) = set.mode {
+            let perm = if mode & policy::SETID != 0 {
+                let current = u32::from(sys::stat(handle)?.stx_mode);
+                self.policy.setattr_perm(mode, current)
+            } else {
+                mode & 0o7777
+            };
+            sys::chmod(proc_fd, handle, perm)?;
+        }
+        if let Some(size) = set.size {
+            self.truncate(handle, open, size)?;
+        }
+        if !matches!((set.atime, set.mtime), (Time::Omit, Time::Omit)) {
+            sys::set_times(proc_fd, handle, set.atime, set.mtime)?;
+        }
+        Ok(())
+    }
+
+    /// Truncation through `open` when it is writable, otherwise by reopening the inode for
+    /// writing (which needs write permission, as truncate(2) does). Only regular files: a
+    /// fifo reopened for writing would block. Set-id bits go first.
+    fn truncate(
+        &self,
+        handle: BorrowedFd<'_>,
+        open: Option<BorrowedFd<'_>>,
+        size: u64,
+    ) -> ExportResult<()> {
+        let mode = u32::from(sys::stat(handle)?.stx_mode);
+        if mode & libc::S_IFMT == libc::S_IFREG {
+            self.policy.before_write(self.proc_fd(), handle, mode)?;
+        }
+        if let Some(fd) = open {
+            match sys::truncate(fd, size) {
+                Ok(()) => return Ok(()),
+                // Opened read-only (or a directory): as without a descriptor.
+                Err(Errno::BADF | Errno::INVAL) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        match mode & libc::S_IFMT {
+            libc::S_IFREG => {}
+            libc::S_IFDIR => return Err(Errno::ISDIR.into()),
+            _ => return Err(Errno::INVAL.into()),
+        }
+        let w = sys::reopen(self.proc_fd(), handle, OFlags::WRONLY)?;
+        sys::truncate(w.as_fd(), size)?;
+        Ok(())
+    }
+
+    /// Sets extended attribute `name` of the inode behind `handle` (`flags`: `XATTR_CREATE`,
+    /// `XATTR_REPLACE`).
+    ///
+    /// # Errors
+    /// `EROFS`, [`ExportError::Nul`] for a name holding NUL, then what `setxattr` says.
+    pub fn set_xattr(
+        &self,
+        handle: BorrowedFd<'_>,
+        name: &[u8],
+        value: &[u8],
+        flags: u32,
+    ) -> ExportResult<()> {
+        self.policy.check_writable()?;
+        sys::set_xattr(handle, &names::c_string(name)?, value, flags)?;
+        Ok(())
+    }
+
+    /// Removes extended attribute `name` of the inode behind `handle`.
+    ///
+    /// # Errors
+    /// `EROFS`, [`ExportError::Nul`], then what `removexattr` says.
+    pub fn remove_xattr(&self, handle: BorrowedFd<'_>, name: &[u8]) -> ExportResult<()> {
+        self.policy.check_writable()?;
+        sys::remove_xattr(handle, &names::c_string(name)?)?;
+        Ok(())
+    }
+
+    /// The value of extended attribute `name`, at most `max` bytes.
+    ///
+    /// # Errors
+    /// `ERANGE` for an empty name (as getxattr(2) says), [`ExportError::Nul`], then what
+    /// `getxattr` says.
+    pub fn get_xattr(
+        &self,
+        handle: BorrowedFd<'_>,
+        name: &[u8],
+        max: usize,
+    ) -> ExportResult<Vec<u8>> {
+        if name.is_empty() {
+            return Err(Errno::RANGE.into());
+        }
+        Ok(sys::get_xattr(handle, &names::c_string(name)?, max)?)
+    }
+
+    /// The NUL-separated names of the extended attributes, at most `max` bytes.
+    ///
+    /// # Errors
+    /// What `listxattr` says.
+    pub fn list_xattr(&self, handle: BorrowedFd<'_>, max: usize) -> ExportResult<Vec<u8>> {
+        Ok(sys::list_xattr(handle, max)?)
+    }
+}
