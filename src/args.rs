@@ -212,9 +212,10 @@ pub struct ServeArgs {
     /// without FUSE_MAX_PAGES.
     #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=65535))]
     pub max_pages: u32,
-    /// vhost-user-fs listeners: what the guest kernel may cache, as virtiofsd's --cache:
-    /// never (nothing; direct I/O), auto (names and attributes 1 s, page cache dropped at
-    /// open), always (a day, page cache kept, writeback caching).
+    /// vhost-user-fs listeners: what the guest kernel may cache, as virtiofsd's --cache
+    /// (and the same words as `crossfs mount --cache`): never (nothing; direct I/O),
+    /// metadata (names and attributes a day, data direct I/O), auto (names and attributes
+    /// 1 s, page cache dropped at open), always (a day, page cache kept, writeback caching).
     #[arg(long, value_name = "MODE", default_value = "auto", value_parser = parse_virtiofs_cache)]
     pub cache: crossfs_virtiofs::CacheMode,
     /// vhost-user-fs listeners: request queues (besides the high-priority one); the VMM's
@@ -226,9 +227,10 @@ pub struct ServeArgs {
 fn parse_virtiofs_cache(s: &str) -> Result<crossfs_virtiofs::CacheMode, String> {
     match s {
         "never" => Ok(crossfs_virtiofs::CacheMode::Never),
+        "metadata" => Ok(crossfs_virtiofs::CacheMode::Metadata),
         "auto" => Ok(crossfs_virtiofs::CacheMode::Auto),
         "always" => Ok(crossfs_virtiofs::CacheMode::Always),
-        _ => Err(format!("`{s}`: expected never, auto or always")),
+        _ => Err(format!("`{s}`: expected never, metadata, auto or always")),
     }
 }
 

@@ -22,13 +22,14 @@
 //! When anything breaks the stream, [`Shared::kill`] fails every pending and queued request
 //! once, and every later one at once.
 
+use crate::lock;
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::io::{self, BufReader, Read, Write};
 use std::os::fd::OwnedFd;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::thread;
 
 use crossfs_wire::{
@@ -126,12 +127,6 @@ struct Writer {
     sink: Box<dyn Write + Send>,
     /// Reused for every frame; bounded by msize.
     buf: Vec<u8>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Nothing runs caller code while holding these locks (completions run with only the
-    // read side held, and never touch it), so a poisoned lock still guards consistent state.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn name(ty: u8) -> &'static str {

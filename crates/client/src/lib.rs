@@ -43,6 +43,13 @@ mod request;
 mod tags;
 mod version;
 
+/// Locks a mutex, going on if a panicking thread poisoned it: nothing runs caller code
+/// while holding the client's locks (completions run with only the read side held, and
+/// never touch it), so a poisoned lock still guards consistent state.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 pub use client::{Client, WriteAttrDone};
 pub use config::{ClientConfig, MsizeNegotiation};
 pub use crossfs_wire::{

@@ -15,9 +15,10 @@
 //! the loss; after that they fail at once until the server is back. A completion callback
 //! (running on a thread that reads replies) never waits: it fails at once.
 
+use crate::lock;
 use std::io::{self, BufReader, Read, Write};
 use std::os::fd::OwnedFd;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
 use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
 
@@ -74,10 +75,6 @@ struct Slot {
     wait: Duration,
     /// Connections made after the first.
     reconnects: u64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Link {

@@ -38,8 +38,9 @@ pub use export::{Export, OpenError};
 pub use ops::{open_writes, Caller, Created, Dir, Made, SetAttr};
 pub use rustix::fs::Statx;
 
-/// Locks a mutex, going on with the data if a panicking thread poisoned it (the data is
-/// counters and tables that stay consistent between statements).
-pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// Locks a mutex, going on with the data if a panicking thread poisoned it: the host's
+/// crates (the core, both doors) keep only counters and tables under their mutexes, each
+/// consistent between statements, so one panicked request must not stop the others.
+pub fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

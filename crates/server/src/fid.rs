@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crossfs_wire::{Fid, Qid};
 
@@ -254,11 +254,7 @@ impl FidTable {
     }
 }
 
-/// Locks a mutex, ignoring poisoning: every critical section here leaves the data consistent
-/// (plain inserts and removals), so a panic elsewhere does not make it unusable.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+pub(crate) use crossfs_export::lock;
 
 #[cfg(test)]
 mod tests {

@@ -3,20 +3,15 @@
 //! `crossfs-export`, and encodes the answer. Confinement, names, policy and the descriptor
 //! budget are the core's; nothing here decides them.
 //!
-//! Node ids: the root is 1; every other id stands for one inode (keyed by device and inode
-//! number) and holds one `O_PATH` descriptor, charged to the device's share of descriptors,
-//! until the guest forgets it as many times as it was looked up (LOOKUP, CREATE, MKNOD,
-//! MKDIR, SYMLINK, LINK and each READDIRPLUS entry count one).
+//! Node ids are `nodes.rs`'s, cache modes and limits `config.rs`'s.
 
 use std::collections::HashMap;
-
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
 use crossfs_export::budget::{FdAccount, Handle};
-use crossfs_export::{sys, Caller, Dir, Export, ExportError, Made, SetAttr, Statx};
+use crossfs_export::{lock, sys, Caller, Dir, Export, ExportError, Made, SetAttr, Statx};
 use rustix::fs::OFlags;
 use rustix::io::Errno;
 
@@ -25,76 +20,11 @@ use crate::fuse::encode::{self, Reply, Ttl};
 use crate::fuse::{self, fattr, fopen, init, Op, Opcode};
 use crate::stats::{Negotiated, Stats};
 
-/// How long the guest may keep what it was told (virtiofsd's `--cache`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum CacheMode {
-    /// Nothing: every access asks (entries and attributes time out at once, file data is
-    /// read with direct I/O).
-    Never,
-    /// Names and attributes for a second, page cache dropped at each open.
-    #[default]
-    Auto,
-    /// Names and attributes for a day, page cache kept across opens, writeback caching.
-    Always,
-}
+mod config;
+mod nodes;
 
-/// What the file system offers the guest.
-#[derive(Clone, Debug)]
-pub struct FsConfig {
-    /// Cache policy.
-    pub cache: CacheMode,
-    /// Largest request, in 4 KiB pages (FUSE_MAX_PAGES); the guest gets at most the request
-    /// queue's size less 4.
-    pub max_pages: u32,
-    /// How long the guest may remember that a name does not exist (a negative entry);
-    /// `None`: the cache mode's entry timeout. Never with `--cache never`.
-    pub negative_ttl: Option<Duration>,
-    /// Largest extended attribute value or list.
-    pub max_xattr_size: usize,
-}
-
-impl Default for FsConfig {
-    fn default() -> Self {
-        FsConfig {
-            cache: CacheMode::Auto,
-            max_pages: 256,
-            negative_ttl: None,
-            max_xattr_size: 64 * 1024,
-        }
-    }
-}
-
-impl FsConfig {
-    fn ttl(&self) -> Ttl {
-        match self.cache {
-            CacheMode::Never => Ttl::ZERO,
-            CacheMode::Auto => Ttl::from(Duration::from_secs(1)),
-            CacheMode::Always => Ttl::from(Duration::from_secs(86400)),
-        }
-    }
-
-    fn negative_ttl(&self) -> Ttl {
-        match (self.cache, self.negative_ttl) {
-            (CacheMode::Never, _) => Ttl::ZERO,
-            (_, Some(d)) => Ttl::from(d),
-            _ => self.ttl(),
-        }
-    }
-}
-
-/// One inode the guest knows.
-struct Node {
-    handle: Arc<Handle>,
-    key: (u64, u64),
-    refs: u64,
-}
-
-#[derive(Default)]
-struct Nodes {
-    map: HashMap<u64, Node>,
-    by_key: HashMap<(u64, u64), u64>,
-    next: u64,
-}
+pub use config::{CacheMode, FsConfig};
+use nodes::NodeTable;
 
 /// An open file or directory.
 struct OpenFile {
@@ -111,7 +41,7 @@ pub struct FuseFs {
     config: FsConfig,
     fds: Arc<FdAccount>,
     stats: Arc<Stats>,
-    nodes: Mutex<Nodes>,
+    nodes: NodeTable,
     files: Mutex<(HashMap<u64, Arc<OpenFile>>, u64)>,
     /// The request queue's size, as the VMM set it (caps max_pages).
     queue_size: AtomicU32,
@@ -129,17 +59,6 @@ impl std::fmt::Debug for FuseFs {
 
 type OpResult<T> = Result<T, ExportError>;
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn key_of(st: &Statx) -> (u64, u64) {
-    (
-        rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor),
-        st.stx_ino,
-    )
-}
-
 /// Largest READ, WRITE or listing any guest may ask for, whatever it negotiated: 256 pages
 /// is Linux's ceiling before 6.18; allow a generous multiple, never unbounded.
 const MAX_REQUEST_DATA: u32 = 16 << 20;
@@ -148,27 +67,13 @@ impl FuseFs {
     /// A file system over `export` for one guest; counters go to `stats`.
     pub fn new(export: Arc<Export>, config: FsConfig, stats: Arc<Stats>) -> FuseFs {
         let fds = FdAccount::new(export.fds.clone());
-        let mut nodes = Nodes {
-            next: fuse::ROOT_ID + 1,
-            ..Nodes::default()
-        };
-        if let Ok(st) = sys::stat(export.root.as_fd()) {
-            nodes.by_key.insert(key_of(&st), fuse::ROOT_ID);
-            nodes.map.insert(
-                fuse::ROOT_ID,
-                Node {
-                    handle: export.root.clone(),
-                    key: key_of(&st),
-                    refs: 1,
-                },
-            );
-        }
+        let nodes = NodeTable::new(export.root.clone(), fds.clone());
         FuseFs {
             export,
             config,
             fds,
             stats,
-            nodes: Mutex::new(nodes),
+            nodes,
             files: Mutex::new((HashMap::new(), 1)),
             queue_size: AtomicU32::new(0),
             writeback: false.into(),
@@ -187,7 +92,7 @@ impl FuseFs {
 
     /// Node ids the guest holds (the root included).
     pub fn nodes(&self) -> usize {
-        lock(&self.nodes).map.len()
+        self.nodes.len()
     }
 
     /// Answers one request. `None`: no reply is due (FORGET, BATCH_FORGET, INTERRUPT) or the
@@ -232,17 +137,18 @@ impl FuseFs {
         let reply = match op {
             Op::Init(i) => self.init(i),
             Op::Destroy => {
-                self.forget_all();
+                self.nodes.forget_all();
+                lock(&self.files).0.clear();
                 Ok(Reply::new())
             }
             Op::Lookup { name } => self.lookup(n, name),
             Op::Forget { nlookup } => {
-                self.forget(n, nlookup);
+                self.nodes.forget(n, nlookup);
                 return Ok(None);
             }
             Op::BatchForget(list) => {
                 for (node, nlookup) in list {
-                    self.forget(node, nlookup);
+                    self.nodes.forget(node, nlookup);
                 }
                 return Ok(None);
             }
@@ -250,7 +156,7 @@ impl FuseFs {
             Op::Getattr { .. } => self.getattr(n),
             Op::Setattr(s) => self.setattr(n, &s),
             Op::Readlink => {
-                let target = sys::readlink(self.node(n)?.as_fd())?;
+                let target = sys::readlink(self.nodes.get(n)?.as_fd())?;
                 let mut r = Reply::new();
                 r.bytes(&target);
                 Ok(r)
@@ -294,12 +200,12 @@ impl FuseFs {
                 if value.len() > self.config.max_xattr_size {
                     return Err(Errno::TOOBIG.into());
                 }
-                let node = self.node(n)?;
+                let node = self.nodes.get(n)?;
                 self.export.set_xattr(node.as_fd(), name, value, flags)?;
                 Ok(Reply::new())
             }
             Op::Removexattr { name } => {
-                self.export.remove_xattr(self.node(n)?.as_fd(), name)?;
+                self.export.remove_xattr(self.nodes.get(n)?.as_fd(), name)?;
                 Ok(Reply::new())
             }
             // The kernel then checks permissions itself, from the attributes we report.
@@ -390,69 +296,8 @@ impl FuseFs {
         Ok(r)
     }
 
-    // --- nodes ---------------------------------------------------------------------------
-
-    fn node(&self, id: u64) -> OpResult<Arc<Handle>> {
-        lock(&self.nodes)
-            .map
-            .get(&id)
-            .map(|n| n.handle.clone())
-            .ok_or(ExportError::Os(Errno::STALE))
-    }
-
-    /// Gives the guest a node id for the inode behind `fd` (one more lookup of it).
-    fn remember(&self, fd: OwnedFd, st: &Statx) -> OpResult<u64> {
-        let key = key_of(st);
-        let mut nodes = lock(&self.nodes);
-        if let Some(&id) = nodes.by_key.get(&key) {
-            if let Some(node) = nodes.map.get_mut(&id) {
-                node.refs += 1;
-                return Ok(id);
-            }
-        }
-        let charge = self.fds.charge()?;
-        let id = nodes.next;
-        nodes.next += 1;
-        nodes.by_key.insert(key, id);
-        nodes.map.insert(
-            id,
-            Node {
-                handle: Arc::new(Handle::new(fd, charge)),
-                key,
-                refs: 1,
-            },
-        );
-        Ok(id)
-    }
-
-    fn forget(&self, id: u64, nlookup: u64) {
-        if id == fuse::ROOT_ID {
-            return;
-        }
-        let mut nodes = lock(&self.nodes);
-        let Some(node) = nodes.map.get_mut(&id) else {
-            return;
-        };
-        node.refs = node.refs.saturating_sub(nlookup);
-        if node.refs == 0 {
-            let key = node.key;
-            nodes.map.remove(&id);
-            if nodes.by_key.get(&key) == Some(&id) {
-                nodes.by_key.remove(&key);
-            }
-        }
-    }
-
-    fn forget_all(&self) {
-        let mut nodes = lock(&self.nodes);
-        nodes.map.retain(|&id, _| id == fuse::ROOT_ID);
-        let root_key = nodes.map.get(&fuse::ROOT_ID).map(|n| n.key);
-        nodes.by_key.retain(|k, _| Some(*k) == root_key);
-        lock(&self.files).0.clear();
-    }
-
     fn entry(&self, fd: OwnedFd, st: &Statx) -> OpResult<Reply> {
-        let id = self.remember(fd, st)?;
+        let id = self.nodes.remember(fd, st)?;
         let ttl = self.config.ttl();
         let mut r = Reply::with_capacity(128);
         r.entry(id, Some(st), ttl, ttl);
@@ -460,7 +305,7 @@ impl FuseFs {
     }
 
     fn lookup(&self, parent: u64, name: &[u8]) -> OpResult<Reply> {
-        let dir = self.node(parent)?;
+        let dir = self.nodes.get(parent)?;
         match self.export.lookup(Self::dir(parent, &dir), name) {
             Ok((fd, st)) => self.entry(fd, &st),
             Err(ExportError::Os(Errno::NOENT)) if self.config.negative_ttl() != Ttl::ZERO => {
@@ -474,7 +319,7 @@ impl FuseFs {
     }
 
     fn getattr(&self, id: u64) -> OpResult<Reply> {
-        let st = sys::stat(self.node(id)?.as_fd())?;
+        let st = sys::stat(self.nodes.get(id)?.as_fd())?;
         let mut r = Reply::with_capacity(104);
         r.attr_out(&st, self.config.ttl());
         Ok(r)
@@ -504,7 +349,7 @@ impl FuseFs {
         } else {
             None
         };
-        let handle = self.node(id)?;
+        let handle = self.nodes.get(id)?;
         let open_fd = open.as_ref().map(|f| f.fd.as_fd());
         self.export.setattr(handle.as_fd(), open_fd, &set)?;
         self.getattr(id)
@@ -533,7 +378,7 @@ impl FuseFs {
     }
 
     fn symlink(&self, h: &InHeader, name: &[u8], target: &[u8]) -> OpResult<Reply> {
-        let dir = self.node(h.nodeid)?;
+        let dir = self.nodes.get(h.nodeid)?;
         let made = self
             .export
             .symlink(Self::dir(h.nodeid, &dir), name, target, Self::caller(h))?;
@@ -541,7 +386,7 @@ impl FuseFs {
     }
 
     fn mknod(&self, h: &InHeader, mode: u32, rdev: u32, name: &[u8]) -> OpResult<Reply> {
-        let dir = self.node(h.nodeid)?;
+        let dir = self.nodes.get(h.nodeid)?;
         // The old 32-bit device encoding FUSE carries.
         let major = (rdev >> 8) & 0xfff;
         let minor = (rdev & 0xff) | ((rdev >> 12) & 0xfff00);
@@ -556,7 +401,7 @@ impl FuseFs {
     }
 
     fn mkdir(&self, h: &InHeader, mode: u32, name: &[u8]) -> OpResult<Reply> {
-        let dir = self.node(h.nodeid)?;
+        let dir = self.nodes.get(h.nodeid)?;
         let made = self
             .export
             .mkdir(Self::dir(h.nodeid, &dir), name, mode, Self::caller(h))?;
@@ -564,7 +409,7 @@ impl FuseFs {
     }
 
     fn unlink(&self, parent: u64, name: &[u8], is_dir: bool) -> OpResult<Reply> {
-        let dir = self.node(parent)?;
+        let dir = self.nodes.get(parent)?;
         self.export.unlink(Self::dir(parent, &dir), name, is_dir)?;
         Ok(Reply::new())
     }
@@ -574,15 +419,15 @@ impl FuseFs {
         if flags != 0 {
             return Err(Errno::INVAL.into());
         }
-        let (old_dir, new_dir) = (self.node(from)?, self.node(to)?);
+        let (old_dir, new_dir) = (self.nodes.get(from)?, self.nodes.get(to)?);
         self.export
             .rename(Self::dir(from, &old_dir), old, Self::dir(to, &new_dir), new)?;
         Ok(Reply::new())
     }
 
     fn link(&self, target: u64, parent: u64, name: &[u8]) -> OpResult<Reply> {
-        let handle = self.node(target)?;
-        let dir = self.node(parent)?;
+        let handle = self.nodes.get(target)?;
+        let dir = self.nodes.get(parent)?;
         let dir = Self::dir(parent, &dir);
         self.export.link(handle.as_fd(), dir, name)?;
         let (fd, st) = self.export.lookup(dir, name)?;
@@ -633,14 +478,14 @@ impl FuseFs {
 
     fn open_flags(&self) -> u32 {
         match self.config.cache {
-            CacheMode::Never => fopen::DIRECT_IO,
+            CacheMode::Never | CacheMode::Metadata => fopen::DIRECT_IO,
             CacheMode::Auto => 0,
             CacheMode::Always => fopen::KEEP_CACHE,
         }
     }
 
     fn open(&self, id: u64, flags: u32) -> OpResult<Reply> {
-        let handle = self.node(id)?;
+        let handle = self.nodes.get(id)?;
         let charge = self.fds.charge()?;
         let (fd, _) = self
             .export
@@ -652,7 +497,7 @@ impl FuseFs {
     }
 
     fn create(&self, h: &InHeader, flags: u32, mode: u32, name: &[u8]) -> OpResult<Reply> {
-        let dir = self.node(h.nodeid)?;
+        let dir = self.nodes.get(h.nodeid)?;
         let charge = self.fds.charge()?;
         let created = self.export.create(
             Self::dir(h.nodeid, &dir),
@@ -725,7 +570,7 @@ impl FuseFs {
     }
 
     fn opendir(&self, id: u64) -> OpResult<Reply> {
-        let handle = self.node(id)?;
+        let handle = self.nodes.get(id)?;
         let charge = self.fds.charge()?;
         let (fd, _) = self
             .export
@@ -767,7 +612,7 @@ impl FuseFs {
                     self.export.lookup(dir, e.name).ok()
                 };
                 match found {
-                    Some((fd, st)) => match self.remember(fd, &st) {
+                    Some((fd, st)) => match self.nodes.remember(fd, &st) {
                         Ok(id) => {
                             reply.entry(id, Some(&st), ttl, ttl);
                         }
@@ -807,7 +652,7 @@ impl FuseFs {
     }
 
     fn getxattr(&self, id: u64, name: &[u8], size: u32) -> OpResult<Reply> {
-        let node = self.node(id)?;
+        let node = self.nodes.get(id)?;
         let value = self
             .export
             .get_xattr(node.as_fd(), name, self.config.max_xattr_size)?;
@@ -815,7 +660,7 @@ impl FuseFs {
     }
 
     fn listxattr(&self, id: u64, size: u32) -> OpResult<Reply> {
-        let node = self.node(id)?;
+        let node = self.nodes.get(id)?;
         let list = self
             .export
             .list_xattr(node.as_fd(), self.config.max_xattr_size)?;
