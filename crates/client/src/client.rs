@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use crossfs_wire::{CounterSnapshot, Fid, MessageCounters, Rgetattr, Rmessage, Tmessage, IOHDRSZ};
 
-use crate::conn::{self, Shared, READ_BUFFER};
+use crate::conn::{self, Connection, READ_BUFFER};
 use crate::fids::FidPool;
 use crate::redial::{self, Link, RestoreHook, Transport};
 use crate::request::{Completion, Done, Reply, Request, Waiter};
@@ -128,7 +128,7 @@ impl Client {
             effective = negotiation.effective,
             "9P msize negotiated"
         );
-        let shared = Shared::new(
+        let shared = Connection::new(
             config,
             reader,
             writer,

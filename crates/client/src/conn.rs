@@ -19,7 +19,7 @@
 //! thread (`outbox`). Were it to block in a write, a server that stops reading requests
 //! until its replies are read would wait for it forever.
 //!
-//! When anything breaks the stream, [`Shared::kill`] fails every pending and queued request
+//! When anything breaks the stream, [`Connection::kill`] fails every pending and queued request
 //! once, and every later one at once.
 
 use crate::lock;
@@ -43,7 +43,7 @@ use crate::tags::TagTable;
 use crate::{ClientConfig, ClientError, MsizeNegotiation};
 
 thread_local! {
-    /// The connection (a `Shared`'s address) this thread is reading replies for, 0 if none:
+    /// The connection (a `Connection`'s address) this thread is reading replies for, 0 if none:
     /// completions run there and must not block on that connection.
     static LEADING: Cell<usize> = const { Cell::new(0) };
 }
@@ -67,7 +67,7 @@ struct ReadSide {
 }
 
 /// The state every thread using the connection shares.
-pub(crate) struct Shared {
+pub(crate) struct Connection {
     state: Mutex<State>,
     /// Signalled when a tag comes free or the connection dies.
     tag_freed: Condvar,
@@ -79,9 +79,9 @@ pub(crate) struct Shared {
     /// Blocking callers sleeping as followers (a copy of `State::followers.len()` the
     /// leader can read between replies without the lock).
     followers_waiting: AtomicUsize,
-    /// Shared with the connections that replace this one (see `redial.rs`).
+    /// Connection with the connections that replace this one (see `redial.rs`).
     pub(crate) counters: Arc<MessageCounters>,
-    /// Shared likewise: fid numbers outlive a connection.
+    /// Connection likewise: fid numbers outlive a connection.
     pub(crate) fids: Arc<FidPool>,
     pub(crate) negotiation: MsizeNegotiation,
     /// Closes the transport so a blocked reader wakes up; run once, when the connection dies.
@@ -133,7 +133,7 @@ fn name(ty: u8) -> &'static str {
     message_name(ty).unwrap_or("unknown message")
 }
 
-impl Shared {
+impl Connection {
     pub(crate) fn new(
         config: &ClientConfig,
         source: Source,
@@ -142,8 +142,8 @@ impl Shared {
         negotiation: MsizeNegotiation,
         closer: Box<dyn FnOnce() + Send>,
         fids: Arc<FidPool>,
-    ) -> Arc<Shared> {
-        Arc::new(Shared {
+    ) -> Arc<Connection> {
+        Arc::new(Connection {
             state: Mutex::new(State {
                 tags: TagTable::new(config.max_in_flight),
                 closed: None,
@@ -186,7 +186,7 @@ impl Shared {
     }
 
     fn id(&self) -> usize {
-        self as *const Shared as usize
+        self as *const Connection as usize
     }
 
     /// True on a thread running completions for this connection (it reads its replies).
@@ -318,7 +318,7 @@ impl Shared {
 
 /// Starts the reader thread, which reads replies while only asynchronous requests wait,
 /// and, given a duplicate of the socket, the thread that notices a hang-up while idle.
-pub(crate) fn start_threads(shared: &Arc<Shared>, hangup: Option<OwnedFd>) -> io::Result<()> {
+pub(crate) fn start_threads(shared: &Arc<Connection>, hangup: Option<OwnedFd>) -> io::Result<()> {
     let reader = shared.clone();
     thread::Builder::new()
         .name("9p-reader".into())
@@ -339,7 +339,7 @@ pub(crate) fn start_threads(shared: &Arc<Shared>, hangup: Option<OwnedFd>) -> io
 /// Waits for the server to hang up. While requests are in flight, whoever reads their
 /// replies meets the end of the stream after the last reply sent; when none are, nobody
 /// reads, and without this the loss would show only when the next request fails.
-fn hangup_thread(shared: &std::sync::Weak<Shared>, fd: &OwnedFd) {
+fn hangup_thread(shared: &std::sync::Weak<Connection>, fd: &OwnedFd) {
     use rustix::event::{poll, PollFd, PollFlags};
     let hung_up = PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR;
     loop {
@@ -362,7 +362,7 @@ fn hangup_thread(shared: &std::sync::Weak<Shared>, fd: &OwnedFd) {
 }
 
 /// The sender thread: writes the requests completions made, until the connection dies.
-fn sender_thread(shared: &Shared) {
+fn sender_thread(shared: &Connection) {
     loop {
         let (tag, request) = {
             let mut outbox = lock(&shared.outbox);
@@ -394,7 +394,7 @@ pub(crate) fn sane_errno(ecode: u32) -> i32 {
 
 /// The reader thread: leads whenever replies are due and nobody reads them, until the
 /// connection is closed.
-fn reader_thread(shared: &Shared) {
+fn reader_thread(shared: &Connection) {
     loop {
         {
             let mut state = lock(&shared.state);
@@ -416,7 +416,7 @@ fn reader_thread(shared: &Shared) {
     }
 }
 
-impl Shared {
+impl Connection {
     /// Takes a tag for `request`, writes it, and arranges for `completion` to run.
     pub(crate) fn submit(
         &self,

@@ -22,7 +22,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
 use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
 
-use crate::conn::{self, Shared};
+use crate::conn::{self, Connection};
 use crate::version::negotiate;
 use crate::{Client, ClientError};
 
@@ -60,7 +60,7 @@ pub(crate) struct Link {
 }
 
 struct Slot {
-    conn: Arc<Shared>,
+    conn: Arc<Connection>,
     /// Calls may use `conn` (false while a new connection is being restored).
     ready: bool,
     /// Reconnecting is enabled.
@@ -78,7 +78,7 @@ struct Slot {
 }
 
 impl Link {
-    pub(crate) fn new(conn: Arc<Shared>) -> Arc<Link> {
+    pub(crate) fn new(conn: Arc<Connection>) -> Arc<Link> {
         Arc::new(Link {
             slot: Mutex::new(Slot {
                 conn,
@@ -108,7 +108,7 @@ impl Link {
     /// The connection a call should use now, waiting (outside completions) while a lost
     /// one is being replaced. A dead connection is returned when there is nothing to wait
     /// for: the request then fails with that connection's reason.
-    pub(crate) fn conn(&self) -> Result<Arc<Shared>, ClientError> {
+    pub(crate) fn conn(&self) -> Result<Arc<Connection>, ClientError> {
         let mut slot = lock(&self.slot);
         loop {
             let usable = slot.ready && slot.conn.is_connected();
@@ -132,7 +132,7 @@ impl Link {
     }
 
     /// The connection in use, whatever its state (for counters and negotiation).
-    pub(crate) fn current(&self) -> Arc<Shared> {
+    pub(crate) fn current(&self) -> Arc<Connection> {
         lock(&self.slot).conn.clone()
     }
 
@@ -261,7 +261,7 @@ fn reconnect(link: &Arc<Link>, client: &Client, dial: &Dial) -> Result<(), Clien
             return Err(e);
         }
     };
-    let shared = Shared::new(
+    let shared = Connection::new(
         &client.config,
         reader,
         writer,

@@ -105,7 +105,7 @@ pub(crate) enum Completion {
 
 /// Every reply has arrived (or its request failed).
 const DONE: u8 = 1;
-/// The thread was handed the job of reading replies (see `Shared::wait`).
+/// The thread was handed the job of reading replies (see `Connection::wait`).
 const LEAD: u8 = 2;
 
 /// A thread blocked in a call of one or more requests: where their replies go, and how it is

@@ -17,7 +17,7 @@ use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use crate::beneath::Root;
 use crate::coalesce::{Coalescer, Flushed, Hints, Window};
 use crate::event::{Change, DirAttrs, EventKind};
-use crate::hub::{lock, Shared};
+use crate::hub::{lock, HubState};
 use crate::path::RelPath;
 use crate::snapshot::{compare, diff, Snapshot};
 use crate::watch::{Raw, Watcher};
@@ -35,7 +35,7 @@ const LINKS_MADE_LIMIT: usize = 4096;
 const READ_GAP: Duration = Duration::from_millis(2);
 
 pub(crate) struct Engine {
-    shared: Arc<Shared>,
+    shared: Arc<HubState>,
     root: Root,
     watcher: Box<dyn Watcher>,
     snapshot: Snapshot,
@@ -61,7 +61,7 @@ pub(crate) struct Engine {
 
 impl Engine {
     pub(crate) fn new(
-        shared: Arc<Shared>,
+        shared: Arc<HubState>,
         root: Root,
         watcher: Box<dyn Watcher>,
         snapshot: Snapshot,

@@ -136,7 +136,7 @@ pub(crate) struct Inbox {
 
 /// State shared by the hub handle and the event thread.
 #[derive(Debug)]
-pub(crate) struct Shared {
+pub(crate) struct HubState {
     pub(crate) epoch: u64,
     pub(crate) config: HubConfig,
     pub(crate) fanout: Mutex<Fanout>,
@@ -149,7 +149,7 @@ pub(crate) struct Shared {
     wake_w: OwnedFd,
 }
 
-impl Shared {
+impl HubState {
     /// Nudges the event thread; never blocks (a full pipe already means "wake up").
     pub(crate) fn wake(&self) {
         let _ = rustix::io::write(&self.wake_w, &[1]);
@@ -166,7 +166,7 @@ impl Shared {
 /// every subscriber.
 #[derive(Debug)]
 pub struct EventHub {
-    shared: Arc<Shared>,
+    shared: Arc<HubState>,
     backend: BackendKind,
     next_cookie: AtomicU64,
     thread: Option<JoinHandle<()>>,
@@ -234,7 +234,7 @@ impl EventHub {
         let (wake_r, wake_w) = pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)
             .map_err(|e| EventError::Thread(e.into()))?;
         let epoch = new_epoch();
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(HubState {
             epoch,
             fanout: Mutex::new(Fanout::new(epoch, config.history)),
             config,
