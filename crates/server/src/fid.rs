@@ -12,8 +12,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crossfs_wire::{Fid, Qid};
 
-use crate::error::{OpError, OpResult};
 use crossfs_export::budget::{ByteCharge, Handle};
+
+use crate::error::{OpError, OpResult};
 
 /// Where a fid's file was found: its directory and its name there.
 #[derive(Clone)]

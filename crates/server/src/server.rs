@@ -14,6 +14,7 @@ use serde_json::{json, Map, Value};
 
 use crossfs_events::EventHub;
 
+use crossfs_export::budget::{FdAccount, Handle};
 use crossfs_export::policy::Policy;
 use crossfs_export::{Dir, Export, OpenError};
 
@@ -22,7 +23,6 @@ use crate::error::ServerError;
 use crate::fid::{lock, FileFid};
 use crate::session;
 use crate::stats::{add_counters, ConnStats};
-use crossfs_export::budget::{FdAccount, Handle};
 
 /// A directory exported over 9P2000.L. Create one with [`Server::new`], then hand each
 /// accepted connection to [`Server::serve_connection`] on its own thread.

@@ -40,10 +40,11 @@ use crossfs_wire::{
     Tmessage, Tversion, MIN_MSIZE, VERSION_9P2000_L, VERSION_CROSSFS,
 };
 
+use crossfs_export::budget::{ByteBudget, FdAccount};
+
 use crate::fid::{lock, FidTable};
 use crate::server::Server;
 use crate::stats::ConnStats;
-use crossfs_export::budget::{ByteBudget, FdAccount};
 
 /// What the request handlers see of a connection.
 pub(crate) struct Conn {

@@ -7,11 +7,11 @@ use crossfs_wire::{
 use rustix::fs::StatxFlags;
 use rustix::io::Errno;
 
+use crossfs_export::sys::{self, Time};
 use crossfs_export::SetAttr;
 
 use crate::error::OpResult;
 use crate::session::Conn;
-use crossfs_export::sys::{self, Time};
 
 /// Tgetattr: everything stat(2) reports, from the fid's own handle (so an open file that has
 /// been unlinked still answers), plus the birth time when the file system keeps one. All

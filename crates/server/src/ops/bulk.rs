@@ -16,12 +16,13 @@ use crossfs_wire::{
 use rustix::fs::OFlags;
 use rustix::io::Errno;
 
+use crossfs_export::budget::Handle;
+use crossfs_export::sys;
+
 use crate::error::{OpError, OpResult};
 use crate::fid::{lock, FidState, FileFid};
 use crate::ops::{attr, dir, io, walk};
 use crate::session::Conn;
-use crossfs_export::budget::Handle;
-use crossfs_export::sys;
 
 /// Largest `getdents64` buffer per system call.
 const GETDENTS_BUF: usize = 64 * 1024;

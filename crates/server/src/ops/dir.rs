@@ -9,12 +9,12 @@ use crossfs_wire::{
 };
 use rustix::io::Errno;
 
+use crossfs_export::sys;
 use crossfs_export::{Caller, Dir};
 
 use crate::error::OpResult;
 use crate::fid::{lock, Location};
 use crate::session::Conn;
-use crossfs_export::sys;
 
 /// Largest `getdents64` buffer per system call; a big Treaddir loops.
 const GETDENTS_BUF: usize = 64 * 1024;

@@ -10,13 +10,14 @@ use crossfs_wire::{
 use rustix::fs::OFlags;
 use rustix::io::Errno;
 
+use crossfs_export::budget::Handle;
+use crossfs_export::sys;
+
 use crate::error::{OpError, OpResult};
 use crate::fid::{lock, FidState, FileFid, Location, OpenFile};
 use crate::ops::dir::caller;
 use crate::server::dev_and_kind;
 use crate::session::Conn;
-use crossfs_export::budget::Handle;
-use crossfs_export::sys;
 
 /// 9P2000.L open flags that carry over to the host, each translated explicitly (the values
 /// happen to match Linux's, but a server must not rely on that). NOCTTY, FASYNC and CLOEXEC

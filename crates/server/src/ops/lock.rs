@@ -8,9 +8,10 @@
 use crossfs_wire::{lock as wl, Rgetlock, Rlock, Rmessage, Tgetlock, Tlock};
 use rustix::io::Errno;
 
+use crossfs_export::sys::{self, LockRange};
+
 use crate::error::OpResult;
 use crate::session::Conn;
-use crossfs_export::sys::{self, LockRange};
 
 fn range(ty: u8, start: u64, length: u64) -> OpResult<LockRange> {
     let ty = match ty {

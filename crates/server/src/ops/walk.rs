@@ -5,12 +5,13 @@ use std::sync::Arc;
 
 use crossfs_wire::{Rattach, Rmessage, Rwalk, Tattach, Twalk};
 
+use crossfs_export::budget::Handle;
+use crossfs_export::sys;
+
 use crate::error::{OpError, OpResult};
 use crate::fid::{FidState, FileFid, Location};
 use crate::server::dev_and_kind;
 use crate::session::Conn;
-use crossfs_export::budget::Handle;
-use crossfs_export::sys;
 
 /// Tattach: binds `fid` to the export root, once `afid` passes [`super::auth::check_attach`].
 /// The unames are recorded and logged; they grant nothing (see the crate's Identity

@@ -7,10 +7,11 @@ use std::sync::Mutex;
 use crossfs_wire::{xattr_flags, Rmessage, Rxattrcreate, Rxattrwalk, Txattrcreate, Txattrwalk};
 use rustix::io::Errno;
 
+use crossfs_export::names;
+
 use crate::error::{OpError, OpResult};
 use crate::fid::{lock, FidState, XattrValue, XattrWrite};
 use crate::session::Conn;
-use crossfs_export::names;
 
 /// Txattrwalk: fetches the value of `name` (or, for an empty name, the NUL-separated list of
 /// names) and binds it to `newfid`, from which the client reads it.
