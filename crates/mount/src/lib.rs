@@ -95,30 +95,22 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod ahead;
 mod attr;
-mod cache;
 mod changes;
 mod config;
 mod error;
 mod fid;
 mod fs;
-mod handle;
-mod idle;
-mod inode;
-mod listed_attrs;
-mod missing_xattrs;
+mod known;
 mod mount;
-mod primed_dirs;
-mod pushed_pages;
 mod remote;
-mod replica;
 mod restore;
-mod small_files;
 mod stats;
-mod tree_walk;
+mod sync;
 
-pub use cache::{CacheMode, InvalidNegativeTtl, NegativeTtl, UnknownCacheMode};
 pub use config::MountConfig;
 pub use error::MountError;
+pub use known::cache::{CacheMode, InvalidNegativeTtl, NegativeTtl, UnknownCacheMode};
+pub use known::replica::DEFAULT_REPLICA_ENTRIES;
 pub use mount::{mount, MountHandle};
-pub use replica::DEFAULT_REPLICA_ENTRIES;

@@ -33,16 +33,17 @@ use fuser::{
     ReplyOpen, ReplyWrite,
 };
 
-use super::{errno, Caller, Shared};
-use crate::cache::CacheMode;
+use super::{errno, Caller, MountState};
+use crate::ahead::small_files::{SmallFile, Waiter};
 use crate::fid::FidRef;
-use crate::handle::{lock, DirStream, OpenFile, Reopen};
-use crate::idle::IdleOpens;
-use crate::inode::NodeFid;
-use crate::listed_attrs::ChangeInFlight;
+use crate::known::cache::CacheMode;
+use crate::known::handle::{DirStream, OpenFile, Reopen};
+use crate::known::idle::IdleOpens;
+use crate::known::inode::NodeFid;
+use crate::known::listed_attrs::ChangeInFlight;
+use crate::known::replica::DirLeft;
 use crate::remote::{clone_fid, expect_reply, resolve_one, ATTR_MASK};
-use crate::replica::DirLeft;
-use crate::small_files::{SmallFile, Waiter};
+use crate::sync::lock;
 
 /// Tlopen/Tlcreate flags for a Linux open(2) `flags`.
 ///
@@ -94,7 +95,7 @@ type Created = (
     Option<DirLeft>,
 );
 
-impl Shared {
+impl MountState {
     /// FOPEN flags for a newly opened file.
     fn fopen_flags(&self, ino: u64, flags: i32) -> FopenFlags {
         use std::sync::atomic::Ordering::Relaxed;
@@ -104,7 +105,7 @@ impl Shared {
         }
         let keep = match mode {
             CacheMode::Always => true,
-            CacheMode::Auto => self.inodes.reopen_unchanged(ino),
+            CacheMode::Auto => self.known.inodes.reopen_unchanged(ino),
             CacheMode::Never | CacheMode::Metadata => false,
         };
         let mut f = if keep {
@@ -152,13 +153,13 @@ impl Shared {
 
     /// Opens a fresh fid for node `ino`: with the crossfs extension one Twalkopen (from the
     /// node's fid, or for a node answered from a replica from its directory's, checking
-    /// that the name still leads to the node's file), else [`Shared::open_fid`].
+    /// that the name still leads to the node's file), else [`MountState::open_fid`].
     fn open_node(&self, ino: INodeNo, flags: i32) -> Result<(Arc<FidRef>, u32), Errno> {
         if !self.client.has_extensions() {
             let node = self.node(ino)?;
             return self.open_fid(&node, flags).map_err(|e| errno(&e));
         }
-        let (base, wnames, lazy) = match self.inodes.node_fid(ino.0) {
+        let (base, wnames, lazy) = match self.known.inodes.node_fid(ino.0) {
             Some(NodeFid::Bound(fid)) => (fid, vec![], None),
             Some(NodeFid::Lazy {
                 dir_ino,
@@ -229,7 +230,7 @@ impl Shared {
         // Not while the connection is down: the node may not be bound again afterwards,
         // and an open that waits for the server finds that out.
         let reused = (IdleOpens::keeps(wanted) && self.client.is_connected())
-            .then(|| self.idle.take(ino.0, wanted))
+            .then(|| self.known.idle.take(ino.0, wanted))
             .flatten()
             .map(|fid| (fid, wanted));
         if reused.is_none() && IdleOpens::keeps(wanted) && self.may_defer_open(ino.0) {
@@ -238,15 +239,16 @@ impl Shared {
                 .opens_deferred
                 .fetch_add(1, Ordering::Relaxed);
             let fh = self
+                .known
                 .handles
                 .insert_deferred(Reopen::new(ino.0, wanted), flags);
             return reply.opened(FileHandle(fh), self.fopen_flags(ino.0, flags));
         }
         match reused.map_or_else(|| self.open_node(ino, flags), Ok) {
             Ok((fid, wire)) => {
-                let fh = self.handles.insert(fid, Reopen::new(ino.0, wire));
+                let fh = self.known.handles.insert(fid, Reopen::new(ino.0, wire));
                 if writes {
-                    self.page_push.write_opened(fh, ino.0);
+                    self.ahead.page_push.write_opened(fh, ino.0);
                 }
                 reply.opened(FileHandle(fh), self.fopen_flags(ino.0, flags));
             }
@@ -261,7 +263,7 @@ impl Shared {
         self.client.has_extensions()
             && self.follows_events()
             && self.client.is_connected()
-            && self.inodes.readable_by_anyone(ino)
+            && self.known.inodes.readable_by_anyone(ino)
     }
 
     /// The handle's open fid, opening a deferred open on the server now.
@@ -280,7 +282,7 @@ impl Shared {
 
     /// The first read of a deferred open: from the file's content fetched with its
     /// directory's small files if that is here (or on the way) and nothing changed the
-    /// file since, else [`Shared::walk_and_read`], which may start fetching the files after
+    /// file since, else [`MountState::walk_and_read`], which may start fetching the files after
     /// it in its directory.
     fn open_and_read(
         self: &Arc<Self>,
@@ -298,7 +300,7 @@ impl Shared {
                     return shared.walk_and_read(file, offset, size, reply);
                 };
                 // The kernel asks for the access time after a read: these answer it.
-                shared.inodes.observe(ino, &f.attr, Some(f.fetched));
+                shared.known.inodes.observe(ino, &f.attr, Some(f.fetched));
                 let start = usize::try_from(offset)
                     .unwrap_or(usize::MAX)
                     .min(f.data.len());
@@ -309,16 +311,21 @@ impl Shared {
     }
 
     /// Calls `then` with node `ino`'s content fetched with its directory's small files
-    /// (`crate::small_files`) if that is here and nothing changed the file since, or once
+    /// (`crate::ahead::small_files`) if that is here and nothing changed the file since, or once
     /// it comes if it is on the way; else with `None`, which the caller then asks the
     /// server for (on a thread that may wait: `then` may be called on the client's reader
     /// thread only with the file). Starts fetching the directory's next small files when
     /// this read makes it time to.
     pub(super) fn with_small_file(self: &Arc<Self>, ino: u64, then: Waiter) {
-        let Some(qid_path) = self.inodes.qid_path(ino).filter(|_| self.follows_events()) else {
+        let Some(qid_path) = self
+            .known
+            .inodes
+            .qid_path(ino)
+            .filter(|_| self.follows_events())
+        else {
             return then(None);
         };
-        let Some((then, found)) = self.small_files.find(qid_path, then) else {
+        let Some((then, found)) = self.ahead.small_files.find(qid_path, then) else {
             return; // on the way
         };
         let found = found.filter(|f| self.small_file_usable(f));
@@ -341,21 +348,23 @@ impl Shared {
     /// events of either come (a link removed and another made: the kernel would keep the
     /// old link's target for the new one).
     fn small_file_usable(&self, f: &SmallFile) -> bool {
-        let status = |s: crate::inode::Status| (s.mode, s.size, s.mtime_ns);
+        let status = |s: crate::known::inode::Status| (s.mode, s.size, s.mtime_ns);
         let known = self
+            .known
             .inodes
             .ino_of(f.attr.qid.path)
-            .and_then(|ino| self.inodes.status(ino));
+            .and_then(|ino| self.known.inodes.status(ino));
         self.follows_events()
-            && known.is_none_or(|k| status(k) == status(crate::inode::Status::of(&f.attr)))
+            && known.is_none_or(|k| status(k) == status(crate::known::inode::Status::of(&f.attr)))
             && self
+                .known
                 .listed
                 .reusable_for(f.attr.qid.path, &f.fetched, self.attr_ttl())
                 .is_some()
     }
 
     /// Whether a small file that came may go into the kernel's page cache
-    /// (`crate::pushed_pages`): a regular file with content, in `auto` mode.
+    /// (`crate::ahead::pushed_pages`): a regular file with content, in `auto` mode.
     fn may_push(&self, f: &SmallFile) -> bool {
         self.config.cache == CacheMode::Auto
             && f.attr.mode & libc::S_IFMT == libc::S_IFREG
@@ -363,11 +372,11 @@ impl Shared {
     }
 
     /// Starts the thread that pushes small files into the kernel's page cache through
-    /// `notifier` (see `crate::pushed_pages`); it ends with the mount.
+    /// `notifier` (see `crate::ahead::pushed_pages`); it ends with the mount.
     pub(crate) fn start_page_push(self: &Arc<Self>, notifier: fuser::Notifier) {
         self.start_helper(
             "crossfs-pages",
-            &self.pages_to_push,
+            &self.ahead.pages_to_push,
             move |shared, files| {
                 files.iter().for_each(|f| shared.push_pages(&notifier, f));
             },
@@ -378,17 +387,17 @@ impl Shared {
     /// since it was fetched, and the kernel's attributes for it are the ones it came with
     /// (so the kernel's size is its length); its next open then keeps the pages.
     fn push_pages(&self, notifier: &fuser::Notifier, f: &SmallFile) {
-        let Some(ino) = self.inodes.ino_of(f.attr.qid.path) else {
+        let Some(ino) = self.known.inodes.ino_of(f.attr.qid.path) else {
             return;
         };
         let stamp = crate::attr::stamp(&f.attr);
-        let Some(push) = self.page_push.begin(ino, || {
-            self.small_file_usable(f) && self.inodes.pages_pushed(ino, stamp)
+        let Some(push) = self.ahead.page_push.begin(ino, || {
+            self.small_file_usable(f) && self.known.inodes.pages_pushed(ino, stamp)
         }) else {
             return;
         };
         let stored = notifier.store(INodeNo(ino), 0, &f.data);
-        if self.page_push.end(push) {
+        if self.ahead.page_push.end(push) {
             let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
         } else if stored.is_ok() {
             self.stats
@@ -399,20 +408,22 @@ impl Shared {
     }
 
     /// Asks for the small regular files after node `ino` in its directory's listing (see
-    /// `crate::small_files`), if this read makes it time to, while events are followed.
+    /// `crate::ahead::small_files`), if this read makes it time to, while events are followed.
     fn fetch_small_files(self: &Arc<Self>, ino: u64) {
-        use crate::small_files::{MAX_FILE, WINDOW};
-        if self.no_readfiles.load(Ordering::Relaxed) || !self.follows_events() {
+        use crate::ahead::small_files::{MAX_FILE, WINDOW};
+        if self.server.no_readfiles.load(Ordering::Relaxed) || !self.follows_events() {
             return;
         }
-        let Some((dir_ino, name)) = self.inodes.found_in(ino) else {
+        let Some((dir_ino, name)) = self.known.inodes.found_in(ino) else {
             return;
         };
-        if !self.small_files.read_in(dir_ino) {
+        if !self.ahead.small_files.read_in(dir_ino) {
             return;
         }
-        let (Some(names), Ok(dir)) = (self.replicas.names(dir_ino), self.node(INodeNo(dir_ino)))
-        else {
+        let (Some(names), Ok(dir)) = (
+            self.known.replicas.names(dir_ino),
+            self.node(INodeNo(dir_ino)),
+        ) else {
             return;
         };
         // Files a deferred open may read, and symbolic links.
@@ -435,7 +446,7 @@ impl Shared {
                     Some(_) => return None,
                     // Changed since listed: the file the kernel knows by that name, if a
                     // regular one or a link (the server leaves out what is too large now).
-                    None => match self.inodes.named(dir_ino, n)? {
+                    None => match self.known.inodes.named(dir_ino, n)? {
                         (q, libc::S_IFREG | libc::S_IFLNK) => q,
                         _ => return None,
                     },
@@ -445,6 +456,7 @@ impl Shared {
             .take(WINDOW)
             .collect();
         let fresh: std::collections::HashSet<u64> = self
+            .ahead
             .small_files
             .coming(candidates.iter().map(|c| c.1), |f| {
                 !self.small_file_usable(f)
@@ -454,7 +466,7 @@ impl Shared {
         let wanted: Vec<&(&[u8], u64)> =
             candidates.iter().filter(|c| fresh.contains(&c.1)).collect();
         if wanted.is_empty() {
-            return self.small_files.barren(dir_ino);
+            return self.ahead.small_files.barren(dir_ino);
         }
         for batch in wanted.chunks(crossfs_wire::MAX_WALK_ELEMENTS) {
             let asked: Vec<u64> = batch.iter().map(|c| c.1).collect();
@@ -463,7 +475,7 @@ impl Shared {
                 names: batch.iter().map(|c| c.0.to_vec()).collect(),
                 max_each: MAX_FILE,
             });
-            let fetched = self.listed.before_fetch();
+            let fetched = self.known.listed.before_fetch();
             let (shared, dir) = (self.clone(), dir.clone());
             self.client.call_async(
                 msg,
@@ -472,7 +484,7 @@ impl Shared {
                     let files = match r {
                         Ok(Rmessage::Readfiles(r)) => r.data.0,
                         Err(ClientError::Errno(libc::EOPNOTSUPP)) => {
-                            shared.no_readfiles.store(true, Ordering::Relaxed);
+                            shared.server.no_readfiles.store(true, Ordering::Relaxed);
                             Vec::new()
                         }
                         _ => Vec::new(),
@@ -499,7 +511,7 @@ impl Shared {
                         .filter(|f| shared.may_push(f))
                         .cloned()
                         .collect();
-                    let woken = shared.small_files.arrived(&asked, arrived);
+                    let woken = shared.ahead.small_files.arrived(&asked, arrived);
                     // A read whose file did not come (or changed since) goes to the server,
                     // which may mean a walk that waits for a reply: not on the client's
                     // reader thread, where this runs.
@@ -517,7 +529,9 @@ impl Shared {
                     }
                     // Not here: a push waits for pages that a read in flight holds, and
                     // that read may wait for a reply this thread must deliver.
-                    if let (false, Some(push)) = (to_push.is_empty(), shared.pages_to_push.get()) {
+                    if let (false, Some(push)) =
+                        (to_push.is_empty(), shared.ahead.pages_to_push.get())
+                    {
                         let _ = push.try_send(to_push);
                     }
                     if to_server.is_empty() {
@@ -544,7 +558,7 @@ impl Shared {
         size: u32,
         reply: ReplyData,
     ) {
-        let (base, wnames, lazy) = match self.inodes.node_fid(file.reopen.node) {
+        let (base, wnames, lazy) = match self.known.inodes.node_fid(file.reopen.node) {
             Some(NodeFid::Bound(fid)) => (fid, vec![], None),
             Some(NodeFid::Lazy {
                 dir_ino,
@@ -558,7 +572,7 @@ impl Shared {
         };
         let ino = file.reopen.node;
         self.reading(ino);
-        let fetched = self.listed.before_fetch();
+        let fetched = self.known.listed.before_fetch();
         let newfid = self.client.alloc_fid();
         let msg = Tmessage::Walkread(Twalkread {
             fid: base.fid(),
@@ -582,7 +596,7 @@ impl Shared {
                     }
                     Err(ClientError::Errno(libc::EOPNOTSUPP)) => {
                         shared.client.free_fid(newfid);
-                        shared.no_walkread.store(true, Ordering::Relaxed);
+                        shared.server.no_walkread.store(true, Ordering::Relaxed);
                         // Opening waits for the server: not on the client's reader thread.
                         let again = shared.clone();
                         let spawned = std::thread::Builder::new()
@@ -616,7 +630,7 @@ impl Shared {
                     .deferred_opens_sent
                     .fetch_add(1, Ordering::Relaxed);
                 // The kernel asks for the access time after a read: these answer it.
-                shared.inodes.observe(ino, &read.attr, Some(fetched));
+                shared.known.inodes.observe(ino, &read.attr, Some(fetched));
                 file.opened(fid);
                 reply.data(&read.data.0);
             }),
@@ -624,8 +638,8 @@ impl Shared {
     }
 
     /// A file closed: its fid is kept for the next open of the file, if it was opened for
-    /// reading only (see `crate::idle`), outside `never` mode.
-    pub(crate) fn keep_idle(&self, file: &crate::handle::OpenFile) {
+    /// reading only (see `crate::known::idle`), outside `never` mode.
+    pub(crate) fn keep_idle(&self, file: &crate::known::handle::OpenFile) {
         use std::sync::atomic::Ordering::Relaxed;
         let keep = self.config.cache != CacheMode::Never
             && !file.listing_only
@@ -633,9 +647,11 @@ impl Shared {
             && IdleOpens::keeps(file.reopen.flags)
             && lock(&file.lock_owners).is_empty();
         match file.fid() {
-            Some(fid) if keep => self
-                .idle
-                .put(file.reopen.node, file.reopen.flags, fid.clone()),
+            Some(fid) if keep => {
+                self.known
+                    .idle
+                    .put(file.reopen.node, file.reopen.flags, fid.clone())
+            }
             _ => {}
         }
     }
@@ -646,18 +662,21 @@ impl Shared {
         let flags = libc::O_RDONLY | libc::O_DIRECTORY;
         let listing_only = self.client.has_extensions() && self.config.cache != CacheMode::Never;
         if listing_only {
-            // Fetched ahead right now (`crate::tree_walk`): its replica will answer.
-            self.tree_walk.wait_for(ino.0);
+            // Fetched ahead right now (`crate::ahead::tree_walk`): its replica will answer.
+            self.ahead.tree_walk.wait_for(ino.0);
         }
         // The listing's first entries may come with the directory's fid: as `fill` does,
         // the read is noted first, then the ticket and the time are taken.
-        let listing = listing_only && !self.replicas.has(ino.0);
+        let listing = listing_only && !self.known.replicas.has(ino.0);
         // Claimed, so that the walk ahead does not fetch it a second time meanwhile.
-        let _fetching = listing.then(|| self.tree_walk.fetch(ino.0));
+        let _fetching = listing.then(|| self.ahead.tree_walk.fetch(ino.0));
         if listing {
             self.reading(ino.0);
         }
-        let (ticket, fetched) = (self.replicas.ticket(ino.0), self.listed.before_fetch());
+        let (ticket, fetched) = (
+            self.known.replicas.ticket(ino.0),
+            self.known.listed.before_fetch(),
+        );
         let mut first = None;
         let opened = if listing_only {
             self.dir_fid(ino.0, listing).map(|(fid, listed)| {
@@ -671,23 +690,24 @@ impl Shared {
             Ok((fid, wire)) => {
                 let reopen = Reopen::new(ino.0, wire);
                 let fh = if listing_only {
-                    self.handles.insert_listing(fid, reopen)
+                    self.known.handles.insert_listing(fid, reopen)
                 } else {
-                    self.handles.insert(fid, reopen)
+                    self.known.handles.insert(fid, reopen)
                 };
                 if self.replicas_usable() {
                     // Taken first: directories listed are anchored with it (their own
                     // replicas may then answer), unless the directory changed since.
-                    let ticket = self.replicas.ticket(ino.0);
-                    if let (Some((listing, fetched)), Some(file)) =
-                        (self.replicas.listing(ino.0), self.handles.get(fh))
-                    {
+                    let ticket = self.known.replicas.ticket(ino.0);
+                    if let (Some((listing, fetched)), Some(file)) = (
+                        self.known.replicas.listing(ino.0),
+                        self.known.handles.get(fh),
+                    ) {
                         // The listing is answered from the replica, as it is now.
                         *lock(&file.dir) = DirStream::from_replica(listing, ticket, fetched);
                         first = None;
                     }
                 }
-                if let (Some(listed), Some(file)) = (first, self.handles.get(fh)) {
+                if let (Some(listed), Some(file)) = (first, self.known.handles.get(fh)) {
                     self.take_listed(ino.0, &mut lock(&file.dir), listed, ticket, fetched);
                 }
                 // Directory listings may stay in the page cache where names do too; the
@@ -780,7 +800,7 @@ impl Shared {
     /// The crossfs extension's Tcreateattr: the file created and opened, a fid for its
     /// node and its attributes, in one round trip; as Tcreateattrdir where the server has
     /// it, also what the creation left of the directory (see
-    /// [`crate::replica::DirReplicas::left_attrs`]). Returns (open fid, node fid,
+    /// [`crate::known::replica::DirReplicas::left_attrs`]). Returns (open fid, node fid,
     /// attributes, what it left of the directory).
     fn create_in_one(
         &self,
@@ -802,7 +822,7 @@ impl Shared {
             request_mask: ATTR_MASK,
         };
         let before = self.ticket_for_left(parent);
-        let asked = self.listed.before_fetch();
+        let asked = self.known.listed.before_fetch();
         let sent = match before {
             Some(_) => self.call_left(Tmessage::Createattrdir(Tcreateattrdir {
                 create: create.clone(),
@@ -836,10 +856,14 @@ impl Shared {
         if self.follows_events() {
             // A new file has no capability: the kernel's question before the first write
             // is answered here.
-            let capability = crate::missing_xattrs::CAPABILITY;
+            let capability = crate::known::missing_xattrs::CAPABILITY;
             let qid_path = created.attr.qid.path;
-            self.missing_xattrs
-                .found_missing(&self.listed, qid_path, capability, asked);
+            self.known.missing_xattrs.found_missing(
+                &self.known.listed,
+                qid_path,
+                capability,
+                asked,
+            );
         }
         let a = self.give_to(caller, &node, created.attr)?;
         Ok((fid, node, a, left))
@@ -854,12 +878,12 @@ impl Shared {
         reply: ReplyCreate,
     ) {
         // A new file (see `create_entry` in `fs/entry.rs`).
-        self.listed.changed([a.qid.path]);
-        self.replicas.own_created(parent.0, name, &a, left);
+        self.known.listed.changed([a.qid.path]);
+        self.known.replicas.own_created(parent.0, name, &a, left);
         let fa = self.remember((parent, name), node, &a, None);
-        let fh = self.handles.insert(fid, Reopen::new(fa.ino.0, wire));
+        let fh = self.known.handles.insert(fid, Reopen::new(fa.ino.0, wire));
         if writes(flags) {
-            self.page_push.write_opened(fh, fa.ino.0);
+            self.ahead.page_push.write_opened(fh, fa.ino.0);
         }
         let open_flags = self.fopen_flags(fa.ino.0, flags);
         reply.created(
@@ -880,7 +904,7 @@ impl Shared {
 
     fn read_open(self: &Arc<Self>, file: Arc<OpenFile>, offset: u64, size: u32, reply: ReplyData) {
         let max = self.sizes.max_io;
-        let walkread = !self.no_walkread.load(Ordering::Relaxed);
+        let walkread = !self.server.no_walkread.load(Ordering::Relaxed);
         if file.fid().is_none() && size <= max && walkread {
             return self.open_and_read(file, offset, size, reply);
         }
@@ -930,7 +954,7 @@ impl Shared {
         }
     }
 
-    /// `change`: held until the server has answered (see `crate::listed_attrs`).
+    /// `change`: held until the server has answered (see `crate::known::listed_attrs`).
     pub(super) fn write(
         self: &Arc<Self>,
         fh: FileHandle,
@@ -955,7 +979,7 @@ impl Shared {
             Ok(f) => f.fid(),
             Err(e) => return reply.error(e),
         };
-        if self.client.has_extensions() && !self.no_writeattr.load(Ordering::Relaxed) {
+        if self.client.has_extensions() && !self.server.no_writeattr.load(Ordering::Relaxed) {
             return self.write_attr(file, fid, (offset, data), change, reply);
         }
         self.client.write_async(
@@ -984,7 +1008,8 @@ impl Shared {
         change: ChangeInFlight,
         reply: ReplyWrite,
     ) {
-        let again = (!self.writeattr_answered.load(Ordering::Relaxed)).then(|| data.to_vec());
+        let again =
+            (!self.server.writeattr_answered.load(Ordering::Relaxed)).then(|| data.to_vec());
         let shared = self.clone();
         self.client.write_attr_async(
             fid,
@@ -992,15 +1017,21 @@ impl Shared {
             data,
             Box::new(move |r| match r {
                 Ok((n, attr)) => {
-                    shared.writeattr_answered.store(true, Ordering::Relaxed);
+                    shared
+                        .server
+                        .writeattr_answered
+                        .store(true, Ordering::Relaxed);
                     if attr.valid != 0 {
                         let fetched = change.end_with_answer(attr.qid.path);
-                        shared.inodes.observe(file.reopen.node, &attr, fetched);
+                        shared
+                            .known
+                            .inodes
+                            .observe(file.reopen.node, &attr, fetched);
                     }
                     reply.written(n);
                 }
                 Err(e) if e.errno() == libc::EOPNOTSUPP && again.is_some() => {
-                    shared.no_writeattr.store(true, Ordering::Relaxed);
+                    shared.server.no_writeattr.store(true, Ordering::Relaxed);
                     let data = again.unwrap_or_default();
                     shared.client.write_async(
                         fid,
@@ -1025,7 +1056,7 @@ impl Shared {
 
     fn write_split(
         &self,
-        file: Arc<crate::handle::OpenFile>,
+        file: Arc<crate::known::handle::OpenFile>,
         offset: u64,
         data: &[u8],
         reply: ReplyWrite,

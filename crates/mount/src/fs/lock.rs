@@ -12,9 +12,10 @@ use crossfs_client::ClientError;
 use crossfs_wire::{lock as wl, Rlock, Tgetlock, Tlock, Tmessage};
 use fuser::{Errno, FileHandle, ReplyEmpty, ReplyLock};
 
-use super::{errno, Shared};
-use crate::handle::{lock, OpenFile};
+use super::{errno, MountState};
+use crate::known::handle::OpenFile;
 use crate::remote::expect_reply;
+use crate::sync::lock;
 
 /// One lock request as FUSE gives it: an inclusive byte range, `end` = OFFSET_MAX for
 /// "to the end of the file".
@@ -61,7 +62,7 @@ fn end_of(start: u64, length: u64) -> u64 {
     }
 }
 
-impl Shared {
+impl MountState {
     /// The lock holder's name on the server: this mount, plus the kernel's lock owner.
     fn client_id(&self, owner: u64) -> Vec<u8> {
         format!("{}/{owner:x}", self.lock_client).into_bytes()

@@ -1,7 +1,7 @@
 //! The FUSE filesystem: kernel requests in, 9P requests out.
 //!
 //! [`CrossFs`] implements [`fuser::Filesystem`] by counting each request and handing it to
-//! [`Shared`], whose methods live beside the requests they serve: `entry.rs` (names),
+//! [`MountState`], whose methods live beside the requests they serve: `entry.rs` (names),
 //! `io.rs` (open files), `dir.rs`, `attr.rs`, `xattr.rs`, `lock.rs`.
 //!
 //! Threading: fuser runs several worker threads, each on its own cloned `/dev/fuse` fd.
@@ -16,6 +16,7 @@ mod dir;
 mod entry;
 mod io;
 mod lock;
+mod replayed;
 mod xattr;
 
 use std::ffi::OsStr;
@@ -33,86 +34,42 @@ use fuser::{
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
+use crate::ahead::Ahead;
 use crate::attr::IdMap;
-use crate::cache::{CacheMode, RecentLookups};
 use crate::changes::{ChangeState, SYNC_XATTR};
 use crate::config::{MountConfig, RequestSize};
 use crate::fid::FidRef;
-use crate::handle::{HandleTable, OpenFile};
-use crate::idle::IdleOpens;
-use crate::inode::{InodeTable, NodeFid};
-use crate::listed_attrs::{ChangeInFlight, ListedAttrs};
-use crate::replica::DirReplicas;
+use crate::known::cache::CacheMode;
+use crate::known::handle::OpenFile;
+use crate::known::inode::{InodeTable, NodeFid};
+use crate::known::listed_attrs::ChangeInFlight;
+use crate::known::Known;
+use crate::remote::support::ServerSupport;
 use crate::stats::{Op, Stats};
 
-/// The state every request handler shares (and the mount handle reads for stats).
-pub(crate) struct Shared {
+/// The mount's state: what every FUSE request handler shares (and the mount handle reads
+/// for stats), in its parts.
+pub(crate) struct MountState {
     pub client: Arc<Client>,
-    pub inodes: InodeTable,
-    pub handles: HandleTable,
     pub config: MountConfig,
     pub sizes: RequestSize,
     pub ids: IdMap,
     pub stats: Stats,
     /// Names this mount as a lock holder to the server (with the lock owner appended).
     pub lock_client: String,
-    /// The server lacks Tunlinkat/Trenameat (diod): use Tremove/Trename, as Linux does.
-    pub legacy_names: std::sync::atomic::AtomicBool,
-    /// The server lacks Tunlinkatattr/Trenameatattr (a crossfs before them): the plain
-    /// messages, and the kernel's GETATTR of the directory afterwards goes to the server.
-    pub no_left_attrs: std::sync::atomic::AtomicBool,
-    /// The server predates Twalkread: a deferred open is opened, then read.
-    pub no_walkread: std::sync::atomic::AtomicBool,
-    /// The server predates Twalkreaddirattr: a directory is walked, then listed.
-    pub no_walkreaddirattr: std::sync::atomic::AtomicBool,
-    /// The server predates Treadfiles: no small files are fetched.
-    pub no_readfiles: std::sync::atomic::AtomicBool,
-    /// The server predates Twriteattr: writes are Twrites, and the kernel's GETATTR after
-    /// one goes to the server.
-    pub no_writeattr: std::sync::atomic::AtomicBool,
-    /// The server has answered a Twriteattr: a write need not keep its data for a Twrite
-    /// again.
-    pub writeattr_answered: std::sync::atomic::AtomicBool,
-    /// `never` mode: each thread's latest LOOKUP, for the GETATTR that follows it.
-    pub recent: RecentLookups,
+    /// What the server supports, as learned from its answers.
+    pub server: ServerSupport,
+    /// What the mount knows of the server's files; the change feed holds it too.
+    pub known: Arc<Known>,
+    /// What the mount fetches ahead, and the threads doing it.
+    pub ahead: Ahead,
     /// Change events from the server: replay recognition, own changes, syncs.
-    pub changes: ChangeState,
-    /// Whether attributes fetched earlier may answer a READDIRPLUS again.
-    pub listed: Arc<ListedAttrs>,
-    /// Extended attributes known to be missing, while events are followed.
-    pub missing_xattrs: crate::missing_xattrs::MissingXattrs,
-    /// The server refused to give a new file to its creator (it is not root).
-    pub chown_refused: std::sync::atomic::AtomicBool,
-    /// Whole directories with their entries' attributes, while events are followed.
-    pub replicas: DirReplicas,
-    /// Read-only open fids of closed files, for the next open of the same file.
-    pub idle: IdleOpens,
-    /// Small files fetched a directory at a time, for first reads (`crate::small_files`).
-    pub small_files: crate::small_files::SmallFiles,
-    /// Small files pushed into the kernel's page cache (`crate::pushed_pages`), by the
-    /// thread this sends them to (started with the FUSE session).
-    pub page_push: crate::pushed_pages::PagePush,
-    pub pages_to_push:
-        std::sync::OnceLock<std::sync::mpsc::SyncSender<Vec<crate::small_files::SmallFile>>>,
-    /// Lookups per directory, for listing directories ahead (`crate::primed_dirs`), by the
-    /// thread this sends them to (started with the FUSE session).
-    pub dir_priming: crate::primed_dirs::DirPriming,
-    pub dirs_to_prime: std::sync::OnceLock<std::sync::mpsc::SyncSender<u64>>,
-    /// The thread id of the thread that lists directories ahead.
-    pub priming_tid: std::sync::atomic::AtomicU32,
-    /// Whether a program walks a tree (`crate::tree_walk`), and the thread that fetches
-    /// the replicas of the subdirectories it will list (started with the FUSE session).
-    pub tree_walk: crate::tree_walk::TreeWalk,
-    pub subdirs_to_fetch: std::sync::OnceLock<std::sync::mpsc::SyncSender<u64>>,
+    pub changes: Arc<ChangeState>,
     /// Tells the kernel about changes (set with the FUSE session).
     pub notifier: std::sync::OnceLock<fuser::Notifier>,
     /// No `--negative-ttl` was given: while events are followed, missing names the mount
     /// tracks are kept long too.
     pub negative_by_mode: bool,
-    /// The mount lost track of names the kernel may hold (its name table overflowed):
-    /// from then on the kernel gets the cache mode's timeouts, never the long ones that
-    /// following events allows.
-    pub untracked: std::sync::atomic::AtomicBool,
 }
 
 /// The owner and group of a file a request creates: the caller's, or for the group, the
@@ -123,7 +80,7 @@ pub(crate) struct Caller {
     pub gid: u32,
 }
 
-impl Shared {
+impl MountState {
     pub(crate) fn new(
         client: Arc<Client>,
         root: (crossfs_wire::Fid, Qid),
@@ -135,14 +92,20 @@ impl Shared {
             .nodename()
             .to_string_lossy()
             .into_owned();
-        Shared {
-            inodes: InodeTable::new(root_fid, root.1),
-            handles: HandleTable::default(),
+        let replica_entries = if config.cache == CacheMode::Never {
+            0
+        } else {
+            config.replica_entries
+        };
+        MountState {
+            known: Arc::new(Known::new(
+                InodeTable::new(root_fid, root.1),
+                replica_entries,
+            )),
             config: MountConfig {
                 negative_ttl: config.negative_ttl.in_mode(config.cache),
                 ..config.clone()
             },
-            recent: RecentLookups::default(),
             sizes,
             ids: IdMap {
                 uid: config.uid,
@@ -150,33 +113,10 @@ impl Shared {
             },
             stats: Stats::default(),
             lock_client: format!("crossfs@{host}"),
-            legacy_names: std::sync::atomic::AtomicBool::new(false),
-            no_left_attrs: std::sync::atomic::AtomicBool::new(false),
-            no_walkread: std::sync::atomic::AtomicBool::new(false),
-            no_walkreaddirattr: std::sync::atomic::AtomicBool::new(false),
-            no_readfiles: std::sync::atomic::AtomicBool::new(false),
-            no_writeattr: std::sync::atomic::AtomicBool::new(false),
-            writeattr_answered: std::sync::atomic::AtomicBool::new(false),
-            changes: ChangeState::default(),
-            listed: Arc::default(),
-            missing_xattrs: Default::default(),
-            chown_refused: std::sync::atomic::AtomicBool::new(false),
-            replicas: DirReplicas::new(if config.cache == CacheMode::Never {
-                0
-            } else {
-                config.replica_entries
-            }),
-            untracked: std::sync::atomic::AtomicBool::new(false),
-            idle: IdleOpens::default(),
-            small_files: crate::small_files::SmallFiles::default(),
-            page_push: Default::default(),
-            pages_to_push: Default::default(),
-            dir_priming: Default::default(),
-            dirs_to_prime: Default::default(),
-            tree_walk: Default::default(),
-            subdirs_to_fetch: Default::default(),
+            server: ServerSupport::default(),
+            changes: Arc::default(),
+            ahead: Ahead::default(),
             notifier: Default::default(),
-            priming_tid: Default::default(),
             negative_by_mode: config.negative_ttl == crate::NegativeTtl::ByCacheMode,
             client,
         }
@@ -185,7 +125,7 @@ impl Shared {
     /// The unopened fid of node `ino`, walked now if the node was answered from a
     /// directory replica and has none yet.
     fn node(&self, ino: INodeNo) -> Result<Arc<FidRef>, Errno> {
-        match self.inodes.node_fid(ino.0) {
+        match self.known.inodes.node_fid(ino.0) {
             Some(NodeFid::Bound(fid)) => Ok(fid),
             Some(NodeFid::Lazy {
                 dir_ino,
@@ -196,7 +136,9 @@ impl Shared {
                 // be lazy itself (walked first, then).
                 let dir = self.node(INodeNo(dir_ino))?;
                 match self.walk_name(&dir, &name) {
-                    Ok((fid, qid)) if qid.path == qid_path => Ok(self.inodes.bind(ino.0, fid)),
+                    Ok((fid, qid)) if qid.path == qid_path => {
+                        Ok(self.known.inodes.bind(ino.0, fid))
+                    }
                     _ => Err(self.lazy_failed(dir_ino, &name)),
                 }
             }
@@ -212,7 +154,7 @@ impl Shared {
             "'{}' in node {dir_ino} no longer leads where its replica said",
             String::from_utf8_lossy(name)
         );
-        self.replicas.stale(dir_ino, name);
+        self.known.replicas.stale(dir_ino, name);
         Errno::ESTALE
     }
 
@@ -222,8 +164,8 @@ impl Shared {
     pub(crate) fn follows_events(&self) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
         self.config.cache != CacheMode::Never
-            && self.listed.is_following()
-            && !self.untracked.load(Relaxed)
+            && self.known.listed.is_following()
+            && !self.known.untracked.load(Relaxed)
     }
 
     /// Starts a thread named `name` that runs `work` for each item sent to the sender it
@@ -233,7 +175,7 @@ impl Shared {
         self: &Arc<Self>,
         name: &str,
         slot: &std::sync::OnceLock<std::sync::mpsc::SyncSender<T>>,
-        work: impl Fn(&Shared, T) + Send + 'static,
+        work: impl Fn(&MountState, T) + Send + 'static,
     ) {
         let (tx, rx) = std::sync::mpsc::sync_channel::<T>(64);
         if slot.set(tx).is_err() {
@@ -255,22 +197,33 @@ impl Shared {
         }
     }
 
+    /// What the change feed may touch of the mount (see `crate::changes`).
+    pub(crate) fn feed_target(&self) -> crate::changes::FeedTarget {
+        crate::changes::FeedTarget {
+            client: self.client.clone(),
+            known: self.known.clone(),
+            changes: self.changes.clone(),
+            page_push: self.ahead.page_push.clone(),
+            writeback: self.config.cache.writeback(),
+        }
+    }
+
     /// Whether directory replicas may answer for now.
     pub(crate) fn replicas_usable(&self) -> bool {
-        self.client.has_extensions() && self.replicas.enabled()
+        self.client.has_extensions() && self.known.replicas.enabled()
     }
 
     /// Notes that the server is about to read node `ino` for the mount (a file's data, a
     /// directory's entries, a link's target), which may move its access time: attributes
-    /// fetched before are not reused (see `crate::listed_attrs`).
+    /// fetched before are not reused (see `crate::known::listed_attrs`).
     pub(crate) fn reading(&self, ino: u64) {
-        if let Some(qid_path) = self.inodes.qid_path(ino) {
-            self.listed.reading(qid_path);
+        if let Some(qid_path) = self.known.inodes.qid_path(ino) {
+            self.known.listed.reading(qid_path);
         }
     }
 
     fn open_file(&self, fh: FileHandle) -> Result<Arc<OpenFile>, Errno> {
-        match self.handles.get(fh.0) {
+        match self.known.handles.get(fh.0) {
             Some(file) if file.stale.load(std::sync::atomic::Ordering::Relaxed) => {
                 Err(Errno::ESTALE)
             }
@@ -281,7 +234,7 @@ impl Shared {
 
     fn entry_ttl(&self) -> Duration {
         if self.follows_events() {
-            return crate::cache::FOLLOWED;
+            return crate::known::cache::FOLLOWED;
         }
         self.config.cache.entry_ttl()
     }
@@ -344,13 +297,13 @@ fn bytes(name: &OsStr) -> &[u8] {
 
 /// The `fuser::Filesystem` over a 9P client.
 pub(crate) struct CrossFs {
-    pub shared: Arc<Shared>,
+    pub state: Arc<MountState>,
 }
 
 impl CrossFs {
     /// Who will own what `req` creates in directory `parent`.
     fn caller(&self, req: &Request, parent: INodeNo) -> Caller {
-        let dir_group = self.shared.inodes.setgid_group(parent.0);
+        let dir_group = self.state.known.inodes.setgid_group(parent.0);
         Caller {
             uid: req.uid(),
             gid: dir_group.unwrap_or(req.gid()),
@@ -358,12 +311,12 @@ impl CrossFs {
     }
 
     /// Counts request `op` of `req` and hands over the shared state.
-    fn s(&self, req: &Request, op: Op) -> &Arc<Shared> {
-        let s = &self.shared;
+    fn s(&self, req: &Request, op: Op) -> &Arc<MountState> {
+        let s = &self.state;
         s.stats.count(op);
         if s.config.cache == CacheMode::Never && !matches!(op, Op::Getattr | Op::Forget) {
             // Only the very next request of a thread may reuse its LOOKUP's attributes.
-            s.recent.clear(req.pid());
+            s.known.recent.clear(req.pid());
         }
         s
     }
@@ -371,22 +324,26 @@ impl CrossFs {
     /// [`Self::s`] for a request that changes files on the server: nodes `nodes`, the
     /// directories of `names` and the files they name now. Their fetched attributes are
     /// not reused from now on; hold the guard until the server has answered (see
-    /// `crate::listed_attrs`).
+    /// `crate::known::listed_attrs`).
     fn s_changing(
         &self,
         req: &Request,
         op: Op,
         nodes: &[u64],
         names: &[(u64, &[u8])],
-    ) -> (&Arc<Shared>, ChangeInFlight) {
+    ) -> (&Arc<MountState>, ChangeInFlight) {
         let s = self.s(req, op);
         let named = names.iter().flat_map(|&(dir, name)| {
-            let file = s.inodes.expected(dir, name).map(|(_, qid_path)| qid_path);
-            [s.inodes.qid_path(dir), file]
+            let file = s
+                .known
+                .inodes
+                .expected(dir, name)
+                .map(|(_, qid_path)| qid_path);
+            [s.known.inodes.qid_path(dir), file]
         });
         let changed: Vec<(u64, u64)> = nodes
             .iter()
-            .filter_map(|&ino| Some((ino, s.inodes.qid_path(ino)?)))
+            .filter_map(|&ino| Some((ino, s.known.inodes.qid_path(ino)?)))
             .collect();
         let files = changed
             .iter()
@@ -397,11 +354,11 @@ impl CrossFs {
         let mut dirs: Vec<u64> = names.iter().map(|&(dir, _)| dir).collect();
         dirs.dedup();
         let shared = s.clone();
-        let change = s.listed.change(files).also_at_end(move || {
+        let change = s.known.listed.change(files).also_at_end(move || {
             // The files' entries in directory replicas are asked of the server again once
             // the change is done (entry changes update replicas in their handlers).
             for (ino, qid_path) in changed {
-                shared.replicas.own_changed(ino, qid_path);
+                shared.known.replicas.own_changed(ino, qid_path);
             }
             shared.dirs_changed(&dirs);
         });
@@ -409,7 +366,7 @@ impl CrossFs {
     }
 }
 
-impl Shared {
+impl MountState {
     /// After a change of names in directories `dirs`: the kernel dropped their attributes
     /// when it got the answer, but a listing of their parent in flight (READDIRPLUS: a
     /// program's, or the mount's own ahead of one) may bring older ones after that, and the
@@ -437,13 +394,13 @@ const ALWAYS_WANTED: InitFlags = InitFlags::FUSE_MAX_PAGES
     .union(InitFlags::FUSE_ASYNC_DIO)
     .union(InitFlags::FUSE_ASYNC_READ)
     .union(InitFlags::FUSE_BIG_WRITES)
-    // Shared mmap of `direct_io` files (`never`, `metadata`): the kernel keeps the mapped
+    // MountState mmap of `direct_io` files (`never`, `metadata`): the kernel keeps the mapped
     // pages coherent with direct reads and writes (Linux 6.6+; ENODEV without it).
     .union(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
 
 impl Filesystem for CrossFs {
     fn init(&mut self, _req: &Request, kc: &mut KernelConfig) -> stdio::Result<()> {
-        let s = &self.shared;
+        let s = &self.state;
         let sizes = s.sizes;
         if let Err(max) = kc.set_max_write(sizes.max_write) {
             let _ = kc.set_max_write(max);
@@ -492,9 +449,9 @@ impl Filesystem for CrossFs {
 
     fn forget(&self, req: &Request, ino: INodeNo, nlookup: u64) {
         let s = self.s(req, Op::Forget);
-        if s.inodes.forget(ino.0, nlookup) {
-            s.replicas.forget(ino.0);
-            s.idle.forget(ino.0);
+        if s.known.inodes.forget(ino.0, nlookup) {
+            s.known.replicas.forget(ino.0);
+            s.known.idle.forget(ino.0);
         }
     }
 
@@ -537,8 +494,8 @@ impl Filesystem for CrossFs {
         s.changes.note_node(ino.0);
         if size.is_some() {
             // The kernel cuts its pages once answered: after a push of them in progress
-            // (`crate::pushed_pages`; the change clock moved above, so no other starts).
-            s.page_push.settle(ino.0);
+            // (`crate::ahead::pushed_pages`; the change clock moved above, so no other starts).
+            s.ahead.page_push.settle(ino.0);
         }
         s.setattr(ino, fh, (change, in_flight), reply);
     }
@@ -592,7 +549,7 @@ impl Filesystem for CrossFs {
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let (s, _change) = self.s_changing(req, Op::Unlink, &[], &[(parent.0, bytes(name))]);
         if s.changes.is_replay(req.pid()) {
-            s.inodes.removed(parent.0, bytes(name));
+            s.known.inodes.removed(parent.0, bytes(name));
             return reply.ok();
         }
         s.changes.note_name(parent.0, bytes(name));
@@ -602,7 +559,7 @@ impl Filesystem for CrossFs {
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let (s, _change) = self.s_changing(req, Op::Rmdir, &[], &[(parent.0, bytes(name))]);
         if s.changes.is_replay(req.pid()) {
-            s.inodes.removed(parent.0, bytes(name));
+            s.known.inodes.removed(parent.0, bytes(name));
             return reply.ok();
         }
         s.changes.note_name(parent.0, bytes(name));
@@ -657,7 +614,8 @@ impl Filesystem for CrossFs {
         );
         if s.changes.is_replay(req.pid()) {
             // The kernel moves its entry: a node without a fid is walked from there now.
-            s.inodes
+            s.known
+                .inodes
                 .renamed((parent.0, bytes(name)), (newparent.0, bytes(newname)));
             return reply.ok();
         }
@@ -737,10 +695,10 @@ impl Filesystem for CrossFs {
         reply: ReplyEmpty,
     ) {
         let s = self.s(req, Op::Release);
-        if let Some(file) = s.handles.remove(fh.0) {
+        if let Some(file) = s.known.handles.remove(fh.0) {
             s.keep_idle(&file);
         }
-        s.page_push.closed(fh.0);
+        s.ahead.page_push.closed(fh.0);
         reply.ok();
     }
 
@@ -791,7 +749,7 @@ impl Filesystem for CrossFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.s(req, Op::Releasedir).handles.remove(fh.0);
+        self.s(req, Op::Releasedir).known.handles.remove(fh.0);
         reply.ok();
     }
 
@@ -826,7 +784,7 @@ impl Filesystem for CrossFs {
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let s = self.s(req, Op::Getxattr);
-        if ino.0 == crate::inode::ROOT && bytes(name) == SYNC_XATTR {
+        if ino.0 == crate::known::inode::ROOT && bytes(name) == SYNC_XATTR {
             return s.sync_xattr(size, reply);
         }
         s.getxattr(ino, bytes(name), size, reply);

@@ -4,20 +4,24 @@ use crossfs_client::ClientError;
 use crossfs_wire::{xattr_flags, Tmessage, Txattrcreate, Txattrwalk};
 use fuser::{Errno, INodeNo, ReplyEmpty, ReplyXattr};
 
-use super::{errno, Shared};
+use super::{errno, MountState};
 use crate::fid::FidRef;
 use crate::remote::{clone_fid, expect_reply};
 
 /// Linux's XATTR_SIZE_MAX: no value or list is larger.
 const XATTR_SIZE_MAX: u64 = 64 * 1024;
 
-impl Shared {
+impl MountState {
     /// Reads attribute `name` (the name list when empty). `size` 0 asks only for the length.
     pub(super) fn getxattr(&self, ino: INodeNo, name: &[u8], size: u32, reply: ReplyXattr) {
         // Before the node's fid: a node answered from a replica would be walked for it.
         let known = self.missing_xattr_file(ino, name);
         if let Some(qid_path) = known {
-            if self.missing_xattrs.is_missing(&self.listed, qid_path, name) {
+            if self
+                .known
+                .missing_xattrs
+                .is_missing(&self.known.listed, qid_path, name)
+            {
                 self.stats
                     .caches
                     .missing_xattrs_answered
@@ -29,7 +33,7 @@ impl Shared {
             Ok(n) => n,
             Err(e) => return reply.error(e),
         };
-        let asked = self.listed.before_fetch();
+        let asked = self.known.listed.before_fetch();
         let newfid = self.client.alloc_fid();
         let walk = Tmessage::Xattrwalk(Txattrwalk {
             fid: node.fid(),
@@ -43,8 +47,12 @@ impl Shared {
                     self.client.free_fid(newfid);
                 }
                 if let (Some(qid_path), ClientError::Errno(libc::ENODATA)) = (known, &e) {
-                    self.missing_xattrs
-                        .found_missing(&self.listed, qid_path, name, asked);
+                    self.known.missing_xattrs.found_missing(
+                        &self.known.listed,
+                        qid_path,
+                        name,
+                        asked,
+                    );
                 }
                 return reply.error(errno(&e));
             }
@@ -72,20 +80,20 @@ impl Shared {
     }
 
     /// The `qid.path` of node `ino` if what is known missing of its attribute `name` may
-    /// answer (see `crate::missing_xattrs`): not a list, not the root, events followed.
+    /// answer (see `crate::known::missing_xattrs`): not a list, not the root, events followed.
     fn missing_xattr_file(&self, ino: INodeNo, name: &[u8]) -> Option<u64> {
-        if name.is_empty() || ino.0 == crate::inode::ROOT || !self.follows_events() {
+        if name.is_empty() || ino.0 == crate::known::inode::ROOT || !self.follows_events() {
             return None;
         }
-        self.inodes.qid_path(ino.0)
+        self.known.inodes.qid_path(ino.0)
     }
 
     /// An attribute of node `ino` was changed through the mount: marked as changed first,
     /// so that an answer fetched before cannot be kept after what is known goes.
     fn xattrs_changed(&self, ino: INodeNo) {
-        if let Some(qid_path) = self.inodes.qid_path(ino.0) {
-            self.listed.changed([qid_path]);
-            self.missing_xattrs.forget([qid_path]);
+        if let Some(qid_path) = self.known.inodes.qid_path(ino.0) {
+            self.known.listed.changed([qid_path]);
+            self.known.missing_xattrs.forget([qid_path]);
         }
     }
 

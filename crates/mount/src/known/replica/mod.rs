@@ -47,11 +47,14 @@
 //! directory it has no complete knowledge of (a missing name is "missing" only in a
 //! complete replica).
 
+mod listing;
 mod tree;
+
+pub(crate) use listing::{listing_snapshot, Listed};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossfs_events::{Attrs, DirAttrs, Event, EventKind, RelPath};
 use crossfs_wire::Rgetattr;
@@ -59,8 +62,7 @@ use serde_json::{json, Value};
 
 use tree::DirTree;
 
-use crate::handle::{listing_snapshot, Listed};
-use crate::listed_attrs::Fetched;
+use crate::known::listed_attrs::Fetched;
 
 /// Entries kept in all replicas by default (about 300 bytes each).
 pub const DEFAULT_REPLICA_ENTRIES: usize = 1 << 18;
@@ -505,7 +507,7 @@ impl DirReplicas {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.inner)
     }
 
     /// Whether replicas may be used at all.
@@ -600,7 +602,7 @@ impl DirReplicas {
 
     /// Every name in `dir`'s complete replica with its attributes if known (`None`: changed
     /// since listed), in the order of its listing if one is at hand, else by name: which
-    /// files a directory has, for fetching its small files (`crate::small_files`).
+    /// files a directory has, for fetching its small files (`crate::ahead::small_files`).
     pub(crate) fn names(&self, dir: u64) -> Option<Vec<NameKnown>> {
         let inner = self.lock();
         let r = inner.dirs.get(&dir).filter(|r| r.complete)?;
@@ -928,7 +930,7 @@ impl DirReplicas {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inode::ROOT;
+    use crate::known::inode::ROOT;
 
     fn file(ino: u64) -> Rgetattr {
         let mut a = Rgetattr {
@@ -944,7 +946,7 @@ mod tests {
     }
 
     fn now() -> Fetched {
-        crate::listed_attrs::ListedAttrs::default().before_fetch()
+        crate::known::listed_attrs::ListedAttrs::default().before_fetch()
     }
 
     /// Replicas following events, the root's complete with one file "a" (node 10).

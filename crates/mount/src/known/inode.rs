@@ -5,32 +5,19 @@
 //! repeated lookups share one node id and the kernel keeps one page cache per file.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossfs_wire::{Fid, Qid, Rgetattr};
 
+use crate::attr::DataStamp;
 use crate::fid::FidRef;
-use crate::listed_attrs::Fetched;
+use crate::known::listed_attrs::Fetched;
 
 /// The root's node id (FUSE_ROOT_ID).
 pub(crate) const ROOT: u64 = 1;
 
 /// The `qid_path` of a placeholder node (see [`InodeTable::placeholder`]): no file has it.
 const PLACEHOLDER: u64 = u64::MAX;
-
-/// What an open in `auto` mode compares to decide whether cached pages are still good,
-/// whether an open for reading may wait for its first read, and, for a directory, the
-/// group its new entries take.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct DataStamp {
-    pub mtime: (u64, u64),
-    pub size: u64,
-    /// A set-group-ID directory's group (`None` for anything else).
-    pub setgid_group: Option<u32>,
-    /// A regular file that others may read: the server may open it for reading whatever
-    /// its own credentials (see `OpenFile::deferred`).
-    pub readable_by_anyone: bool,
-}
 
 /// A file's attributes as a change event shows them (`crossfs_events::Attrs`): what tells
 /// the echo of the mount's own change from a later change on the host.
@@ -80,7 +67,7 @@ struct Inode {
     status: Option<Status>,
     /// The attributes seen when the file was last opened.
     opened: Option<DataStamp>,
-    /// The newest attributes fetched, for a READDIRPLUS to reuse (see `crate::listed_attrs`).
+    /// The newest attributes fetched, for a READDIRPLUS to reuse (see `crate::known::listed_attrs`).
     listed: Option<FetchedAttrs>,
     /// `fid` is not bound on the server (it could not be bound again after a reconnect):
     /// the node answers ESTALE until a lookup finds its file and gives it a fresh fid.
@@ -157,7 +144,7 @@ pub(crate) struct KnownName {
     pub format: u32,
 }
 
-/// A node's newest attributes and when they were fetched (see `crate::listed_attrs`).
+/// A node's newest attributes and when they were fetched (see `crate::known::listed_attrs`).
 pub(crate) type FetchedAttrs = Box<(Rgetattr, Fetched)>;
 
 /// Node id -> its fid and `qid.path`.
@@ -255,7 +242,7 @@ impl InodeTable {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.inner)
     }
 
     /// The fid of node `ino`, if the kernel still holds it and it has one.
@@ -395,7 +382,7 @@ impl InodeTable {
     /// clunked once its last request is answered): a fid walked just now names the file
     /// by its current path on servers that track paths.
     ///
-    /// `fetched`: when `a` was fetched, if it may be reused (see `crate::listed_attrs`).
+    /// `fetched`: when `a` was fetched, if it may be reused (see `crate::known::listed_attrs`).
     pub(crate) fn remember(
         &self,
         (parent, name): (u64, &[u8]),
@@ -750,7 +737,7 @@ impl InodeTable {
     }
 
     /// The kernel is about to get node `ino`'s content as of attributes `stamp`
-    /// (`crate::pushed_pages`): true if those are the attributes last seen (the kernel's),
+    /// (`crate::ahead::pushed_pages`): true if those are the attributes last seen (the kernel's),
     /// and then its next open keeps the pages, as a reopen of an unchanged file does.
     pub(crate) fn pages_pushed(&self, ino: u64, stamp: DataStamp) -> bool {
         let mut inner = self.lock();
