@@ -1,5 +1,5 @@
 //! Small files' contents fetched a directory at a time, for the first reads of files
-//! opened for reading (see `fs/io.rs`).
+//! opened for reading (see `fs/open.rs`, `fs/pushes.rs`).
 //!
 //! Programs that read a tree (`grep -r`, `git status`, a compiler reading headers) read
 //! one file after another in a directory, each costing a round trip (Twalkread). When a

@@ -16,7 +16,7 @@ pub(crate) struct OpenFile {
     fid: OnceLock<Arc<FidRef>>,
     /// An open for reading that the server has not seen yet, with its Linux open flags:
     /// the first read that the kernel's page cache cannot answer opens it (see
-    /// `fs/io.rs`), so an open whose data the kernel already holds costs no round trip.
+    /// `fs/open.rs`), so an open whose data the kernel already holds costs no round trip.
     pub deferred: Option<i32>,
     /// How to open it again on a new connection (see `crate::restore`).
     pub reopen: Reopen,
