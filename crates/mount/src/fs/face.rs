@@ -18,6 +18,7 @@ use fuser::{
     TimeOrNow, WriteFlags,
 };
 
+use super::reply::answer;
 use super::{attr, lock, Caller, MountState};
 use crate::changes::SYNC_XATTR;
 use crate::known::cache::CacheMode;
@@ -356,7 +357,7 @@ impl Filesystem for CrossFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.s(req, Op::Open).open(ino, flags.0, reply);
+        answer(reply, self.s(req, Op::Open).open(ino, flags.0));
     }
 
     fn read(
@@ -496,24 +497,24 @@ impl Filesystem for CrossFs {
         reply: ReplyEmpty,
     ) {
         let (s, _change) = self.s_changing(req, Op::Setxattr, &[ino.0], &[]);
-        s.setxattr(ino, bytes(name), value, flags, reply);
+        answer(reply, s.setxattr(ino, bytes(name), value, flags));
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let s = self.s(req, Op::Getxattr);
         if ino.0 == crate::known::inode::ROOT && bytes(name) == SYNC_XATTR {
-            return s.sync_xattr(size, reply);
+            return answer(reply, s.sync_xattr(size));
         }
-        s.getxattr(ino, bytes(name), size, reply);
+        answer(reply, s.getxattr(ino, bytes(name), size));
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        self.s(req, Op::Listxattr).getxattr(ino, b"", size, reply);
+        answer(reply, self.s(req, Op::Listxattr).getxattr(ino, b"", size));
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let (s, _change) = self.s_changing(req, Op::Removexattr, &[ino.0], &[]);
-        s.removexattr(ino, bytes(name), reply);
+        answer(reply, s.removexattr(ino, bytes(name)));
     }
 
     /// No 9P request answers access(2); the server checks permissions on every operation
@@ -564,7 +565,7 @@ impl Filesystem for CrossFs {
             typ,
             pid,
         };
-        self.s(req, Op::Getlk).getlk(fh, l, reply);
+        answer(reply, self.s(req, Op::Getlk).getlk(fh, l));
     }
 
     fn setlk(
@@ -587,6 +588,6 @@ impl Filesystem for CrossFs {
             typ,
             pid,
         };
-        self.s(req, Op::Setlk).setlk(fh, l, sleep, reply);
+        answer(reply, self.s(req, Op::Setlk).setlk(fh, l, sleep));
     }
 }

@@ -31,6 +31,7 @@ mod open;
 mod pushes;
 mod read_write;
 mod replayed;
+mod reply;
 mod xattr;
 
 use std::sync::Arc;

@@ -28,6 +28,7 @@ use crossfs_client::ClientError;
 use crossfs_wire::{open_flags as of, Rmessage, Tlopen, Tmessage, Twalkopen};
 use fuser::{Errno, FileHandle, FopenFlags, INodeNo, ReplyOpen};
 
+use super::reply::Opened;
 use super::{errno, MountState};
 use crate::fid::FidRef;
 use crate::known::cache::CacheMode;
@@ -206,12 +207,10 @@ impl MountState {
         Ok((fid, wire))
     }
 
-    pub(super) fn open(&self, ino: INodeNo, flags: i32, reply: ReplyOpen) {
+    pub(super) fn open(&self, ino: INodeNo, flags: i32) -> Result<Opened, Errno> {
         let writes = writes(flags);
         if writes {
-            if let Err(e) = self.writable() {
-                return reply.error(e);
-            }
+            self.writable()?;
         }
         let wanted = wire_open_flags(flags, self.config.cache.writeback());
         // Not while the connection is down: the node may not be bound again afterwards,
@@ -229,18 +228,14 @@ impl MountState {
                 .known
                 .handles
                 .insert_deferred(Reopen::new(ino.0, wanted), flags);
-            return reply.opened(FileHandle(fh), self.fopen_flags(ino.0, flags));
+            return Ok(Opened(FileHandle(fh), self.fopen_flags(ino.0, flags)));
         }
-        match reused.map_or_else(|| self.open_node(ino, flags), Ok) {
-            Ok((fid, wire)) => {
-                let fh = self.known.handles.insert(fid, Reopen::new(ino.0, wire));
-                if writes {
-                    self.ahead.page_push.write_opened(fh, ino.0);
-                }
-                reply.opened(FileHandle(fh), self.fopen_flags(ino.0, flags));
-            }
-            Err(e) => reply.error(e),
+        let (fid, wire) = reused.map_or_else(|| self.open_node(ino, flags), Ok)?;
+        let fh = self.known.handles.insert(fid, Reopen::new(ino.0, wire));
+        if writes {
+            self.ahead.page_push.write_opened(fh, ino.0);
         }
+        Ok(Opened(FileHandle(fh), self.fopen_flags(ino.0, flags)))
     }
 
     /// Whether an open for reading of node `ino` may wait for its first read (see the

@@ -8,8 +8,9 @@
 
 use std::time::Duration;
 
-use fuser::{Errno, Generation, INodeNo, ReplyEntry, ReplyXattr};
+use fuser::{Errno, Generation, INodeNo, ReplyEntry};
 
+use super::reply::Xattr;
 use super::MountState;
 use crate::attr;
 use crate::changes::{Intended, Present};
@@ -57,17 +58,15 @@ impl MountState {
     /// Reading `user.crossfs.sync` on the mount's root: a sync (see
     /// [`crate::changes::ChangeState::sync`]); the value is the sync's marker, 16 hex
     /// digits.
-    pub(crate) fn sync_xattr(&self, size: u32, reply: ReplyXattr) {
+    pub(crate) fn sync_xattr(&self, size: u32) -> Result<Xattr, Errno> {
         const LEN: u32 = 16;
         if size == 0 {
-            return reply.size(LEN);
+            return Ok(Xattr::Size(LEN));
         }
         if size < LEN {
-            return reply.error(Errno::ERANGE);
+            return Err(Errno::ERANGE);
         }
-        match self.changes.sync(self.config.threads) {
-            Ok(marker) => reply.data(format!("{marker:016x}").as_bytes()),
-            Err(e) => reply.error(e),
-        }
+        let marker = self.changes.sync(self.config.threads)?;
+        Ok(Xattr::Data(format!("{marker:016x}").into_bytes()))
     }
 }

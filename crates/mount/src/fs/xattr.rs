@@ -2,8 +2,9 @@
 
 use crossfs_client::ClientError;
 use crossfs_wire::{xattr_flags, Tmessage, Txattrcreate, Txattrwalk};
-use fuser::{Errno, INodeNo, ReplyEmpty, ReplyXattr};
+use fuser::{Errno, INodeNo};
 
+use super::reply::Xattr;
 use super::{errno, MountState};
 use crate::fid::FidRef;
 use crate::remote::{clone_fid, expect_reply};
@@ -13,7 +14,7 @@ const XATTR_SIZE_MAX: u64 = 64 * 1024;
 
 impl MountState {
     /// Reads attribute `name` (the name list when empty). `size` 0 asks only for the length.
-    pub(super) fn getxattr(&self, ino: INodeNo, name: &[u8], size: u32, reply: ReplyXattr) {
+    pub(super) fn getxattr(&self, ino: INodeNo, name: &[u8], size: u32) -> Result<Xattr, Errno> {
         // Before the node's fid: a node answered from a replica would be walked for it.
         let known = self.missing_xattr_file(ino, name);
         if let Some(qid_path) = known {
@@ -26,13 +27,10 @@ impl MountState {
                     .caches
                     .missing_xattrs_answered
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                return reply.error(Errno::ENODATA);
+                return Err(Errno::ENODATA);
             }
         }
-        let node = match self.node(ino) {
-            Ok(n) => n,
-            Err(e) => return reply.error(e),
-        };
+        let node = self.node(ino)?;
         let asked = self.known.listed.before_fetch();
         let newfid = self.client.alloc_fid();
         let walk = Tmessage::Xattrwalk(Txattrwalk {
@@ -54,18 +52,18 @@ impl MountState {
                         asked,
                     );
                 }
-                return reply.error(errno(&e));
+                return Err(errno(&e));
             }
         };
         let fid = FidRef::new(&self.client, newfid);
         if len > XATTR_SIZE_MAX {
-            return reply.error(Errno::E2BIG);
+            return Err(Errno::E2BIG);
         }
         if size == 0 {
-            return reply.size(len as u32);
+            return Ok(Xattr::Size(len as u32));
         }
         if len > u64::from(size) {
-            return reply.error(Errno::ERANGE);
+            return Err(Errno::ERANGE);
         }
         let mut value = Vec::with_capacity(len as usize);
         while (value.len() as u64) < len {
@@ -73,10 +71,10 @@ impl MountState {
             match self.client.read(fid.fid(), value.len() as u64, want) {
                 Ok(data) if data.is_empty() => break,
                 Ok(data) => value.extend_from_slice(&data),
-                Err(e) => return reply.error(errno(&e)),
+                Err(e) => return Err(errno(&e)),
             }
         }
-        reply.data(&value);
+        Ok(Xattr::Data(value))
     }
 
     /// The `qid.path` of node `ino` if what is known missing of its attribute `name` may
@@ -139,26 +137,19 @@ impl MountState {
         name: &[u8],
         value: &[u8],
         flags: i32,
-        reply: ReplyEmpty,
-    ) {
+    ) -> Result<(), Errno> {
         let flags = flags as u32 & (xattr_flags::CREATE | xattr_flags::REPLACE);
         self.xattrs_changed(ino);
         let written = self.write_xattr(ino, name, value, flags);
         self.xattrs_changed(ino);
-        match written {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        written
     }
 
     /// As Linux's v9fs does it: an empty value with XATTR_REPLACE removes the attribute.
-    pub(super) fn removexattr(&self, ino: INodeNo, name: &[u8], reply: ReplyEmpty) {
+    pub(super) fn removexattr(&self, ino: INodeNo, name: &[u8]) -> Result<(), Errno> {
         self.xattrs_changed(ino);
         let written = self.write_xattr(ino, name, &[], xattr_flags::REPLACE);
         self.xattrs_changed(ino);
-        match written {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        written
     }
 }
