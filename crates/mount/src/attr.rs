@@ -5,7 +5,19 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crossfs_wire::Rgetattr;
 use fuser::{FileAttr, FileType, INodeNo};
 
-use crate::inode::DataStamp;
+/// What an open in `auto` mode compares to decide whether cached pages are still good,
+/// whether an open for reading may wait for its first read, and, for a directory, the
+/// group its new entries take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DataStamp {
+    pub mtime: (u64, u64),
+    pub size: u64,
+    /// A set-group-ID directory's group (`None` for anything else).
+    pub setgid_group: Option<u32>,
+    /// A regular file that others may read: the server may open it for reading whatever
+    /// its own credentials (see `OpenFile::deferred`).
+    pub readable_by_anyone: bool,
+}
 
 /// How server ownership is shown locally: `None` passes the server's id through.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! What a mount is asked to be: cache policy, request size, identity and access.
 
-use crate::cache::{CacheMode, NegativeTtl};
+use crate::known::cache::{CacheMode, NegativeTtl};
 
 /// Bytes in a page, as FUSE counts request sizes.
 pub(crate) const PAGE: u32 = 4096;
@@ -56,7 +56,7 @@ impl Default for MountConfig {
             gid: None,
             threads: 4,
             fs_name: "crossfs".to_string(),
-            replica_entries: crate::replica::DEFAULT_REPLICA_ENTRIES,
+            replica_entries: crate::known::replica::DEFAULT_REPLICA_ENTRIES,
         }
     }
 }

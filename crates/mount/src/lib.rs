@@ -12,7 +12,7 @@
 //! with writes up to 1 MiB (never more than one Twrite can carry) and the mount's readahead
 //! raised to match, so a large read or write is one 9P message.
 //!
-//! Directory replicas (`replica/`): while change events are followed and the server speaks
+//! Directory replicas (`known/replica/`): while change events are followed and the server speaks
 //! crossfs's extension of 9P2000.L (docs/protocol.md), the first lookup in a directory
 //! fetches the whole directory with every entry's attributes (Treaddirattr), and lookups
 //! of names present or missing, stats and listings of it are answered here from then on,
@@ -23,15 +23,16 @@
 //!
 //! While events are followed, an open for reading waits for its first read that the page
 //! cache cannot answer, which opens and reads in one round trip (Twalkread), or is answered
-//! from the directory's small files fetched together (`small_files.rs`, Treadfiles), which
-//! in `auto` mode go into the kernel's page cache as they come (`pushed_pages.rs`).
+//! from the directory's small files fetched together (`ahead/small_files.rs`, Treadfiles),
+//! which in `auto` mode go into the kernel's page cache as they come
+//! (`ahead/pushed_pages.rs`).
 //! A directory whose names a program looks up is listed ahead through the mount point
-//! (`primed_dirs.rs`), and during a walk of a tree the replicas of the subdirectories a
-//! program lists are fetched ahead (`tree_walk.rs`).
+//! (`ahead/primed_dirs.rs`), and during a walk of a tree the replicas of the subdirectories
+//! a program lists are fetched ahead (`ahead/tree_walk.rs`).
 //! The kernel's question before every write, whether the file has a `security.capability`,
-//! is answered from what the server said is missing (`missing_xattrs.rs`).
+//! is answered from what the server said is missing (`known/missing_xattrs.rs`).
 //! Opening a file again soon after closing it, for reading, reuses the open fid kept from the
-//! last time (`idle.rs`): no round trip. Round trips without a replica: with the extension,
+//! last time (`known/idle.rs`): no round trip. Round trips without a replica: with the extension,
 //! a LOOKUP costs one (Twalkgetattr), an open one (Twalkopen), binding and listing a
 //! directory answered from its parent's replica one (Twalkreaddirattr), a create one (Tcreateattr: the file, its node's fid and its
 //! attributes; Tcreateattrdir also returns the directory's), a setattr one (Tsetattrget),
@@ -51,12 +52,31 @@
 //! every directory from its start that way) costs, for each name listed whose known node has
 //! the qid the Treaddir gave, no walk, and no Tgetattr either if the attributes the mount
 //! fetched for that file may be reused (nothing can have changed them since: see
-//! `listed_attrs.rs`); otherwise one Tgetattr of that node's fid. With the extension a
+//! `known/listed_attrs.rs`); otherwise one Tgetattr of that node's fid. With the extension a
 //! listing carries the attributes itself (Treaddirattr), and costs nothing per entry.
 //!
 //! Change events (`changes/`, started by [`MountHandle::follow_changes`] on a second
 //! connection): the kernel's caches are invalidated as the host changes, and host changes
 //! are replayed on the mount for the guest's file watchers; see that module's doc.
+//!
+//! Layout: the mount's state (`fs::MountState`) is made of parts, each in its folder.
+//! - `fs/`: the FUSE side. `face.rs` implements `fuser::Filesystem` and hands each request
+//!   to a `MountState` method in the file of its kind (`entry.rs`, `open.rs`, `create.rs`,
+//!   `read_write.rs`, `pushes.rs`, `dir.rs`, `attr.rs`, `xattr.rs`, `lock.rs`,
+//!   `replayed.rs`).
+//! - `remote/`: the 9P calls the mount makes, and what the server supports
+//!   (`support.rs`), learned from its answers.
+//! - `known/`: what the mount knows: node ids (`inode/`), open handles (`handle.rs`),
+//!   kept opens (`idle.rs`), directory replicas (`replica/`), when fetched attributes may
+//!   answer again (`listed_attrs.rs`), missing extended attributes (`missing_xattrs.rs`),
+//!   and the kernel's cache policy (`cache.rs`). Nothing there sends anything.
+//! - `ahead/`: what the mount fetches ahead (small files, pushed pages, primed
+//!   directories, tree walks). Dropping any of it changes no answer.
+//! - `changes/`: the change feed, which holds only what it must touch
+//!   (`changes::FeedTarget`), not the FUSE side's state.
+//! - `mount.rs` (the session and [`MountHandle`]), `restore.rs` (binding again after a
+//!   reconnect), `config.rs`, `stats.rs`, `attr.rs` (attributes as the kernel wants them),
+//!   `fid.rs`, `sync.rs` (the one way a mutex is taken).
 //!
 //! What it does not touch: sockets and transports (the CLI connects and hands over a client),
 //! 9P encoding (the wire and client crates), and the exported files themselves (the server).
@@ -71,7 +91,7 @@
 //!   against the modes and owners shown (`default_permissions`), as on a local file system.
 //! - `st_ino` is the node id, which is the server's `qid.path` (for crossfs's server, the
 //!   host's inode number) unless a node the kernel still holds has that number (see
-//!   `inode::InodeTable`); hard links share it.
+//!   `known::inode::InodeTable`); hard links share it.
 //! - With `uid`/`gid` set every file is shown as owned by them; the server's ownership is
 //!   unchanged and still decides access.
 //! - O_APPEND writes are appended by the server at its end of file (9P has no append
@@ -95,30 +115,22 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod ahead;
 mod attr;
-mod cache;
 mod changes;
 mod config;
 mod error;
 mod fid;
 mod fs;
-mod handle;
-mod idle;
-mod inode;
-mod listed_attrs;
-mod missing_xattrs;
+mod known;
 mod mount;
-mod primed_dirs;
-mod pushed_pages;
 mod remote;
-mod replica;
 mod restore;
-mod small_files;
 mod stats;
-mod tree_walk;
+mod sync;
 
-pub use cache::{CacheMode, InvalidNegativeTtl, NegativeTtl, UnknownCacheMode};
 pub use config::MountConfig;
 pub use error::MountError;
+pub use known::cache::{CacheMode, InvalidNegativeTtl, NegativeTtl, UnknownCacheMode};
+pub use known::replica::DEFAULT_REPLICA_ENTRIES;
 pub use mount::{mount, MountHandle};
-pub use replica::DEFAULT_REPLICA_ENTRIES;

@@ -14,7 +14,7 @@ use fuser::{MountOption, Notifier, Session, SessionACL, SessionUnmounter};
 use crate::changes::Feed;
 use crate::config::{MountConfig, RequestSize, PAGE};
 use crate::error::MountError;
-use crate::fs::{CrossFs, Shared};
+use crate::fs::{CrossFs, MountState};
 use crate::stats::StatsContext;
 
 /// `fs.fuse.max_pages_limit`: the most pages one FUSE request may carry (Linux 6.18+; 256
@@ -57,17 +57,17 @@ pub fn mount(
         ));
     }
     let sizes = RequestSize::new(config, kernel_max_pages(), client.max_io());
-    let shared = Arc::new(Shared::new(client, root, config, sizes));
+    let state = Arc::new(MountState::new(client, root, config, sizes));
     // After a reconnect (if the caller enabled it), bind the mount's fids again.
-    let weak = Arc::downgrade(&shared);
-    shared
+    let weak = Arc::downgrade(&state);
+    state
         .client
         .on_reconnect(move |client| match weak.upgrade() {
-            Some(shared) => crate::restore::restore(&shared, client),
+            Some(state) => crate::restore::restore(&state, client),
             None => Ok(()),
         });
     let fs = CrossFs {
-        shared: shared.clone(),
+        state: state.clone(),
     };
 
     let mut options = vec![
@@ -101,10 +101,10 @@ pub fn mount(
     let mut session = Session::new(fs, mountpoint, &fuse_config).map_err(mount_err)?;
     let unmounter = session.unmount_callable();
     let notifier = session.notifier();
-    let _ = shared.notifier.set(notifier.clone());
-    shared.start_page_push(notifier.clone());
-    shared.start_dir_priming(mountpoint.to_path_buf());
-    shared.start_subdir_fetch();
+    let _ = state.notifier.set(notifier.clone());
+    state.start_page_push(notifier.clone());
+    state.start_dir_priming(mountpoint.to_path_buf());
+    state.start_subdir_fetch();
     let thread = std::thread::Builder::new()
         .name("crossfs-fuse".into())
         .spawn(move || session.run())
@@ -112,7 +112,7 @@ pub fn mount(
 
     let mut handle = MountHandle {
         mountpoint: mountpoint.to_path_buf(),
-        shared,
+        state,
         unmounter: Some(unmounter),
         thread: Some(thread),
         notifier,
@@ -165,7 +165,7 @@ fn finishes_within<T>(thread: &JoinHandle<T>, limit: Duration) -> bool {
 /// A live mount. Dropping it unmounts (as [`MountHandle::unmount`], errors ignored).
 pub struct MountHandle {
     mountpoint: PathBuf,
-    shared: Arc<Shared>,
+    state: Arc<MountState>,
     unmounter: Option<SessionUnmounter>,
     thread: Option<JoinHandle<io::Result<()>>>,
     notifier: Notifier,
@@ -198,7 +198,7 @@ impl MountHandle {
             old.stop();
         }
         let feed = Feed::start(
-            self.shared.clone(),
+            self.state.feed_target(),
             self.notifier.clone(),
             self.mountpoint.clone(),
             client,
@@ -213,10 +213,10 @@ impl MountHandle {
     /// before the first): a new event connection attaches with `?since=` this to resume
     /// (a hook given to the event client's `on_reconnect` does).
     pub fn event_position(&self) -> impl Fn() -> Option<String> + Send + Sync + 'static {
-        let shared = Arc::downgrade(&self.shared);
+        let state = Arc::downgrade(&self.state);
         move || {
-            let shared = shared.upgrade()?;
-            let position = *crate::changes::lock(&shared.changes.position);
+            let state = state.upgrade()?;
+            let position = *crate::sync::lock(&state.changes.position);
             position.map(|(epoch, seq)| format!("{epoch}:{seq}"))
         }
     }
@@ -314,22 +314,22 @@ impl MountHandle {
 
     /// Counters of this mount and its 9P connection, as `crossfs stats` shows them.
     pub fn stats_json(&self) -> serde_json::Value {
-        stats_json(&self.shared, &self.mountpoint, self.readahead_kb)
+        stats_json(&self.state, &self.mountpoint, self.readahead_kb)
     }
 
     /// A function producing [`MountHandle::stats_json`] that stays usable while another
     /// thread is in [`MountHandle::wait`] (for a control endpoint).
     pub fn stats_reporter(&self) -> impl Fn() -> serde_json::Value + Send + Sync + 'static {
-        let (shared, mountpoint, readahead_kb) = (
-            self.shared.clone(),
+        let (state, mountpoint, readahead_kb) = (
+            self.state.clone(),
             self.mountpoint.clone(),
             self.readahead_kb,
         );
-        move || stats_json(&shared, &mountpoint, readahead_kb)
+        move || stats_json(&state, &mountpoint, readahead_kb)
     }
 }
 
-fn stats_json(s: &Shared, mountpoint: &Path, readahead_kb: Option<u32>) -> serde_json::Value {
+fn stats_json(s: &MountState, mountpoint: &Path, readahead_kb: Option<u32>) -> serde_json::Value {
     let mountpoint = mountpoint.display().to_string();
     let ctx = StatsContext {
         mountpoint: &mountpoint,
@@ -338,16 +338,16 @@ fn stats_json(s: &Shared, mountpoint: &Path, readahead_kb: Option<u32>) -> serde
         max_pages: s.sizes.max_pages,
         max_write: s.sizes.max_write,
         readahead_kb,
-        inodes: s.inodes.len(),
-        handles: s.handles.len(),
+        inodes: s.known.inodes.len(),
+        handles: s.known.handles.len(),
     };
     let mut doc = s
         .stats
         .to_json(&ctx, s.client.negotiation(), &s.client.counters());
     if let Some(obj) = doc.as_object_mut() {
         obj.insert("changes".into(), s.changes.stats_json());
-        obj.insert("replicas".into(), s.replicas.stats_json());
-        let (files, bytes) = s.small_files.size();
+        obj.insert("replicas".into(), s.known.replicas.stats_json());
+        let (files, bytes) = s.ahead.small_files.size();
         obj.insert(
             "small_files".into(),
             serde_json::json!({ "files": files, "bytes": bytes }),

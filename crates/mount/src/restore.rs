@@ -25,8 +25,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use crossfs_client::{Client, ClientError};
 use crossfs_wire::{Fid, Rmessage, Tlopen, Tmessage, Twalk};
 
-use crate::fs::Shared;
-use crate::inode::{NodeFids, ROOT};
+use crate::fs::MountState;
+use crate::known::inode::{NodeFids, ROOT};
 
 /// Requests sent together per round trip (well under the client's tags).
 const BATCH: usize = 64;
@@ -36,12 +36,12 @@ const BATCH: usize = 64;
 /// # Errors
 /// Only a lost connection ([`ClientError::Disconnected`]), so that the client dials again;
 /// a file that cannot be bound again is logged and left unbound.
-pub(crate) fn restore(shared: &Shared, client: &Client) -> Result<(), ClientError> {
+pub(crate) fn restore(shared: &MountState, client: &Client) -> Result<(), ClientError> {
     // The files may have changed while the server was away.
-    shared.listed.all_changed();
+    shared.known.listed.all_changed();
     // Idle open fids are not in the handle table: not worth reopening.
-    shared.idle.clear();
-    let (mut nodes, lazy, names) = shared.inodes.snapshot();
+    shared.known.idle.clear();
+    let (mut nodes, lazy, names) = shared.known.inodes.snapshot();
     // Nodes answered from a replica have no fid yet; a directory among them may hold
     // bound nodes, and an open file may be one. Each gets a fid now if its name leads
     // to it; the others stay without one (walked when next needed).
@@ -53,6 +53,7 @@ pub(crate) fn restore(shared: &Shared, client: &Client) -> Result<(), ClientErro
         let fid = nodes[&ino].0;
         if bound.contains_key(&ino) {
             shared
+                .known
                 .inodes
                 .bind(ino, crate::fid::FidRef::new(&shared.client, fid));
         } else {
@@ -61,12 +62,12 @@ pub(crate) fn restore(shared: &Shared, client: &Client) -> Result<(), ClientErro
     }
     // A node bound after the snapshot (a lookup racing with the restore) is bound on the
     // old connection only: stale like the rest, until looked up again.
-    shared.inodes.mark_stale_except(&bound);
-    let files = shared.handles.all();
+    shared.known.inodes.mark_stale_except(&bound);
+    let files = shared.known.handles.all();
     let mut reopen = Vec::new();
     let mut locks_lost = 0;
     for file in &files {
-        if !crate::handle::lock(&file.lock_owners).is_empty() {
+        if !crate::sync::lock(&file.lock_owners).is_empty() {
             locks_lost += 1;
         }
         match (bound.get(&file.reopen.node), file.fid()) {

@@ -67,28 +67,28 @@ pub(crate) struct CacheCounters {
     pub opens_deferred: AtomicU64,
     /// Of those, opens that a read then sent to the server.
     pub deferred_opens_sent: AtomicU64,
-    /// Small files fetched with their directory's (see `crate::small_files`).
+    /// Small files fetched with their directory's (see `crate::ahead::small_files`).
     pub small_files_fetched: AtomicU64,
     /// First reads answered from them.
     pub small_file_reads: AtomicU64,
     /// Of those files, the ones pushed into the kernel's page cache (see
-    /// `crate::pushed_pages`): their first reads send no request at all.
+    /// `crate::ahead::pushed_pages`): their first reads send no request at all.
     pub pages_pushed: AtomicU64,
     /// Directories the mount listed itself so that the kernel holds their names (see
-    /// `crate::primed_dirs`).
+    /// `crate::ahead::primed_dirs`).
     pub dirs_primed: AtomicU64,
     /// Replicas of subdirectories fetched ahead during a tree walk (see
-    /// `crate::tree_walk`).
+    /// `crate::ahead::tree_walk`).
     pub subdirs_fetched_ahead: AtomicU64,
     /// GETATTRs answered with attributes fetched earlier that nothing changed since (see
-    /// `crate::listed_attrs`), while change events are followed.
+    /// `crate::known::listed_attrs`), while change events are followed.
     pub unchanged_attrs_sent: AtomicU64,
     /// Readdir requests answered from entries already fetched.
     pub readdir_buffer_hits: AtomicU64,
     /// Entries returned with attributes by readdirplus (each saves a LOOKUP).
     pub readdirplus_entries: AtomicU64,
     /// Of those, entries whose attributes were fetched earlier, not asked for again (see
-    /// `crate::listed_attrs`).
+    /// `crate::known::listed_attrs`).
     pub listed_attrs_reused: AtomicU64,
     /// Reads the kernel asked for that were larger than one Tread may carry.
     pub split_reads: AtomicU64,
@@ -99,7 +99,7 @@ pub(crate) struct CacheCounters {
     /// left it with (Tunlinkatattr, Trenameatattr; see `DirReplicas::left_attrs`).
     pub dir_attrs_left: AtomicU64,
     /// GETXATTRs answered "no such attribute" from what is known missing
-    /// (`crate::missing_xattrs`): the kernel's question before each write, mostly.
+    /// (`crate::known::missing_xattrs`): the kernel's question before each write, mostly.
     pub missing_xattrs_answered: AtomicU64,
 }
 

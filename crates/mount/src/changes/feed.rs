@@ -13,8 +13,8 @@ use fuser::{INodeNo, Notifier};
 
 use super::replay::Replayer;
 use super::watchers::Watchers;
-use crate::fs::Shared;
-use crate::inode::ROOT;
+use super::FeedTarget;
+use crate::known::inode::ROOT;
 
 /// A running feed; stopping it closes the event connection and joins the thread.
 pub(crate) struct Feed {
@@ -25,32 +25,32 @@ pub(crate) struct Feed {
 impl Feed {
     /// Starts the feed thread on an attached event fid of `client`.
     pub(crate) fn start(
-        shared: Arc<Shared>,
+        mount: FeedTarget,
         notifier: Notifier,
         mountpoint: PathBuf,
         client: Arc<Client>,
         fid: Fid,
     ) -> std::io::Result<Feed> {
-        let _ = shared.changes.link.set((client.clone(), fid));
-        shared.changes.enabled.store(true, Relaxed);
+        let _ = mount.changes.link.set((client.clone(), fid));
+        mount.changes.enabled.store(true, Relaxed);
         let reader = client.clone();
         let thread = std::thread::Builder::new()
             .name("crossfs-changes".into())
             .spawn(move || {
                 let tid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
-                shared.changes.replay_tid.store(tid, Relaxed);
+                mount.changes.replay_tid.store(tid, Relaxed);
                 let applier = Applier {
-                    shared: &shared,
+                    mount: &mount,
                     notifier,
                     watchers: Watchers::new(&mountpoint),
                     replayer: Replayer {
-                        shared: &shared,
+                        mount: &mount,
                         mountpoint,
                     },
                 };
                 applier.run(&reader, fid);
-                shared.changes.replay_tid.store(0, Relaxed);
-                shared.changes.enabled.store(false, Relaxed);
+                mount.changes.replay_tid.store(0, Relaxed);
+                mount.changes.enabled.store(false, Relaxed);
             })?;
         Ok(Feed {
             client,
@@ -68,7 +68,7 @@ impl Feed {
 }
 
 struct Applier<'a> {
-    shared: &'a Arc<Shared>,
+    mount: &'a FeedTarget,
     notifier: Notifier,
     replayer: Replayer<'a>,
     watchers: Watchers,
@@ -78,8 +78,8 @@ impl Applier<'_> {
     fn run(&self, client: &Client, fid: Fid) {
         let max = client.max_io();
         let following = |on: bool| {
-            self.shared.listed.set_following(on);
-            self.shared.replicas.set_following(on);
+            self.mount.known.listed.set_following(on);
+            self.mount.known.replicas.set_following(on);
         };
         // Attached: every change from now on will come as an event.
         following(true);
@@ -122,28 +122,29 @@ impl Applier<'_> {
 
     /// Applies `ev`; `next`: the event after it, if it came with it.
     fn apply(&self, ev: &Event, next: Option<&Event>) {
-        let c = &self.shared.changes;
+        let c = &self.mount.changes;
         c.stats.received.fetch_add(1, Relaxed);
-        *super::lock(&c.position) = Some((ev.epoch, ev.seq));
+        *crate::sync::lock(&c.position) = Some((ev.epoch, ev.seq));
         tracing::debug!("change event {ev}");
         self.mark_changed(ev);
         // Replicas first: a lookup the kernel sends after the invalidations below must
         // not be answered with what the event changed.
-        let changes = &self.shared.changes;
+        let changes = &self.mount.changes;
         let echo = self.is_echo(ev, next);
         self.note_echoed(ev);
-        self.shared
+        self.mount
+            .known
             .replicas
             .apply(ev, &|dir, name| echo && changes.is_own_name(dir, name));
-        if let Some(ino) = ev.qid.and_then(|q| self.shared.inodes.ino_of(q)) {
-            self.shared.idle.forget(ino);
+        if let Some(ino) = ev.qid.and_then(|q| self.mount.known.inodes.ino_of(q)) {
+            self.mount.known.idle.forget(ino);
         }
         self.inval_containers(ev, echo);
         match &ev.kind {
             EventKind::Sync { cookie } => {
                 // The server made and removed its cookie at the top of the export: the
                 // root's times moved with no event of their own.
-                self.inval_inode(crate::inode::ROOT, false);
+                self.inval_inode(crate::known::inode::ROOT, false);
                 self.check_unechoed();
                 c.marker_applied(*cookie)
             }
@@ -192,7 +193,7 @@ impl Applier<'_> {
         files.dedup();
         for ino in files
             .into_iter()
-            .filter_map(|q| self.shared.inodes.ino_of(q))
+            .filter_map(|q| self.mount.known.inodes.ino_of(q))
         {
             self.inval_inode(ino, false);
         }
@@ -203,7 +204,7 @@ impl Applier<'_> {
     /// process whose working directory it is would find itself nowhere, so a right entry
     /// is never dropped, whatever the events said.
     fn inval_entry(&self, dir: u64, name: &[u8]) {
-        self.shared.changes.forget_missing(dir, name);
+        self.mount.changes.forget_missing(dir, name);
         if self
             .kernel_file(dir, name)
             .is_some_and(|file| self.still_leads_to(dir, name, file))
@@ -215,17 +216,13 @@ impl Applier<'_> {
 
     /// Drops the kernel's entry for `name` in `dir`, unconditionally.
     fn drop_entry(&self, dir: u64, name: &[u8]) {
-        self.shared.inodes.forget_name(dir, name);
+        self.mount.known.inodes.forget_name(dir, name);
         match self
             .notifier
             .inval_entry(INodeNo(dir), OsStr::from_bytes(name))
         {
             Ok(()) => {
-                self.shared
-                    .changes
-                    .stats
-                    .invalidations
-                    .fetch_add(1, Relaxed);
+                self.mount.changes.stats.invalidations.fetch_add(1, Relaxed);
             }
             // ENOENT: the kernel holds no such entry (nothing to drop).
             Err(e) => {
@@ -237,22 +234,18 @@ impl Applier<'_> {
     /// `pages`: drop the cached data too, not only the attributes.
     fn inval_inode(&self, ino: u64, pages: bool) {
         if pages {
-            // After a push of the file's pages in progress (`crate::pushed_pages`).
-            self.shared.page_push.settle(ino);
+            // After a push of the file's pages in progress (`crate::ahead::pushed_pages`).
+            self.mount.page_push.settle(ino);
         }
         let offset = if pages { 0 } else { -1 };
         if self.notifier.inval_inode(INodeNo(ino), offset, 0).is_ok() {
-            self.shared
-                .changes
-                .stats
-                .invalidations
-                .fetch_add(1, Relaxed);
+            self.mount.changes.stats.invalidations.fetch_add(1, Relaxed);
         }
     }
 
     /// Counts a replay's outcome; true if it succeeded.
     fn counted(&self, replay: std::io::Result<()>) -> bool {
-        let stats = &self.shared.changes.stats;
+        let stats = &self.mount.changes.stats;
         match replay {
             Ok(()) => {
                 stats.replayed.fetch_add(1, Relaxed);
@@ -267,15 +260,15 @@ impl Applier<'_> {
     }
 
     /// Ends reuse of the attributes of the files an event names (see
-    /// `crate::listed_attrs`): by its qid, by its path and its old path, and their
+    /// `crate::known::listed_attrs`): by its qid, by its path and its old path, and their
     /// directories. An event the mount cannot place counts for every file.
     fn mark_changed(&self, ev: &Event) {
-        let listed = &self.shared.listed;
+        let listed = &self.mount.known.listed;
         let from = match &ev.kind {
             // The sync's cookie, made and removed at the top of the export, moved the
             // root's times with no event of their own.
             EventKind::Sync { .. } => {
-                listed.changed(self.shared.inodes.qid_path(crate::inode::ROOT));
+                listed.changed(self.mount.known.inodes.qid_path(crate::known::inode::ROOT));
                 return;
             }
             EventKind::Warning { .. } => return,
@@ -283,7 +276,7 @@ impl Applier<'_> {
             EventKind::Renamed { from } => Some(from),
             _ => None,
         };
-        let inodes = &self.shared.inodes;
+        let inodes = &self.mount.known.inodes;
         let mut files: Vec<u64> = ev.qid.into_iter().collect();
         for path in std::iter::once(&ev.path).chain(from) {
             let Some(dir) = self.known_parent(path) else {
@@ -297,7 +290,7 @@ impl Applier<'_> {
         }
         // In this order: an extended attribute fetched meanwhile is not kept.
         listed.changed(files.iter().copied());
-        self.shared.missing_xattrs.forget(files);
+        self.mount.known.missing_xattrs.forget(files);
     }
 
     /// The node of the directory holding `path`, from what the mount knows (no system
@@ -307,7 +300,7 @@ impl Applier<'_> {
     fn known_parent(&self, path: &RelPath) -> Option<u64> {
         let mut dir = ROOT;
         for name in path.parent()?.components() {
-            dir = self.shared.inodes.child(dir, name)?;
+            dir = self.mount.known.inodes.child(dir, name)?;
         }
         Some(dir)
     }
@@ -321,13 +314,18 @@ impl Applier<'_> {
         let as_seen = |ino| self.as_seen(ino, ev, ctime);
         file.is_some()
             && self.kernel_file(dir, name) == file
-            && self.shared.inodes.child(dir, name).is_some_and(as_seen)
+            && self
+                .mount
+                .known
+                .inodes
+                .child(dir, name)
+                .is_some_and(as_seen)
     }
 
     /// Whether `ev` shows node `ino`'s file with the attributes the mount last saw of it
     /// (`ctime`: its change time too).
     fn as_seen(&self, ino: u64, ev: &Event, ctime: bool) -> bool {
-        let (Some(a), Some(seen)) = (ev.attrs, self.shared.inodes.status(ino)) else {
+        let (Some(a), Some(seen)) = (ev.attrs, self.mount.known.inodes.status(ino)) else {
             return false;
         };
         (a.mode, a.size, a.mtime_ns) == (seen.mode, seen.size, seen.mtime_ns)
@@ -344,7 +342,7 @@ impl Applier<'_> {
             .chain(from)
             .filter_map(|p| self.known_name(p))
         {
-            self.shared.changes.echoed(dir, name);
+            self.mount.changes.echoed(dir, name);
         }
     }
 
@@ -353,8 +351,8 @@ impl Applier<'_> {
     /// the server's engine, which then tells nothing): the kernel's entry is kept if it
     /// still leads where the server's does, and the replica asks the server about them.
     fn check_unechoed(&self) {
-        for (dir, name) in self.shared.changes.take_unechoed() {
-            self.shared.replicas.stale(dir, &name);
+        for (dir, name) in self.mount.changes.take_unechoed() {
+            self.mount.known.replicas.stale(dir, &name);
             self.inval_entry(dir, &name);
         }
     }
@@ -380,7 +378,7 @@ impl Applier<'_> {
     /// replacement (`git checkout`, an editor's save) when that next event is.
     fn is_echo(&self, ev: &Event, next: Option<&Event>) -> bool {
         let at = |path| self.known_name(path);
-        let own = |(dir, name): (u64, &[u8])| self.shared.changes.is_own_name(dir, name);
+        let own = |(dir, name): (u64, &[u8])| self.mount.changes.is_own_name(dir, name);
         let gives = |n, ev| own(n) && self.leads_to(n, ev);
         let takes = |n| own(n) && self.kernel_file(n.0, n.1).is_none();
         let replaced_in = |n| {
@@ -401,7 +399,7 @@ impl Applier<'_> {
             _ => false,
         };
         if echo {
-            self.shared.changes.stats.own.fetch_add(1, Relaxed);
+            self.mount.changes.stats.own.fetch_add(1, Relaxed);
         }
         echo
     }
@@ -412,7 +410,7 @@ impl Applier<'_> {
     /// only race with a process looking it up right now (and, for a directory it then
     /// works in, detach it).
     fn drop_stale_entry(&self, dir: u64, name: &[u8]) {
-        if self.kernel_entry(dir, name).is_some() || self.shared.changes.was_missing(dir, name) {
+        if self.kernel_entry(dir, name).is_some() || self.mount.changes.was_missing(dir, name) {
             self.inval_entry(dir, name);
         }
     }
@@ -425,7 +423,7 @@ impl Applier<'_> {
     /// As `kernel_entry`, with the file's type: a `qid.path` the host reused for a file
     /// of another type (a directory removed, a file created) is another file.
     fn kernel_file(&self, dir: u64, name: &[u8]) -> Option<(u64, u32)> {
-        self.shared.inodes.named(dir, name)
+        self.mount.known.inodes.named(dir, name)
     }
 
     fn created(&self, ev: &Event) {
@@ -490,14 +488,14 @@ impl Applier<'_> {
                 Some(_) => {}
             }
         }
-        let node = ev.qid.and_then(|q| self.shared.inodes.ino_of(q));
+        let node = ev.qid.and_then(|q| self.mount.known.inodes.ino_of(q));
         if let Some(ino) = node {
             // Pages go only for content changes this mount did not make itself: the
             // event shows the file as the mount's own change left it.
-            let own = self.shared.changes.is_own_node(ino) && self.as_seen(ino, ev, true);
+            let own = self.mount.changes.is_own_node(ino) && self.as_seen(ino, ev, true);
             self.inval_inode(ino, modified && !own);
             if own {
-                self.shared.changes.stats.own.fetch_add(1, Relaxed);
+                self.mount.changes.stats.own.fetch_add(1, Relaxed);
                 return;
             }
         }
@@ -544,8 +542,11 @@ impl Applier<'_> {
         }
         // Its open files read on: a node without a fid is walked from the new name (the
         // old one leads the kernel to the event's file here, or nowhere).
-        if let (Some(to_dir), Some(ino)) = (to_dir, self.shared.inodes.child(from_dir, from_name)) {
-            self.shared
+        if let (Some(to_dir), Some(ino)) =
+            (to_dir, self.mount.known.inodes.child(from_dir, from_name))
+        {
+            self.mount
+                .known
                 .inodes
                 .moved(ino, (from_dir, from_name), (to_dir, to_name));
         }
@@ -577,21 +578,21 @@ impl Applier<'_> {
     /// (the next lookup makes a new one; open files keep the old) and its entry dropped, a
     /// regular file's entry, never anyone's working directory.
     fn renew_if_size_is_local(&self, dir: u64, name: &[u8], ino: u64) {
-        if !self.shared.config.cache.writeback() {
+        if !self.mount.writeback {
             return;
         }
-        self.shared.inodes.retire(ino);
+        self.mount.known.inodes.retire(ino);
         self.drop_entry(dir, name);
     }
 
     /// Whether `name` in directory node `dir` still leads to the file with `qid_path` and
     /// type `format` on the server (one Twalk).
     fn still_leads_to(&self, dir: u64, name: &[u8], (qid_path, format): (u64, u32)) -> bool {
-        let Some(dir_fid) = self.shared.inodes.fid(dir) else {
+        let Some(dir_fid) = self.mount.known.inodes.fid(dir) else {
             return false;
         };
         let flag = |qid: &crossfs_wire::Qid, bit: u8| qid.ty & bit != 0;
-        self.shared.walk_name(&dir_fid, name).is_ok_and(|(_, qid)| {
+        crate::remote::walk_name(&self.mount.client, &dir_fid, name).is_ok_and(|(_, qid)| {
             qid.path == qid_path
                 && flag(&qid, crossfs_wire::QID_TYPE_DIR) == (format == libc::S_IFDIR)
                 && flag(&qid, crossfs_wire::QID_TYPE_SYMLINK) == (format == libc::S_IFLNK)
@@ -608,8 +609,8 @@ impl Applier<'_> {
             self.replayer.node_of(path)
         };
         let Some(top) = top else { return };
-        let known = self.shared.inodes.subtree(top);
-        let writeback = self.shared.config.cache.writeback();
+        let known = self.mount.known.inodes.subtree(top);
+        let writeback = self.mount.writeback;
         let mut dirs = vec![top];
         for k in &known {
             if !self.still_leads_to(k.dir, &k.name, (k.qid_path, k.format)) {
@@ -624,7 +625,7 @@ impl Applier<'_> {
             dirs.push(k.ino);
         }
         for dir in dirs {
-            for name in self.shared.changes.take_missing(dir) {
+            for name in self.mount.changes.take_missing(dir) {
                 self.inval_entry(dir, &name);
             }
         }

@@ -12,7 +12,7 @@
 //!    symlink for a creation, unlink or rmdir, rename, truncate to the current size for a
 //!    modification, chmod for an attribute change. The FUSE handlers recognise the feed
 //!    thread by its thread id and answer its requests locally ([`ChangeState::is_replay`],
-//!    [`Shared::replay_lookup`]): nothing is created, removed or renamed on the server a
+//!    `MountState::replay_lookup` in `fs/replayed.rs`): nothing is created, removed or renamed on the server a
 //!    second time; a replayed creation costs one lookup, a modification or attribute change
 //!    one Tgetattr. The guest kernel sees the calls succeed and raises IN_CREATE,
 //!    IN_DELETE, IN_MOVED_FROM/IN_MOVED_TO, IN_MODIFY and IN_ATTRIB, as for a local change.
@@ -42,16 +42,17 @@ mod watchers;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use crossfs_client::{Client, ClientError, Fid, Rgetattr};
-use fuser::{Errno, FileType, Generation, INodeNo, ReplyEntry, ReplyXattr};
+use fuser::{Errno, FileType};
 use serde_json::{json, Value};
 
-use crate::attr;
+use crate::ahead::pushed_pages::PagePush;
 use crate::fid::FidRef;
-use crate::fs::Shared;
+use crate::known::Known;
+use crate::sync::lock;
 
 pub(crate) use feed::Feed;
 
@@ -67,16 +68,34 @@ const SYNC_TIMEOUT: Duration = Duration::from_secs(20);
 /// Most names remembered as answered "missing" (what a rescan must invalidate).
 const NEGATIVE_NAMES_LIMIT: usize = 1 << 17;
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 /// What a LOOKUP of one name by the feed thread is answered with.
 pub(crate) enum Present {
     /// The file, found on the server (or known to the kernel already).
     Found(Arc<FidRef>, Box<Rgetattr>),
     /// A file already gone from the server: a placeholder node of this type.
     Gone(FileType, u32),
+}
+
+/// What the feed thread's LOOKUP of the name it is replaying a change to is answered with
+/// (see [`ChangeState::intended`]).
+pub(crate) enum Intended {
+    /// "Missing", uncached.
+    Missing,
+    /// This file.
+    Present(Present),
+}
+
+/// What the feed may touch of the mount: what it knows, the change-event state, the page
+/// pushes it must let finish before it drops pages, and the main connection (for lookups
+/// and getattrs only). Not the FUSE handlers' state: the feed answers nothing itself.
+pub(crate) struct FeedTarget {
+    /// The main connection.
+    pub client: Arc<Client>,
+    pub known: Arc<Known>,
+    pub changes: Arc<ChangeState>,
+    pub page_push: Arc<PagePush>,
+    /// The writeback cache is on: the kernel keeps its own idea of a file's size.
+    pub writeback: bool,
 }
 
 /// What the feed thread is replaying now: how LOOKUPs from it are answered.
@@ -273,6 +292,29 @@ impl ChangeState {
         }
     }
 
+    /// How a LOOKUP of `name` in `parent` from the feed thread is answered: `None` when it
+    /// is not the name being replayed (the ordinary lookup answers it). A present file is
+    /// handed over once.
+    pub(crate) fn intended(&self, parent: u64, name: &[u8]) -> Option<Intended> {
+        let mut intent = lock(&self.intent);
+        if intent
+            .missing
+            .as_ref()
+            .is_some_and(|(d, n)| *d == parent && n == name)
+        {
+            return Some(Intended::Missing);
+        }
+        let matches = intent
+            .present
+            .as_ref()
+            .is_some_and(|(d, n, _)| *d == parent && n == name);
+        if !matches {
+            return None;
+        }
+        let (_, _, present) = intent.present.take()?;
+        Some(Intended::Present(present))
+    }
+
     fn set_intent(&self, intent: Intent) {
         *lock(&self.intent) = intent;
     }
@@ -338,76 +380,6 @@ struct DecrementOnDrop<'a>(&'a AtomicU32);
 impl Drop for DecrementOnDrop<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Relaxed);
-    }
-}
-
-impl Shared {
-    /// A LOOKUP: answered here when the feed thread is replaying a change to this very
-    /// name (see [`Intent`]); otherwise handed back for the ordinary lookup.
-    pub(crate) fn replay_lookup(
-        &self,
-        pid: u32,
-        parent: INodeNo,
-        name: &[u8],
-        reply: ReplyEntry,
-    ) -> Option<ReplyEntry> {
-        if !self.changes.is_replay(pid) {
-            return Some(reply);
-        }
-        let mut intent = lock(&self.changes.intent);
-        if intent
-            .missing
-            .as_ref()
-            .is_some_and(|(d, n)| *d == parent.0 && n == name)
-        {
-            drop(intent);
-            reply.error(Errno::ENOENT);
-            return None;
-        }
-        let matches = intent
-            .present
-            .as_ref()
-            .is_some_and(|(d, n, _)| *d == parent.0 && n == name);
-        if !matches {
-            return Some(reply);
-        }
-        let Some((_, _, present)) = intent.present.take() else {
-            return Some(reply);
-        };
-        drop(intent);
-        let at = (parent, name);
-        match present {
-            Present::Found(fid, a) => {
-                let fa = self.remember(at, fid, &a, None);
-                reply.entry_with_ttls(&Duration::ZERO, &Duration::ZERO, &fa, Generation(0));
-            }
-            Present::Gone(kind, format) => {
-                let Some(dir) = self.inodes.fid(parent.0) else {
-                    reply.error(Errno::ENOENT);
-                    return None;
-                };
-                let ino = self.inodes.placeholder((parent.0, name), dir, format);
-                let fa = attr::placeholder(ino, kind);
-                reply.entry_with_ttls(&Duration::ZERO, &Duration::ZERO, &fa, Generation(0));
-            }
-        }
-        None
-    }
-
-    /// Reading `user.crossfs.sync` on the mount's root: a sync (see
-    /// [`ChangeState::sync`]); the value is the sync's marker, 16 hex digits.
-    pub(crate) fn sync_xattr(&self, size: u32, reply: ReplyXattr) {
-        const LEN: u32 = 16;
-        if size == 0 {
-            return reply.size(LEN);
-        }
-        if size < LEN {
-            return reply.error(Errno::ERANGE);
-        }
-        match self.changes.sync(self.config.threads) {
-            Ok(marker) => reply.data(format!("{marker:016x}").as_bytes()),
-            Err(e) => reply.error(e),
-        }
     }
 }
 

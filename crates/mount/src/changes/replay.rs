@@ -8,14 +8,12 @@
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use crossfs_events::{Attrs, RelPath};
 use rustix::fs::{AtFlags, FileType as RawType, Mode, OFlags};
 
-use super::{Intent, Present};
+use super::{FeedTarget, Intent, Present};
 use crate::attr;
-use crate::fs::Shared;
 
 /// A directory of the mount, opened `O_PATH`, and its node id (its `st_ino` on the mount).
 pub(crate) struct DirOnMount {
@@ -24,7 +22,7 @@ pub(crate) struct DirOnMount {
 }
 
 pub(crate) struct Replayer<'a> {
-    pub shared: &'a Arc<Shared>,
+    pub mount: &'a FeedTarget,
     pub mountpoint: PathBuf,
 }
 
@@ -59,7 +57,7 @@ impl Replayer<'_> {
 
     /// Runs `call` with `intent` in force for the feed thread's LOOKUPs.
     fn with_intent(&self, intent: Intent, call: impl FnOnce() -> io::Result<()>) -> io::Result<()> {
-        let changes = &self.shared.changes;
+        let changes = &self.mount.changes;
         changes.set_intent(intent);
         let r = call();
         changes.set_intent(Intent::default());
@@ -94,18 +92,19 @@ impl Replayer<'_> {
         fallback: Option<(&DirOnMount, &[u8])>,
         mode: u32,
     ) -> Present {
-        let s = self.shared;
+        let s = self.mount;
         let known = s
+            .known
             .inodes
             .child(dir.ino, name)
-            .and_then(|ino| s.inodes.fid(ino));
+            .and_then(|ino| s.known.inodes.fid(ino));
         if let Some(fid) = known {
             if let Ok(a) = s.client.getattr(fid.fid(), crate::remote::ATTR_MASK) {
                 return Present::Found(fid, Box::new(a));
             }
         }
         if let Some((to_dir, to_name)) = fallback {
-            if let Some(dir_fid) = s.inodes.fid(to_dir.ino) {
+            if let Some(dir_fid) = s.known.inodes.fid(to_dir.ino) {
                 if let Ok((fid, a)) = crate::remote::resolve_one(&s.client, &dir_fid, to_name, None)
                 {
                     return Present::Found(fid, Box::new(a));

@@ -5,11 +5,11 @@ use std::sync::Arc;
 use crossfs_wire::{setattr as valid, Tgetattr, Tmessage, Tsetattr, Tsetattrget, Tstatfs};
 use fuser::{FileHandle, INodeNo, ReplyAttr, ReplyStatfs, TimeOrNow};
 
-use super::{errno, wire_time, Shared};
+use super::{errno, wire_time, MountState};
 use crate::attr;
-use crate::cache::CacheMode;
 use crate::fid::FidRef;
-use crate::listed_attrs::ChangeInFlight;
+use crate::known::cache::CacheMode;
+use crate::known::listed_attrs::ChangeInFlight;
 use crate::remote::{expect_reply, ATTR_MASK};
 
 /// The attribute changes of one SETATTR.
@@ -66,12 +66,12 @@ impl Change {
     }
 }
 
-impl Shared {
+impl MountState {
     /// The fid to stat or change through: the open handle's if there is one (an unlinked
     /// but open file can still be reached through it), else the node's.
     fn attr_fid(&self, ino: INodeNo, fh: Option<FileHandle>) -> Result<Arc<FidRef>, fuser::Errno> {
         // A deferred open has no fid yet: the node's names the same file.
-        if let Some(fid) = fh.and_then(|fh| self.handles.get(fh.0)?.fid().cloned()) {
+        if let Some(fid) = fh.and_then(|fh| self.known.handles.get(fh.0)?.fid().cloned()) {
             return Ok(fid);
         }
         self.node(ino)
@@ -80,7 +80,7 @@ impl Shared {
     /// Fetches attributes and answers from the completion.
     fn reply_attr(self: &Arc<Self>, ino: INodeNo, fid: Arc<FidRef>, reply: ReplyAttr) {
         let shared = self.clone();
-        let fetched = self.listed.before_fetch();
+        let fetched = self.known.listed.before_fetch();
         let msg = Tmessage::Getattr(Tgetattr {
             fid: fid.fid(),
             request_mask: ATTR_MASK,
@@ -91,7 +91,7 @@ impl Shared {
                 drop(fid);
                 match expect_reply!(r, Getattr) {
                     Ok(a) => {
-                        shared.inodes.observe(ino.0, &a, Some(fetched));
+                        shared.known.inodes.observe(ino.0, &a, Some(fetched));
                         let fa = attr::file_attr(ino.0, &a, shared.ids);
                         reply.attr(&shared.attr_ttl(), &fa);
                     }
@@ -112,7 +112,7 @@ impl Shared {
         reply: ReplyAttr,
     ) {
         if self.config.cache == CacheMode::Never && fh.is_none() {
-            if let Some(fa) = self.recent.take(pid, ino.0) {
+            if let Some(fa) = self.known.recent.take(pid, ino.0) {
                 self.stats
                     .caches
                     .lookup_attrs_reused
@@ -123,12 +123,12 @@ impl Shared {
         if fh.is_none() && self.config.cache != CacheMode::Never {
             // After a change in a directory the kernel asks for its attributes before the
             // next change (to check permissions): the change's own reply may answer.
-            if let Some(a) = self.replicas.left_attrs(ino.0) {
+            if let Some(a) = self.known.replicas.left_attrs(ino.0) {
                 self.stats
                     .caches
                     .dir_attrs_left
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                self.inodes.observe(ino.0, &a, None);
+                self.known.inodes.observe(ino.0, &a, None);
                 return reply.attr(&self.attr_ttl(), &attr::file_attr(ino.0, &a, self.ids));
             }
         }
@@ -140,11 +140,11 @@ impl Shared {
             return reply.attr(&self.attr_ttl(), &attr::file_attr(ino.0, &a, self.ids));
         }
         if fh.is_none() {
-            if let Some(crate::inode::NodeFid::Lazy {
+            if let Some(crate::known::inode::NodeFid::Lazy {
                 dir_ino,
                 name,
                 qid_path,
-            }) = self.inodes.node_fid(ino.0)
+            }) = self.known.inodes.node_fid(ino.0)
             {
                 return self.getattr_lazy(ino, (dir_ino, &name, qid_path), reply);
             }
@@ -156,15 +156,16 @@ impl Shared {
     }
 
     /// While change events are followed, the node's newest fetched attributes if nothing
-    /// can have changed them since (see `crate::listed_attrs`): the kernel asks again after
+    /// can have changed them since (see `crate::known::listed_attrs`): the kernel asks again after
     /// its own reads (for the access time), which this mount's reads account for.
     fn unchanged_attrs(&self, ino: u64) -> Option<crossfs_wire::Rgetattr> {
         if !self.follows_events() {
             return None;
         }
-        let fetched = self.inodes.fetched_attrs(ino)?;
+        let fetched = self.known.inodes.fetched_attrs(ino)?;
         let (a, when) = *fetched;
-        self.listed
+        self.known
+            .listed
             .reusable_for(a.qid.path, &when, self.attr_ttl())
             .map(|_| a)
     }
@@ -176,14 +177,18 @@ impl Shared {
     pub(super) fn freshest_listed(
         &self,
         a: &crossfs_wire::Rgetattr,
-    ) -> (crossfs_wire::Rgetattr, Option<crate::listed_attrs::Fetched>) {
+    ) -> (
+        crossfs_wire::Rgetattr,
+        Option<crate::known::listed_attrs::Fetched>,
+    ) {
         let newer = (self.follows_events())
-            .then(|| self.inodes.ino_of(a.qid.path))
+            .then(|| self.known.inodes.ino_of(a.qid.path))
             .flatten()
-            .and_then(|ino| self.inodes.fetched_attrs(ino))
+            .and_then(|ino| self.known.inodes.fetched_attrs(ino))
             .filter(|f| {
                 f.0.qid.path == a.qid.path
                     && self
+                        .known
                         .listed
                         .reusable_for(a.qid.path, &f.1, self.attr_ttl())
                         .is_some()
@@ -206,11 +211,11 @@ impl Shared {
             Ok(d) => d,
             Err(e) => return reply.error(e),
         };
-        let fetched = self.listed.before_fetch();
+        let fetched = self.known.listed.before_fetch();
         match crate::remote::resolve_one(&self.client, &dir, name, None) {
             Ok((fid, a)) if a.qid.path == qid_path => {
-                self.inodes.bind(ino.0, fid);
-                self.inodes.observe(ino.0, &a, Some(fetched));
+                self.known.inodes.bind(ino.0, fid);
+                self.known.inodes.observe(ino.0, &a, Some(fetched));
                 reply.attr(&self.attr_ttl(), &attr::file_attr(ino.0, &a, self.ids));
             }
             _ => reply.error(self.lazy_failed(dir_ino, name)),
@@ -243,7 +248,7 @@ impl Shared {
                     // The kernel asks for them again before a chown (to drop set-user-ID
                     // bits): the answer may give them, as a fetch would.
                     let fetched = in_flight.end_with_answer(r.attr.qid.path);
-                    self.inodes.observe(ino.0, &r.attr, fetched);
+                    self.known.inodes.observe(ino.0, &r.attr, fetched);
                     let fa = attr::file_attr(ino.0, &r.attr, self.ids);
                     reply.attr(&self.attr_ttl(), &fa);
                 }

@@ -14,14 +14,16 @@ use std::sync::Arc;
 use crossfs_wire::{DirEntry, DirEntryAttr};
 use fuser::{FileHandle, FileType, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus};
 
-use super::{errno, Shared};
+use super::{errno, MountState};
 use crate::attr::{self, kind_of_dtype};
-use crate::cache::CacheMode;
 use crate::fid::FidRef;
-use crate::handle::{lock, DirStream, Listed};
-use crate::inode::{ByPath, NodeFid};
-use crate::listed_attrs::Fetched;
+use crate::known::cache::CacheMode;
+use crate::known::handle::DirStream;
+use crate::known::inode::{ByPath, NodeFid};
+use crate::known::listed_attrs::Fetched;
+use crate::known::replica::Listed;
 use crate::remote::resolve_listed;
+use crate::sync::lock;
 use crossfs_client::ClientError;
 
 /// A directory's fid, and the first entries of its listing if they came with it (with the
@@ -42,7 +44,7 @@ fn is_dot(name: &[u8]) -> bool {
     name == b"." || name == b".."
 }
 
-impl Shared {
+impl MountState {
     /// Makes sure `s` has entries to offer, unless the directory is exhausted. With the
     /// crossfs extension (outside `never` mode) the listing carries every entry's
     /// attributes, and a listing read from the start to the end with nothing touching the
@@ -76,8 +78,8 @@ impl Shared {
             );
             return Ok(());
         }
-        let ticket = self.replicas.ticket(ino);
-        let fetched = self.listed.before_fetch();
+        let ticket = self.known.replicas.ticket(ino);
+        let fetched = self.known.listed.before_fetch();
         let count = self.client.max_io();
         let entries = self
             .client
@@ -88,13 +90,13 @@ impl Shared {
     }
 
     /// Puts entries listed from `s.from`, asked for with `count` at `fetched`, in `s`;
-    /// `ticket`, taken before, is the replica's (see [`Shared::fill`]).
+    /// `ticket`, taken before, is the replica's (see [`MountState::fill`]).
     pub(super) fn take_listed(
         &self,
         ino: u64,
         s: &mut DirStream,
         (entries, count): (Vec<DirEntryAttr>, u32),
-        ticket: Option<crate::replica::Ticket>,
+        ticket: Option<crate::known::replica::Ticket>,
         fetched: Fetched,
     ) {
         if s.from == 0 {
@@ -123,7 +125,9 @@ impl Shared {
         }));
         if s.eof {
             if let (Some((ticket, gathered)), Some(first)) = (s.gathered.take(), s.fetched) {
-                self.replicas.install(ino, ticket, gathered, true, first);
+                self.known
+                    .replicas
+                    .install(ino, ticket, gathered, true, first);
             }
         }
     }
@@ -136,12 +140,12 @@ impl Shared {
         let compound = listing
             && self.client.has_extensions()
             && self.config.cache != CacheMode::Never
-            && !self.no_walkreaddirattr.load(Relaxed);
+            && !self.server.no_walkreaddirattr.load(Relaxed);
         let Some(NodeFid::Lazy {
             dir_ino,
             name,
             qid_path,
-        }) = self.inodes.node_fid(ino).filter(|_| compound)
+        }) = self.known.inodes.node_fid(ino).filter(|_| compound)
         else {
             return self.node(INodeNo(ino)).map(|fid| (fid, None));
         };
@@ -158,14 +162,14 @@ impl Shared {
                 if wqids.last().map(|q| q.path) != Some(qid_path) {
                     return Err(self.lazy_failed(dir_ino, &name));
                 }
-                Ok((self.inodes.bind(ino, fid), Some((entries, count))))
+                Ok((self.known.inodes.bind(ino, fid), Some((entries, count))))
             }
             Err(e) => {
                 if !matches!(e, ClientError::Protocol(_)) {
                     self.client.free_fid(newfid);
                 }
                 if matches!(e, ClientError::Errno(libc::EOPNOTSUPP)) {
-                    self.no_walkreaddirattr.store(true, Relaxed);
+                    self.server.no_walkreaddirattr.store(true, Relaxed);
                 }
                 // Whatever failed, the plain walk tells it as before.
                 self.node(INodeNo(ino)).map(|fid| (fid, None))
@@ -176,23 +180,23 @@ impl Shared {
     /// Keeps the attributes of directory `ino` that a listing's "." carries, taken by the
     /// server after it read the entries (servers before this send none): the kernel asks
     /// for them after every listing (reading a directory moves its access time), and
-    /// they answer that until something may have changed them (`crate::listed_attrs`; a
+    /// they answer that until something may have changed them (`crate::known::listed_attrs`; a
     /// later read of this listing counts).
     fn observe_dot(&self, ino: u64, entries: &[DirEntryAttr], fetched: Fetched) {
         let dot = entries.iter().find(|e| e.entry.name == b".");
         if let Some(e) = dot.filter(|e| e.attr.valid != 0) {
-            self.inodes.observe(ino, &e.attr, Some(fetched));
+            self.known.inodes.observe(ino, &e.attr, Some(fetched));
         }
     }
 
     /// Fills directory `ino`'s replica from its start to its end (as many entries per
     /// Treaddirattr as one message holds: about 5,000 per MiB of msize), unless the
     /// directory has more entries than all replicas may hold.
-    pub(super) fn fill_replica(&self, ino: u64, ticket: crate::replica::Ticket) {
-        let limit = self.replicas.limit();
+    pub(super) fn fill_replica(&self, ino: u64, ticket: crate::known::replica::Ticket) {
+        let limit = self.known.replicas.limit();
         let (mut listed, mut offset) = (Vec::new(), 0);
         self.reading(ino);
-        let first = self.listed.before_fetch();
+        let first = self.known.listed.before_fetch();
         let (dir, mut walked) = match self.dir_fid(ino, true) {
             Ok(d) => d,
             Err(e) => return tracing::debug!("filling the replica of node {ino}: {e:?}"),
@@ -202,7 +206,7 @@ impl Shared {
             let (fetched, listing) = match walked.take() {
                 Some(first_entries) => (first, Ok(first_entries)),
                 None => {
-                    let (fetched, count) = (self.listed.before_fetch(), self.client.max_io());
+                    let (fetched, count) = (self.known.listed.before_fetch(), self.client.max_io());
                     let entries = self.client.readdirattr(dir.fid(), offset, count);
                     (fetched, entries.map(|e| (e, count)))
                 }
@@ -230,7 +234,9 @@ impl Shared {
                 return;
             }
         }
-        self.replicas.install(ino, ticket, listed, true, first);
+        self.known
+            .replicas
+            .install(ino, ticket, listed, true, first);
     }
 
     /// The d_ino to show for an entry without attributes: its node id if the kernel knows
@@ -264,7 +270,7 @@ impl Shared {
                 break;
             }
             // One lock for all the entries at hand (thousands, from a replica).
-            let by_path = self.inodes.by_path();
+            let by_path = self.known.inodes.by_path();
             while let Some(Listed { entry: e, .. }) = s.front() {
                 let ino = Self::dirent_ino(&by_path, e);
                 let name = OsStr::from_bytes(&e.name);
@@ -285,8 +291,8 @@ impl Shared {
     /// was listed with, for no time if the server read the file for the mount since the
     /// listing was fetched (a replica follows change events, not reads, which may move
     /// the access time). During a tree walk, the subdirectories listed are
-    /// fetched ahead (`crate::tree_walk`), unless `priming`: the mount's own listing
-    /// ahead (`crate::primed_dirs`).
+    /// fetched ahead (`crate::ahead::tree_walk`), unless `priming`: the mount's own listing
+    /// ahead (`crate::ahead::primed_dirs`).
     pub(super) fn readdirplus(
         &self,
         ino: INodeNo,
@@ -306,9 +312,9 @@ impl Shared {
         let walking = !priming
             && self.replicas_usable()
             && if offset == 0 {
-                self.tree_walk.listing(ino.0)
+                self.ahead.tree_walk.listing(ino.0)
             } else {
-                self.tree_walk.active()
+                self.ahead.tree_walk.active()
             };
         let mut subdirs = Vec::new();
         let mut s = lock(&file.dir);
@@ -331,7 +337,7 @@ impl Shared {
                     let ino = if e.name == b"." {
                         ino.0
                     } else {
-                        Self::dirent_ino(&self.inodes.by_path(), e)
+                        Self::dirent_ino(&self.known.inodes.by_path(), e)
                     };
                     let a = attr::placeholder(ino, FileType::Directory);
                     let ttl = self.entry_ttl();
@@ -362,12 +368,15 @@ impl Shared {
                         // older, in their place.
                         let exact = fetched.is_some()
                             || s.fetched
-                                .is_some_and(|f| !self.listed.changed_since(a.qid.path, &f));
+                                .is_some_and(|f| !self.known.listed.changed_since(a.qid.path, &f));
                         let ttl = if exact { ttl } else { Duration::ZERO };
-                        let node = self.inodes.remember_lazy((ino.0, &e.name), &a, fetched);
+                        let node = self
+                            .known
+                            .inodes
+                            .remember_lazy((ino.0, &e.name), &a, fetched);
                         self.check_names_lost();
                         if let (Some(t), true) = (s.ticket, attr::is_dir(&a)) {
-                            self.replicas.anchor(ino.0, &e.name, node, t);
+                            self.known.replicas.anchor(ino.0, &e.name, node, t);
                         }
                         Some((attr::file_attr(node, &a, self.ids), ttl))
                     }
@@ -376,7 +385,7 @@ impl Shared {
                 if let Some((fa, ttl)) = remembered {
                     if reply.add(fa.ino, e.offset, name, &ttl, &fa, Generation(0)) {
                         // Not sent: take back the lookup just counted.
-                        self.inodes.forget(fa.ino.0, 1);
+                        self.known.inodes.forget(fa.ino.0, 1);
                         break 'batches;
                     }
                     self.stats.caches.readdirplus_entries.fetch_add(1, Relaxed);
@@ -389,8 +398,8 @@ impl Shared {
         }
         drop(s);
         reply.ok();
-        if let Some(tx) = self.subdirs_to_fetch.get() {
-            for dir in subdirs.into_iter().filter(|d| !self.replicas.has(*d)) {
+        if let Some(tx) = self.ahead.subdirs_to_fetch.get() {
+            for dir in subdirs.into_iter().filter(|d| !self.known.replicas.has(*d)) {
                 if tx.try_send(dir).is_err() {
                     break; // full: the program lists the rest itself
                 }
@@ -399,29 +408,33 @@ impl Shared {
     }
 
     /// Starts the thread that fetches the replicas of subdirectories during a tree walk
-    /// (`crate::tree_walk`); it ends with the mount.
+    /// (`crate::ahead::tree_walk`); it ends with the mount.
     pub(crate) fn start_subdir_fetch(self: &Arc<Self>) {
-        self.start_helper("crossfs-subdirs", &self.subdirs_to_fetch, |shared, dir| {
-            shared.fetch_subdir_ahead(dir);
-        });
+        self.start_helper(
+            "crossfs-subdirs",
+            &self.ahead.subdirs_to_fetch,
+            |shared, dir| {
+                shared.fetch_subdir_ahead(dir);
+            },
+        );
     }
 
     /// Fetches directory `dir`'s replica as the first lookup in it would, unless it has one
     /// by now or could not keep one.
     fn fetch_subdir_ahead(&self, dir: u64) {
-        if !self.replicas_usable() || self.replicas.has(dir) {
+        if !self.replicas_usable() || self.known.replicas.has(dir) {
             return;
         }
-        let Some(ticket) = self.replicas.ticket(dir) else {
+        let Some(ticket) = self.known.replicas.ticket(dir) else {
             return;
         };
         // A program fetching it itself (opening it, looking up in it) is left alone.
-        let Some(_fetching) = self.tree_walk.fetch(dir) else {
+        let Some(_fetching) = self.ahead.tree_walk.fetch(dir) else {
             return;
         };
         // The kernel may have forgotten the node meanwhile: then nothing is filled.
         self.fill_replica(dir, ticket);
-        if self.replicas.has(dir) {
+        if self.known.replicas.has(dir) {
             self.stats
                 .caches
                 .subdirs_fetched_ahead
@@ -432,16 +445,16 @@ impl Shared {
     /// The file and attributes of each entry listed in directory `ino`, in order. An
     /// entry listed with its attributes costs nothing (its node is walked when needed); so
     /// does a name whose known node has the listed qid and attributes that may be reused
-    /// (see `crate::listed_attrs`); the others are fetched together.
+    /// (see `crate::known::listed_attrs`); the others are fetched together.
     fn resolve_batch(
         &self,
         ino: INodeNo,
         dir: &Arc<FidRef>,
         listed: &[&Listed],
-        ticket: Option<crate::replica::Ticket>,
+        ticket: Option<crate::known::replica::Ticket>,
     ) -> Vec<ListedEntry> {
         let ttl = self.entry_ttl();
-        let fetched = self.listed.before_fetch();
+        let fetched = self.known.listed.before_fetch();
         let mut out: Vec<Option<ListedEntry>> = Vec::with_capacity(listed.len());
         let (mut ask, mut names, mut qids, mut expected) = (vec![], vec![], vec![], vec![]);
         for (i, Listed { entry: e, attr }) in listed.iter().enumerate() {
@@ -453,10 +466,10 @@ impl Shared {
                 }));
                 continue;
             }
-            let known = self.inodes.expected_listed(ino.0, &e.name);
+            let known = self.known.inodes.expected_listed(ino.0, &e.name);
             if let Some((fid, path, Some(kept))) = &known {
                 let (a, at) = &**kept;
-                let left = self.listed.reusable_for(*path, at, self.attr_ttl());
+                let left = self.known.listed.reusable_for(*path, at, self.attr_ttl());
                 if let (true, Some(left)) = (*path == e.qid.path, left) {
                     self.stats.caches.listed_attrs_reused.fetch_add(1, Relaxed);
                     out.push(Some(ListedEntry {
@@ -503,29 +516,33 @@ struct ListedEntry {
     ttl: Duration,
 }
 
-impl Shared {
+impl MountState {
     /// Starts the thread that lists directories through `mountpoint` so that the kernel
-    /// holds their names (see `crate::primed_dirs`); it ends with the mount.
+    /// holds their names (see `crate::ahead::primed_dirs`); it ends with the mount.
     pub(crate) fn start_dir_priming(self: &Arc<Self>, mountpoint: std::path::PathBuf) {
-        self.start_helper("crossfs-prime", &self.dirs_to_prime, move |shared, dir| {
-            let tid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
-            shared.priming_tid.store(tid, Relaxed);
-            if let Err(e) = shared.prime_dir(&mountpoint, dir) {
-                tracing::debug!(dir, "directory not listed ahead: {e}");
-            }
-        });
+        self.start_helper(
+            "crossfs-prime",
+            &self.ahead.dirs_to_prime,
+            move |shared, dir| {
+                let tid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
+                shared.ahead.priming_tid.store(tid, Relaxed);
+                if let Err(e) = shared.prime_dir(&mountpoint, dir) {
+                    tracing::debug!(dir, "directory not listed ahead: {e}");
+                }
+            },
+        );
     }
 
     /// Whether a request comes from the thread that lists directories ahead.
     pub(super) fn is_priming(&self, pid: u32) -> bool {
-        pid != 0 && self.priming_tid.load(Relaxed) == pid
+        pid != 0 && self.ahead.priming_tid.load(Relaxed) == pid
     }
 
     /// A LOOKUP in `dir` was answered from its replica: lists the directory ahead if that
-    /// makes it time to (`crate::primed_dirs`).
+    /// makes it time to (`crate::ahead::primed_dirs`).
     pub(super) fn looked_up_in_replica(&self, dir: u64) {
-        if let Some(tx) = self.dirs_to_prime.get() {
-            if self.dir_priming.looked_up(dir) {
+        if let Some(tx) = self.ahead.dirs_to_prime.get() {
+            if self.ahead.dir_priming.looked_up(dir) {
                 let _ = tx.try_send(dir);
             }
         }
@@ -536,14 +553,14 @@ impl Shared {
     /// leaves it holding every name.
     fn prime_dir(&self, mountpoint: &std::path::Path, dir: u64) -> std::io::Result<()> {
         use rustix::fs::{Mode, OFlags, ResolveFlags};
-        let entries = self.replicas.entries(dir);
-        if entries.is_none_or(|n| n > crate::primed_dirs::MAX_ENTRIES) {
+        let entries = self.known.replicas.entries(dir);
+        if entries.is_none_or(|n| n > crate::ahead::primed_dirs::MAX_ENTRIES) {
             return Ok(());
         }
         let mut names = Vec::new();
         let mut at = dir;
-        while at != crate::inode::ROOT {
-            let Some((parent, name)) = self.inodes.found_in(at) else {
+        while at != crate::known::inode::ROOT {
+            let Some((parent, name)) = self.known.inodes.found_in(at) else {
                 return Ok(()); // forgotten meanwhile
             };
             names.push(name);

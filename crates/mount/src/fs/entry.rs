@@ -10,19 +10,19 @@ use crossfs_wire::{
 };
 use fuser::{Errno, FileType, Generation, INodeNo, RenameFlags, ReplyData, ReplyEmpty, ReplyEntry};
 
-use super::{errno, Caller, Shared};
+use super::{errno, Caller, MountState};
 use crate::attr::{self, decode_dev};
-use crate::cache::CacheMode;
 use crate::fid::FidRef;
-use crate::inode::NodeFid;
-use crate::listed_attrs::Fetched;
+use crate::known::cache::CacheMode;
+use crate::known::inode::NodeFid;
+use crate::known::listed_attrs::Fetched;
+use crate::known::replica::{Answer, DirLeft};
 use crate::remote::{expect_reply, resolve_one, ATTR_MASK};
-use crate::replica::{Answer, DirLeft};
 
-impl Shared {
+impl MountState {
     /// Records a looked-up file (one more kernel reference) and builds its entry.
     /// `fetched`: when `a` was fetched, if a READDIRPLUS may reuse it (see
-    /// `crate::listed_attrs`).
+    /// `crate::known::listed_attrs`).
     pub(crate) fn remember(
         &self,
         at: (INodeNo, &[u8]),
@@ -30,7 +30,7 @@ impl Shared {
         a: &Rgetattr,
         fetched: Option<Fetched>,
     ) -> fuser::FileAttr {
-        let ino = self.inodes.remember((at.0 .0, at.1), fid, a, fetched);
+        let ino = self.known.inodes.remember((at.0 .0, at.1), fid, a, fetched);
         self.check_names_lost();
         attr::file_attr(ino, a, self.ids)
     }
@@ -38,15 +38,16 @@ impl Shared {
     /// After the name table overflowed, events can no longer reach every name the kernel
     /// holds: replicas go, and the kernel gets the cache mode's timeouts from then on.
     pub(crate) fn check_names_lost(&self) {
-        if self.inodes.take_names_lost() {
+        if self.known.inodes.take_names_lost() {
             tracing::warn!(
                 "more names in use than the mount can track: long cache timeouts and \
                  directory replicas are off for the rest of this mount"
             );
-            self.untracked
+            self.known
+                .untracked
                 .store(true, std::sync::atomic::Ordering::Relaxed);
-            self.replicas.set_limit_zero();
-            self.listed.all_changed();
+            self.known.replicas.set_limit_zero();
+            self.known.listed.all_changed();
         }
     }
 
@@ -65,7 +66,7 @@ impl Shared {
             Ok((fid, a)) => {
                 let fa = self.remember(at, fid, &a, fetched);
                 if let (Some(pid), CacheMode::Never) = (looked_up_by, self.config.cache) {
-                    self.recent.record(pid, fa.ino.0, fa);
+                    self.known.recent.record(pid, fa.ino.0, fa);
                 }
                 let entry_ttl = self.entry_ttl_for(fa.kind);
                 reply.entry_with_ttls(&self.attr_ttl(), &entry_ttl, &fa, Generation(0));
@@ -79,26 +80,26 @@ impl Shared {
     }
 
     /// LOOKUP from thread `pid`: answered from the directory's replica when there is one
-    /// (see `crate::replica`), the first lookup in a directory filling it; otherwise one
+    /// (see `crate::known::replica`), the first lookup in a directory filling it; otherwise one
     /// round trip for a name already known (see [`crate::remote::resolve`]), two for a new
     /// one (one with the crossfs extension).
     pub(super) fn lookup(&self, pid: u32, parent: INodeNo, name: &[u8], reply: ReplyEntry) {
         let ticket = if self.replicas_usable() {
-            self.replicas.ticket(parent.0)
+            self.known.replicas.ticket(parent.0)
         } else {
             None
         };
         if let Some(ticket) = ticket {
-            let mut answer = self.replicas.lookup(parent.0, name);
-            if answer == Answer::Ask && !self.replicas.has(parent.0) {
-                // Fetched ahead right now (`crate::tree_walk`), or else by this lookup.
-                self.tree_walk.wait_for(parent.0);
-                if !self.replicas.has(parent.0) {
-                    let _fetching = self.tree_walk.fetch(parent.0);
+            let mut answer = self.known.replicas.lookup(parent.0, name);
+            if answer == Answer::Ask && !self.known.replicas.has(parent.0) {
+                // Fetched ahead right now (`crate::ahead::tree_walk`), or else by this lookup.
+                self.ahead.tree_walk.wait_for(parent.0);
+                if !self.known.replicas.has(parent.0) {
+                    let _fetching = self.ahead.tree_walk.fetch(parent.0);
                     // Binds the directory's fid too, in the same round trip if need be.
                     self.fill_replica(parent.0, ticket);
                 }
-                answer = self.replicas.lookup(parent.0, name);
+                answer = self.known.replicas.lookup(parent.0, name);
             }
             match answer {
                 Answer::Found(a) => {
@@ -113,23 +114,23 @@ impl Shared {
             Ok(d) => d,
             Err(e) => return reply.error(e),
         };
-        let expected = self.inodes.expected(parent.0, name);
-        let fetched = self.listed.before_fetch();
+        let expected = self.known.inodes.expected(parent.0, name);
+        let fetched = self.known.listed.before_fetch();
         match resolve_one(&self.client, &dir, name, expected) {
             Err(ClientError::Errno(libc::ENOENT)) => {
                 if let Some(t) = ticket {
-                    self.replicas.learned(parent.0, t, name, None);
+                    self.known.replicas.learned(parent.0, t, name, None);
                 }
                 self.reply_missing(parent.0, name, reply)
             }
             r => {
                 if let (Some(t), Ok((_, a))) = (ticket, &r) {
-                    self.replicas.learned(parent.0, t, name, Some(a));
+                    self.known.replicas.learned(parent.0, t, name, Some(a));
                 }
                 let anchor = ticket.filter(|_| r.as_ref().is_ok_and(|(_, a)| attr::is_dir(a)));
                 let ino = self.reply_entry((parent, name), reply, r, Some(pid), Some(fetched));
                 if let (Some(t), Some(ino)) = (anchor, ino) {
-                    self.replicas.anchor(parent.0, name, ino, t);
+                    self.known.replicas.anchor(parent.0, name, ino, t);
                 }
             }
         }
@@ -137,28 +138,32 @@ impl Shared {
 
     /// Answers a LOOKUP with what the replica of `parent` says `name` is: the node the
     /// mount already has for that file, or a new one walked only when needed. As for a
-    /// listing (`Shared::readdirplus`): the attributes the mount fetched for the file
+    /// listing (`MountState::readdirplus`): the attributes the mount fetched for the file
     /// since, if still exact; else the replica's, for no time if the server read the file
     /// for the mount since the replica's listing was fetched (the kernel then asks).
     fn reply_replica(
         &self,
         (parent, name): (INodeNo, &[u8]),
         a: &Rgetattr,
-        ticket: crate::replica::Ticket,
+        ticket: crate::known::replica::Ticket,
         reply: ReplyEntry,
     ) {
         let (a, fetched) = &self.freshest_listed(a);
         let attr_ttl = self.attr_ttl();
         let exact = fetched.is_some()
             || self
+                .known
                 .replicas
                 .filled(parent.0)
-                .is_some_and(|f| !self.listed.read_since(a.qid.path, &f));
+                .is_some_and(|f| !self.known.listed.read_since(a.qid.path, &f));
         let attr_ttl = if exact { attr_ttl } else { Duration::ZERO };
-        let ino = self.inodes.remember_lazy((parent.0, name), a, *fetched);
+        let ino = self
+            .known
+            .inodes
+            .remember_lazy((parent.0, name), a, *fetched);
         self.check_names_lost();
         if attr::is_dir(a) {
-            self.replicas.anchor(parent.0, name, ino, ticket);
+            self.known.replicas.anchor(parent.0, name, ino, ticket);
         }
         let fa = attr::file_attr(ino, a, self.ids);
         let entry_ttl = self.entry_ttl_for(fa.kind);
@@ -184,11 +189,11 @@ impl Shared {
     /// was given, the timeout is long.
     fn reply_missing(&self, parent: u64, name: &[u8], reply: ReplyEntry) {
         use std::sync::atomic::Ordering::Relaxed;
-        self.inodes.forget_name(parent, name);
+        self.known.inodes.forget_name(parent, name);
         let tracked = self.changes.note_missing(parent, name);
         let ttl = match self.config.negative_ttl.timeout() {
             Some(_) if tracked && self.negative_by_mode && self.follows_events() => {
-                Some(crate::cache::FOLLOWED)
+                Some(crate::known::cache::FOLLOWED)
             }
             ttl => ttl,
         };
@@ -221,7 +226,7 @@ impl Shared {
         a: Rgetattr,
     ) -> Result<Rgetattr, ClientError> {
         use std::sync::atomic::Ordering::Relaxed;
-        if a.uid == caller.uid || self.chown_refused.load(Relaxed) {
+        if a.uid == caller.uid || self.server.chown_refused.load(Relaxed) {
             return Ok(a);
         }
         let mut m = Tsetattr::unchanged(fid.fid());
@@ -234,7 +239,7 @@ impl Shared {
         match self.client.call(Tmessage::Setattr(m)) {
             Ok(_) => self.client.getattr(fid.fid(), crate::remote::ATTR_MASK),
             Err(ClientError::Errno(libc::EPERM)) => {
-                self.chown_refused.store(true, Relaxed);
+                self.server.chown_refused.store(true, Relaxed);
                 tracing::info!(
                     "the server keeps new files (it may not give them to uid {})",
                     caller.uid
@@ -269,7 +274,7 @@ impl Shared {
         // else touched `parent` meanwhile.
         let before = self
             .replicas_usable()
-            .then(|| self.replicas.ticket(parent.0))
+            .then(|| self.known.replicas.ticket(parent.0))
             .flatten();
         if let Err(e) = self.client.call(make(&dir)) {
             return reply.error(errno(&e));
@@ -283,15 +288,17 @@ impl Shared {
             Ok((_, a)) => {
                 // A new file: what the mount kept of an earlier one of the same number
                 // (the host reused it), such as a link's target, is not it.
-                self.listed.changed([a.qid.path]);
-                self.replicas.own_created(parent.0, name, a, None)
+                self.known.listed.changed([a.qid.path]);
+                self.known.replicas.own_created(parent.0, name, a, None)
             }
             // Created, but its attributes are unknown.
-            Err(_) => self.replicas.stale(parent.0, name),
+            Err(_) => self.known.replicas.stale(parent.0, name),
         }
         let ino = self.reply_entry((parent, name), reply, r, None, None);
         if let (true, Some(before), Some(ino)) = (made_dir, before, ino) {
-            self.replicas.own_made_dir(parent.0, name, ino, before);
+            self.known
+                .replicas
+                .own_made_dir(parent.0, name, ino, before);
         }
     }
 
@@ -376,10 +383,10 @@ impl Shared {
         legacy: impl FnOnce() -> Result<(), ClientError>,
     ) -> Result<(), Errno> {
         use std::sync::atomic::Ordering::Relaxed;
-        if !self.legacy_names.load(Relaxed) {
+        if !self.server.legacy_names.load(Relaxed) {
             match self.client.call(modern) {
                 Err(ClientError::Errno(libc::EOPNOTSUPP)) => {
-                    self.legacy_names.store(true, Relaxed);
+                    self.server.legacy_names.store(true, Relaxed);
                 }
                 r => return r.map(|_| ()).map_err(|e| errno(&e)),
             }
@@ -393,18 +400,7 @@ impl Shared {
         dir: &FidRef,
         name: &[u8],
     ) -> Result<(Arc<FidRef>, Qid), ClientError> {
-        let newfid = self.client.alloc_fid();
-        match self.client.walk(dir.fid(), newfid, &[name]) {
-            Ok(q) if q.len() == 1 => Ok((FidRef::new(&self.client, newfid), q[0])),
-            Ok(_) => {
-                self.client.free_fid(newfid);
-                Err(ClientError::Errno(libc::ENOENT))
-            }
-            Err(e) => {
-                self.client.free_fid(newfid);
-                Err(e)
-            }
-        }
+        crate::remote::walk_name(&self.client, dir, name)
     }
 
     pub(super) fn unlink(&self, parent: INodeNo, name: &[u8], flags: u32, reply: ReplyEmpty) {
@@ -448,8 +444,8 @@ impl Shared {
         };
         match run() {
             Ok(left) => {
-                self.inodes.removed(parent.0, name);
-                self.replicas.own_removed(parent.0, name, left);
+                self.known.inodes.removed(parent.0, name);
+                self.known.replicas.own_removed(parent.0, name, left);
                 reply.ok()
             }
             Err(e) => reply.error(e),
@@ -463,11 +459,11 @@ impl Shared {
     /// is walked now, and stays reachable afterwards, as POSIX has it. Other opens hold
     /// fids of their own; a file of one name that nobody has open costs nothing here.
     fn keep_reachable(&self, parent: u64, name: &[u8]) {
-        let Some(ino) = self.inodes.child(parent, name) else {
+        let Some(ino) = self.known.inodes.child(parent, name) else {
             return;
         };
-        if matches!(self.inodes.node_fid(ino), Some(NodeFid::Lazy { .. }))
-            && (self.handles.has_deferred(ino) || self.inodes.named_twice(ino))
+        if matches!(self.known.inodes.node_fid(ino), Some(NodeFid::Lazy { .. }))
+            && (self.known.handles.has_deferred(ino) || self.known.inodes.named_twice(ino))
         {
             // Failing, the change goes on: its own answer says what the name was.
             if let Err(e) = self.node(INodeNo(ino)) {
@@ -477,22 +473,23 @@ impl Shared {
     }
 
     /// The ticket of directory `dir` before a change whose compound will say what the
-    /// change left of it (see [`crate::replica::DirReplicas::left_attrs`]), if the server
+    /// change left of it (see [`crate::known::replica::DirReplicas::left_attrs`]), if the server
     /// has the compounds and the directory's replica state can be followed.
-    pub(super) fn ticket_for_left(&self, dir: u64) -> Option<crate::replica::Ticket> {
+    pub(super) fn ticket_for_left(&self, dir: u64) -> Option<crate::known::replica::Ticket> {
         use std::sync::atomic::Ordering::Relaxed;
         let usable = self.replicas_usable()
             && self.config.cache != CacheMode::Never
-            && !self.no_left_attrs.load(Relaxed)
-            && !self.legacy_names.load(Relaxed);
-        usable.then(|| self.replicas.ticket(dir)).flatten()
+            && !self.server.no_left_attrs.load(Relaxed)
+            && !self.server.legacy_names.load(Relaxed);
+        usable.then(|| self.known.replicas.ticket(dir)).flatten()
     }
 
     /// Sends a change compound; `None` if the server predates it (then never again).
     pub(super) fn call_left(&self, msg: Tmessage) -> Option<Result<Rmessage, ClientError>> {
         match self.client.call(msg) {
             Err(ClientError::Errno(libc::EOPNOTSUPP)) => {
-                self.no_left_attrs
+                self.server
+                    .no_left_attrs
                     .store(true, std::sync::atomic::Ordering::Relaxed);
                 None
             }
@@ -558,16 +555,18 @@ impl Shared {
                 self.client.call(msg)?;
                 // Servers of this vintage name files by path (diod): the fid just renamed
                 // follows the file, the node's older fid does not.
-                self.inodes.refresh(qid.path, fid);
+                self.known.inodes.refresh(qid.path, fid);
                 Ok(())
             })?;
             Ok(None)
         };
         match run() {
             Ok(left) => {
-                self.inodes
+                self.known
+                    .inodes
                     .renamed((parent.0, name), (newparent.0, newname));
-                self.replicas
+                self.known
+                    .replicas
                     .own_renamed((parent.0, name), (newparent.0, newname), left);
                 reply.ok()
             }
@@ -577,13 +576,13 @@ impl Shared {
 
     /// With FUSE_CACHE_SYMLINKS the kernel keeps the target in its page cache, so this runs
     /// once per symlink while its attributes stay valid. While events are followed, the
-    /// target may come with the directory's small files (`crate::small_files`).
+    /// target may come with the directory's small files (`crate::ahead::small_files`).
     pub(super) fn readlink(self: &Arc<Self>, ino: INodeNo, reply: ReplyData) {
         let shared = self.clone();
         self.with_small_file(
             ino.0,
             Box::new(
-                move |found: Option<crate::small_files::SmallFile>| match found {
+                move |found: Option<crate::ahead::small_files::SmallFile>| match found {
                     Some(link) if link.attr.mode & libc::S_IFMT == libc::S_IFLNK => {
                         reply.data(&link.data)
                     }

@@ -10,11 +10,13 @@ use std::time::Duration;
 
 use crossfs_client::ClientError;
 use crossfs_wire::{lock as wl, Rlock, Tgetlock, Tlock, Tmessage};
-use fuser::{Errno, FileHandle, ReplyEmpty, ReplyLock};
+use fuser::{Errno, FileHandle, ReplyEmpty};
 
-use super::{errno, Shared};
-use crate::handle::{lock, OpenFile};
+use super::reply::{answer, Later, Lock};
+use super::{errno, MountState};
+use crate::known::handle::OpenFile;
 use crate::remote::expect_reply;
+use crate::sync::lock;
 
 /// One lock request as FUSE gives it: an inclusive byte range, `end` = OFFSET_MAX for
 /// "to the end of the file".
@@ -61,7 +63,7 @@ fn end_of(start: u64, length: u64) -> u64 {
     }
 }
 
-impl Shared {
+impl MountState {
     /// The lock holder's name on the server: this mount, plus the kernel's lock owner.
     fn client_id(&self, owner: u64) -> Vec<u8> {
         format!("{}/{owner:x}", self.lock_client).into_bytes()
@@ -79,15 +81,9 @@ impl Shared {
         }))
     }
 
-    pub(super) fn getlk(&self, fh: FileHandle, l: Range, reply: ReplyLock) {
-        let file = match self.open_file(fh) {
-            Ok(f) => f,
-            Err(e) => return reply.error(e),
-        };
-        let fid = match self.file_fid(&file) {
-            Ok(f) => f.fid(),
-            Err(e) => return reply.error(e),
-        };
+    pub(super) fn getlk(&self, fh: FileHandle, l: Range) -> Result<Lock, Errno> {
+        let file = self.open_file(fh)?;
+        let fid = self.file_fid(&file)?.fid();
         let msg = Tmessage::Getlock(Tgetlock {
             fid,
             ty: wire_type(l.typ),
@@ -96,62 +92,61 @@ impl Shared {
             proc_id: l.pid,
             client_id: self.client_id(l.owner),
         });
-        match expect_reply!(self.client.call(msg), Getlock) {
-            Ok(g) if g.ty == wl::TYPE_UNLCK => reply.locked(0, 0, libc::F_UNLCK, 0),
-            Ok(g) => reply.locked(
-                g.start,
-                end_of(g.start, g.length),
-                local_type(g.ty),
-                g.proc_id,
-            ),
-            Err(e) => reply.error(errno(&e)),
+        let g = expect_reply!(self.client.call(msg), Getlock).map_err(|e| errno(&e))?;
+        if g.ty == wl::TYPE_UNLCK {
+            return Ok(Lock {
+                start: 0,
+                end: 0,
+                typ: libc::F_UNLCK,
+                pid: 0,
+            });
         }
+        Ok(Lock {
+            start: g.start,
+            end: end_of(g.start, g.length),
+            typ: local_type(g.ty),
+            pid: g.proc_id,
+        })
     }
 
+    /// A lock taken or released; a blocked F_SETLKW is answered later, from a thread that
+    /// retries until the server grants it or fails.
     pub(super) fn setlk(
         self: &Arc<Self>,
         fh: FileHandle,
         l: Range,
         sleep: bool,
-        reply: ReplyEmpty,
-    ) {
-        let file = match self.open_file(fh) {
-            Ok(f) => f,
-            Err(e) => return reply.error(e),
-        };
+    ) -> Result<Later<ReplyEmpty>, Errno> {
+        let file = self.open_file(fh)?;
         if l.typ != libc::F_UNLCK {
             lock(&file.lock_owners).insert(l.owner);
         }
-        let msg = match self.tlock(&file, &l) {
-            Ok(m) => m,
-            Err(e) => return reply.error(e),
-        };
-        match status(self.client.call(msg.clone())) {
-            Ok(Some(())) => reply.ok(),
-            Ok(None) if !sleep => reply.error(Errno::EAGAIN),
-            Ok(None) => {
+        let msg = self.tlock(&file, &l)?;
+        match status(self.client.call(msg.clone()))? {
+            Some(()) => Ok(Later::new(|reply: ReplyEmpty| reply.ok())),
+            None if !sleep => Err(Errno::EAGAIN),
+            None => {
                 let shared = self.clone();
-                let spawned = std::thread::Builder::new()
-                    .name("crossfs-lockwait".into())
-                    .spawn(move || shared.wait_for_lock(msg, reply));
-                if let Err(e) = spawned {
-                    tracing::warn!("cannot start a lock-wait thread: {e}");
-                }
+                Ok(Later::new(move |reply| {
+                    let spawned = std::thread::Builder::new()
+                        .name("crossfs-lockwait".into())
+                        .spawn(move || answer(reply, shared.wait_for_lock(msg)));
+                    if let Err(e) = spawned {
+                        tracing::warn!("cannot start a lock-wait thread: {e}");
+                    }
+                }))
             }
-            Err(e) => reply.error(e),
         }
     }
 
     /// Retries a blocked F_SETLKW until the server grants it or fails.
-    fn wait_for_lock(&self, msg: Tmessage, reply: ReplyEmpty) {
+    fn wait_for_lock(&self, msg: Tmessage) -> Result<(), Errno> {
         let mut delay = Duration::from_millis(10);
         loop {
             std::thread::sleep(delay);
             delay = (delay * 2).min(Duration::from_secs(1));
-            match status(self.client.call(msg.clone())) {
-                Ok(Some(())) => return reply.ok(),
-                Ok(None) => continue,
-                Err(e) => return reply.error(e),
+            if status(self.client.call(msg.clone()))?.is_some() {
+                return Ok(());
             }
         }
     }

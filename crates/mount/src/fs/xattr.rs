@@ -2,34 +2,36 @@
 
 use crossfs_client::ClientError;
 use crossfs_wire::{xattr_flags, Tmessage, Txattrcreate, Txattrwalk};
-use fuser::{Errno, INodeNo, ReplyEmpty, ReplyXattr};
+use fuser::{Errno, INodeNo};
 
-use super::{errno, Shared};
+use super::reply::Xattr;
+use super::{errno, MountState};
 use crate::fid::FidRef;
 use crate::remote::{clone_fid, expect_reply};
 
 /// Linux's XATTR_SIZE_MAX: no value or list is larger.
 const XATTR_SIZE_MAX: u64 = 64 * 1024;
 
-impl Shared {
+impl MountState {
     /// Reads attribute `name` (the name list when empty). `size` 0 asks only for the length.
-    pub(super) fn getxattr(&self, ino: INodeNo, name: &[u8], size: u32, reply: ReplyXattr) {
+    pub(super) fn getxattr(&self, ino: INodeNo, name: &[u8], size: u32) -> Result<Xattr, Errno> {
         // Before the node's fid: a node answered from a replica would be walked for it.
         let known = self.missing_xattr_file(ino, name);
         if let Some(qid_path) = known {
-            if self.missing_xattrs.is_missing(&self.listed, qid_path, name) {
+            if self
+                .known
+                .missing_xattrs
+                .is_missing(&self.known.listed, qid_path, name)
+            {
                 self.stats
                     .caches
                     .missing_xattrs_answered
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                return reply.error(Errno::ENODATA);
+                return Err(Errno::ENODATA);
             }
         }
-        let node = match self.node(ino) {
-            Ok(n) => n,
-            Err(e) => return reply.error(e),
-        };
-        let asked = self.listed.before_fetch();
+        let node = self.node(ino)?;
+        let asked = self.known.listed.before_fetch();
         let newfid = self.client.alloc_fid();
         let walk = Tmessage::Xattrwalk(Txattrwalk {
             fid: node.fid(),
@@ -43,21 +45,25 @@ impl Shared {
                     self.client.free_fid(newfid);
                 }
                 if let (Some(qid_path), ClientError::Errno(libc::ENODATA)) = (known, &e) {
-                    self.missing_xattrs
-                        .found_missing(&self.listed, qid_path, name, asked);
+                    self.known.missing_xattrs.found_missing(
+                        &self.known.listed,
+                        qid_path,
+                        name,
+                        asked,
+                    );
                 }
-                return reply.error(errno(&e));
+                return Err(errno(&e));
             }
         };
         let fid = FidRef::new(&self.client, newfid);
         if len > XATTR_SIZE_MAX {
-            return reply.error(Errno::E2BIG);
+            return Err(Errno::E2BIG);
         }
         if size == 0 {
-            return reply.size(len as u32);
+            return Ok(Xattr::Size(len as u32));
         }
         if len > u64::from(size) {
-            return reply.error(Errno::ERANGE);
+            return Err(Errno::ERANGE);
         }
         let mut value = Vec::with_capacity(len as usize);
         while (value.len() as u64) < len {
@@ -65,27 +71,27 @@ impl Shared {
             match self.client.read(fid.fid(), value.len() as u64, want) {
                 Ok(data) if data.is_empty() => break,
                 Ok(data) => value.extend_from_slice(&data),
-                Err(e) => return reply.error(errno(&e)),
+                Err(e) => return Err(errno(&e)),
             }
         }
-        reply.data(&value);
+        Ok(Xattr::Data(value))
     }
 
     /// The `qid.path` of node `ino` if what is known missing of its attribute `name` may
-    /// answer (see `crate::missing_xattrs`): not a list, not the root, events followed.
+    /// answer (see `crate::known::missing_xattrs`): not a list, not the root, events followed.
     fn missing_xattr_file(&self, ino: INodeNo, name: &[u8]) -> Option<u64> {
-        if name.is_empty() || ino.0 == crate::inode::ROOT || !self.follows_events() {
+        if name.is_empty() || ino.0 == crate::known::inode::ROOT || !self.follows_events() {
             return None;
         }
-        self.inodes.qid_path(ino.0)
+        self.known.inodes.qid_path(ino.0)
     }
 
     /// An attribute of node `ino` was changed through the mount: marked as changed first,
     /// so that an answer fetched before cannot be kept after what is known goes.
     fn xattrs_changed(&self, ino: INodeNo) {
-        if let Some(qid_path) = self.inodes.qid_path(ino.0) {
-            self.listed.changed([qid_path]);
-            self.missing_xattrs.forget([qid_path]);
+        if let Some(qid_path) = self.known.inodes.qid_path(ino.0) {
+            self.known.listed.changed([qid_path]);
+            self.known.missing_xattrs.forget([qid_path]);
         }
     }
 
@@ -131,26 +137,19 @@ impl Shared {
         name: &[u8],
         value: &[u8],
         flags: i32,
-        reply: ReplyEmpty,
-    ) {
+    ) -> Result<(), Errno> {
         let flags = flags as u32 & (xattr_flags::CREATE | xattr_flags::REPLACE);
         self.xattrs_changed(ino);
         let written = self.write_xattr(ino, name, value, flags);
         self.xattrs_changed(ino);
-        match written {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        written
     }
 
     /// As Linux's v9fs does it: an empty value with XATTR_REPLACE removes the attribute.
-    pub(super) fn removexattr(&self, ino: INodeNo, name: &[u8], reply: ReplyEmpty) {
+    pub(super) fn removexattr(&self, ino: INodeNo, name: &[u8]) -> Result<(), Errno> {
         self.xattrs_changed(ino);
         let written = self.write_xattr(ino, name, &[], xattr_flags::REPLACE);
         self.xattrs_changed(ino);
-        match written {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        written
     }
 }

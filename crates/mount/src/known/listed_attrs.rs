@@ -32,7 +32,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Files remembered as changed, beyond which all count as changed and are forgotten.
@@ -93,7 +93,7 @@ impl ChangeInFlight {
     pub(crate) fn end_with_answer(mut self, qid_path: u64) -> Option<Fetched> {
         let l = self.listed.clone();
         let files = std::mem::take(&mut self.files);
-        let mut changed = l.changed.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut changed = crate::sync::lock(&l.changed);
         let alone = changed.get(&qid_path) == Some(&self.started)
             && l.all_changed.load(SeqCst) <= self.started;
         // The end mark, under the same lock as the check: a mark after it is later.
@@ -136,7 +136,7 @@ impl ListedAttrs {
     /// Notes that the files with these `qid.path`s may have changed; returns the mark's tick.
     pub(crate) fn changed(&self, files: impl IntoIterator<Item = u64>) -> u64 {
         let tick = self.clock.fetch_add(1, SeqCst) + 1;
-        let mut changed = self.changed.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut changed = crate::sync::lock(&self.changed);
         for file in files {
             changed.insert(file, tick);
         }
@@ -153,7 +153,7 @@ impl ListedAttrs {
     pub(crate) fn reading(&self, qid_path: u64) {
         self.changed([qid_path]);
         let tick = self.clock.load(SeqCst);
-        let mut read = self.read.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut read = crate::sync::lock(&self.read);
         read.insert(qid_path, tick);
         if read.len() > CHANGED_LIMIT {
             read.clear();
@@ -169,7 +169,7 @@ impl ListedAttrs {
         if self.all_read.load(SeqCst) > f.tick {
             return true;
         }
-        let read = self.read.lock().unwrap_or_else(PoisonError::into_inner);
+        let read = crate::sync::lock(&self.read);
         read.get(&qid_path).is_some_and(|&tick| tick > f.tick)
     }
 
@@ -179,7 +179,7 @@ impl ListedAttrs {
         if self.all_changed.load(SeqCst) > f.tick {
             return true;
         }
-        let changed = self.changed.lock().unwrap_or_else(PoisonError::into_inner);
+        let changed = crate::sync::lock(&self.changed);
         changed.get(&qid_path).is_some_and(|&tick| tick > f.tick)
     }
 
@@ -223,10 +223,7 @@ impl ListedAttrs {
     /// As [`Self::followed_since`], and nothing changed file `qid_path` since `f`.
     pub(crate) fn unchanged_since(&self, qid_path: u64, f: &Fetched) -> bool {
         self.followed_since(f)
-            && self
-                .changed
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
+            && crate::sync::lock(&self.changed)
                 .get(&qid_path)
                 .is_none_or(|&tick| tick <= f.tick)
     }
@@ -243,7 +240,7 @@ impl ListedAttrs {
         if self.all_changed.load(SeqCst) > f.tick {
             return None;
         }
-        let changed = self.changed.lock().unwrap_or_else(PoisonError::into_inner);
+        let changed = crate::sync::lock(&self.changed);
         if changed.get(&qid_path).is_some_and(|&tick| tick > f.tick) {
             return None;
         }

@@ -2,18 +2,13 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use crossfs_wire::{DirEntry, Rgetattr};
-
-use crate::listed_attrs::Fetched;
-use crate::replica::Ticket;
+use crate::known::listed_attrs::Fetched;
+use crate::known::replica::{Listed, Ticket};
+use crate::sync::lock;
 
 use crate::fid::FidRef;
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// One FUSE open (or opendir): a fid of its own, opened with Tlopen/Tlcreate.
 pub(crate) struct OpenFile {
@@ -21,7 +16,7 @@ pub(crate) struct OpenFile {
     fid: OnceLock<Arc<FidRef>>,
     /// An open for reading that the server has not seen yet, with its Linux open flags:
     /// the first read that the kernel's page cache cannot answer opens it (see
-    /// `fs/io.rs`), so an open whose data the kernel already holds costs no round trip.
+    /// `fs/open.rs`), so an open whose data the kernel already holds costs no round trip.
     pub deferred: Option<i32>,
     /// How to open it again on a new connection (see `crate::restore`).
     pub reopen: Reopen,
@@ -68,14 +63,6 @@ impl Reopen {
     }
 }
 
-/// One listed entry, with the file's attributes when the listing carried them (the
-/// crossfs extension's Treaddirattr, or a directory replica).
-#[derive(Clone, Debug)]
-pub(crate) struct Listed {
-    pub entry: DirEntry,
-    pub attr: Option<Arc<Rgetattr>>,
-}
-
 /// Entries fetched by one Treaddir but not yet handed to the kernel, which asks for a page
 /// at a time while one Treaddir returns many pages' worth.
 #[derive(Default)]
@@ -93,12 +80,12 @@ pub(crate) struct DirStream {
     pub next: usize,
     /// A listing with attributes read from the start so far, to become the directory's
     /// replica if it runs to the end with nothing touching the directory meanwhile.
-    pub gathered: Option<(Ticket, crate::replica::Listing)>,
+    pub gathered: Option<(Ticket, crate::known::replica::Listing)>,
     /// The directory's replica ticket taken before the listing was fetched (what a
     /// directory listed in it is anchored with).
     pub ticket: Option<Ticket>,
     /// When the listing was fetched (from the start): a file nothing touched since has
-    /// the attributes it was listed with (see `Shared::readdirplus`).
+    /// the attributes it was listed with (see `MountState::readdirplus`).
     pub fetched: Option<Fetched>,
 }
 
@@ -192,29 +179,6 @@ impl DirStream {
     }
 }
 
-/// A replica's entries as a listing, in the server's order with the server's cookies
-/// (names, attributes: none for "." and "..", cookies). Cookies are the server's so that
-/// the kernel, which keeps listings and asks for what follows a cookie of one, may mix
-/// this listing with one read from the server: a position in a replica that changed
-/// since would point elsewhere.
-pub(crate) fn listing_snapshot(
-    listed: impl Iterator<Item = (Vec<u8>, Option<Arc<Rgetattr>>, u64)>,
-) -> Arc<[Listed]> {
-    listed
-        .map(|(name, attr, offset)| Listed {
-            entry: DirEntry {
-                qid: attr.as_ref().map(|a| a.qid).unwrap_or_default(),
-                offset,
-                ty: attr
-                    .as_ref()
-                    .map_or(libc::DT_DIR, |a| ((a.mode & libc::S_IFMT) >> 12) as u8),
-                name,
-            },
-            attr,
-        })
-        .collect()
-}
-
 /// File handles in use.
 #[derive(Default)]
 pub(crate) struct HandleTable {
@@ -288,7 +252,9 @@ impl HandleTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::known::replica::listing_snapshot;
     use crossfs_wire::Qid;
+    use crossfs_wire::{DirEntry, Rgetattr};
 
     fn entry(offset: u64) -> DirEntry {
         DirEntry {
@@ -331,7 +297,7 @@ mod tests {
             listed("b", 5000),
         ];
         let all = listing_snapshot(entries.into_iter());
-        let now = crate::listed_attrs::ListedAttrs::default().before_fetch();
+        let now = crate::known::listed_attrs::ListedAttrs::default().before_fetch();
         let mut s = DirStream::from_replica(all.clone(), None, now);
         let names =
             |v: Vec<Listed>| -> Vec<Vec<u8>> { v.into_iter().map(|l| l.entry.name).collect() };

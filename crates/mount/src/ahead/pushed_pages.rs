@@ -1,7 +1,7 @@
 //! Small files fetched with their directory, pushed into the kernel's page cache
 //! (`FUSE_NOTIFY_STORE`), so that their first read is no READ request at all.
 //!
-//! A READ answered from `crate::small_files` still costs a FUSE round trip, and makes the
+//! A READ answered from `crate::ahead::small_files` still costs a FUSE round trip, and makes the
 //! kernel drop the file's access time, so that the program's next `fstat` is a GETATTR:
 //! two requests a file that `grep -r` or a compiler pays on every first read. A file whose
 //! pages the kernel holds costs neither (the open is deferred and never sent).
@@ -54,7 +54,7 @@ pub(crate) struct Pushing(u64);
 
 impl PagePush {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.state)
     }
 
     /// Starts a push of node `ino` if no handle has it open for writing and `still_exact`

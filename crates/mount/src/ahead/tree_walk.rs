@@ -5,7 +5,7 @@
 //! server (a walk to the directory, then its Treaddirattr). Once a program lists two
 //! directories from their start within [`RECENT`] of each other, the subdirectories of
 //! each directory listed from then on are fetched into replicas by a thread of the mount
-//! (`Shared::fetch_subdir_ahead` in `fs/dir.rs`: a walk and a listing with attributes, as
+//! (`MountState::fetch_subdir_ahead` in `fs/dir.rs`: a walk and a listing with attributes, as
 //! the first lookup in a directory fetches it), so that when the program gets to them
 //! their listings and lookups are answered in the guest. At most 64 directories wait; a
 //! directory beyond that is listed by the program as before. A program that opens or
@@ -59,7 +59,7 @@ impl TreeWalk {
     /// Starts fetching directory `dir` (ahead, or for a program); `None` if a fetch of it
     /// is under way already.
     pub(crate) fn fetch(&self, dir: u64) -> Option<Fetching<'_>> {
-        let mut fetching = self.fetching.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut fetching = crate::sync::lock(&self.fetching);
         // Made only if inserted (not with `then_some`): a Fetching dropped unused would
         // end the fetch under way, and lock what is locked here.
         if fetching.insert(dir) {
@@ -72,7 +72,7 @@ impl TreeWalk {
     /// Waits until no fetch ahead of directory `dir` is under way, for at most
     /// [`MAX_WAIT`].
     pub(crate) fn wait_for(&self, dir: u64) {
-        let fetching = self.fetching.lock().unwrap_or_else(PoisonError::into_inner);
+        let fetching = crate::sync::lock(&self.fetching);
         if fetching.contains(&dir) {
             let _ = self
                 .fetched
@@ -85,7 +85,7 @@ impl TreeWalk {
     /// fetched ahead.
     pub(crate) fn listing(&self, dir: u64) -> bool {
         let now = Instant::now();
-        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut last = crate::sync::lock(&self.last);
         let walking = last.is_some_and(|(d, at)| d != dir && now - at <= RECENT);
         *last = Some((dir, now));
         walking
@@ -94,7 +94,7 @@ impl TreeWalk {
     /// Whether a walk is on: a listing came within [`RECENT`] (for the rest of a listing
     /// read in several requests).
     pub(crate) fn active(&self) -> bool {
-        let last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        let last = crate::sync::lock(&self.last);
         last.is_some_and(|(_, at)| at.elapsed() <= RECENT)
     }
 }

@@ -5,7 +5,7 @@
 //! Without this, each WRITE through the page cache's write-through path costs two round
 //! trips, a Txattrwalk that fails with ENODATA and the Twrite. A name is known missing:
 //! - once the server answered ENODATA for it, if nothing changed the file between the
-//!   request and the answer (the change clock of `crate::listed_attrs`);
+//!   request and the answer (the change clock of `crate::known::listed_attrs`);
 //! - for `security.capability` of a file this mount has just created (no file is created
 //!   with one: only a setxattr adds it).
 //!
@@ -20,9 +20,9 @@
 //! one above) or keep anything while events are not followed.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 
-use crate::listed_attrs::{Fetched, ListedAttrs};
+use crate::known::listed_attrs::{Fetched, ListedAttrs};
 
 /// The name the kernel asks about before every write.
 pub(crate) const CAPABILITY: &[u8] = b"security.capability";
@@ -47,7 +47,7 @@ struct Files {
 
 impl MissingXattrs {
     fn files(&self) -> std::sync::MutexGuard<'_, Files> {
-        self.files.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.files)
     }
 
     /// Whether attribute `name` of file `qid_path` is known to be missing now.

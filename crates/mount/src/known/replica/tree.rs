@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use crate::inode::ROOT;
+use crate::known::inode::ROOT;
 
 /// Directory nodes and the names they have in their anchored parents.
 #[derive(Default)]

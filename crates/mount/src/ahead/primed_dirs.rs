@@ -11,7 +11,7 @@
 //! directory through the mount point (open, getdents, close), and the program's next
 //! names are found in the kernel's cache. The kernel keeps that listing too
 //! (`FOPEN_CACHE_DIR`), so the program's own listing of the directory is read from it.
-//! The thread makes each request one with attributes (see `Shared::prime_dir` in
+//! The thread makes each request one with attributes (see `MountState::prime_dir` in
 //! `fs/dir.rs`); if the kernel already keeps a listing of the directory, the thread
 //! reads that one and gives it no names.
 //!
@@ -22,7 +22,7 @@
 //! do: decide what the listing says (the READDIRPLUS handler does, as for any program).
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Lookups answered from a replica that make the mount list the directory.
@@ -55,7 +55,7 @@ impl DirPriming {
     /// should now list the directory.
     pub(crate) fn looked_up(&self, dir: u64) -> bool {
         let now = Instant::now();
-        let mut dirs = self.dirs.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut dirs = crate::sync::lock(&self.dirs);
         if dirs.len() >= MAX_DIRS && !dirs.contains_key(&dir) {
             dirs.clear();
         }

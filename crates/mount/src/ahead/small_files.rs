@@ -1,5 +1,5 @@
 //! Small files' contents fetched a directory at a time, for the first reads of files
-//! opened for reading (see `fs/io.rs`).
+//! opened for reading (see `fs/open.rs`, `fs/pushes.rs`).
 //!
 //! Programs that read a tree (`grep -r`, `git status`, a compiler reading headers) read
 //! one file after another in a directory, each costing a round trip (Twalkread). When a
@@ -8,21 +8,21 @@
 //! host without moving access times), in listing order after the file being read, and
 //! answers their first reads here. A read that arrives while its file is on the way waits
 //! for it. In `auto` mode the files also go into the kernel's page cache as they come
-//! (`crate::pushed_pages`), and most first reads never reach the mount.
+//! (`crate::ahead::pushed_pages`), and most first reads never reach the mount.
 //!
 //! What keeps it exact: a file is kept by `qid.path` with the change clock's stamp taken
-//! before it was asked for (`crate::listed_attrs`), and used only while nothing can have
+//! before it was asked for (`crate::known::listed_attrs`), and used only while nothing can have
 //! changed the file since (an event, a change through this mount, events not followed).
 //! Only the clock lives elsewhere; this module keeps the bytes, the waiting reads and its
 //! memory bound. It must not decide which files to fetch (the caller picks from a replica).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crossfs_wire::Rgetattr;
 
-use crate::listed_attrs::Fetched;
+use crate::known::listed_attrs::Fetched;
 
 /// Largest file fetched whole.
 pub(crate) const MAX_FILE: u32 = 64 * 1024;
@@ -76,7 +76,7 @@ pub(crate) struct SmallFiles {
 
 impl SmallFiles {
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.inner)
     }
 
     /// The file `qid_path`: if on the way, `waiter` is queued for it (`None`); else the
@@ -230,7 +230,7 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::listed_attrs::ListedAttrs;
+    use crate::known::listed_attrs::ListedAttrs;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn file(bytes: &[u8]) -> SmallFile {

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use fuser::FileAttr;
@@ -170,9 +170,7 @@ const RECENT_THREADS: usize = 1024;
 
 impl RecentLookups {
     fn lock(&self) -> MutexGuard<'_, HashMap<u32, Recent>> {
-        self.by_thread
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.by_thread)
     }
 
     /// Thread `pid` has just looked up `ino` and been told `attr`.

@@ -10,7 +10,7 @@
 //! when a change event names the file, and on a reconnect.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::fid::FidRef;
@@ -35,7 +35,7 @@ pub(crate) struct IdleOpens {
 
 impl IdleOpens {
     fn lock(&self) -> MutexGuard<'_, VecDeque<Idle>> {
-        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.idle)
     }
 
     /// Whether an open with these 9P2000.L flags may be kept and reused.

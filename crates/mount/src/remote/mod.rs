@@ -3,6 +3,8 @@
 //! Built on [`Client::call`] / [`Client::call_async`] only. Nothing here runs on the
 //! client's reader thread except completions, which never block.
 
+pub(crate) mod support;
+
 use std::sync::Arc;
 
 use crossfs_client::{Client, ClientError};
@@ -262,4 +264,24 @@ pub(crate) fn resolve_one(
     resolve(client, dir, &[name], vec![expected])
         .pop()
         .unwrap_or_else(|| Err(ClientError::Protocol("empty resolve".into())))
+}
+
+/// A fid for `name` in `dir`, without its attributes (one Twalk).
+pub(crate) fn walk_name(
+    client: &Arc<Client>,
+    dir: &FidRef,
+    name: &[u8],
+) -> Result<(Arc<FidRef>, Qid), ClientError> {
+    let newfid = client.alloc_fid();
+    match client.walk(dir.fid(), newfid, &[name]) {
+        Ok(q) if q.len() == 1 => Ok((FidRef::new(client, newfid), q[0])),
+        Ok(_) => {
+            client.free_fid(newfid);
+            Err(ClientError::Errno(libc::ENOENT))
+        }
+        Err(e) => {
+            client.free_fid(newfid);
+            Err(e)
+        }
+    }
 }

@@ -3,34 +3,27 @@
 //! Node ids are our own, handed out in order from 2 (1 is the export root); `st_ino` as seen
 //! through the mount is this id. Files are recognised by `qid.path`, so hard links and
 //! repeated lookups share one node id and the kernel keeps one page cache per file.
+//!
+//! This file answers what is known of a node; `names.rs` records files found and the
+//! names they were found by. What this must not do: send anything (the fids it holds are
+//! walked by the callers), or tell the kernel anything.
+
+mod names;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossfs_wire::{Fid, Qid, Rgetattr};
 
+use crate::attr::DataStamp;
 use crate::fid::FidRef;
-use crate::listed_attrs::Fetched;
+use crate::known::listed_attrs::Fetched;
 
 /// The root's node id (FUSE_ROOT_ID).
 pub(crate) const ROOT: u64 = 1;
 
 /// The `qid_path` of a placeholder node (see [`InodeTable::placeholder`]): no file has it.
 const PLACEHOLDER: u64 = u64::MAX;
-
-/// What an open in `auto` mode compares to decide whether cached pages are still good,
-/// whether an open for reading may wait for its first read, and, for a directory, the
-/// group its new entries take.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct DataStamp {
-    pub mtime: (u64, u64),
-    pub size: u64,
-    /// A set-group-ID directory's group (`None` for anything else).
-    pub setgid_group: Option<u32>,
-    /// A regular file that others may read: the server may open it for reading whatever
-    /// its own credentials (see `OpenFile::deferred`).
-    pub readable_by_anyone: bool,
-}
 
 /// A file's attributes as a change event shows them (`crossfs_events::Attrs`): what tells
 /// the echo of the mount's own change from a later change on the host.
@@ -80,7 +73,7 @@ struct Inode {
     status: Option<Status>,
     /// The attributes seen when the file was last opened.
     opened: Option<DataStamp>,
-    /// The newest attributes fetched, for a READDIRPLUS to reuse (see `crate::listed_attrs`).
+    /// The newest attributes fetched, for a READDIRPLUS to reuse (see `crate::known::listed_attrs`).
     listed: Option<FetchedAttrs>,
     /// `fid` is not bound on the server (it could not be bound again after a reconnect):
     /// the node answers ESTALE until a lookup finds its file and gives it a fresh fid.
@@ -157,7 +150,7 @@ pub(crate) struct KnownName {
     pub format: u32,
 }
 
-/// A node's newest attributes and when they were fetched (see `crate::listed_attrs`).
+/// A node's newest attributes and when they were fetched (see `crate::known::listed_attrs`).
 pub(crate) type FetchedAttrs = Box<(Rgetattr, Fetched)>;
 
 /// Node id -> its fid and `qid.path`.
@@ -255,7 +248,7 @@ impl InodeTable {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.inner)
     }
 
     /// The fid of node `ino`, if the kernel still holds it and it has one.
@@ -360,256 +353,6 @@ impl InodeTable {
         let ino = inner.names.get(&parent)?.get(name)?;
         let node = inner.by_ino.get(ino).filter(|node| !node.stale)?;
         Some(f(node, node.fid.as_ref()?))
-    }
-
-    /// Notes that `name` in directory `parent` leads to node `ino`. At [`NAMES_LIMIT`],
-    /// names of nodes the kernel forgot are dropped first; if that is not enough, all are,
-    /// and [`InodeTable::take_names_lost`] says so once.
-    fn name(inner: &mut Inner, parent: u64, name: &[u8], ino: u64) {
-        if inner.name_count >= NAMES_LIMIT {
-            let Inner { names, by_ino, .. } = &mut *inner;
-            names.retain(|dir, entries| {
-                entries.retain(|_, node| by_ino.contains_key(node));
-                by_ino.contains_key(dir) && !entries.is_empty()
-            });
-            inner.name_count = inner.names.values().map(HashMap::len).sum();
-            if inner.name_count >= NAMES_LIMIT / 2 {
-                inner.names.clear();
-                inner.name_count = 0;
-                inner.names_lost = true;
-            }
-        }
-        let dir = inner.names.entry(parent).or_default();
-        if let Some(old) = dir.get_mut(name) {
-            *old = ino;
-        } else {
-            dir.insert(name.to_vec(), ino);
-            inner.name_count += 1;
-        }
-    }
-
-    /// Records one lookup of the file behind `fid`, reached as `name` in `parent`, and
-    /// returns its node id.
-    ///
-    /// A file already known keeps its node id and takes the fresher fid (the old one is
-    /// clunked once its last request is answered): a fid walked just now names the file
-    /// by its current path on servers that track paths.
-    ///
-    /// `fetched`: when `a` was fetched, if it may be reused (see `crate::listed_attrs`).
-    pub(crate) fn remember(
-        &self,
-        (parent, name): (u64, &[u8]),
-        fid: Arc<FidRef>,
-        a: &Rgetattr,
-        fetched: Option<Fetched>,
-    ) -> u64 {
-        let mut inner = self.lock();
-        let (ino, unused) = Self::remember_locked(&mut inner, fid, a, fetched);
-        Self::name(&mut inner, parent, name, ino);
-        if let Some(node) = inner.by_ino.get_mut(&ino).filter(|_| ino != ROOT) {
-            node.found_as(parent, name);
-        }
-        drop(inner);
-        // Dropping a fid may send its Tclunk, which can wait for the socket; never under the
-        // table's lock, which the client's reader thread takes to finish a GETATTR.
-        drop(unused);
-        ino
-    }
-
-    /// Returns the node id and the fid no longer needed, to drop once the lock is released.
-    fn remember_locked(
-        inner: &mut Inner,
-        fid: Arc<FidRef>,
-        a: &Rgetattr,
-        fetched: Option<Fetched>,
-    ) -> (u64, Option<Arc<FidRef>>) {
-        Self::remember_node(inner, Found::Walked(fid), a, fetched)
-    }
-
-    /// [`InodeTable::remember`] for a file a directory replica or a listing answered for: a
-    /// node already known keeps its fid; a new one gets none until it is needed (see
-    /// [`NodeFid::Lazy`]), walked then as `name` from `parent`.
-    pub(crate) fn remember_lazy(
-        &self,
-        (parent, name): (u64, &[u8]),
-        a: &Rgetattr,
-        fetched: Option<Fetched>,
-    ) -> u64 {
-        let mut inner = self.lock();
-        let (ino, unused) =
-            Self::remember_node(&mut inner, Found::Listed(parent, name.to_vec()), a, fetched);
-        Self::name(&mut inner, parent, name, ino);
-        drop(inner);
-        drop(unused);
-        ino
-    }
-
-    fn remember_node(
-        inner: &mut Inner,
-        found: Found,
-        a: &Rgetattr,
-        fetched: Option<Fetched>,
-    ) -> (u64, Option<Arc<FidRef>>) {
-        let (qid, format, stamp) = (a.qid, a.mode & libc::S_IFMT, crate::attr::stamp(a));
-        let listed = fetched.map(|f| Box::new((a.clone(), f)));
-        if let Some(&ino) = inner.by_path.get(&qid.path) {
-            if let Some(node) = inner.by_ino.get_mut(&ino) {
-                if node.format == format && !node.another_link(a) {
-                    node.nlookup += 1;
-                    node.seen = Some(stamp);
-                    node.status = Some(Status::of(a));
-                    node.listed = listed;
-                    let fid = match found {
-                        Found::Walked(fid) => fid,
-                        Found::Listed(dir_ino, name) => {
-                            // A listed name: the node keeps the fid it has, unless that one
-                            // is stale; one without is walked from where it was found last.
-                            let mut unused = None;
-                            if node.stale {
-                                unused = node.fid.take();
-                                node.stale = false;
-                            }
-                            if node.fid.is_none() {
-                                node.found_as(dir_ino, &name);
-                            }
-                            return (ino, unused);
-                        }
-                    };
-                    node.stale = false;
-                    if ino == ROOT {
-                        return (ino, Some(fid));
-                    }
-                    node.origin = None;
-                    return (ino, node.fid.replace(fid));
-                }
-            }
-        }
-        let (fid, origin) = match found {
-            Found::Walked(fid) => (Some(fid), None),
-            Found::Listed(dir_ino, name) => (None, Some((dir_ino, name))),
-        };
-        let ino = Self::insert(inner, fid, qid.path, format, Some(stamp));
-        if let Some(node) = inner.by_ino.get_mut(&ino) {
-            node.origin = origin;
-            node.status = Some(Status::of(a));
-        }
-        inner.map_path(qid.path, ino);
-        if let Some(node) = inner.by_ino.get_mut(&ino) {
-            node.listed = listed;
-        }
-        (ino, None)
-    }
-
-    /// A new node with one kernel reference.
-    ///
-    /// Its node id is the file's `qid.path` where that is free: FUSE shows the node id as
-    /// the inode number (fuser's replies use one for the other), and crossfs's server and
-    /// most others give the host's inode number as `qid.path`, so `st_ino` in the guest is
-    /// the host's. A git index written on the host then matches the guest's `lstat` (git
-    /// compares inode numbers), instead of making the guest's `git status` read every file.
-    /// The root stays FUSE_ROOT_ID; a file whose number is taken (a node the kernel still
-    /// holds for an earlier file of that number, or the root's 1) gets a spare id from the
-    /// top of the range.
-    fn insert(
-        inner: &mut Inner,
-        fid: Option<Arc<FidRef>>,
-        qid_path: u64,
-        format: u32,
-        seen: Option<DataStamp>,
-    ) -> u64 {
-        let own = qid_path > ROOT && qid_path != PLACEHOLDER;
-        let ino = if own && !inner.by_ino.contains_key(&qid_path) {
-            qid_path
-        } else {
-            while inner.by_ino.contains_key(&inner.next_spare) {
-                inner.next_spare -= 1;
-            }
-            inner.next_spare
-        };
-        inner.by_ino.insert(
-            ino,
-            Inode {
-                fid,
-                origin: None,
-                named_twice: false,
-                qid_path,
-                format,
-                nlookup: 1,
-                seen,
-                status: None,
-                opened: None,
-                listed: None,
-                stale: false,
-            },
-        );
-        ino
-    }
-
-    /// `name` in directory `parent` leads the kernel nowhere any more (the mount answered
-    /// it missing, or dropped the kernel's entry): it is no longer anyone's expectation.
-    pub(crate) fn forget_name(&self, parent: u64, name: &[u8]) {
-        Self::unname(&mut self.lock(), parent, name);
-    }
-
-    /// Takes `name` out of directory `parent`'s known names; returns the node it led to.
-    fn unname(inner: &mut Inner, parent: u64, name: &[u8]) -> Option<u64> {
-        let dir = inner.names.get_mut(&parent)?;
-        let ino = dir.remove(name)?;
-        if dir.is_empty() {
-            inner.names.remove(&parent);
-        }
-        inner.name_count -= 1;
-        Some(ino)
-    }
-
-    /// A change through the mount removed `name` from directory `parent`: a node found
-    /// there, without a fid, is found nowhere now (it answers ESTALE, which makes the
-    /// kernel look a path up again, rather than being walked to a later file of that name).
-    pub(crate) fn removed(&self, parent: u64, name: &[u8]) {
-        let mut inner = self.lock();
-        if let Some(ino) = Self::unname(&mut inner, parent, name) {
-            Self::lose_origin(&mut inner, ino, (parent, name));
-        }
-    }
-
-    /// A rename through the mount moved `from` to `to`: the node `from` led to is found
-    /// as `to` from now on (one without a fid is walked from there: the kernel moved its
-    /// entry, and open files of it read on), and the node `to` led to, replaced, is found
-    /// nowhere.
-    pub(crate) fn renamed(&self, from: (u64, &[u8]), to: (u64, &[u8])) {
-        let mut inner = self.lock();
-        let moved = Self::unname(&mut inner, from.0, from.1);
-        if let Some(replaced) = Self::unname(&mut inner, to.0, to.1) {
-            Self::lose_origin(&mut inner, replaced, to);
-        }
-        let Some(ino) = moved else {
-            return;
-        };
-        Self::name(&mut inner, to.0, to.1, ino);
-        Self::move_origin(&mut inner, ino, from, to);
-    }
-
-    /// The host renamed `from` to `to`, and the file was node `ino`'s: a node without a
-    /// fid is walked from `to` from now on, so that its open files read on. The names the
-    /// kernel holds are the feed's to drop.
-    pub(crate) fn moved(&self, ino: u64, from: (u64, &[u8]), to: (u64, &[u8])) {
-        Self::move_origin(&mut self.lock(), ino, from, to);
-    }
-
-    fn move_origin(inner: &mut Inner, ino: u64, from: (u64, &[u8]), to: (u64, &[u8])) {
-        if let Some(node) = inner
-            .by_ino
-            .get_mut(&ino)
-            .filter(|n| n.found_at(from.0, from.1))
-        {
-            node.origin = Some((to.0, to.1.to_vec()));
-        }
-    }
-
-    fn lose_origin(inner: &mut Inner, ino: u64, (dir, name): (u64, &[u8])) {
-        if let Some(node) = inner.by_ino.get_mut(&ino).filter(|n| n.found_at(dir, name)) {
-            node.origin = None;
-        }
     }
 
     /// The node `name` in directory `parent` last led to, if the kernel still holds it.
@@ -750,7 +493,7 @@ impl InodeTable {
     }
 
     /// The kernel is about to get node `ino`'s content as of attributes `stamp`
-    /// (`crate::pushed_pages`): true if those are the attributes last seen (the kernel's),
+    /// (`crate::ahead::pushed_pages`): true if those are the attributes last seen (the kernel's),
     /// and then its next open keeps the pages, as a reopen of an unchanged file does.
     pub(crate) fn pages_pushed(&self, ino: u64, stamp: DataStamp) -> bool {
         let mut inner = self.lock();
@@ -840,109 +583,4 @@ impl InodeTable {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A table without even the root.
-    fn empty_table() -> InodeTable {
-        InodeTable {
-            inner: Mutex::new(Inner {
-                next_spare: PLACEHOLDER - 1,
-                ..Inner::default()
-            }),
-        }
-    }
-
-    #[test]
-    fn listings_show_each_file_its_node_id() {
-        let table = empty_table();
-        let shown = |q: u64| table.by_path().ino_or_own(q);
-        let add = |q: u64| {
-            let mut inner = table.lock();
-            let ino = InodeTable::insert(&mut inner, None, q, libc::S_IFREG, None);
-            inner.map_path(q, ino);
-            ino
-        };
-        table.lock().map_path(77, ROOT);
-        assert_eq!(shown(77), ROOT, "the export root's file is node 1");
-        assert_eq!((add(5), shown(5)), (5, 5));
-        assert_eq!(shown(6), 6, "an unknown file shows its own number");
-        // Another file numbered 5 while the kernel holds the first: a spare id.
-        let spare = add(5);
-        assert_ne!(spare, 5);
-        assert_eq!(shown(5), spare);
-        table.lock().unmap_path(5, spare);
-        assert_eq!(shown(5), 5);
-        assert_eq!(table.lock().spared.len(), 1, "the root's only");
-    }
-
-    #[test]
-    fn a_link_of_a_number_the_kernel_holds_for_another_link_gets_a_node_of_its_own() {
-        let table = empty_table();
-        let link = |name: &str, mode: u32, mtime_sec: u64| {
-            let a = Rgetattr {
-                qid: Qid {
-                    ty: 0,
-                    version: 0,
-                    path: 40,
-                },
-                mode,
-                mtime_sec,
-                ..Rgetattr::default()
-            };
-            table.remember_lazy((1, name.as_bytes()), &a, None)
-        };
-        let first = link("a", libc::S_IFLNK | 0o777, 100);
-        assert_eq!(first, 40);
-        assert_eq!(
-            link("a", libc::S_IFLNK | 0o777, 100),
-            first,
-            "the same link"
-        );
-        // The host removed it and made another link that took its number: the kernel
-        // would keep the first link's target for a node it still holds.
-        let second = link("b", libc::S_IFLNK | 0o777, 200);
-        assert_ne!(second, first);
-        assert_eq!(table.ino_of(40), Some(second));
-        // A regular file's node follows its changes: the kernel drops its pages itself.
-        let file = link("f", libc::S_IFREG | 0o644, 300);
-        assert_eq!(link("f", libc::S_IFREG | 0o644, 400), file);
-    }
-
-    #[test]
-    fn names_changed_through_the_mount_move_or_end_where_fidless_nodes_are_walked_from() {
-        let table = empty_table();
-        let lazy = |dir: u64, name: &str, qid_path: u64| {
-            let a = Rgetattr {
-                qid: Qid {
-                    ty: 0,
-                    version: 0,
-                    path: qid_path,
-                },
-                mode: libc::S_IFREG | 0o644,
-                ..Rgetattr::default()
-            };
-            table.remember_lazy((dir, name.as_bytes()), &a, None)
-        };
-        let walked_from = |ino: u64| match table.node_fid(ino) {
-            Some(NodeFid::Lazy { dir_ino, name, .. }) => Some((dir_ino, name)),
-            _ => None,
-        };
-        let (a, b, c) = (lazy(1, "a", 10), lazy(1, "b", 11), lazy(1, "c", 12));
-        table.renamed((1, b"a"), (2, b"moved"));
-        assert_eq!(walked_from(a), Some((2, b"moved".to_vec())));
-        assert_eq!(table.child(2, b"moved"), Some(a));
-        assert_eq!(table.child(1, b"a"), None);
-        // Renamed over: the replaced node is walked from nowhere (ESTALE), not to the
-        // file now under its name.
-        table.renamed((1, b"b"), (1, b"c"));
-        assert_eq!(walked_from(b), Some((1, b"c".to_vec())));
-        assert_eq!(walked_from(c), None);
-        table.removed(1, b"c");
-        assert_eq!(walked_from(b), None);
-        assert_eq!(table.child(1, b"c"), None);
-        // A name the table no longer knows moves nothing.
-        table.renamed((1, b"gone"), (1, b"other"));
-        assert_eq!(table.child(1, b"other"), None);
-    }
-}
+mod tests;

@@ -1,0 +1,194 @@
+//! CREATE: a file made and opened, with its node and attributes, in one round trip with
+//! the crossfs extension (Tcreateattr, or Tcreateattrdir with what the creation left of
+//! the directory), else Tlcreate, a walk and a getattr.
+
+use std::sync::Arc;
+
+use crossfs_client::ClientError;
+use crossfs_wire::{Rmessage, Tcreateattr, Tcreateattrdir, Tlcreate, Tmessage};
+use fuser::{FileHandle, Generation, INodeNo, ReplyCreate};
+
+use super::open::{wire_open_flags, writes};
+use super::{errno, Caller, MountState};
+use crate::fid::FidRef;
+use crate::known::handle::Reopen;
+use crate::known::replica::DirLeft;
+use crate::remote::{clone_fid, expect_reply, resolve_one, ATTR_MASK};
+
+/// A file created and opened: the open fid, the node's fid, its attributes, and what the
+/// creation left of its directory, if the server said.
+type Created = (
+    Arc<FidRef>,
+    Arc<FidRef>,
+    crossfs_wire::Rgetattr,
+    Option<DirLeft>,
+);
+
+impl MountState {
+    /// Tlcreate on a clone of the directory's fid (which then names the new, open file),
+    /// then a walk for the node's own fid and a getattr, in one round trip.
+    ///
+    /// The kernel sends CREATE only for a name it believes missing; with negative caching
+    /// the name may have appeared on the host since. Without O_EXCL that must open the
+    /// existing file, so EEXIST falls back to lookup + open.
+    pub(super) fn create(
+        &self,
+        parent: INodeNo,
+        name: &[u8],
+        mode: u32,
+        flags: i32,
+        caller: Caller,
+        reply: ReplyCreate,
+    ) {
+        if let Err(e) = self.writable() {
+            return reply.error(e);
+        }
+        let dir = match self.node(parent) {
+            Ok(d) => d,
+            Err(e) => return reply.error(e),
+        };
+        let wire = wire_open_flags(flags, self.config.cache.writeback());
+        if self.client.has_extensions() {
+            match self.create_in_one((parent.0, &dir), name, wire, mode, caller) {
+                Ok((fid, node, a, left)) => {
+                    let created = (fid, node, a, left);
+                    return self.reply_created((parent, name), created, (flags, wire), reply);
+                }
+                Err(ClientError::Errno(libc::EEXIST)) if flags & libc::O_EXCL == 0 => {}
+                Err(e) => return reply.error(errno(&e)),
+            }
+        }
+        let created = clone_fid(&self.client, &dir).and_then(|fid| {
+            let msg = Tmessage::Lcreate(Tlcreate {
+                fid: fid.fid(),
+                name: name.to_vec(),
+                flags: wire,
+                mode: mode & 0o7777,
+                gid: caller.gid,
+            });
+            expect_reply!(self.client.call(msg), Lcreate).map(|_| fid)
+        });
+        let opened = match created {
+            Ok(fid) => Ok((fid, Some(caller), wire)),
+            Err(ClientError::Errno(libc::EEXIST)) if flags & libc::O_EXCL == 0 => {
+                resolve_one(&self.client, &dir, name, None)
+                    .and_then(|(node, _)| self.open_fid(&node, flags & !libc::O_CREAT))
+                    .map(|(fid, wire)| (fid, None, wire))
+            }
+            Err(e) => Err(e),
+        };
+        let (fid, created_for, wire) = match opened {
+            Ok(f) => f,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        let found =
+            resolve_one(&self.client, &dir, name, None).and_then(|(node, a)| match created_for {
+                Some(c) => Ok((node.clone(), self.give_to(c, &node, a)?)),
+                None => Ok((node, a)),
+            });
+        match found {
+            Ok((node, a)) => {
+                self.reply_created((parent, name), (fid, node, a, None), (flags, wire), reply)
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    /// The crossfs extension's Tcreateattr: the file created and opened, a fid for its
+    /// node and its attributes, in one round trip; as Tcreateattrdir where the server has
+    /// it, also what the creation left of the directory (see
+    /// [`crate::known::replica::DirReplicas::left_attrs`]). Returns (open fid, node fid,
+    /// attributes, what it left of the directory).
+    pub(super) fn create_in_one(
+        &self,
+        (parent, dir): (u64, &FidRef),
+        name: &[u8],
+        wire: u32,
+        mode: u32,
+        caller: Caller,
+    ) -> Result<Created, ClientError> {
+        let (nodefid, openfid) = (self.client.alloc_fid(), self.client.alloc_fid());
+        let create = Tcreateattr {
+            dfid: dir.fid(),
+            nodefid,
+            openfid,
+            name: name.to_vec(),
+            flags: wire,
+            mode: mode & 0o7777,
+            gid: caller.gid,
+            request_mask: ATTR_MASK,
+        };
+        let before = self.ticket_for_left(parent);
+        let asked = self.known.listed.before_fetch();
+        let sent = match before {
+            Some(_) => self.call_left(Tmessage::Createattrdir(Tcreateattrdir {
+                create: create.clone(),
+            })),
+            None => None,
+        };
+        let answer = match sent {
+            Some(r) => r,
+            None => self.client.call(Tmessage::Createattr(create)),
+        };
+        let (created, left) = match answer {
+            Ok(Rmessage::Createattr(c)) => (c, None),
+            Ok(Rmessage::Createattrdir(c)) => {
+                let left = before.map(|before| DirLeft {
+                    before,
+                    attrs: c.dir,
+                });
+                (c.created, left)
+            }
+            Ok(other) => return Err(crate::remote::unexpected(other)),
+            Err(e) => {
+                self.client.free_fid(nodefid);
+                self.client.free_fid(openfid);
+                return Err(e);
+            }
+        };
+        let (fid, node) = (
+            FidRef::new(&self.client, openfid),
+            FidRef::new(&self.client, nodefid),
+        );
+        if self.follows_events() {
+            // A new file has no capability: the kernel's question before the first write
+            // is answered here.
+            let capability = crate::known::missing_xattrs::CAPABILITY;
+            let qid_path = created.attr.qid.path;
+            self.known.missing_xattrs.found_missing(
+                &self.known.listed,
+                qid_path,
+                capability,
+                asked,
+            );
+        }
+        let a = self.give_to(caller, &node, created.attr)?;
+        Ok((fid, node, a, left))
+    }
+
+    /// Answers a CREATE: the new file's node, and its open handle.
+    pub(super) fn reply_created(
+        &self,
+        (parent, name): (INodeNo, &[u8]),
+        (fid, node, a, left): Created,
+        (flags, wire): (i32, u32),
+        reply: ReplyCreate,
+    ) {
+        // A new file (see `create_entry` in `fs/entry.rs`).
+        self.known.listed.changed([a.qid.path]);
+        self.known.replicas.own_created(parent.0, name, &a, left);
+        let fa = self.remember((parent, name), node, &a, None);
+        let fh = self.known.handles.insert(fid, Reopen::new(fa.ino.0, wire));
+        if writes(flags) {
+            self.ahead.page_push.write_opened(fh, fa.ino.0);
+        }
+        let open_flags = self.fopen_flags(fa.ino.0, flags);
+        reply.created(
+            &self.entry_ttl(),
+            &fa,
+            Generation(0),
+            FileHandle(fh),
+            open_flags,
+        );
+    }
+}

@@ -1,0 +1,381 @@
+//! Opening files and directories: open (deferred where it may be), opendir, and the
+//! open fids kept after a close (`crate::known::idle`).
+//!
+//! Reads and writes are handed to the client and answered from their completions. A FUSE
+//! write never exceeds one Twrite (max_write is at most msize - 24, in whole pages); a read
+//! larger than one Tread can carry is split into concurrent Treads and reassembled.
+//!
+//! While change events are followed, an open for reading of a regular file anyone may
+//! read is deferred: OPEN is answered at once, and the first READ that reaches the mount
+//! opens and reads in one round trip (the crossfs extension's Twalkread). An open whose
+//! data the kernel's page cache holds (a repeated `grep -r`, a build reading the same
+//! headers) then costs no round trip at all, and a first read one instead of two. What it
+//! promises, and what it does not: the file is the one the name led to at the open
+//! (checked by its `qid.path`, or held by the node's fid); a removal or rename of it
+//! through the mount first walks its node if it has no fid yet (`keep_reachable` in
+//! `fs/entry.rs`), and a rename on the host moves where the node is walked from once its
+//! event has come. But if it is removed or replaced on the host before that first read
+//! (or renamed there before the event comes, or into a directory the guest never looked
+//! at), the read fails with `ESTALE` where a local open would still read the old file; and a server that may not open the file
+//! after all (its own credentials, an ACL, a security module) fails the read, not the
+//! open. Both need a change on the host in the microseconds between a program's open and
+//! its first read, or a file readable by others that the server cannot read.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crossfs_client::ClientError;
+use crossfs_wire::{open_flags as of, Rmessage, Tlopen, Tmessage, Twalkopen};
+use fuser::{Errno, FileHandle, FopenFlags, INodeNo, ReplyOpen};
+
+use super::reply::Opened;
+use super::{errno, MountState};
+use crate::fid::FidRef;
+use crate::known::cache::CacheMode;
+use crate::known::handle::{DirStream, OpenFile, Reopen};
+use crate::known::idle::IdleOpens;
+use crate::known::inode::NodeFid;
+use crate::remote::{clone_fid, expect_reply, ATTR_MASK};
+use crate::sync::lock;
+
+/// Tlopen/Tlcreate flags for a Linux open(2) `flags`.
+///
+/// With the writeback cache the kernel owns the file size and may read pages of a file
+/// opened write-only, so write-only becomes read-write and O_APPEND is left to the kernel
+/// (as libfuse's passthrough does). Without it, O_APPEND goes to the server, whose append
+/// ignores the offset: appends land at the true end even if the kernel's size is stale.
+/// O_DIRECT stays local (the server's buffers need no alignment); O_NOATIME, O_CLOEXEC and
+/// O_NOFOLLOW concern the local side only.
+pub(crate) fn wire_open_flags(flags: i32, writeback: bool) -> u32 {
+    let mut out = match flags & libc::O_ACCMODE {
+        libc::O_RDONLY => of::RDONLY,
+        libc::O_WRONLY if writeback => of::RDWR,
+        libc::O_WRONLY => of::WRONLY,
+        _ => of::RDWR,
+    };
+    let pairs = [
+        (libc::O_TRUNC, of::TRUNC),
+        (libc::O_EXCL, of::EXCL),
+        (libc::O_NONBLOCK, of::NONBLOCK),
+        (libc::O_DIRECTORY, of::DIRECTORY),
+        (libc::O_DSYNC, of::DSYNC),
+    ];
+    for (linux, wire) in pairs {
+        if flags & linux != 0 {
+            out |= wire;
+        }
+    }
+    if flags & libc::O_SYNC == libc::O_SYNC {
+        out |= of::SYNC;
+    }
+    if flags & libc::O_APPEND != 0 && !writeback {
+        out |= of::APPEND;
+    }
+    out
+}
+
+/// Whether an open with these Linux flags may change the file's data.
+pub(super) fn writes(flags: i32) -> bool {
+    flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
+}
+
+impl MountState {
+    /// FOPEN flags for a newly opened file.
+    pub(super) fn fopen_flags(&self, ino: u64, flags: i32) -> FopenFlags {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mode = self.config.cache;
+        if mode.direct_io() || flags & libc::O_DIRECT != 0 {
+            return FopenFlags::FOPEN_DIRECT_IO;
+        }
+        let keep = match mode {
+            CacheMode::Always => true,
+            CacheMode::Auto => self.known.inodes.reopen_unchanged(ino),
+            CacheMode::Never | CacheMode::Metadata => false,
+        };
+        let mut f = if keep {
+            self.stats.caches.keep_cache_opens.fetch_add(1, Relaxed);
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        };
+        // A close sends FLUSH only to drop the POSIX locks taken through the handle (no
+        // write is buffered here): a handle that cannot write drops them at RELEASE,
+        // which saves a FUSE request per close (README, differences). The kernel
+        // ignores this with the writeback cache, which flushes at every close.
+        if !writes(flags) {
+            f |= FopenFlags::FOPEN_NOFLUSH;
+        }
+        f
+    }
+
+    /// Opens a fresh fid for node `ino`, promoting write-only to read-write for the
+    /// writeback cache if the server allows it.
+    /// Returns the fid and the Tlopen flags it was opened with.
+    pub(super) fn open_fid(
+        &self,
+        node: &FidRef,
+        flags: i32,
+    ) -> Result<(Arc<FidRef>, u32), ClientError> {
+        let writeback = self.config.cache.writeback();
+        let fid = clone_fid(&self.client, node)?;
+        let lopen = |f: u32| {
+            expect_reply!(
+                self.client.call(Tmessage::Lopen(Tlopen {
+                    fid: fid.fid(),
+                    flags: f
+                })),
+                Lopen
+            )
+        };
+        let wanted = wire_open_flags(flags, writeback);
+        match lopen(wanted) {
+            Err(ClientError::Errno(libc::EACCES))
+                if writeback && flags & libc::O_ACCMODE == libc::O_WRONLY =>
+            {
+                let plain = wire_open_flags(flags, false) & !of::APPEND;
+                lopen(plain).map(|_| (fid, plain))
+            }
+            r => r.map(|_| (fid, wanted)),
+        }
+    }
+
+    /// Opens a fresh fid for node `ino`: with the crossfs extension one Twalkopen (from the
+    /// node's fid, or for a node answered from a replica from its directory's, checking
+    /// that the name still leads to the node's file), else [`MountState::open_fid`].
+    pub(super) fn open_node(&self, ino: INodeNo, flags: i32) -> Result<(Arc<FidRef>, u32), Errno> {
+        if !self.client.has_extensions() {
+            let node = self.node(ino)?;
+            return self.open_fid(&node, flags).map_err(|e| errno(&e));
+        }
+        let (base, wnames, lazy) = match self.known.inodes.node_fid(ino.0) {
+            Some(NodeFid::Bound(fid)) => (fid, vec![], None),
+            Some(NodeFid::Lazy {
+                dir_ino,
+                name,
+                qid_path,
+            }) => (
+                self.node(INodeNo(dir_ino))?,
+                vec![name.clone()],
+                Some((dir_ino, name, qid_path)),
+            ),
+            None => return Err(Errno::ESTALE),
+        };
+        let walkopen = |wire: u32| {
+            let newfid = self.client.alloc_fid();
+            let msg = Tmessage::Walkopen(Twalkopen {
+                fid: base.fid(),
+                newfid,
+                wnames: wnames.clone(),
+                flags: wire,
+                request_mask: ATTR_MASK,
+            });
+            match self.client.call(msg) {
+                Ok(Rmessage::Walkopen(o)) => Ok((FidRef::new(&self.client, newfid), o.attr)),
+                Ok(other) => Err(crate::remote::unexpected(other)),
+                Err(e) => {
+                    self.client.free_fid(newfid);
+                    Err(e)
+                }
+            }
+        };
+        let writeback = self.config.cache.writeback();
+        let wanted = wire_open_flags(flags, writeback);
+        let opened = match walkopen(wanted) {
+            Err(ClientError::Errno(libc::EACCES))
+                if writeback && flags & libc::O_ACCMODE == libc::O_WRONLY =>
+            {
+                let plain = wire_open_flags(flags, false) & !of::APPEND;
+                walkopen(plain).map(|o| (o, plain))
+            }
+            r => r.map(|o| (o, wanted)),
+        };
+        let ((fid, a), wire) = match opened {
+            Ok(o) => o,
+            Err(ClientError::Errno(libc::ENOENT)) if lazy.is_some() => {
+                let (dir_ino, name, _) = lazy.unwrap_or_default();
+                return Err(self.lazy_failed(dir_ino, &name));
+            }
+            Err(e) => return Err(errno(&e)),
+        };
+        if let Some((dir_ino, name, qid_path)) = lazy {
+            if a.qid.path != qid_path {
+                return Err(self.lazy_failed(dir_ino, &name));
+            }
+        }
+        // The attributes are not recorded as seen: with the writeback cache, what the
+        // kernel was last told is what a rescan compares with (see `changes/feed.rs`).
+        Ok((fid, wire))
+    }
+
+    pub(super) fn open(&self, ino: INodeNo, flags: i32) -> Result<Opened, Errno> {
+        let writes = writes(flags);
+        if writes {
+            self.writable()?;
+        }
+        let wanted = wire_open_flags(flags, self.config.cache.writeback());
+        // Not while the connection is down: the node may not be bound again afterwards,
+        // and an open that waits for the server finds that out.
+        let reused = (IdleOpens::keeps(wanted) && self.client.is_connected())
+            .then(|| self.known.idle.take(ino.0, wanted))
+            .flatten()
+            .map(|fid| (fid, wanted));
+        if reused.is_none() && IdleOpens::keeps(wanted) && self.may_defer_open(ino.0) {
+            self.stats
+                .caches
+                .opens_deferred
+                .fetch_add(1, Ordering::Relaxed);
+            let fh = self
+                .known
+                .handles
+                .insert_deferred(Reopen::new(ino.0, wanted), flags);
+            return Ok(Opened(FileHandle(fh), self.fopen_flags(ino.0, flags)));
+        }
+        let (fid, wire) = reused.map_or_else(|| self.open_node(ino, flags), Ok)?;
+        let fh = self.known.handles.insert(fid, Reopen::new(ino.0, wire));
+        if writes {
+            self.ahead.page_push.write_opened(fh, ino.0);
+        }
+        Ok(Opened(FileHandle(fh), self.fopen_flags(ino.0, flags)))
+    }
+
+    /// Whether an open for reading of node `ino` may wait for its first read (see the
+    /// module doc): change events keep what the kernel holds exact, the extension's
+    /// Twalkread can open and read at once, and anyone may read the file.
+    pub(super) fn may_defer_open(&self, ino: u64) -> bool {
+        self.client.has_extensions()
+            && self.follows_events()
+            && self.client.is_connected()
+            && self.known.inodes.readable_by_anyone(ino)
+    }
+
+    /// The handle's open fid, opening a deferred open on the server now.
+    pub(super) fn file_fid(&self, file: &OpenFile) -> Result<Arc<FidRef>, Errno> {
+        if let Some(fid) = file.fid() {
+            return Ok(fid.clone());
+        }
+        let flags = file.deferred.unwrap_or(libc::O_RDONLY);
+        let (fid, _) = self.open_node(INodeNo(file.reopen.node), flags)?;
+        self.stats
+            .caches
+            .deferred_opens_sent
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(file.opened(fid))
+    }
+
+    /// A file closed: its fid is kept for the next open of the file, if it was opened for
+    /// reading only (see `crate::known::idle`), outside `never` mode.
+    pub(crate) fn keep_idle(&self, file: &crate::known::handle::OpenFile) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let keep = self.config.cache != CacheMode::Never
+            && !file.listing_only
+            && !file.stale.load(Relaxed)
+            && IdleOpens::keeps(file.reopen.flags)
+            && lock(&file.lock_owners).is_empty();
+        match file.fid() {
+            Some(fid) if keep => {
+                self.known
+                    .idle
+                    .put(file.reopen.node, file.reopen.flags, fid.clone())
+            }
+            _ => {}
+        }
+    }
+
+    /// With the crossfs extension (outside `never` mode) a directory is listed through its
+    /// node's own fid, so opening it sends nothing (and closing it neither).
+    pub(super) fn opendir(&self, ino: INodeNo, reply: ReplyOpen) {
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY;
+        let listing_only = self.client.has_extensions() && self.config.cache != CacheMode::Never;
+        if listing_only {
+            // Fetched ahead right now (`crate::ahead::tree_walk`): its replica will answer.
+            self.ahead.tree_walk.wait_for(ino.0);
+        }
+        // The listing's first entries may come with the directory's fid: as `fill` does,
+        // the read is noted first, then the ticket and the time are taken.
+        let listing = listing_only && !self.known.replicas.has(ino.0);
+        // Claimed, so that the walk ahead does not fetch it a second time meanwhile.
+        let _fetching = listing.then(|| self.ahead.tree_walk.fetch(ino.0));
+        if listing {
+            self.reading(ino.0);
+        }
+        let (ticket, fetched) = (
+            self.known.replicas.ticket(ino.0),
+            self.known.listed.before_fetch(),
+        );
+        let mut first = None;
+        let opened = if listing_only {
+            self.dir_fid(ino.0, listing).map(|(fid, listed)| {
+                first = listed;
+                (fid, wire_open_flags(flags, false))
+            })
+        } else {
+            self.open_node(ino, flags)
+        };
+        match opened {
+            Ok((fid, wire)) => {
+                let reopen = Reopen::new(ino.0, wire);
+                let fh = if listing_only {
+                    self.known.handles.insert_listing(fid, reopen)
+                } else {
+                    self.known.handles.insert(fid, reopen)
+                };
+                if self.replicas_usable() {
+                    // Taken first: directories listed are anchored with it (their own
+                    // replicas may then answer), unless the directory changed since.
+                    let ticket = self.known.replicas.ticket(ino.0);
+                    if let (Some((listing, fetched)), Some(file)) = (
+                        self.known.replicas.listing(ino.0),
+                        self.known.handles.get(fh),
+                    ) {
+                        // The listing is answered from the replica, as it is now.
+                        *lock(&file.dir) = DirStream::from_replica(listing, ticket, fetched);
+                        first = None;
+                    }
+                }
+                if let (Some(listed), Some(file)) = (first, self.known.handles.get(fh)) {
+                    self.take_listed(ino.0, &mut lock(&file.dir), listed, ticket, fetched);
+                }
+                // Directory listings may stay in the page cache where names do too; the
+                // kernel drops them when the directory changes through this mount, and
+                // the change events drop them when it changes on the host.
+                let flags = match self.config.cache {
+                    CacheMode::Metadata | CacheMode::Always => {
+                        FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
+                    }
+                    CacheMode::Auto if self.follows_events() => {
+                        FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
+                    }
+                    CacheMode::Never | CacheMode::Auto => FopenFlags::empty(),
+                };
+                reply.opened(FileHandle(fh), flags);
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_flags_translate() {
+        assert_eq!(wire_open_flags(libc::O_RDONLY, false), of::RDONLY);
+        assert_eq!(
+            wire_open_flags(libc::O_WRONLY | libc::O_APPEND, false),
+            of::WRONLY | of::APPEND
+        );
+        assert_eq!(
+            wire_open_flags(libc::O_WRONLY | libc::O_APPEND, true),
+            of::RDWR
+        );
+        assert_eq!(
+            wire_open_flags(libc::O_RDWR | libc::O_DIRECT | libc::O_CLOEXEC, false),
+            of::RDWR
+        );
+        assert_eq!(
+            wire_open_flags(libc::O_WRONLY | libc::O_SYNC, false),
+            of::WRONLY | of::SYNC | of::DSYNC
+        );
+    }
+}

@@ -1,0 +1,201 @@
+//! A replica's event handling: a change event from the server, or the mount's own change
+//! (the answer to a request that made, removed, renamed or changed a file), applied to the
+//! replicas before the kernel's caches are told (see the module doc for which keep what).
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use crossfs_events::{Event, EventKind, RelPath};
+use crossfs_wire::Rgetattr;
+use serde_json::{json, Value};
+
+use super::*;
+
+impl DirReplicas {
+    /// Applies a change event (see the module doc), before the kernel's caches are told.
+    /// `own(dir, name)`: whether the name was changed through the mount lately; the echo
+    /// of such a change, or a later change that left the directory's attributes as the
+    /// mount's change left them (the event's stat of the directory says), keeps them.
+    pub(crate) fn apply(&self, ev: &Event, own: &dyn Fn(u64, &[u8]) -> bool) {
+        let c = &self.counters;
+        let mut inner = self.lock();
+        let parent_of = |inner: &Inner, p: &RelPath| -> Option<u64> {
+            inner.tree.resolve(p.parent()?.components())
+        };
+        // An event about a directory itself (its mode, its times) changes no ticket of
+        // its own: what a change through the mount left of it goes.
+        let from = match &ev.kind {
+            EventKind::Renamed { from } => Some(from),
+            _ => None,
+        };
+        for path in [Some(&ev.path), from].into_iter().flatten() {
+            if let Some(node) = inner.tree.resolve(path.components()) {
+                inner.left.remove(&node);
+            }
+        }
+        match &ev.kind {
+            EventKind::Sync { .. } | EventKind::Warning { .. } => {}
+            EventKind::Rescan { .. } => {
+                if ev.path.is_root() {
+                    inner.clear(c);
+                    return;
+                }
+                if let Some(dir) = parent_of(&inner, &ev.path) {
+                    inner.changed((dir, ev.path.file_name()), None, false, c);
+                }
+            }
+            EventKind::Removed => {
+                if let Some(dir) = parent_of(&inner, &ev.path) {
+                    let name = ev.path.file_name();
+                    let as_left = own(dir, name) && inner.as_left(dir, ev.dir.as_ref());
+                    inner.removed(dir, name, as_left, c);
+                }
+                inner.touch_container(&ev.path);
+            }
+            EventKind::Created | EventKind::Modified | EventKind::Attrib => {
+                if let Some(dir) = parent_of(&inner, &ev.path) {
+                    let name = ev.path.file_name();
+                    let as_left = !matches!(ev.kind, EventKind::Created)
+                        || own(dir, name) && inner.as_left(dir, ev.dir.as_ref());
+                    inner.changed((dir, name), ev.attrs.as_ref(), as_left, c);
+                }
+                if matches!(ev.kind, EventKind::Created) {
+                    inner.touch_container(&ev.path);
+                }
+            }
+            EventKind::Renamed { from } => {
+                if let Some(dir) = parent_of(&inner, from) {
+                    let name = from.file_name();
+                    let as_left = own(dir, name) && inner.as_left(dir, ev.from_dir.as_ref());
+                    inner.removed(dir, name, as_left, c);
+                }
+                // Whatever had the name goes, and a directory that comes with its old
+                // subtree's knowledge too.
+                if let Some(dir) = parent_of(&inner, &ev.path) {
+                    let name = ev.path.file_name();
+                    let as_left = own(dir, name) && inner.as_left(dir, ev.dir.as_ref());
+                    inner.changed((dir, name), None, as_left, c);
+                }
+                inner.touch_container(from);
+                inner.touch_container(&ev.path);
+            }
+        }
+        if let Some(q) = ev.qid {
+            let now = ev.attrs.filter(|_| !matches!(ev.kind, EventKind::Removed));
+            inner.touch_links(q, now.as_ref());
+        }
+    }
+
+    /// A file was created through the mount as `name` in `dir`, with attributes `a`;
+    /// `left`: what the creation said of the directory, if it said anything.
+    pub(crate) fn own_created(&self, dir: u64, name: &[u8], a: &Rgetattr, left: Option<DirLeft>) {
+        let mut inner = self.lock();
+        let kept = inner.keepable(dir, left);
+        inner.detach_child(dir, name, &self.counters);
+        if !is_dir(a) {
+            // A hard link: the file's other names have a new link count.
+            inner.touch_links(a.qid.path, None);
+        }
+        inner.set(dir, name, Some(Slot::Known(Arc::new(a.clone()))));
+        inner.touch_self(dir);
+        inner.bump(dir);
+        inner.keep_left(dir, kept);
+    }
+
+    /// The directory `name` in `parent` (node `ino`), made through the mount, is anchored
+    /// (lookups in it may then fill and use its replica), if nothing but that creation
+    /// ([`DirReplicas::own_created`], one change) touched `parent` since `before`, taken
+    /// before the request was sent: an event about the name meanwhile may have moved it.
+    pub(crate) fn own_made_dir(&self, parent: u64, name: &[u8], ino: u64, before: Ticket) {
+        let made = Ticket {
+            changes: Changes {
+                names: before.changes.names + 1,
+                ..before.changes
+            },
+            ..before
+        };
+        self.anchor(parent, name, ino, made);
+    }
+
+    /// `name` in `dir` was removed through the mount; `left`: what the removal said of
+    /// the directory, if it said anything.
+    pub(crate) fn own_removed(&self, dir: u64, name: &[u8], left: Option<DirLeft>) {
+        let mut inner = self.lock();
+        let kept = inner.keepable(dir, left);
+        inner.removed(dir, name, false, &self.counters);
+        inner.keep_left(dir, kept);
+    }
+
+    /// The attributes of directory `dir` as the last change through the mount left them,
+    /// if nothing changed them since (no change of its names through the mount that did
+    /// not say, no event about it or of a name in it but the echo of that change with the
+    /// directory as it left it, events followed all the while): what the server
+    /// would answer, so a GETATTR (the kernel asks one after every change in a directory,
+    /// to check permissions for the next) need not ask.
+    pub(crate) fn left_attrs(&self, dir: u64) -> Option<Rgetattr> {
+        let mut inner = self.lock();
+        let (attrs, ticket) = inner.left.get(&dir)?;
+        if inner.names_still(dir, *ticket) {
+            return Some(attrs.clone());
+        }
+        inner.left.remove(&dir);
+        None
+    }
+
+    /// `name` in `dir` was renamed through the mount to `to_name` in `to_dir`.
+    pub(crate) fn own_renamed(
+        &self,
+        (dir, name): (u64, &[u8]),
+        (to_dir, to_name): (u64, &[u8]),
+        left: Option<(DirLeft, DirLeft)>,
+    ) {
+        let mut inner = self.lock();
+        let (from_left, to_left) = left.map_or((None, None), |(f, t)| (Some(f), Some(t)));
+        let kept = (
+            inner.keepable(dir, from_left),
+            inner.keepable(to_dir, to_left),
+        );
+        inner.own_renamed(dir, name, to_dir, to_name, &self.counters);
+        inner.keep_left(dir, kept.0);
+        inner.keep_left(to_dir, kept.1);
+    }
+    /// The file with `qid_path` (node `ino`) was changed through the mount: its entries
+    /// are unknown until looked up again.
+    pub(crate) fn own_changed(&self, ino: u64, qid_path: u64) {
+        let mut inner = self.lock();
+        // A directory's own attributes changed: what an earlier change left of them goes.
+        inner.left.remove(&ino);
+        inner.touch_links(qid_path, None);
+        if inner.tree.is_anchored(ino) {
+            inner.touch_self(ino);
+        }
+    }
+
+    /// `name` in `dir` did not lead where the replica said: ask the server from now on.
+    pub(crate) fn stale(&self, dir: u64, name: &[u8]) {
+        let mut inner = self.lock();
+        inner.touch(dir, name, None);
+        inner.bump(dir);
+    }
+
+    /// The counters, for `crossfs stats`.
+    pub(crate) fn stats_json(&self) -> Value {
+        let c = &self.counters;
+        let inner = self.lock();
+        json!({
+            "limit": self.limit(),
+            "following": inner.following,
+            "directories": inner.dirs.len(),
+            "entries": inner.entries,
+            "anchored": inner.tree.len(),
+            "hits": c.hits.load(Relaxed),
+            "negative_hits": c.negative_hits.load(Relaxed),
+            "asked": c.asked.load(Relaxed),
+            "fills": c.fills.load(Relaxed),
+            "filled_entries": c.filled_entries.load(Relaxed),
+            "fills_discarded": c.fills_discarded.load(Relaxed),
+            "dropped": c.dropped.load(Relaxed),
+            "evicted": c.evicted.load(Relaxed),
+        })
+    }
+}

@@ -1,0 +1,224 @@
+use super::*;
+use crate::known::inode::ROOT;
+use crossfs_events::{DirAttrs, Event, EventKind, RelPath};
+
+fn file(ino: u64) -> Rgetattr {
+    let mut a = Rgetattr {
+        mode: libc::S_IFREG | 0o644,
+        ..Rgetattr::default()
+    };
+    a.qid.path = ino;
+    a
+}
+
+fn names(listing: &[Listed]) -> Vec<&[u8]> {
+    listing.iter().map(|l| &l.entry.name[..]).collect()
+}
+
+fn now() -> Fetched {
+    crate::known::listed_attrs::ListedAttrs::default().before_fetch()
+}
+
+/// Replicas following events, the root's complete with one file "a" (node 10).
+fn root_listing_one_file() -> DirReplicas {
+    let r = DirReplicas::new(100);
+    r.set_following(true);
+    let ticket = r.ticket(ROOT).unwrap();
+    let listed = vec![(b"a".to_vec(), file(10), 5)];
+    assert!(r.install(ROOT, ticket, listed, true, now()));
+    r
+}
+
+#[test]
+fn opendirs_share_one_listing_with_the_servers_cookies_until_a_name_comes() {
+    let r = DirReplicas::new(100);
+    r.set_following(true);
+    let ticket = r.ticket(ROOT).expect("the root is anchored");
+    let dot = |name: &[u8], cookie| (name.to_vec(), Rgetattr::default(), cookie);
+    let listed = vec![
+        dot(b".", 7),
+        dot(b"..", 3),
+        (b"b".to_vec(), file(11), 90),
+        (b"a".to_vec(), file(10), 12),
+    ];
+    assert!(r.install(ROOT, ticket, listed, true, now()));
+
+    let (first, _) = r.listing(ROOT).expect("complete");
+    assert_eq!(
+        names(&first),
+        [&b"."[..], b"..", b"b", b"a"],
+        "as the server listed them"
+    );
+    let cookies: Vec<u64> = first.iter().map(|l| l.entry.offset).collect();
+    assert_eq!(cookies, [7, 3, 90, 12], "the server's cookies");
+    assert!(Arc::ptr_eq(&first, &r.listing(ROOT).unwrap().0), "shared");
+
+    // A removal keeps every other cookie: the listing stays.
+    r.own_removed(ROOT, b"b", None);
+    assert_eq!(names(&r.listing(ROOT).unwrap().0), [&b"."[..], b"..", b"a"]);
+    assert_eq!(names(&first).len(), 4, "an open listing keeps what it had");
+    // A new name has no cookie of the server's: listings go to the server.
+    r.own_created(ROOT, b"c", &file(12), None);
+    assert!(r.listing(ROOT).is_none());
+    assert_eq!(r.lookup(ROOT, b"c"), Answer::Found(Arc::new(file(12))));
+}
+
+#[test]
+fn a_name_too_long_for_the_host_is_not_answered_missing() {
+    let r = root_listing_one_file();
+    assert_eq!(r.lookup(ROOT, &[b'x'; 255]), Answer::Missing);
+    assert_eq!(
+        r.lookup(ROOT, &[b'x'; 256]),
+        Answer::Ask,
+        "ENAMETOOLONG is the server's"
+    );
+}
+
+#[test]
+fn what_a_change_left_of_a_directory_answers_until_anything_touches_it() {
+    let r = DirReplicas::new(100);
+    r.set_following(true);
+    let dir_attrs = |mtime: u64| Rgetattr {
+        valid: 0x7ff,
+        mode: libc::S_IFDIR | 0o755,
+        mtime_sec: mtime,
+        ..Rgetattr::default()
+    };
+    // Kept: nothing but the removal touched the directory.
+    let before = r.ticket(ROOT).unwrap();
+    let left = DirLeft {
+        before,
+        attrs: dir_attrs(1),
+    };
+    r.own_removed(ROOT, b"a", Some(left));
+    assert_eq!(r.left_attrs(ROOT).map(|a| a.mtime_sec), Some(1));
+    // Any other change in it (here one through the mount that said nothing) ends it.
+    r.own_created(ROOT, b"b", &file(11), None);
+    assert_eq!(r.left_attrs(ROOT), None);
+    // Not kept: something touched the directory while the change was on its way.
+    let before = r.ticket(ROOT).unwrap();
+    r.own_created(ROOT, b"c", &file(12), None);
+    let left = DirLeft {
+        before,
+        attrs: dir_attrs(2),
+    };
+    r.own_removed(ROOT, b"c", Some(left));
+    assert_eq!(r.left_attrs(ROOT), None);
+    // Nor without attributes (`valid` 0: the server could not read them).
+    let before = r.ticket(ROOT).unwrap();
+    let left = DirLeft {
+        before,
+        attrs: Rgetattr::default(),
+    };
+    r.own_removed(ROOT, b"b", Some(left));
+    assert_eq!(r.left_attrs(ROOT), None);
+    // Losing the events ends all of it.
+    let before = r.ticket(ROOT).unwrap();
+    let left = DirLeft {
+        before,
+        attrs: dir_attrs(3),
+    };
+    r.own_removed(ROOT, b"x", Some(left));
+    assert!(r.left_attrs(ROOT).is_some());
+    r.set_following(false);
+    assert_eq!(r.left_attrs(ROOT), None);
+}
+
+#[test]
+fn what_a_change_left_of_a_directory_outlives_changes_to_its_files_not_to_its_names() {
+    let r = root_listing_one_file();
+    let left = |r: &DirReplicas| DirLeft {
+        before: r.ticket(ROOT).unwrap(),
+        attrs: Rgetattr {
+            valid: 0x7ff,
+            mode: libc::S_IFDIR | 0o755,
+            ..Rgetattr::default()
+        },
+    };
+    r.own_created(ROOT, b"b", &file(11), Some(left(&r)));
+    assert!(r.left_attrs(ROOT).is_some());
+    let event = |kind: EventKind, name: &str, ino: u64| Event {
+        epoch: 1,
+        seq: 1,
+        kind,
+        path: RelPath::new(name).unwrap(),
+        qid: Some(ino),
+        attrs: None,
+        dir: None,
+        from_dir: None,
+    };
+    // A file's attributes and content: the directory's stay.
+    r.own_changed(100, 11);
+    r.apply(&event(EventKind::Attrib, "a", 10), &|_, _| false);
+    r.apply(&event(EventKind::Modified, "b", 11), &|_, _| false);
+    assert!(r.left_attrs(ROOT).is_some());
+    assert_eq!(r.lookup(ROOT, b"a"), Answer::Ask, "the file's entry goes");
+    // The directory's own change: they go.
+    r.own_changed(ROOT, 1);
+    assert_eq!(r.left_attrs(ROOT), None);
+    // A name: they go.
+    r.own_removed(ROOT, b"x", Some(left(&r)));
+    assert!(r.left_attrs(ROOT).is_some());
+    r.apply(&event(EventKind::Created, "c", 12), &|_, _| false);
+    assert_eq!(r.left_attrs(ROOT), None);
+}
+
+#[test]
+fn the_echo_of_the_mounts_own_change_keeps_what_it_left_only_if_the_directory_is_so() {
+    let r = DirReplicas::new(100);
+    r.set_following(true);
+    let ticket = r.ticket(ROOT).unwrap();
+    assert!(r.install(ROOT, ticket, vec![], true, now()));
+    let attrs = |mtime: u64| Rgetattr {
+        valid: 0x7ff,
+        mode: libc::S_IFDIR | 0o755,
+        nlink: 2,
+        size: 4096,
+        mtime_sec: mtime,
+        ctime_sec: mtime,
+        ..Rgetattr::default()
+    };
+    let stat = |mtime: i64| DirAttrs {
+        mode: libc::S_IFDIR | 0o755,
+        nlink: 2,
+        size: 4096,
+        mtime_ns: mtime * 1_000_000_000,
+        ctime_ns: mtime * 1_000_000_000,
+        ..DirAttrs::default()
+    };
+    let created = |name: &str, dir: DirAttrs| Event {
+        epoch: 1,
+        seq: 1,
+        kind: EventKind::Created,
+        path: RelPath::new(name).unwrap(),
+        qid: Some(20),
+        attrs: None,
+        dir: Some(dir),
+        from_dir: None,
+    };
+    let make = |r: &DirReplicas, name: &[u8], mtime: u64| {
+        let left = DirLeft {
+            before: r.ticket(ROOT).unwrap(),
+            attrs: attrs(mtime),
+        };
+        r.own_created(ROOT, name, &file(20), Some(left));
+    };
+    let own = |_: u64, name: &[u8]| name == b"mine";
+    make(&r, b"mine", 5);
+    // Its echo, the directory as the creation left it: kept.
+    r.apply(&created("mine", stat(5)), &own);
+    assert_eq!(r.left_attrs(ROOT).map(|a| a.mtime_sec), Some(5));
+    // The echo, but the directory changed since (its stat says): gone.
+    r.apply(&created("mine", stat(6)), &own);
+    assert_eq!(r.left_attrs(ROOT), None);
+    // The host's creation, whatever the stat says: gone.
+    make(&r, b"mine", 7);
+    r.apply(&created("theirs", stat(7)), &own);
+    assert_eq!(r.left_attrs(ROOT), None);
+    // An event without the directory's stat (an older server): gone.
+    make(&r, b"mine", 8);
+    let mut old = created("mine", stat(8));
+    old.dir = None;
+    r.apply(&old, &own);
+    assert_eq!(r.left_attrs(ROOT), None);
+}

@@ -1,0 +1,31 @@
+//! What the server supports, learned as it answers: each flag is set once, the first time
+//! the server refuses a message or an act, and the mount uses the older way from then on.
+//!
+//! Nothing here is asked ahead: a server that has the crossfs extension
+//! ([`crossfs_client::Client::has_extensions`]) may still predate some of its messages.
+
+use std::sync::atomic::AtomicBool;
+
+/// The server's gaps, as found so far (all false at first: everything is tried).
+#[derive(Default)]
+pub(crate) struct ServerSupport {
+    /// The server lacks Tunlinkat/Trenameat (diod): use Tremove/Trename, as Linux does.
+    pub legacy_names: AtomicBool,
+    /// The server lacks Tunlinkatattr/Trenameatattr (a crossfs before them): the plain
+    /// messages, and the kernel's GETATTR of the directory afterwards goes to the server.
+    pub no_left_attrs: AtomicBool,
+    /// The server predates Twalkread: a deferred open is opened, then read.
+    pub no_walkread: AtomicBool,
+    /// The server predates Twalkreaddirattr: a directory is walked, then listed.
+    pub no_walkreaddirattr: AtomicBool,
+    /// The server predates Treadfiles: no small files are fetched.
+    pub no_readfiles: AtomicBool,
+    /// The server predates Twriteattr: writes are Twrites, and the kernel's GETATTR after
+    /// one goes to the server.
+    pub no_writeattr: AtomicBool,
+    /// The server has answered a Twriteattr: a write need not keep its data for a Twrite
+    /// again.
+    pub writeattr_answered: AtomicBool,
+    /// The server refused to give a new file to its creator (it is not root).
+    pub chown_refused: AtomicBool,
+}
