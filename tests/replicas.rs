@@ -1,4 +1,4 @@
-//! Directory replicas (`crates/mount/src/replica/`) against the real binaries: after
+//! Directory replicas (`crates/mount/src/known/replica/`) against the real binaries: after
 //! `crossfs sync`, every lookup, stat and listing through the mount equals the export,
 //! whatever the host did meanwhile and whatever faults came between (a tiny event queue,
 //! an overflow while the mount was stopped, a server restart). And what they save: the

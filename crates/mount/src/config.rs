@@ -37,7 +37,7 @@ pub struct MountConfig {
     pub threads: usize,
     /// The "device" shown in /proc/mounts (for example `host:/src`).
     pub fs_name: String,
-    /// Directory entries kept in all directory replicas at most (see `replica/`; 0: no
+    /// Directory entries kept in all directory replicas at most (see `known/replica/`; 0: no
     /// replicas). Replicas are used only while change events are followed, with a server
     /// that speaks the crossfs extension, and not in `never` mode.
     pub replica_entries: usize,
