@@ -160,8 +160,9 @@ impl Filesystem for CrossFs {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let s = self.s(req, Op::Lookup);
-        if let Some(reply) = s.replay_lookup(req.pid(), parent, bytes(name), reply) {
-            s.lookup(req.pid(), parent, bytes(name), reply);
+        match s.replay_lookup(req.pid(), parent, bytes(name)) {
+            Some(replayed) => answer(reply, replayed),
+            None => answer(reply, s.lookup(req.pid(), parent, bytes(name))),
         }
     }
 
@@ -174,7 +175,7 @@ impl Filesystem for CrossFs {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.s(req, Op::Getattr).getattr(req.pid(), ino, fh, reply);
+        answer(reply, self.s(req, Op::Getattr).getattr(req.pid(), ino, fh));
     }
 
     fn setattr(
@@ -207,7 +208,7 @@ impl Filesystem for CrossFs {
         let (s, in_flight) = self.s_changing(req, Op::Setattr, &[ino.0], &[]);
         if s.changes.is_replay(req.pid()) {
             // A replayed change: the kernel is told what the server has, nothing is sent.
-            return s.getattr(req.pid(), ino, None, reply);
+            return answer(reply, s.getattr(req.pid(), ino, None));
         }
         s.changes.note_node(ino.0);
         if size.is_some() {
@@ -215,11 +216,13 @@ impl Filesystem for CrossFs {
             // (`crate::ahead::pushed_pages`; the change clock moved above, so no other starts).
             s.ahead.page_push.settle(ino.0);
         }
-        s.setattr(ino, fh, (change, in_flight), reply);
+        // Held here until answered unless the server's answer ends it first.
+        let mut in_flight = Some(in_flight);
+        answer(reply, s.setattr(ino, fh, change, &mut in_flight));
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.s(req, Op::Readlink).readlink(ino, reply);
+        answer(reply, Ok(self.s(req, Op::Readlink).readlink(ino)));
     }
 
     fn mknod(
@@ -234,17 +237,11 @@ impl Filesystem for CrossFs {
     ) {
         let (s, _change) = self.s_changing(req, Op::Mknod, &[], &[(parent.0, bytes(name))]);
         if s.changes.is_replay(req.pid()) {
-            return s.lookup_existing(parent, bytes(name), reply);
+            return answer(reply, s.lookup_existing(parent, bytes(name)));
         }
         s.changes.note_name(parent.0, bytes(name));
-        s.mknod(
-            parent,
-            bytes(name),
-            mode,
-            rdev,
-            self.caller(req, parent),
-            reply,
-        );
+        let made = s.mknod(parent, bytes(name), mode, rdev, self.caller(req, parent));
+        answer(reply, made);
     }
 
     fn mkdir(
@@ -258,10 +255,13 @@ impl Filesystem for CrossFs {
     ) {
         let (s, _change) = self.s_changing(req, Op::Mkdir, &[], &[(parent.0, bytes(name))]);
         if s.changes.is_replay(req.pid()) {
-            return s.lookup_existing(parent, bytes(name), reply);
+            return answer(reply, s.lookup_existing(parent, bytes(name)));
         }
         s.changes.note_name(parent.0, bytes(name));
-        s.mkdir(parent, bytes(name), mode, self.caller(req, parent), reply);
+        answer(
+            reply,
+            s.mkdir(parent, bytes(name), mode, self.caller(req, parent)),
+        );
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -271,7 +271,7 @@ impl Filesystem for CrossFs {
             return reply.ok();
         }
         s.changes.note_name(parent.0, bytes(name));
-        s.unlink(parent, bytes(name), 0, reply);
+        answer(reply, s.unlink(parent, bytes(name), 0));
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -281,7 +281,10 @@ impl Filesystem for CrossFs {
             return reply.ok();
         }
         s.changes.note_name(parent.0, bytes(name));
-        s.unlink(parent, bytes(name), crossfs_wire::AT_REMOVEDIR, reply);
+        answer(
+            reply,
+            s.unlink(parent, bytes(name), crossfs_wire::AT_REMOVEDIR),
+        );
     }
 
     fn symlink(
@@ -294,16 +297,16 @@ impl Filesystem for CrossFs {
     ) {
         let (s, _change) = self.s_changing(req, Op::Symlink, &[], &[(parent.0, bytes(link_name))]);
         if s.changes.is_replay(req.pid()) {
-            return s.lookup_existing(parent, bytes(link_name), reply);
+            return answer(reply, s.lookup_existing(parent, bytes(link_name)));
         }
         s.changes.note_name(parent.0, bytes(link_name));
-        s.symlink(
+        let made = s.symlink(
             parent,
             bytes(link_name),
             bytes(target.as_os_str()),
             self.caller(req, parent),
-            reply,
         );
+        answer(reply, made);
     }
 
     fn rename(
@@ -339,7 +342,10 @@ impl Filesystem for CrossFs {
         }
         s.changes.note_name(parent.0, bytes(name));
         s.changes.note_name(newparent.0, bytes(newname));
-        s.rename(parent, bytes(name), newparent, bytes(newname), flags, reply);
+        answer(
+            reply,
+            s.rename(parent, bytes(name), newparent, bytes(newname), flags),
+        );
     }
 
     fn link(
@@ -353,7 +359,7 @@ impl Filesystem for CrossFs {
         let (s, _change) =
             self.s_changing(req, Op::Link, &[ino.0], &[(newparent.0, bytes(newname))]);
         s.changes.note_name(newparent.0, bytes(newname));
-        s.link(ino, newparent, bytes(newname), reply);
+        answer(reply, s.link(ino, newparent, bytes(newname)));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -483,7 +489,7 @@ impl Filesystem for CrossFs {
     }
 
     fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        self.s(req, Op::Statfs).statfs(ino, reply);
+        answer(reply, self.s(req, Op::Statfs).statfs(ino));
     }
 
     fn setxattr(
@@ -536,14 +542,8 @@ impl Filesystem for CrossFs {
     ) {
         let (s, _change) = self.s_changing(req, Op::Create, &[], &[(parent.0, bytes(name))]);
         s.changes.note_name(parent.0, bytes(name));
-        s.create(
-            parent,
-            bytes(name),
-            mode,
-            flags,
-            self.caller(req, parent),
-            reply,
-        );
+        let created = s.create(parent, bytes(name), mode, flags, self.caller(req, parent));
+        answer(reply, created);
     }
 
     fn getlk(
