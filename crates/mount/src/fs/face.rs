@@ -377,7 +377,7 @@ impl Filesystem for CrossFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.s(req, Op::Read).read(fh, offset, size, reply);
+        answer(reply, self.s(req, Op::Read).read(fh, offset, size));
     }
 
     fn write(
@@ -394,7 +394,9 @@ impl Filesystem for CrossFs {
     ) {
         let (s, change) = self.s_changing(req, Op::Write, &[ino.0], &[]);
         s.changes.note_node(ino.0);
-        s.write(fh, offset, data, change, reply);
+        // Held here until answered unless handed to the write's completion.
+        let mut change = Some(change);
+        answer(reply, s.write(fh, offset, data, &mut change));
     }
 
     fn flush(
@@ -405,7 +407,7 @@ impl Filesystem for CrossFs {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        self.s(req, Op::Flush).flush(fh, lock_owner, reply);
+        answer(reply, self.s(req, Op::Flush).flush(fh, lock_owner));
     }
 
     fn release(
@@ -434,7 +436,7 @@ impl Filesystem for CrossFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.s(req, Op::Fsync).fsync(fh, datasync, reply);
+        answer(reply, self.s(req, Op::Fsync).fsync(fh, datasync));
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -485,7 +487,7 @@ impl Filesystem for CrossFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.s(req, Op::Fsyncdir).fsync(fh, datasync, reply);
+        answer(reply, self.s(req, Op::Fsyncdir).fsync(fh, datasync));
     }
 
     fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {

@@ -118,6 +118,15 @@ impl Answer<ReplyData> for &[u8] {
     }
 }
 
+/// The bytes a write wrote.
+pub(crate) struct Written(pub u32);
+
+impl Answer<ReplyWrite> for Written {
+    fn send(self, reply: ReplyWrite) {
+        reply.written(self.0);
+    }
+}
+
 impl Answer<ReplyStatfs> for Rstatfs {
     fn send(self, reply: ReplyStatfs) {
         let s = self;
