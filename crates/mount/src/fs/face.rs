@@ -268,7 +268,7 @@ impl Filesystem for CrossFs {
         let (s, _change) = self.s_changing(req, Op::Unlink, &[], &[(parent.0, bytes(name))]);
         if s.changes.is_replay(req.pid()) {
             s.known.inodes.removed(parent.0, bytes(name));
-            return reply.ok();
+            return answer(reply, Ok(()));
         }
         s.changes.note_name(parent.0, bytes(name));
         answer(reply, s.unlink(parent, bytes(name), 0));
@@ -278,7 +278,7 @@ impl Filesystem for CrossFs {
         let (s, _change) = self.s_changing(req, Op::Rmdir, &[], &[(parent.0, bytes(name))]);
         if s.changes.is_replay(req.pid()) {
             s.known.inodes.removed(parent.0, bytes(name));
-            return reply.ok();
+            return answer(reply, Ok(()));
         }
         s.changes.note_name(parent.0, bytes(name));
         answer(
@@ -325,7 +325,8 @@ impl Filesystem for CrossFs {
             // file). Renamed as asked, it would move the stale entry over the fresh one
             // and keep it. ESTALE makes renameat(2) look both up again, once, and find one
             // file, which is nothing to rename.
-            return reply.error(Errno::ESTALE);
+            let stale: Result<(), Errno> = Err(Errno::ESTALE);
+            return answer(reply, stale);
         }
         let (s, _change) = self.s_changing(
             req,
@@ -338,7 +339,7 @@ impl Filesystem for CrossFs {
             s.known
                 .inodes
                 .renamed((parent.0, bytes(name)), (newparent.0, bytes(newname)));
-            return reply.ok();
+            return answer(reply, Ok(()));
         }
         s.changes.note_name(parent.0, bytes(name));
         s.changes.note_name(newparent.0, bytes(newname));
@@ -425,7 +426,7 @@ impl Filesystem for CrossFs {
             s.keep_idle(&file);
         }
         s.ahead.page_push.closed(fh.0);
-        reply.ok();
+        answer(reply, Ok(()));
     }
 
     fn fsync(
@@ -440,7 +441,11 @@ impl Filesystem for CrossFs {
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.s(req, Op::Opendir).opendir(ino, reply);
+        let s = self.s(req, Op::Opendir);
+        let opening = s.opening_dir(ino);
+        answer(reply, s.opendir(ino, &opening));
+        // The claim ends only now that the kernel has the answer.
+        drop(opening);
     }
 
     fn readdir(
@@ -449,9 +454,12 @@ impl Filesystem for CrossFs {
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        reply: ReplyDirectory,
+        mut reply: ReplyDirectory,
     ) {
-        self.s(req, Op::Readdir).readdir(ino, fh, offset, reply);
+        let listed = self
+            .s(req, Op::Readdir)
+            .readdir(ino, fh, offset, &mut reply);
+        answer(reply, listed);
     }
 
     fn readdirplus(
@@ -460,11 +468,12 @@ impl Filesystem for CrossFs {
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        reply: ReplyDirectoryPlus,
+        mut reply: ReplyDirectoryPlus,
     ) {
         let s = self.s(req, Op::Readdirplus);
         let priming = s.is_priming(req.pid());
-        s.readdirplus(ino, fh, offset, priming, reply);
+        let listed = s.readdirplus(ino, fh, offset, priming, &mut reply);
+        answer(reply, listed);
     }
 
     fn releasedir(
@@ -476,7 +485,7 @@ impl Filesystem for CrossFs {
         reply: ReplyEmpty,
     ) {
         self.s(req, Op::Releasedir).known.handles.remove(fh.0);
-        reply.ok();
+        answer(reply, Ok(()));
     }
 
     fn fsyncdir(
@@ -529,7 +538,8 @@ impl Filesystem for CrossFs {
     /// instead. ENOSYS tells the kernel to stop asking (access(2) then succeeds for any file
     /// that exists, as with other FUSE file systems without `default_permissions`).
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
-        reply.error(Errno::ENOSYS);
+        let unsupported: Result<(), Errno> = Err(Errno::ENOSYS);
+        answer(reply, unsupported);
     }
 
     fn create(
