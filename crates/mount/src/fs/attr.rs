@@ -3,13 +3,14 @@
 use std::sync::Arc;
 
 use crossfs_wire::{setattr as valid, Tgetattr, Tmessage, Tsetattr, Tsetattrget, Tstatfs};
-use fuser::{FileHandle, INodeNo, ReplyAttr, ReplyStatfs, TimeOrNow};
+use fuser::{Errno, FileHandle, INodeNo, ReplyAttr, ReplyStatfs, TimeOrNow};
 
+use super::reply::{answer, Attr, Later, NowOrLater};
 use super::{errno, wire_time, MountState};
 use crate::attr;
 use crate::fid::FidRef;
 use crate::known::cache::CacheMode;
-use crate::known::listed_attrs::ChangeInFlight;
+use crate::known::listed_attrs::{ChangeInFlight, Fetched};
 use crate::remote::{expect_reply, ATTR_MASK};
 
 /// The attribute changes of one SETATTR.
@@ -69,7 +70,7 @@ impl Change {
 impl MountState {
     /// The fid to stat or change through: the open handle's if there is one (an unlinked
     /// but open file can still be reached through it), else the node's.
-    fn attr_fid(&self, ino: INodeNo, fh: Option<FileHandle>) -> Result<Arc<FidRef>, fuser::Errno> {
+    fn attr_fid(&self, ino: INodeNo, fh: Option<FileHandle>) -> Result<Arc<FidRef>, Errno> {
         // A deferred open has no fid yet: the node's names the same file.
         if let Some(fid) = fh.and_then(|fh| self.known.handles.get(fh.0)?.fid().cloned()) {
             return Ok(fid);
@@ -77,28 +78,44 @@ impl MountState {
         self.node(ino)
     }
 
-    /// Fetches attributes and answers from the completion.
-    fn reply_attr(self: &Arc<Self>, ino: INodeNo, fid: Arc<FidRef>, reply: ReplyAttr) {
+    /// Node `ino`'s attributes as the kernel is given them, after they were seen.
+    fn attr_answer(
+        &self,
+        ino: INodeNo,
+        a: &crossfs_wire::Rgetattr,
+        fetched: Option<Fetched>,
+    ) -> Attr {
+        self.known.inodes.observe(ino.0, a, fetched);
+        self.attr_now(ino, a)
+    }
+
+    /// Node `ino`'s attributes as the kernel is given them.
+    fn attr_now(&self, ino: INodeNo, a: &crossfs_wire::Rgetattr) -> Attr {
+        Attr {
+            attr: attr::file_attr(ino.0, a, self.ids),
+            ttl: self.attr_ttl(),
+        }
+    }
+
+    /// Fetches attributes, answered from the completion.
+    fn fetch_attr(self: &Arc<Self>, ino: INodeNo, fid: Arc<FidRef>) -> Later<'static, ReplyAttr> {
         let shared = self.clone();
-        let fetched = self.known.listed.before_fetch();
-        let msg = Tmessage::Getattr(Tgetattr {
-            fid: fid.fid(),
-            request_mask: ATTR_MASK,
-        });
-        self.client.call_async(
-            msg,
-            Box::new(move |r| {
-                drop(fid);
-                match expect_reply!(r, Getattr) {
-                    Ok(a) => {
-                        shared.known.inodes.observe(ino.0, &a, Some(fetched));
-                        let fa = attr::file_attr(ino.0, &a, shared.ids);
-                        reply.attr(&shared.attr_ttl(), &fa);
-                    }
-                    Err(e) => reply.error(errno(&e)),
-                }
-            }),
-        );
+        Later::new(move |reply| {
+            let fetched = shared.known.listed.before_fetch();
+            let msg = Tmessage::Getattr(Tgetattr {
+                fid: fid.fid(),
+                request_mask: ATTR_MASK,
+            });
+            let client = shared.client.clone();
+            client.call_async(
+                msg,
+                Box::new(move |r| {
+                    drop(fid);
+                    let a = expect_reply!(r, Getattr).map_err(|e| errno(&e));
+                    answer(reply, a.map(|a| shared.attr_answer(ino, &a, Some(fetched))));
+                }),
+            );
+        })
     }
 
     /// GETATTR from thread `pid`. In `never` mode, the GETATTR a `stat` sends right after
@@ -109,15 +126,18 @@ impl MountState {
         pid: u32,
         ino: INodeNo,
         fh: Option<FileHandle>,
-        reply: ReplyAttr,
-    ) {
+    ) -> Result<NowOrLater<'static, Attr, ReplyAttr>, Errno> {
+        use NowOrLater::Now;
         if self.config.cache == CacheMode::Never && fh.is_none() {
             if let Some(fa) = self.known.recent.take(pid, ino.0) {
                 self.stats
                     .caches
                     .lookup_attrs_reused
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                return reply.attr(&self.attr_ttl(), &fa);
+                return Ok(Now(Attr {
+                    attr: fa,
+                    ttl: self.attr_ttl(),
+                }));
             }
         }
         if fh.is_none() && self.config.cache != CacheMode::Never {
@@ -128,8 +148,7 @@ impl MountState {
                     .caches
                     .dir_attrs_left
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                self.known.inodes.observe(ino.0, &a, None);
-                return reply.attr(&self.attr_ttl(), &attr::file_attr(ino.0, &a, self.ids));
+                return Ok(Now(self.attr_answer(ino, &a, None)));
             }
         }
         if let Some(a) = self.unchanged_attrs(ino.0) {
@@ -137,7 +156,7 @@ impl MountState {
                 .caches
                 .unchanged_attrs_sent
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return reply.attr(&self.attr_ttl(), &attr::file_attr(ino.0, &a, self.ids));
+            return Ok(Now(self.attr_now(ino, &a)));
         }
         if fh.is_none() {
             if let Some(crate::known::inode::NodeFid::Lazy {
@@ -146,13 +165,11 @@ impl MountState {
                 qid_path,
             }) = self.known.inodes.node_fid(ino.0)
             {
-                return self.getattr_lazy(ino, (dir_ino, &name, qid_path), reply);
+                return self.getattr_lazy(ino, (dir_ino, &name, qid_path)).map(Now);
             }
         }
-        match self.attr_fid(ino, fh) {
-            Ok(fid) => self.reply_attr(ino, fid, reply),
-            Err(e) => reply.error(e),
-        }
+        let fid = self.attr_fid(ino, fh)?;
+        Ok(NowOrLater::Later(self.fetch_attr(ino, fid)))
     }
 
     /// While change events are followed, the node's newest fetched attributes if nothing
@@ -205,82 +222,63 @@ impl MountState {
         self: &Arc<Self>,
         ino: INodeNo,
         (dir_ino, name, qid_path): (u64, &[u8], u64),
-        reply: ReplyAttr,
-    ) {
-        let dir = match self.node(INodeNo(dir_ino)) {
-            Ok(d) => d,
-            Err(e) => return reply.error(e),
-        };
+    ) -> Result<Attr, Errno> {
+        let dir = self.node(INodeNo(dir_ino))?;
         let fetched = self.known.listed.before_fetch();
         match crate::remote::resolve_one(&self.client, &dir, name, None) {
             Ok((fid, a)) if a.qid.path == qid_path => {
                 self.known.inodes.bind(ino.0, fid);
-                self.known.inodes.observe(ino.0, &a, Some(fetched));
-                reply.attr(&self.attr_ttl(), &attr::file_attr(ino.0, &a, self.ids));
+                Ok(self.attr_answer(ino, &a, Some(fetched)))
             }
-            _ => reply.error(self.lazy_failed(dir_ino, name)),
+            _ => Err(self.lazy_failed(dir_ino, name)),
         }
     }
 
-    /// SETATTR; `in_flight` marks the file changed until the server has answered.
+    /// SETATTR; `in_flight` marks the file changed until the server has answered. It is
+    /// taken from the caller when the server's answer ends it; else it ends with the
+    /// caller's hold of it, after the kernel has the answer.
     pub(super) fn setattr(
         self: &Arc<Self>,
         ino: INodeNo,
         fh: Option<FileHandle>,
-        (change, in_flight): (Change, ChangeInFlight),
-        reply: ReplyAttr,
-    ) {
-        if let Err(e) = self.writable() {
-            return reply.error(e);
-        }
-        let fid = match self.attr_fid(ino, fh) {
-            Ok(f) => f,
-            Err(e) => return reply.error(e),
-        };
+        change: Change,
+        in_flight: &mut Option<ChangeInFlight>,
+    ) -> Result<NowOrLater<'static, Attr, ReplyAttr>, Errno> {
+        self.writable()?;
+        let fid = self.attr_fid(ino, fh)?;
         if self.client.has_extensions() {
             // Both in one round trip (Tsetattrget).
             let msg = Tmessage::Setattrget(Tsetattrget {
                 set: change.to_wire(fid.fid()),
                 request_mask: ATTR_MASK,
             });
-            return match expect_reply!(self.client.call(msg), Setattrget) {
-                Ok(r) => {
-                    // The kernel asks for them again before a chown (to drop set-user-ID
-                    // bits): the answer may give them, as a fetch would.
-                    let fetched = in_flight.end_with_answer(r.attr.qid.path);
-                    self.known.inodes.observe(ino.0, &r.attr, fetched);
-                    let fa = attr::file_attr(ino.0, &r.attr, self.ids);
-                    reply.attr(&self.attr_ttl(), &fa);
-                }
-                Err(e) => reply.error(errno(&e)),
-            };
+            let r = expect_reply!(self.client.call(msg), Setattrget).map_err(|e| errno(&e))?;
+            // The kernel asks for them again before a chown (to drop set-user-ID
+            // bits): the answer may give them, as a fetch would.
+            let fetched = in_flight
+                .take()
+                .and_then(|c| c.end_with_answer(r.attr.qid.path));
+            return Ok(NowOrLater::Now(self.attr_answer(ino, &r.attr, fetched)));
         }
         // The getattr must see the change, and a server may run two requests in either
         // order: wait for Rsetattr before asking.
         let msg = Tmessage::Setattr(change.to_wire(fid.fid()));
-        if let Err(e) = self.client.call(msg) {
-            return reply.error(errno(&e));
-        }
-        self.reply_attr(ino, fid, reply);
+        self.client.call(msg).map_err(|e| errno(&e))?;
+        Ok(NowOrLater::Later(self.fetch_attr(ino, fid)))
     }
 
-    pub(super) fn statfs(&self, ino: INodeNo, reply: ReplyStatfs) {
-        let fid = match self.node(ino).or_else(|_| self.node(INodeNo::ROOT)) {
-            Ok(f) => f,
-            Err(e) => return reply.error(e),
-        };
+    pub(super) fn statfs(&self, ino: INodeNo) -> Result<Later<'static, ReplyStatfs>, Errno> {
+        let fid = self.node(ino).or_else(|_| self.node(INodeNo::ROOT))?;
         let msg = Tmessage::Statfs(Tstatfs { fid: fid.fid() });
-        self.client.call_async(
-            msg,
-            Box::new(move |r| {
-                drop(fid);
-                match expect_reply!(r, Statfs) {
-                    Ok(s) => reply.statfs(
-                        s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
-                    ),
-                    Err(e) => reply.error(errno(&e)),
-                }
-            }),
-        );
+        let client = self.client.clone();
+        Ok(Later::new(move |reply| {
+            client.call_async(
+                msg,
+                Box::new(move |r| {
+                    drop(fid);
+                    answer(reply, expect_reply!(r, Statfs).map_err(|e| errno(&e)));
+                }),
+            );
+        }))
     }
 }

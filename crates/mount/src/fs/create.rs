@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use crossfs_client::ClientError;
 use crossfs_wire::{Rmessage, Tcreateattr, Tcreateattrdir, Tlcreate, Tmessage};
-use fuser::{FileHandle, Generation, INodeNo, ReplyCreate};
+use fuser::{Errno, FileHandle, INodeNo};
 
 use super::open::{wire_open_flags, writes};
+use super::reply::{Created, Opened};
 use super::{errno, Caller, MountState};
 use crate::fid::FidRef;
 use crate::known::handle::Reopen;
@@ -17,7 +18,7 @@ use crate::remote::{clone_fid, expect_reply, resolve_one, ATTR_MASK};
 
 /// A file created and opened: the open fid, the node's fid, its attributes, and what the
 /// creation left of its directory, if the server said.
-type Created = (
+type NewFile = (
     Arc<FidRef>,
     Arc<FidRef>,
     crossfs_wire::Rgetattr,
@@ -38,24 +39,18 @@ impl MountState {
         mode: u32,
         flags: i32,
         caller: Caller,
-        reply: ReplyCreate,
-    ) {
-        if let Err(e) = self.writable() {
-            return reply.error(e);
-        }
-        let dir = match self.node(parent) {
-            Ok(d) => d,
-            Err(e) => return reply.error(e),
-        };
+    ) -> Result<Created, Errno> {
+        self.writable()?;
+        let dir = self.node(parent)?;
         let wire = wire_open_flags(flags, self.config.cache.writeback());
         if self.client.has_extensions() {
             match self.create_in_one((parent.0, &dir), name, wire, mode, caller) {
                 Ok((fid, node, a, left)) => {
                     let created = (fid, node, a, left);
-                    return self.reply_created((parent, name), created, (flags, wire), reply);
+                    return Ok(self.created((parent, name), created, (flags, wire)));
                 }
                 Err(ClientError::Errno(libc::EEXIST)) if flags & libc::O_EXCL == 0 => {}
-                Err(e) => return reply.error(errno(&e)),
+                Err(e) => return Err(errno(&e)),
             }
         }
         let created = clone_fid(&self.client, &dir).and_then(|fid| {
@@ -77,21 +72,14 @@ impl MountState {
             }
             Err(e) => Err(e),
         };
-        let (fid, created_for, wire) = match opened {
-            Ok(f) => f,
-            Err(e) => return reply.error(errno(&e)),
-        };
+        let (fid, created_for, wire) = opened.map_err(|e| errno(&e))?;
         let found =
             resolve_one(&self.client, &dir, name, None).and_then(|(node, a)| match created_for {
                 Some(c) => Ok((node.clone(), self.give_to(c, &node, a)?)),
                 None => Ok((node, a)),
             });
-        match found {
-            Ok((node, a)) => {
-                self.reply_created((parent, name), (fid, node, a, None), (flags, wire), reply)
-            }
-            Err(e) => reply.error(errno(&e)),
-        }
+        let (node, a) = found.map_err(|e| errno(&e))?;
+        Ok(self.created((parent, name), (fid, node, a, None), (flags, wire)))
     }
 
     /// The crossfs extension's Tcreateattr: the file created and opened, a fid for its
@@ -106,7 +94,7 @@ impl MountState {
         wire: u32,
         mode: u32,
         caller: Caller,
-    ) -> Result<Created, ClientError> {
+    ) -> Result<NewFile, ClientError> {
         let (nodefid, openfid) = (self.client.alloc_fid(), self.client.alloc_fid());
         let create = Tcreateattr {
             dfid: dir.fid(),
@@ -166,14 +154,13 @@ impl MountState {
         Ok((fid, node, a, left))
     }
 
-    /// Answers a CREATE: the new file's node, and its open handle.
-    pub(super) fn reply_created(
+    /// The answer to a CREATE: the new file's node, and its open handle.
+    fn created(
         &self,
         (parent, name): (INodeNo, &[u8]),
-        (fid, node, a, left): Created,
+        (fid, node, a, left): NewFile,
         (flags, wire): (i32, u32),
-        reply: ReplyCreate,
-    ) {
+    ) -> Created {
         // A new file (see `create_entry` in `fs/entry.rs`).
         self.known.listed.changed([a.qid.path]);
         self.known.replicas.own_created(parent.0, name, &a, left);
@@ -183,12 +170,10 @@ impl MountState {
             self.ahead.page_push.write_opened(fh, fa.ino.0);
         }
         let open_flags = self.fopen_flags(fa.ino.0, flags);
-        reply.created(
-            &self.entry_ttl(),
-            &fa,
-            Generation(0),
-            FileHandle(fh),
-            open_flags,
-        );
+        Created {
+            attr: fa,
+            ttl: self.entry_ttl(),
+            opened: Opened(FileHandle(fh), open_flags),
+        }
     }
 }

@@ -12,8 +12,9 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use crossfs_wire::{DirEntry, DirEntryAttr};
-use fuser::{FileHandle, FileType, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus};
+use fuser::{Errno, FileHandle, FileType, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus};
 
+use super::reply::Then;
 use super::{errno, MountState};
 use crate::attr::{self, kind_of_dtype};
 use crate::fid::FidRef;
@@ -245,27 +246,21 @@ impl MountState {
         by_path.ino_or_own(e.qid.path).max(1)
     }
 
+    /// Adds entries to `reply` until it is full or the listing ends; the caller ends the
+    /// reply (or answers with the error, which drops the entries added).
     pub(super) fn readdir(
         &self,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
-        let file = match self.open_file(fh) {
-            Ok(f) => f,
-            Err(e) => return reply.error(e),
-        };
-        let fid = match self.file_fid(&file) {
-            Ok(f) => f.fid(),
-            Err(e) => return reply.error(e),
-        };
+        reply: &mut ReplyDirectory,
+    ) -> Result<(), Errno> {
+        let file = self.open_file(fh)?;
+        let fid = self.file_fid(&file)?.fid();
         let mut s = lock(&file.dir);
         s.seek(offset);
         loop {
-            if let Err(e) = self.fill(file.reopen.node, fid, &mut s) {
-                return reply.error(e);
-            }
+            self.fill(file.reopen.node, fid, &mut s)?;
             if s.front().is_none() {
                 break;
             }
@@ -275,13 +270,12 @@ impl MountState {
                 let ino = Self::dirent_ino(&by_path, e);
                 let name = OsStr::from_bytes(&e.name);
                 if reply.add(INodeNo(ino), e.offset, kind_of_dtype(e.ty), name) {
-                    drop(by_path);
-                    return reply.ok();
+                    return Ok(());
                 }
                 s.consume();
             }
         }
-        reply.ok();
+        Ok(())
     }
 
     /// Each entry comes with its attributes and counts as a lookup; a batch of entries
@@ -292,23 +286,21 @@ impl MountState {
     /// listing was fetched (a replica follows change events, not reads, which may move
     /// the access time). During a tree walk, the subdirectories listed are
     /// fetched ahead (`crate::ahead::tree_walk`), unless `priming`: the mount's own listing
-    /// ahead (`crate::ahead::primed_dirs`).
+    /// ahead (`crate::ahead::primed_dirs`), once the kernel has the entries. As
+    /// [`MountState::readdir`], the caller ends the reply.
     pub(super) fn readdirplus(
         &self,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         priming: bool,
-        mut reply: ReplyDirectoryPlus,
-    ) {
+        reply: &mut ReplyDirectoryPlus,
+    ) -> Result<Then<'_, ()>, Errno> {
         let (file, dir) = match (self.open_file(fh), self.node(ino)) {
             (Ok(f), Ok(d)) => (f, d),
-            (Err(e), _) | (_, Err(e)) => return reply.error(e),
+            (Err(e), _) | (_, Err(e)) => return Err(e),
         };
-        let fid = match self.file_fid(&file) {
-            Ok(f) => f.fid(),
-            Err(e) => return reply.error(e),
-        };
+        let fid = self.file_fid(&file)?.fid();
         let walking = !priming
             && self.replicas_usable()
             && if offset == 0 {
@@ -320,9 +312,7 @@ impl MountState {
         let mut s = lock(&file.dir);
         s.seek(offset);
         'batches: loop {
-            if let Err(e) = self.fill(ino.0, fid, &mut s) {
-                return reply.error(e);
-            }
+            self.fill(ino.0, fid, &mut s)?;
             if s.front().is_none() {
                 break;
             }
@@ -397,14 +387,15 @@ impl MountState {
             }
         }
         drop(s);
-        reply.ok();
-        if let Some(tx) = self.ahead.subdirs_to_fetch.get() {
-            for dir in subdirs.into_iter().filter(|d| !self.known.replicas.has(*d)) {
-                if tx.try_send(dir).is_err() {
-                    break; // full: the program lists the rest itself
+        Ok(Then::new((), move || {
+            if let Some(tx) = self.ahead.subdirs_to_fetch.get() {
+                for dir in subdirs.into_iter().filter(|d| !self.known.replicas.has(*d)) {
+                    if tx.try_send(dir).is_err() {
+                        break; // full: the program lists the rest itself
+                    }
                 }
             }
-        }
+        }))
     }
 
     /// Starts the thread that fetches the replicas of subdirectories during a tree walk

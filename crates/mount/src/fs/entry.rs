@@ -8,8 +8,9 @@ use crossfs_wire::{
     setattr as valid, Qid, Rgetattr, Rmessage, Tlink, Tmessage, Tmkdir, Tmknod, Treadlink, Tremove,
     Trename, Trenameat, Trenameatattr, Tsetattr, Tsymlink, Tunlinkat, Tunlinkatattr,
 };
-use fuser::{Errno, FileType, Generation, INodeNo, RenameFlags, ReplyData, ReplyEmpty, ReplyEntry};
+use fuser::{Errno, FileType, INodeNo, RenameFlags, ReplyData};
 
+use super::reply::{answer, Entry, Later, Then};
 use super::{errno, Caller, MountState};
 use crate::attr::{self, decode_dev};
 use crate::fid::FidRef;
@@ -51,39 +52,39 @@ impl MountState {
         }
     }
 
-    /// Answers with the looked-up file. `looked_up_by`: the thread of a LOOKUP, whose
+    /// The looked-up file's entry. `looked_up_by`: the thread of a LOOKUP, whose
     /// attributes `never` mode keeps for its GETATTR, recorded before the reply lets the
     /// thread go on.
-    fn reply_entry(
+    fn entry(
         &self,
         at: (INodeNo, &[u8]),
-        reply: ReplyEntry,
         r: Result<(Arc<FidRef>, Rgetattr), ClientError>,
         looked_up_by: Option<u32>,
         fetched: Option<Fetched>,
-    ) -> Option<u64> {
-        match r {
-            Ok((fid, a)) => {
-                let fa = self.remember(at, fid, &a, fetched);
-                if let (Some(pid), CacheMode::Never) = (looked_up_by, self.config.cache) {
-                    self.known.recent.record(pid, fa.ino.0, fa);
-                }
-                let entry_ttl = self.entry_ttl_for(fa.kind);
-                reply.entry_with_ttls(&self.attr_ttl(), &entry_ttl, &fa, Generation(0));
-                Some(fa.ino.0)
-            }
-            Err(e) => {
-                reply.error(errno(&e));
-                None
-            }
+    ) -> Result<Entry, Errno> {
+        let (fid, a) = r.map_err(|e| errno(&e))?;
+        let fa = self.remember(at, fid, &a, fetched);
+        if let (Some(pid), CacheMode::Never) = (looked_up_by, self.config.cache) {
+            self.known.recent.record(pid, fa.ino.0, fa);
         }
+        Ok(Entry {
+            attr: fa,
+            attr_ttl: self.attr_ttl(),
+            entry_ttl: self.entry_ttl_for(fa.kind),
+        })
     }
 
     /// LOOKUP from thread `pid`: answered from the directory's replica when there is one
     /// (see `crate::known::replica`), the first lookup in a directory filling it; otherwise one
     /// round trip for a name already known (see [`crate::remote::resolve`]), two for a new
-    /// one (one with the crossfs extension).
-    pub(super) fn lookup(&self, pid: u32, parent: INodeNo, name: &[u8], reply: ReplyEntry) {
+    /// one (one with the crossfs extension). A directory's replica is anchored, and the
+    /// directory listed ahead, once the kernel has the answer.
+    pub(super) fn lookup<'a>(
+        &'a self,
+        pid: u32,
+        parent: INodeNo,
+        name: &'a [u8],
+    ) -> Result<Then<'a, Entry>, Errno> {
         let ticket = if self.replicas_usable() {
             self.known.replicas.ticket(parent.0)
         } else {
@@ -103,17 +104,16 @@ impl MountState {
             }
             match answer {
                 Answer::Found(a) => {
-                    self.reply_replica((parent, name), &a, ticket, reply);
-                    return self.looked_up_in_replica(parent.0);
+                    let entry = self.replica_entry((parent, name), &a, ticket);
+                    return Ok(Then::new(entry, move || {
+                        self.looked_up_in_replica(parent.0)
+                    }));
                 }
-                Answer::Missing => return self.reply_missing(parent.0, name, reply),
+                Answer::Missing => return self.missing(parent.0, name).map(Then::alone),
                 Answer::Ask => {}
             }
         }
-        let dir = match self.node(parent) {
-            Ok(d) => d,
-            Err(e) => return reply.error(e),
-        };
+        let dir = self.node(parent)?;
         let expected = self.known.inodes.expected(parent.0, name);
         let fetched = self.known.listed.before_fetch();
         match resolve_one(&self.client, &dir, name, expected) {
@@ -121,33 +121,36 @@ impl MountState {
                 if let Some(t) = ticket {
                     self.known.replicas.learned(parent.0, t, name, None);
                 }
-                self.reply_missing(parent.0, name, reply)
+                self.missing(parent.0, name).map(Then::alone)
             }
             r => {
                 if let (Some(t), Ok((_, a))) = (ticket, &r) {
                     self.known.replicas.learned(parent.0, t, name, Some(a));
                 }
                 let anchor = ticket.filter(|_| r.as_ref().is_ok_and(|(_, a)| attr::is_dir(a)));
-                let ino = self.reply_entry((parent, name), reply, r, Some(pid), Some(fetched));
-                if let (Some(t), Some(ino)) = (anchor, ino) {
-                    self.known.replicas.anchor(parent.0, name, ino, t);
-                }
+                let entry = self.entry((parent, name), r, Some(pid), Some(fetched))?;
+                let ino = entry.attr.ino.0;
+                Ok(match anchor {
+                    Some(t) => Then::new(entry, move || {
+                        self.known.replicas.anchor(parent.0, name, ino, t);
+                    }),
+                    None => Then::alone(entry),
+                })
             }
         }
     }
 
-    /// Answers a LOOKUP with what the replica of `parent` says `name` is: the node the
+    /// The answer to a LOOKUP from what the replica of `parent` says `name` is: the node the
     /// mount already has for that file, or a new one walked only when needed. As for a
     /// listing (`MountState::readdirplus`): the attributes the mount fetched for the file
     /// since, if still exact; else the replica's, for no time if the server read the file
     /// for the mount since the replica's listing was fetched (the kernel then asks).
-    fn reply_replica(
+    fn replica_entry(
         &self,
         (parent, name): (INodeNo, &[u8]),
         a: &Rgetattr,
         ticket: crate::known::replica::Ticket,
-        reply: ReplyEntry,
-    ) {
+    ) -> Entry {
         let (a, fetched) = &self.freshest_listed(a);
         let attr_ttl = self.attr_ttl();
         let exact = fetched.is_some()
@@ -166,20 +169,19 @@ impl MountState {
             self.known.replicas.anchor(parent.0, name, ino, ticket);
         }
         let fa = attr::file_attr(ino, a, self.ids);
-        let entry_ttl = self.entry_ttl_for(fa.kind);
-        reply.entry_with_ttls(&attr_ttl, &entry_ttl, &fa, Generation(0));
+        Entry {
+            attr: fa,
+            attr_ttl,
+            entry_ttl: self.entry_ttl_for(fa.kind),
+        }
     }
 
     /// LOOKUP for a replayed creation (see `crate::changes`): the file the server has,
     /// never a negative entry.
-    pub(crate) fn lookup_existing(&self, parent: INodeNo, name: &[u8], reply: ReplyEntry) {
-        match self.node(parent) {
-            Ok(dir) => {
-                let r = resolve_one(&self.client, &dir, name, None);
-                self.reply_entry((parent, name), reply, r, None, None);
-            }
-            Err(e) => reply.error(e),
-        }
+    pub(crate) fn lookup_existing(&self, parent: INodeNo, name: &[u8]) -> Result<Entry, Errno> {
+        let dir = self.node(parent)?;
+        let r = resolve_one(&self.client, &dir, name, None);
+        self.entry((parent, name), r, None, None)
     }
 
     /// A missing name: an entry of node 0 that the kernel caches for the negative timeout,
@@ -187,7 +189,7 @@ impl MountState {
     /// is created through this mount. While events are followed and the mount can track
     /// the name (so that its creation on the host invalidates it), and no `--negative-ttl`
     /// was given, the timeout is long.
-    fn reply_missing(&self, parent: u64, name: &[u8], reply: ReplyEntry) {
+    fn missing(&self, parent: u64, name: &[u8]) -> Result<Entry, Errno> {
         use std::sync::atomic::Ordering::Relaxed;
         self.known.inodes.forget_name(parent, name);
         let tracked = self.changes.note_missing(parent, name);
@@ -203,12 +205,15 @@ impl MountState {
                     .caches
                     .negative_entries_sent
                     .fetch_add(1, Relaxed);
-                let none = attr::placeholder(0, FileType::RegularFile);
-                reply.entry_with_ttls(&Duration::ZERO, &ttl, &none, Generation(0));
+                Ok(Entry {
+                    attr: attr::placeholder(0, FileType::RegularFile),
+                    attr_ttl: Duration::ZERO,
+                    entry_ttl: ttl,
+                })
             }
             None => {
                 self.stats.caches.enoent_sent.fetch_add(1, Relaxed);
-                reply.error(Errno::ENOENT);
+                Err(Errno::ENOENT)
             }
         }
     }
@@ -254,31 +259,23 @@ impl MountState {
     }
 
     /// Sends a request that creates `name` in `parent` for `caller`, then looks the new
-    /// file up.
-    fn create_entry(
-        &self,
+    /// file up. A directory made is anchored once the kernel has the answer.
+    fn create_entry<'a>(
+        &'a self,
         parent: INodeNo,
-        name: &[u8],
+        name: &'a [u8],
         caller: Option<Caller>,
-        reply: ReplyEntry,
         make: impl FnOnce(&FidRef) -> Tmessage,
-    ) {
-        if let Err(e) = self.writable() {
-            return reply.error(e);
-        }
-        let dir = match self.node(parent) {
-            Ok(d) => d,
-            Err(e) => return reply.error(e),
-        };
+    ) -> Result<Then<'a, Entry>, Errno> {
+        self.writable()?;
+        let dir = self.node(parent)?;
         // Taken before the request: a directory made here is anchored only if nothing
         // else touched `parent` meanwhile.
         let before = self
             .replicas_usable()
             .then(|| self.known.replicas.ticket(parent.0))
             .flatten();
-        if let Err(e) = self.client.call(make(&dir)) {
-            return reply.error(errno(&e));
-        }
+        self.client.call(make(&dir)).map_err(|e| errno(&e))?;
         let r = resolve_one(&self.client, &dir, name, None).and_then(|(fid, a)| match caller {
             Some(c) => Ok((fid.clone(), self.give_to(c, &fid, a)?)),
             None => Ok((fid, a)),
@@ -294,43 +291,45 @@ impl MountState {
             // Created, but its attributes are unknown.
             Err(_) => self.known.replicas.stale(parent.0, name),
         }
-        let ino = self.reply_entry((parent, name), reply, r, None, None);
-        if let (true, Some(before), Some(ino)) = (made_dir, before, ino) {
-            self.known
-                .replicas
-                .own_made_dir(parent.0, name, ino, before);
-        }
+        let entry = self.entry((parent, name), r, None, None)?;
+        let ino = entry.attr.ino.0;
+        Ok(match (made_dir, before) {
+            (true, Some(before)) => Then::new(entry, move || {
+                self.known
+                    .replicas
+                    .own_made_dir(parent.0, name, ino, before);
+            }),
+            _ => Then::alone(entry),
+        })
     }
 
-    pub(super) fn mkdir(
-        &self,
+    pub(super) fn mkdir<'a>(
+        &'a self,
         parent: INodeNo,
-        name: &[u8],
+        name: &'a [u8],
         mode: u32,
         caller: Caller,
-        reply: ReplyEntry,
-    ) {
-        self.create_entry(parent, name, Some(caller), reply, |dir| {
+    ) -> Result<Then<'a, Entry>, Errno> {
+        self.create_entry(parent, name, Some(caller), |dir| {
             Tmessage::Mkdir(Tmkdir {
                 dfid: dir.fid(),
                 name: name.to_vec(),
                 mode: mode & 0o7777,
                 gid: caller.gid,
             })
-        });
+        })
     }
 
-    pub(super) fn mknod(
-        &self,
+    pub(super) fn mknod<'a>(
+        &'a self,
         parent: INodeNo,
-        name: &[u8],
+        name: &'a [u8],
         mode: u32,
         rdev: u32,
         caller: Caller,
-        reply: ReplyEntry,
-    ) {
+    ) -> Result<Then<'a, Entry>, Errno> {
         let (major, minor) = decode_dev(rdev);
-        self.create_entry(parent, name, Some(caller), reply, |dir| {
+        self.create_entry(parent, name, Some(caller), |dir| {
             Tmessage::Mknod(Tmknod {
                 dfid: dir.fid(),
                 name: name.to_vec(),
@@ -339,39 +338,40 @@ impl MountState {
                 minor,
                 gid: caller.gid,
             })
-        });
+        })
     }
 
-    pub(super) fn symlink(
-        &self,
+    pub(super) fn symlink<'a>(
+        &'a self,
         parent: INodeNo,
-        name: &[u8],
+        name: &'a [u8],
         target: &[u8],
         caller: Caller,
-        reply: ReplyEntry,
-    ) {
-        self.create_entry(parent, name, Some(caller), reply, |dir| {
+    ) -> Result<Then<'a, Entry>, Errno> {
+        self.create_entry(parent, name, Some(caller), |dir| {
             Tmessage::Symlink(Tsymlink {
                 fid: dir.fid(),
                 name: name.to_vec(),
                 symtgt: target.to_vec(),
                 gid: caller.gid,
             })
-        });
+        })
     }
 
-    pub(super) fn link(&self, ino: INodeNo, newparent: INodeNo, name: &[u8], reply: ReplyEntry) {
-        let file = match self.node(ino) {
-            Ok(f) => f,
-            Err(e) => return reply.error(e),
-        };
-        self.create_entry(newparent, name, None, reply, |dir| {
+    pub(super) fn link<'a>(
+        &'a self,
+        ino: INodeNo,
+        newparent: INodeNo,
+        name: &'a [u8],
+    ) -> Result<Then<'a, Entry>, Errno> {
+        let file = self.node(ino)?;
+        self.create_entry(newparent, name, None, |dir| {
             Tmessage::Link(Tlink {
                 dfid: dir.fid(),
                 fid: file.fid(),
                 name: name.to_vec(),
             })
-        });
+        })
     }
 
     /// Sends a name-changing request, falling back to the older 9P2000.L form (Tremove,
@@ -403,53 +403,57 @@ impl MountState {
         crate::remote::walk_name(&self.client, dir, name)
     }
 
-    pub(super) fn unlink(&self, parent: INodeNo, name: &[u8], flags: u32, reply: ReplyEmpty) {
-        let run = || -> Result<Option<DirLeft>, Errno> {
-            self.writable()?;
-            let dir = self.node(parent)?;
-            self.keep_reachable(parent.0, name);
-            let before = self.ticket_for_left(parent.0);
-            if let Some(before) = before {
-                let msg = Tmessage::Unlinkatattr(Tunlinkatattr {
-                    dirfd: dir.fid(),
-                    name: name.to_vec(),
-                    flags,
-                    request_mask: ATTR_MASK,
-                });
-                match self.call_left(msg) {
-                    Some(Ok(Rmessage::Unlinkatattr(r))) => {
-                        return Ok(Some(DirLeft {
-                            before,
-                            attrs: r.dir,
-                        }))
-                    }
-                    Some(Ok(other)) => return Err(errno(&crate::remote::unexpected(other))),
-                    Some(Err(e)) => return Err(errno(&e)),
-                    None => {}
-                }
-            }
-            let msg = Tmessage::Unlinkat(Tunlinkat {
+    pub(super) fn unlink(&self, parent: INodeNo, name: &[u8], flags: u32) -> Result<(), Errno> {
+        let left = self.unlink_on_server(parent, name, flags)?;
+        self.known.inodes.removed(parent.0, name);
+        self.known.replicas.own_removed(parent.0, name, left);
+        Ok(())
+    }
+
+    /// Removes `name` from `parent` on the server; returns what that left of the directory,
+    /// if the server said.
+    fn unlink_on_server(
+        &self,
+        parent: INodeNo,
+        name: &[u8],
+        flags: u32,
+    ) -> Result<Option<DirLeft>, Errno> {
+        self.writable()?;
+        let dir = self.node(parent)?;
+        self.keep_reachable(parent.0, name);
+        let before = self.ticket_for_left(parent.0);
+        if let Some(before) = before {
+            let msg = Tmessage::Unlinkatattr(Tunlinkatattr {
                 dirfd: dir.fid(),
                 name: name.to_vec(),
                 flags,
+                request_mask: ATTR_MASK,
             });
-            self.change_name(msg, || {
-                let (fid, _) = self.walk_name(&dir, name)?;
-                // Tremove clunks the fid whatever the outcome.
-                let msg = Tmessage::Remove(Tremove { fid: fid.fid() });
-                fid.forget_clunked();
-                self.client.call(msg).map(|_| ())
-            })?;
-            Ok(None)
-        };
-        match run() {
-            Ok(left) => {
-                self.known.inodes.removed(parent.0, name);
-                self.known.replicas.own_removed(parent.0, name, left);
-                reply.ok()
+            match self.call_left(msg) {
+                Some(Ok(Rmessage::Unlinkatattr(r))) => {
+                    return Ok(Some(DirLeft {
+                        before,
+                        attrs: r.dir,
+                    }))
+                }
+                Some(Ok(other)) => return Err(errno(&crate::remote::unexpected(other))),
+                Some(Err(e)) => return Err(errno(&e)),
+                None => {}
             }
-            Err(e) => reply.error(e),
         }
+        let msg = Tmessage::Unlinkat(Tunlinkat {
+            dirfd: dir.fid(),
+            name: name.to_vec(),
+            flags,
+        });
+        self.change_name(msg, || {
+            let (fid, _) = self.walk_name(&dir, name)?;
+            // Tremove clunks the fid whatever the outcome.
+            let msg = Tmessage::Remove(Tremove { fid: fid.fid() });
+            fid.forget_clunked();
+            self.client.call(msg).map(|_| ())
+        })?;
+        Ok(None)
     }
 
     /// Before a change through the mount takes `name` in `parent` from its file (an
@@ -506,118 +510,122 @@ impl MountState {
         newparent: INodeNo,
         newname: &[u8],
         flags: RenameFlags,
-        reply: ReplyEmpty,
-    ) {
-        let run = || -> Result<Option<(DirLeft, DirLeft)>, Errno> {
-            self.writable()?;
-            if !flags.is_empty() {
-                return Err(Errno::EINVAL);
-            }
-            let (from, to) = (self.node(parent)?, self.node(newparent)?);
-            self.keep_reachable(newparent.0, newname);
-            let before = self
-                .ticket_for_left(parent.0)
-                .zip(self.ticket_for_left(newparent.0));
-            if let Some((from_before, to_before)) = before {
-                let msg = Tmessage::Renameatattr(Trenameatattr {
-                    olddirfid: from.fid(),
-                    oldname: name.to_vec(),
-                    newdirfid: to.fid(),
-                    newname: newname.to_vec(),
-                    request_mask: ATTR_MASK,
-                });
-                match self.call_left(msg) {
-                    Some(Ok(Rmessage::Renameatattr(r))) => {
-                        let left = |before, attrs| DirLeft { before, attrs };
-                        return Ok(Some((
-                            left(from_before, r.olddir),
-                            left(to_before, r.newdir),
-                        )));
-                    }
-                    Some(Ok(other)) => return Err(errno(&crate::remote::unexpected(other))),
-                    Some(Err(e)) => return Err(errno(&e)),
-                    None => {}
-                }
-            }
-            let msg = Tmessage::Renameat(Trenameat {
+    ) -> Result<(), Errno> {
+        let left = self.rename_on_server((parent, name), (newparent, newname), flags)?;
+        self.known
+            .inodes
+            .renamed((parent.0, name), (newparent.0, newname));
+        self.known
+            .replicas
+            .own_renamed((parent.0, name), (newparent.0, newname), left);
+        Ok(())
+    }
+
+    /// Renames `name` in `parent` to `newname` in `newparent` on the server; returns what
+    /// that left of the two directories, if the server said.
+    fn rename_on_server(
+        &self,
+        (parent, name): (INodeNo, &[u8]),
+        (newparent, newname): (INodeNo, &[u8]),
+        flags: RenameFlags,
+    ) -> Result<Option<(DirLeft, DirLeft)>, Errno> {
+        self.writable()?;
+        if !flags.is_empty() {
+            return Err(Errno::EINVAL);
+        }
+        let (from, to) = (self.node(parent)?, self.node(newparent)?);
+        self.keep_reachable(newparent.0, newname);
+        let before = self
+            .ticket_for_left(parent.0)
+            .zip(self.ticket_for_left(newparent.0));
+        if let Some((from_before, to_before)) = before {
+            let msg = Tmessage::Renameatattr(Trenameatattr {
                 olddirfid: from.fid(),
                 oldname: name.to_vec(),
                 newdirfid: to.fid(),
                 newname: newname.to_vec(),
+                request_mask: ATTR_MASK,
             });
-            self.change_name(msg, || {
-                let (fid, qid) = self.walk_name(&from, name)?;
-                let msg = Tmessage::Rename(Trename {
-                    fid: fid.fid(),
-                    dfid: to.fid(),
-                    name: newname.to_vec(),
-                });
-                self.client.call(msg)?;
-                // Servers of this vintage name files by path (diod): the fid just renamed
-                // follows the file, the node's older fid does not.
-                self.known.inodes.refresh(qid.path, fid);
-                Ok(())
-            })?;
-            Ok(None)
-        };
-        match run() {
-            Ok(left) => {
-                self.known
-                    .inodes
-                    .renamed((parent.0, name), (newparent.0, newname));
-                self.known
-                    .replicas
-                    .own_renamed((parent.0, name), (newparent.0, newname), left);
-                reply.ok()
+            match self.call_left(msg) {
+                Some(Ok(Rmessage::Renameatattr(r))) => {
+                    let left = |before, attrs| DirLeft { before, attrs };
+                    return Ok(Some((
+                        left(from_before, r.olddir),
+                        left(to_before, r.newdir),
+                    )));
+                }
+                Some(Ok(other)) => return Err(errno(&crate::remote::unexpected(other))),
+                Some(Err(e)) => return Err(errno(&e)),
+                None => {}
             }
-            Err(e) => reply.error(e),
         }
+        let msg = Tmessage::Renameat(Trenameat {
+            olddirfid: from.fid(),
+            oldname: name.to_vec(),
+            newdirfid: to.fid(),
+            newname: newname.to_vec(),
+        });
+        self.change_name(msg, || {
+            let (fid, qid) = self.walk_name(&from, name)?;
+            let msg = Tmessage::Rename(Trename {
+                fid: fid.fid(),
+                dfid: to.fid(),
+                name: newname.to_vec(),
+            });
+            self.client.call(msg)?;
+            // Servers of this vintage name files by path (diod): the fid just renamed
+            // follows the file, the node's older fid does not.
+            self.known.inodes.refresh(qid.path, fid);
+            Ok(())
+        })?;
+        Ok(None)
     }
 
     /// With FUSE_CACHE_SYMLINKS the kernel keeps the target in its page cache, so this runs
     /// once per symlink while its attributes stay valid. While events are followed, the
     /// target may come with the directory's small files (`crate::ahead::small_files`).
-    pub(super) fn readlink(self: &Arc<Self>, ino: INodeNo, reply: ReplyData) {
+    pub(super) fn readlink(self: &Arc<Self>, ino: INodeNo) -> Later<'static, ReplyData> {
         let shared = self.clone();
-        self.with_small_file(
-            ino.0,
-            Box::new(
-                move |found: Option<crate::ahead::small_files::SmallFile>| match found {
-                    Some(link) if link.attr.mode & libc::S_IFMT == libc::S_IFLNK => {
-                        reply.data(&link.data)
-                    }
-                    None => shared.readlink_from_server(ino, reply),
-                    // Not a link (its number now names another file): asked for, off the
-                    // thread this may run on (the client's reader).
-                    Some(_) => {
-                        let spawned = std::thread::Builder::new()
-                            .name("crossfs-readlink".into())
-                            .spawn(move || shared.readlink_from_server(ino, reply));
-                        if let Err(e) = spawned {
-                            tracing::warn!("cannot start a thread to read a link: {e}");
+        Later::new(move |reply| {
+            let again = shared.clone();
+            shared.with_small_file(
+                ino.0,
+                Box::new(
+                    move |found: Option<crate::ahead::small_files::SmallFile>| match found {
+                        Some(link) if link.attr.mode & libc::S_IFMT == libc::S_IFLNK => {
+                            answer(reply, Ok(&link.data[..]))
                         }
-                    }
-                },
-            ),
-        );
+                        None => answer(reply, again.readlink_from_server(ino)),
+                        // Not a link (its number now names another file): asked for, off the
+                        // thread this may run on (the client's reader).
+                        Some(_) => {
+                            let spawned = std::thread::Builder::new()
+                                .name("crossfs-readlink".into())
+                                .spawn(move || answer(reply, again.readlink_from_server(ino)));
+                            if let Err(e) = spawned {
+                                tracing::warn!("cannot start a thread to read a link: {e}");
+                            }
+                        }
+                    },
+                ),
+            );
+        })
     }
 
-    fn readlink_from_server(&self, ino: INodeNo, reply: ReplyData) {
-        let fid = match self.node(ino) {
-            Ok(f) => f,
-            Err(e) => return reply.error(e),
-        };
+    fn readlink_from_server(&self, ino: INodeNo) -> Result<Later<'static, ReplyData>, Errno> {
+        let fid = self.node(ino)?;
         self.reading(ino.0);
         let msg = Tmessage::Readlink(Treadlink { fid: fid.fid() });
-        self.client.call_async(
-            msg,
-            Box::new(move |r| {
-                drop(fid);
-                match expect_reply!(r, Readlink) {
-                    Ok(l) => reply.data(&l.target),
-                    Err(e) => reply.error(errno(&e)),
-                }
-            }),
-        );
+        let client = self.client.clone();
+        Ok(Later::new(move |reply| {
+            client.call_async(
+                msg,
+                Box::new(move |r| {
+                    drop(fid);
+                    let target = expect_reply!(r, Readlink).map(|l| l.target);
+                    answer(reply, target.map_err(|e| errno(&e)));
+                }),
+            );
+        }))
     }
 }

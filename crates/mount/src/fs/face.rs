@@ -160,8 +160,9 @@ impl Filesystem for CrossFs {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let s = self.s(req, Op::Lookup);
-        if let Some(reply) = s.replay_lookup(req.pid(), parent, bytes(name), reply) {
-            s.lookup(req.pid(), parent, bytes(name), reply);
+        match s.replay_lookup(req.pid(), parent, bytes(name)) {
+            Some(replayed) => answer(reply, replayed),
+            None => answer(reply, s.lookup(req.pid(), parent, bytes(name))),
         }
     }
 
@@ -174,7 +175,7 @@ impl Filesystem for CrossFs {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.s(req, Op::Getattr).getattr(req.pid(), ino, fh, reply);
+        answer(reply, self.s(req, Op::Getattr).getattr(req.pid(), ino, fh));
     }
 
     fn setattr(
@@ -207,7 +208,7 @@ impl Filesystem for CrossFs {
         let (s, in_flight) = self.s_changing(req, Op::Setattr, &[ino.0], &[]);
         if s.changes.is_replay(req.pid()) {
             // A replayed change: the kernel is told what the server has, nothing is sent.
-            return s.getattr(req.pid(), ino, None, reply);
+            return answer(reply, s.getattr(req.pid(), ino, None));
         }
         s.changes.note_node(ino.0);
         if size.is_some() {
@@ -215,11 +216,13 @@ impl Filesystem for CrossFs {
             // (`crate::ahead::pushed_pages`; the change clock moved above, so no other starts).
             s.ahead.page_push.settle(ino.0);
         }
-        s.setattr(ino, fh, (change, in_flight), reply);
+        // Held here until answered unless the server's answer ends it first.
+        let mut in_flight = Some(in_flight);
+        answer(reply, s.setattr(ino, fh, change, &mut in_flight));
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.s(req, Op::Readlink).readlink(ino, reply);
+        answer(reply, Ok(self.s(req, Op::Readlink).readlink(ino)));
     }
 
     fn mknod(
@@ -234,17 +237,11 @@ impl Filesystem for CrossFs {
     ) {
         let (s, _change) = self.s_changing(req, Op::Mknod, &[], &[(parent.0, bytes(name))]);
         if s.changes.is_replay(req.pid()) {
-            return s.lookup_existing(parent, bytes(name), reply);
+            return answer(reply, s.lookup_existing(parent, bytes(name)));
         }
         s.changes.note_name(parent.0, bytes(name));
-        s.mknod(
-            parent,
-            bytes(name),
-            mode,
-            rdev,
-            self.caller(req, parent),
-            reply,
-        );
+        let made = s.mknod(parent, bytes(name), mode, rdev, self.caller(req, parent));
+        answer(reply, made);
     }
 
     fn mkdir(
@@ -258,30 +255,36 @@ impl Filesystem for CrossFs {
     ) {
         let (s, _change) = self.s_changing(req, Op::Mkdir, &[], &[(parent.0, bytes(name))]);
         if s.changes.is_replay(req.pid()) {
-            return s.lookup_existing(parent, bytes(name), reply);
+            return answer(reply, s.lookup_existing(parent, bytes(name)));
         }
         s.changes.note_name(parent.0, bytes(name));
-        s.mkdir(parent, bytes(name), mode, self.caller(req, parent), reply);
+        answer(
+            reply,
+            s.mkdir(parent, bytes(name), mode, self.caller(req, parent)),
+        );
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let (s, _change) = self.s_changing(req, Op::Unlink, &[], &[(parent.0, bytes(name))]);
         if s.changes.is_replay(req.pid()) {
             s.known.inodes.removed(parent.0, bytes(name));
-            return reply.ok();
+            return answer(reply, Ok(()));
         }
         s.changes.note_name(parent.0, bytes(name));
-        s.unlink(parent, bytes(name), 0, reply);
+        answer(reply, s.unlink(parent, bytes(name), 0));
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let (s, _change) = self.s_changing(req, Op::Rmdir, &[], &[(parent.0, bytes(name))]);
         if s.changes.is_replay(req.pid()) {
             s.known.inodes.removed(parent.0, bytes(name));
-            return reply.ok();
+            return answer(reply, Ok(()));
         }
         s.changes.note_name(parent.0, bytes(name));
-        s.unlink(parent, bytes(name), crossfs_wire::AT_REMOVEDIR, reply);
+        answer(
+            reply,
+            s.unlink(parent, bytes(name), crossfs_wire::AT_REMOVEDIR),
+        );
     }
 
     fn symlink(
@@ -294,16 +297,16 @@ impl Filesystem for CrossFs {
     ) {
         let (s, _change) = self.s_changing(req, Op::Symlink, &[], &[(parent.0, bytes(link_name))]);
         if s.changes.is_replay(req.pid()) {
-            return s.lookup_existing(parent, bytes(link_name), reply);
+            return answer(reply, s.lookup_existing(parent, bytes(link_name)));
         }
         s.changes.note_name(parent.0, bytes(link_name));
-        s.symlink(
+        let made = s.symlink(
             parent,
             bytes(link_name),
             bytes(target.as_os_str()),
             self.caller(req, parent),
-            reply,
         );
+        answer(reply, made);
     }
 
     fn rename(
@@ -322,7 +325,8 @@ impl Filesystem for CrossFs {
             // file). Renamed as asked, it would move the stale entry over the fresh one
             // and keep it. ESTALE makes renameat(2) look both up again, once, and find one
             // file, which is nothing to rename.
-            return reply.error(Errno::ESTALE);
+            let stale: Result<(), Errno> = Err(Errno::ESTALE);
+            return answer(reply, stale);
         }
         let (s, _change) = self.s_changing(
             req,
@@ -335,11 +339,14 @@ impl Filesystem for CrossFs {
             s.known
                 .inodes
                 .renamed((parent.0, bytes(name)), (newparent.0, bytes(newname)));
-            return reply.ok();
+            return answer(reply, Ok(()));
         }
         s.changes.note_name(parent.0, bytes(name));
         s.changes.note_name(newparent.0, bytes(newname));
-        s.rename(parent, bytes(name), newparent, bytes(newname), flags, reply);
+        answer(
+            reply,
+            s.rename(parent, bytes(name), newparent, bytes(newname), flags),
+        );
     }
 
     fn link(
@@ -353,7 +360,7 @@ impl Filesystem for CrossFs {
         let (s, _change) =
             self.s_changing(req, Op::Link, &[ino.0], &[(newparent.0, bytes(newname))]);
         s.changes.note_name(newparent.0, bytes(newname));
-        s.link(ino, newparent, bytes(newname), reply);
+        answer(reply, s.link(ino, newparent, bytes(newname)));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -371,7 +378,7 @@ impl Filesystem for CrossFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.s(req, Op::Read).read(fh, offset, size, reply);
+        answer(reply, self.s(req, Op::Read).read(fh, offset, size));
     }
 
     fn write(
@@ -388,7 +395,9 @@ impl Filesystem for CrossFs {
     ) {
         let (s, change) = self.s_changing(req, Op::Write, &[ino.0], &[]);
         s.changes.note_node(ino.0);
-        s.write(fh, offset, data, change, reply);
+        // Held here until answered unless handed to the write's completion.
+        let mut change = Some(change);
+        answer(reply, s.write(fh, offset, data, &mut change));
     }
 
     fn flush(
@@ -399,7 +408,7 @@ impl Filesystem for CrossFs {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        self.s(req, Op::Flush).flush(fh, lock_owner, reply);
+        answer(reply, self.s(req, Op::Flush).flush(fh, lock_owner));
     }
 
     fn release(
@@ -417,7 +426,7 @@ impl Filesystem for CrossFs {
             s.keep_idle(&file);
         }
         s.ahead.page_push.closed(fh.0);
-        reply.ok();
+        answer(reply, Ok(()));
     }
 
     fn fsync(
@@ -428,11 +437,15 @@ impl Filesystem for CrossFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.s(req, Op::Fsync).fsync(fh, datasync, reply);
+        answer(reply, self.s(req, Op::Fsync).fsync(fh, datasync));
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.s(req, Op::Opendir).opendir(ino, reply);
+        let s = self.s(req, Op::Opendir);
+        let opening = s.opening_dir(ino);
+        answer(reply, s.opendir(ino, &opening));
+        // The claim ends only now that the kernel has the answer.
+        drop(opening);
     }
 
     fn readdir(
@@ -441,9 +454,12 @@ impl Filesystem for CrossFs {
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        reply: ReplyDirectory,
+        mut reply: ReplyDirectory,
     ) {
-        self.s(req, Op::Readdir).readdir(ino, fh, offset, reply);
+        let listed = self
+            .s(req, Op::Readdir)
+            .readdir(ino, fh, offset, &mut reply);
+        answer(reply, listed);
     }
 
     fn readdirplus(
@@ -452,11 +468,12 @@ impl Filesystem for CrossFs {
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        reply: ReplyDirectoryPlus,
+        mut reply: ReplyDirectoryPlus,
     ) {
         let s = self.s(req, Op::Readdirplus);
         let priming = s.is_priming(req.pid());
-        s.readdirplus(ino, fh, offset, priming, reply);
+        let listed = s.readdirplus(ino, fh, offset, priming, &mut reply);
+        answer(reply, listed);
     }
 
     fn releasedir(
@@ -468,7 +485,7 @@ impl Filesystem for CrossFs {
         reply: ReplyEmpty,
     ) {
         self.s(req, Op::Releasedir).known.handles.remove(fh.0);
-        reply.ok();
+        answer(reply, Ok(()));
     }
 
     fn fsyncdir(
@@ -479,11 +496,11 @@ impl Filesystem for CrossFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.s(req, Op::Fsyncdir).fsync(fh, datasync, reply);
+        answer(reply, self.s(req, Op::Fsyncdir).fsync(fh, datasync));
     }
 
     fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        self.s(req, Op::Statfs).statfs(ino, reply);
+        answer(reply, self.s(req, Op::Statfs).statfs(ino));
     }
 
     fn setxattr(
@@ -521,7 +538,8 @@ impl Filesystem for CrossFs {
     /// instead. ENOSYS tells the kernel to stop asking (access(2) then succeeds for any file
     /// that exists, as with other FUSE file systems without `default_permissions`).
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
-        reply.error(Errno::ENOSYS);
+        let unsupported: Result<(), Errno> = Err(Errno::ENOSYS);
+        answer(reply, unsupported);
     }
 
     fn create(
@@ -536,14 +554,8 @@ impl Filesystem for CrossFs {
     ) {
         let (s, _change) = self.s_changing(req, Op::Create, &[], &[(parent.0, bytes(name))]);
         s.changes.note_name(parent.0, bytes(name));
-        s.create(
-            parent,
-            bytes(name),
-            mode,
-            flags,
-            self.caller(req, parent),
-            reply,
-        );
+        let created = s.create(parent, bytes(name), mode, flags, self.caller(req, parent));
+        answer(reply, created);
     }
 
     fn getlk(

@@ -116,7 +116,7 @@ impl MountState {
         fh: FileHandle,
         l: Range,
         sleep: bool,
-    ) -> Result<Later<ReplyEmpty>, Errno> {
+    ) -> Result<Later<'static, ReplyEmpty>, Errno> {
         let file = self.open_file(fh)?;
         if l.typ != libc::F_UNLCK {
             lock(&file.lock_owners).insert(l.owner);

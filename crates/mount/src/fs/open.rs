@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use crossfs_client::ClientError;
 use crossfs_wire::{open_flags as of, Rmessage, Tlopen, Tmessage, Twalkopen};
-use fuser::{Errno, FileHandle, FopenFlags, INodeNo, ReplyOpen};
+use fuser::{Errno, FileHandle, FopenFlags, INodeNo};
 
 use super::reply::Opened;
 use super::{errno, MountState};
@@ -281,20 +281,36 @@ impl MountState {
         }
     }
 
-    /// With the crossfs extension (outside `never` mode) a directory is listed through its
-    /// node's own fid, so opening it sends nothing (and closing it neither).
-    pub(super) fn opendir(&self, ino: INodeNo, reply: ReplyOpen) {
-        let flags = libc::O_RDONLY | libc::O_DIRECTORY;
+    /// The first step of an OPENDIR of `ino`: how it will be listed, and the directory
+    /// claimed if its listing is to be fetched. The claim lasts as long as what this
+    /// returns, which the caller holds until the kernel has the answer.
+    pub(super) fn opening_dir(&self, ino: INodeNo) -> OpeningDir<'_> {
         let listing_only = self.client.has_extensions() && self.config.cache != CacheMode::Never;
         if listing_only {
             // Fetched ahead right now (`crate::ahead::tree_walk`): its replica will answer.
             self.ahead.tree_walk.wait_for(ino.0);
         }
+        let listing = listing_only && !self.known.replicas.has(ino.0);
+        OpeningDir {
+            listing_only,
+            listing,
+            // Claimed, so that the walk ahead does not fetch it a second time meanwhile.
+            _fetching: listing.then(|| self.ahead.tree_walk.fetch(ino.0)),
+        }
+    }
+
+    /// With the crossfs extension (outside `never` mode) a directory is listed through its
+    /// node's own fid, so opening it sends nothing (and closing it neither). `opening`:
+    /// from [`MountState::opening_dir`].
+    pub(super) fn opendir(&self, ino: INodeNo, opening: &OpeningDir<'_>) -> Result<Opened, Errno> {
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY;
+        let OpeningDir {
+            listing_only,
+            listing,
+            ..
+        } = *opening;
         // The listing's first entries may come with the directory's fid: as `fill` does,
         // the read is noted first, then the ticket and the time are taken.
-        let listing = listing_only && !self.known.replicas.has(ino.0);
-        // Claimed, so that the walk ahead does not fetch it a second time meanwhile.
-        let _fetching = listing.then(|| self.ahead.tree_walk.fetch(ino.0));
         if listing {
             self.reading(ino.0);
         }
@@ -311,47 +327,52 @@ impl MountState {
         } else {
             self.open_node(ino, flags)
         };
-        match opened {
-            Ok((fid, wire)) => {
-                let reopen = Reopen::new(ino.0, wire);
-                let fh = if listing_only {
-                    self.known.handles.insert_listing(fid, reopen)
-                } else {
-                    self.known.handles.insert(fid, reopen)
-                };
-                if self.replicas_usable() {
-                    // Taken first: directories listed are anchored with it (their own
-                    // replicas may then answer), unless the directory changed since.
-                    let ticket = self.known.replicas.ticket(ino.0);
-                    if let (Some((listing, fetched)), Some(file)) = (
-                        self.known.replicas.listing(ino.0),
-                        self.known.handles.get(fh),
-                    ) {
-                        // The listing is answered from the replica, as it is now.
-                        *lock(&file.dir) = DirStream::from_replica(listing, ticket, fetched);
-                        first = None;
-                    }
-                }
-                if let (Some(listed), Some(file)) = (first, self.known.handles.get(fh)) {
-                    self.take_listed(ino.0, &mut lock(&file.dir), listed, ticket, fetched);
-                }
-                // Directory listings may stay in the page cache where names do too; the
-                // kernel drops them when the directory changes through this mount, and
-                // the change events drop them when it changes on the host.
-                let flags = match self.config.cache {
-                    CacheMode::Metadata | CacheMode::Always => {
-                        FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
-                    }
-                    CacheMode::Auto if self.follows_events() => {
-                        FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
-                    }
-                    CacheMode::Never | CacheMode::Auto => FopenFlags::empty(),
-                };
-                reply.opened(FileHandle(fh), flags);
+        let (fid, wire) = opened?;
+        let reopen = Reopen::new(ino.0, wire);
+        let fh = if listing_only {
+            self.known.handles.insert_listing(fid, reopen)
+        } else {
+            self.known.handles.insert(fid, reopen)
+        };
+        if self.replicas_usable() {
+            // Taken first: directories listed are anchored with it (their own
+            // replicas may then answer), unless the directory changed since.
+            let ticket = self.known.replicas.ticket(ino.0);
+            if let (Some((listing, fetched)), Some(file)) = (
+                self.known.replicas.listing(ino.0),
+                self.known.handles.get(fh),
+            ) {
+                // The listing is answered from the replica, as it is now.
+                *lock(&file.dir) = DirStream::from_replica(listing, ticket, fetched);
+                first = None;
             }
-            Err(e) => reply.error(e),
         }
+        if let (Some(listed), Some(file)) = (first, self.known.handles.get(fh)) {
+            self.take_listed(ino.0, &mut lock(&file.dir), listed, ticket, fetched);
+        }
+        // Directory listings may stay in the page cache where names do too; the
+        // kernel drops them when the directory changes through this mount, and
+        // the change events drop them when it changes on the host.
+        let flags = match self.config.cache {
+            CacheMode::Metadata | CacheMode::Always => {
+                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
+            }
+            CacheMode::Auto if self.follows_events() => {
+                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
+            }
+            CacheMode::Never | CacheMode::Auto => FopenFlags::empty(),
+        };
+        Ok(Opened(FileHandle(fh), flags))
     }
+}
+
+/// An OPENDIR under way (see [`MountState::opening_dir`]).
+pub(super) struct OpeningDir<'a> {
+    /// Listed through the node's own fid: nothing is opened on the server.
+    listing_only: bool,
+    /// No replica answers the listing: it is fetched.
+    listing: bool,
+    _fetching: Option<Option<crate::ahead::tree_walk::Fetching<'a>>>,
 }
 
 #[cfg(test)]

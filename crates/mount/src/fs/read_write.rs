@@ -13,6 +13,7 @@ use crossfs_client::ClientError;
 use crossfs_wire::{Rmessage, Tfsync, Tmessage, Twalkread};
 use fuser::{Errno, FileHandle, INodeNo, ReplyData, ReplyEmpty, ReplyWrite};
 
+use super::reply::{answer, Later, NowOrLater, Written};
 use super::{errno, MountState};
 use crate::ahead::small_files::SmallFile;
 use crate::fid::FidRef;
@@ -32,25 +33,27 @@ impl MountState {
         file: Arc<OpenFile>,
         offset: u64,
         size: u32,
-        reply: ReplyData,
-    ) {
-        let ino = file.reopen.node;
+    ) -> Later<'static, ReplyData> {
         let shared = self.clone();
-        self.with_small_file(
-            ino,
-            Box::new(move |found: Option<SmallFile>| {
-                let Some(f) = found else {
-                    return shared.walk_and_read(file, offset, size, reply);
-                };
-                // The kernel asks for the access time after a read: these answer it.
-                shared.known.inodes.observe(ino, &f.attr, Some(f.fetched));
-                let start = usize::try_from(offset)
-                    .unwrap_or(usize::MAX)
-                    .min(f.data.len());
-                let end = start.saturating_add(size as usize).min(f.data.len());
-                reply.data(&f.data[start..end]);
-            }),
-        );
+        Later::new(move |reply| {
+            let ino = file.reopen.node;
+            let again = shared.clone();
+            shared.with_small_file(
+                ino,
+                Box::new(move |found: Option<SmallFile>| {
+                    let Some(f) = found else {
+                        return answer(reply, again.walk_and_read(file, offset, size));
+                    };
+                    // The kernel asks for the access time after a read: these answer it.
+                    again.known.inodes.observe(ino, &f.attr, Some(f.fetched));
+                    let start = usize::try_from(offset)
+                        .unwrap_or(usize::MAX)
+                        .min(f.data.len());
+                    let end = start.saturating_add(size as usize).min(f.data.len());
+                    answer(reply, Ok(&f.data[start..end]));
+                }),
+            );
+        })
     }
 
     /// Twalkread opens the file and reads it in one round trip, from the node's fid or,
@@ -61,92 +64,117 @@ impl MountState {
         file: Arc<OpenFile>,
         offset: u64,
         size: u32,
-        reply: ReplyData,
-    ) {
+    ) -> Result<Later<'static, ReplyData>, Errno> {
         let (base, wnames, lazy) = match self.known.inodes.node_fid(file.reopen.node) {
             Some(NodeFid::Bound(fid)) => (fid, vec![], None),
             Some(NodeFid::Lazy {
                 dir_ino,
                 name,
                 qid_path,
-            }) => match self.node(INodeNo(dir_ino)) {
-                Ok(dir) => (dir, vec![name.clone()], Some((dir_ino, name, qid_path))),
-                Err(e) => return reply.error(e),
-            },
-            None => return reply.error(Errno::ESTALE),
+            }) => {
+                let dir = self.node(INodeNo(dir_ino))?;
+                (dir, vec![name.clone()], Some((dir_ino, name, qid_path)))
+            }
+            None => return Err(Errno::ESTALE),
         };
         let ino = file.reopen.node;
         self.reading(ino);
         let fetched = self.known.listed.before_fetch();
-        let newfid = self.client.alloc_fid();
-        let msg = Tmessage::Walkread(Twalkread {
-            fid: base.fid(),
-            newfid,
-            wnames,
-            flags: file.reopen.flags,
-            offset,
-            count: size,
-            request_mask: ATTR_MASK,
-        });
         let shared = self.clone();
-        self.client.call_async(
-            msg,
-            Box::new(move |r| {
-                drop(base);
-                let read = match r {
-                    Ok(Rmessage::Walkread(r)) => r,
-                    Ok(other) => {
-                        shared.client.free_fid(newfid);
-                        return reply.error(errno(&crate::remote::unexpected(other)));
-                    }
-                    Err(ClientError::Errno(libc::EOPNOTSUPP)) => {
-                        shared.client.free_fid(newfid);
-                        shared.server.no_walkread.store(true, Ordering::Relaxed);
-                        // Opening waits for the server: not on the client's reader thread.
-                        let again = shared.clone();
-                        let spawned = std::thread::Builder::new()
-                            .name("crossfs-open".into())
-                            .spawn(move || again.read_open(file, offset, size, reply));
-                        if let Err(e) = spawned {
-                            tracing::warn!("cannot start a thread to open a file: {e}");
+        Ok(Later::new(move |reply| {
+            let newfid = shared.client.alloc_fid();
+            let msg = Tmessage::Walkread(Twalkread {
+                fid: base.fid(),
+                newfid,
+                wnames,
+                flags: file.reopen.flags,
+                offset,
+                count: size,
+                request_mask: ATTR_MASK,
+            });
+            let client = shared.client.clone();
+            client.call_async(
+                msg,
+                Box::new(move |r| {
+                    drop(base);
+                    let read = match r {
+                        Ok(Rmessage::Walkread(r)) => r,
+                        Err(ClientError::Errno(libc::EOPNOTSUPP)) => {
+                            shared.client.free_fid(newfid);
+                            shared.server.no_walkread.store(true, Ordering::Relaxed);
+                            // Opening waits for the server: not on the client's reader thread.
+                            let again = shared.clone();
+                            let spawned = std::thread::Builder::new()
+                                .name("crossfs-open".into())
+                                .spawn(move || answer(reply, again.read_open(file, offset, size)));
+                            if let Err(e) = spawned {
+                                tracing::warn!("cannot start a thread to open a file: {e}");
+                            }
+                            return;
                         }
-                        return;
+                        r => {
+                            shared.client.free_fid(newfid);
+                            let failed: Read = Err(shared.walkread_failed(r, lazy));
+                            return answer(reply, failed);
+                        }
+                    };
+                    // Bound now: clunked when dropped, here (after the answer) or with the
+                    // handle.
+                    let fid = FidRef::new(&shared.client, newfid);
+                    if let Some((dir_ino, name, qid_path)) = lazy {
+                        if read.wqids.last().map(|q| q.path) != Some(qid_path) {
+                            let moved: Read = Err(shared.lazy_failed(dir_ino, &name));
+                            return answer(reply, moved);
+                        }
                     }
-                    Err(ClientError::Errno(libc::ENOENT)) if lazy.is_some() => {
-                        shared.client.free_fid(newfid);
-                        let (dir_ino, name, _) = lazy.unwrap_or_default();
-                        return reply.error(shared.lazy_failed(dir_ino, &name));
-                    }
-                    Err(e) => {
-                        shared.client.free_fid(newfid);
-                        return reply.error(errno(&e));
-                    }
-                };
-                // Bound now: clunked when dropped, here or with the handle.
-                let fid = FidRef::new(&shared.client, newfid);
-                if let Some((dir_ino, name, qid_path)) = lazy {
-                    if read.wqids.last().map(|q| q.path) != Some(qid_path) {
-                        return reply.error(shared.lazy_failed(dir_ino, &name));
-                    }
-                }
-                shared
-                    .stats
-                    .caches
-                    .deferred_opens_sent
-                    .fetch_add(1, Ordering::Relaxed);
-                // The kernel asks for the access time after a read: these answer it.
-                shared.known.inodes.observe(ino, &read.attr, Some(fetched));
-                file.opened(fid);
-                reply.data(&read.data.0);
-            }),
-        );
+                    answer(reply, Ok(shared.first_read(&file, fid, read, fetched)));
+                }),
+            );
+        }))
     }
 
-    pub(super) fn read(self: &Arc<Self>, fh: FileHandle, offset: u64, size: u32, reply: ReplyData) {
-        match self.open_file(fh) {
-            Ok(file) => self.read_open(file, offset, size, reply),
-            Err(e) => reply.error(e),
+    /// Why a Twalkread failed, for the kernel (its answer was not an Rwalkread).
+    fn walkread_failed(
+        &self,
+        r: Result<Rmessage, ClientError>,
+        lazy: Option<(u64, Vec<u8>, u64)>,
+    ) -> Errno {
+        match (r, lazy) {
+            (Err(ClientError::Errno(libc::ENOENT)), Some((dir_ino, name, _))) => {
+                self.lazy_failed(dir_ino, &name)
+            }
+            (Ok(other), _) => errno(&crate::remote::unexpected(other)),
+            (Err(e), _) => errno(&e),
         }
+    }
+
+    /// The data of a Twalkread that opened the file as `fid`, which the handle keeps.
+    fn first_read(
+        &self,
+        file: &OpenFile,
+        fid: Arc<FidRef>,
+        read: crossfs_wire::Rwalkread,
+        fetched: crate::known::listed_attrs::Fetched,
+    ) -> Vec<u8> {
+        self.stats
+            .caches
+            .deferred_opens_sent
+            .fetch_add(1, Ordering::Relaxed);
+        // The kernel asks for the access time after a read: these answer it.
+        let ino = file.reopen.node;
+        self.known.inodes.observe(ino, &read.attr, Some(fetched));
+        file.opened(fid);
+        read.data.0
+    }
+
+    pub(super) fn read(
+        self: &Arc<Self>,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+    ) -> Result<Later<'static, ReplyData>, Errno> {
+        let file = self.open_file(fh)?;
+        self.read_open(file, offset, size)
     }
 
     pub(super) fn read_open(
@@ -154,157 +182,154 @@ impl MountState {
         file: Arc<OpenFile>,
         offset: u64,
         size: u32,
-        reply: ReplyData,
-    ) {
+    ) -> Result<Later<'static, ReplyData>, Errno> {
         let max = self.sizes.max_io;
         let walkread = !self.server.no_walkread.load(Ordering::Relaxed);
         if file.fid().is_none() && size <= max && walkread {
-            return self.open_and_read(file, offset, size, reply);
+            return Ok(self.open_and_read(file, offset, size));
         }
-        let fid = match self.file_fid(&file) {
-            Ok(f) => f.fid(),
-            Err(e) => return reply.error(e),
-        };
+        let fid = self.file_fid(&file)?.fid();
         self.reading(file.reopen.node);
+        let client = self.client.clone();
         if size <= max {
-            return self.client.read_async(
-                fid,
-                offset,
-                size,
-                Box::new(move |r| {
-                    drop(file);
-                    match r {
-                        Ok(data) => reply.data(&data),
-                        Err(e) => reply.error(errno(&e)),
-                    }
-                }),
-            );
+            return Ok(Later::new(move |reply| {
+                client.read_async(
+                    fid,
+                    offset,
+                    size,
+                    Box::new(move |r| {
+                        drop(file);
+                        answer(reply, r.map_err(|e| errno(&e)));
+                    }),
+                );
+            }));
         }
         self.stats
             .caches
             .split_reads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let parts = size.div_ceil(max) as usize;
-        let gather = Arc::new(Gather {
-            parts: Mutex::new((0..parts).map(|_| None).collect()),
-            left: AtomicUsize::new(parts),
-            reply: Mutex::new(Some(reply)),
-            chunk: max as usize,
-        });
-        for i in 0..parts {
-            let start = i as u32 * max;
-            let count = max.min(size - start);
-            let (gather, file) = (gather.clone(), file.clone());
-            self.client.read_async(
-                fid,
-                offset + u64::from(start),
-                count,
-                Box::new(move |r| {
-                    drop(file);
-                    gather.done(i, r);
-                }),
-            );
-        }
+        Ok(Later::new(move |reply| {
+            let parts = size.div_ceil(max) as usize;
+            let gather = Arc::new(Gather {
+                parts: Mutex::new((0..parts).map(|_| None).collect()),
+                left: AtomicUsize::new(parts),
+                reply: Mutex::new(Some(reply)),
+                chunk: max as usize,
+            });
+            for i in 0..parts {
+                let start = i as u32 * max;
+                let count = max.min(size - start);
+                let (gather, file) = (gather.clone(), file.clone());
+                client.read_async(
+                    fid,
+                    offset + u64::from(start),
+                    count,
+                    Box::new(move |r| {
+                        drop(file);
+                        gather.done(i, r);
+                    }),
+                );
+            }
+        }))
     }
 
     /// `change`: held until the server has answered (see `crate::known::listed_attrs`).
-    pub(super) fn write(
+    /// It is taken from the caller when handed to the completion; else it ends with the
+    /// caller's hold of it, after the kernel has the answer.
+    pub(super) fn write<'a>(
         self: &Arc<Self>,
         fh: FileHandle,
         offset: u64,
-        data: &[u8],
-        change: ChangeInFlight,
-        reply: ReplyWrite,
-    ) {
-        if let Err(e) = self.writable() {
-            return reply.error(e);
-        }
-        let file = match self.open_file(fh) {
-            Ok(f) => f,
-            Err(e) => return reply.error(e),
-        };
+        data: &'a [u8],
+        change: &mut Option<ChangeInFlight>,
+    ) -> Result<NowOrLater<'a, Written, ReplyWrite>, Errno> {
+        self.writable()?;
+        let file = self.open_file(fh)?;
         let max = self.sizes.max_io as usize;
         if data.len() > max {
             // max_write keeps the kernel below this; stay correct if it ever is not.
-            return self.write_split(file, offset, data, reply);
+            return self.write_split(file, offset, data).map(NowOrLater::Now);
         }
-        let fid = match self.file_fid(&file) {
-            Ok(f) => f.fid(),
-            Err(e) => return reply.error(e),
-        };
+        let fid = self.file_fid(&file)?.fid();
+        let change = change.take();
         if self.client.has_extensions() && !self.server.no_writeattr.load(Ordering::Relaxed) {
-            return self.write_attr(file, fid, (offset, data), change, reply);
+            let later = self.write_attr(file, fid, (offset, data), change);
+            return Ok(NowOrLater::Later(later));
         }
-        self.client.write_async(
-            fid,
-            offset,
-            data,
-            Box::new(move |r| {
-                drop((file, change));
-                match r {
-                    Ok(n) => reply.written(n),
-                    Err(e) => reply.error(errno(&e)),
-                }
-            }),
-        );
+        let client = self.client.clone();
+        Ok(NowOrLater::Later(Later::new(move |reply| {
+            client.write_async(
+                fid,
+                offset,
+                data,
+                Box::new(move |r| {
+                    drop((file, change));
+                    answer(reply, r.map(Written).map_err(|e| errno(&e)));
+                }),
+            );
+        })))
     }
 
     /// A write as Twriteattr: the attributes it returns answer the kernel's next GETATTR
     /// (it asks after every write) if nothing else changed the file meanwhile. Until the
     /// server has answered one, each keeps its data, to be sent as a Twrite if the server
     /// predates it.
-    pub(super) fn write_attr(
+    pub(super) fn write_attr<'a>(
         self: &Arc<Self>,
         file: Arc<OpenFile>,
         fid: crossfs_wire::Fid,
-        (offset, data): (u64, &[u8]),
-        change: ChangeInFlight,
-        reply: ReplyWrite,
-    ) {
-        let again =
-            (!self.server.writeattr_answered.load(Ordering::Relaxed)).then(|| data.to_vec());
+        (offset, data): (u64, &'a [u8]),
+        mut change: Option<ChangeInFlight>,
+    ) -> Later<'a, ReplyWrite> {
         let shared = self.clone();
-        self.client.write_attr_async(
-            fid,
-            offset,
-            data,
-            Box::new(move |r| match r {
-                Ok((n, attr)) => {
-                    shared
-                        .server
-                        .writeattr_answered
-                        .store(true, Ordering::Relaxed);
-                    if attr.valid != 0 {
-                        let fetched = change.end_with_answer(attr.qid.path);
-                        shared
-                            .known
-                            .inodes
-                            .observe(file.reopen.node, &attr, fetched);
-                    }
-                    reply.written(n);
-                }
-                Err(e) if e.errno() == libc::EOPNOTSUPP && again.is_some() => {
-                    shared.server.no_writeattr.store(true, Ordering::Relaxed);
-                    let data = again.unwrap_or_default();
-                    shared.client.write_async(
-                        fid,
-                        offset,
-                        &data,
-                        Box::new(move |r| {
-                            drop((file, change));
-                            match r {
-                                Ok(n) => reply.written(n),
-                                Err(e) => reply.error(errno(&e)),
+        Later::new(move |reply| {
+            let again =
+                (!shared.server.writeattr_answered.load(Ordering::Relaxed)).then(|| data.to_vec());
+            let client = shared.client.clone();
+            client.write_attr_async(
+                fid,
+                offset,
+                data,
+                Box::new(move |r| {
+                    let written = match r {
+                        Ok((n, attr)) => {
+                            shared
+                                .server
+                                .writeattr_answered
+                                .store(true, Ordering::Relaxed);
+                            if attr.valid != 0 {
+                                let fetched =
+                                    change.take().and_then(|c| c.end_with_answer(attr.qid.path));
+                                shared
+                                    .known
+                                    .inodes
+                                    .observe(file.reopen.node, &attr, fetched);
                             }
-                        }),
-                    );
-                }
-                Err(e) => {
-                    drop((file, change));
-                    reply.error(errno(&e));
-                }
-            }),
-        );
+                            Ok(Written(n))
+                        }
+                        Err(e) if e.errno() == libc::EOPNOTSUPP && again.is_some() => {
+                            shared.server.no_writeattr.store(true, Ordering::Relaxed);
+                            let data = again.unwrap_or_default();
+                            return shared.client.write_async(
+                                fid,
+                                offset,
+                                &data,
+                                Box::new(move |r| {
+                                    drop((file, change));
+                                    answer(reply, r.map(Written).map_err(|e| errno(&e)));
+                                }),
+                            );
+                        }
+                        Err(e) => {
+                            drop((file, change));
+                            Err(errno(&e))
+                        }
+                    };
+                    // Unless ended above, the change ends after the answer.
+                    answer(reply, written);
+                }),
+            );
+        })
     }
 
     pub(super) fn write_split(
@@ -312,13 +337,9 @@ impl MountState {
         file: Arc<crate::known::handle::OpenFile>,
         offset: u64,
         data: &[u8],
-        reply: ReplyWrite,
-    ) {
+    ) -> Result<Written, Errno> {
         let max = self.sizes.max_io as usize;
-        let fid = match self.file_fid(&file) {
-            Ok(f) => f.fid(),
-            Err(e) => return reply.error(e),
-        };
+        let fid = self.file_fid(&file)?.fid();
         let mut written = 0usize;
         for chunk in data.chunks(max) {
             match self.client.write(fid, offset + written as u64, chunk) {
@@ -328,63 +349,58 @@ impl MountState {
                         break;
                     }
                 }
-                Err(e) if written == 0 => return reply.error(errno(&e)),
+                Err(e) if written == 0 => return Err(errno(&e)),
                 Err(_) => break,
             }
         }
-        reply.written(written as u32);
+        Ok(Written(written as u32))
     }
 
     /// On close of a handle that can write (see `fopen_flags`). Nothing is buffered here,
     /// but POSIX says closing any descriptor drops the process's locks on the file:
     /// release those the closing owner took.
-    pub(super) fn flush(&self, fh: FileHandle, owner: fuser::LockOwner, reply: ReplyEmpty) {
+    pub(super) fn flush(&self, fh: FileHandle, owner: fuser::LockOwner) -> Result<(), Errno> {
         let Ok(file) = self.open_file(fh) else {
-            return reply.ok();
+            return Ok(());
         };
         if !lock(&file.lock_owners).remove(&owner.0) {
-            return reply.ok();
+            return Ok(());
         }
-        match self.unlock_all(&file, owner.0) {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
+        self.unlock_all(&file, owner.0)
     }
 
-    pub(super) fn fsync(&self, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        let file = match self.open_file(fh) {
-            Ok(f) => f,
-            Err(e) => return reply.error(e),
-        };
+    pub(super) fn fsync(
+        &self,
+        fh: FileHandle,
+        datasync: bool,
+    ) -> Result<Later<'static, ReplyEmpty>, Errno> {
+        let file = self.open_file(fh)?;
         // A directory listed through its node's fid is opened for the fsync alone.
         let fid = if file.listing_only {
             let dir = INodeNo(file.reopen.node);
-            match self.open_node(dir, libc::O_RDONLY | libc::O_DIRECTORY) {
-                Ok((fid, _)) => fid,
-                Err(e) => return reply.error(e),
-            }
+            self.open_node(dir, libc::O_RDONLY | libc::O_DIRECTORY)?.0
         } else {
-            match self.file_fid(&file) {
-                Ok(f) => f,
-                Err(e) => return reply.error(e),
-            }
+            self.file_fid(&file)?
         };
         let msg = Tmessage::Fsync(Tfsync {
             fid: fid.fid(),
             datasync: u32::from(datasync),
         });
-        self.client.call_async(
-            msg,
-            Box::new(move |r| {
-                drop((file, fid));
-                match r {
-                    Ok(_) => reply.ok(),
-                    Err(e) => reply.error(errno(&e)),
-                }
-            }),
-        );
+        let client = self.client.clone();
+        Ok(Later::new(move |reply| {
+            client.call_async(
+                msg,
+                Box::new(move |r| {
+                    drop((file, fid));
+                    answer(reply, r.map(|_| ()).map_err(|e| errno(&e)));
+                }),
+            );
+        }))
     }
 }
+
+/// What a read is answered with.
+type Read = Result<Vec<u8>, Errno>;
 
 /// One piece of a split read, once its Rread (or error) is in.
 type Part = Option<Result<Vec<u8>, ClientError>>;
@@ -407,6 +423,12 @@ impl Gather {
             return;
         };
         let parts = std::mem::take(&mut *lock(&self.parts));
+        answer(reply, self.joined(parts));
+    }
+
+    /// The data read, up to the first part that came short or failed; the first part's
+    /// error if it failed.
+    fn joined(&self, parts: Vec<Part>) -> Result<Vec<u8>, Errno> {
         let mut out = Vec::new();
         for (i, part) in parts.into_iter().enumerate() {
             match part {
@@ -417,10 +439,10 @@ impl Gather {
                         break;
                     }
                 }
-                Some(Err(e)) if i == 0 => return reply.error(errno(&e)),
+                Some(Err(e)) if i == 0 => return Err(errno(&e)),
                 _ => break,
             }
         }
-        reply.data(&out);
+        Ok(out)
     }
 }

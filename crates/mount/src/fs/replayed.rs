@@ -8,51 +8,45 @@
 
 use std::time::Duration;
 
-use fuser::{Errno, Generation, INodeNo, ReplyEntry};
+use fuser::{Errno, INodeNo};
 
-use super::reply::Xattr;
+use super::reply::{Entry, Xattr};
 use super::MountState;
 use crate::attr;
 use crate::changes::{Intended, Present};
 
 impl MountState {
     /// A LOOKUP: answered here when the feed thread is replaying a change to this very
-    /// name; otherwise handed back for the ordinary lookup.
+    /// name; otherwise `None`, for the ordinary lookup.
     pub(crate) fn replay_lookup(
         &self,
         pid: u32,
         parent: INodeNo,
         name: &[u8],
-        reply: ReplyEntry,
-    ) -> Option<ReplyEntry> {
+    ) -> Option<Result<Entry, Errno>> {
         if !self.changes.is_replay(pid) {
-            return Some(reply);
+            return None;
         }
-        let present = match self.changes.intended(parent.0, name) {
-            None => return Some(reply),
-            Some(Intended::Missing) => {
-                reply.error(Errno::ENOENT);
-                return None;
-            }
-            Some(Intended::Present(present)) => present,
+        let present = match self.changes.intended(parent.0, name)? {
+            Intended::Missing => return Some(Err(Errno::ENOENT)),
+            Intended::Present(present) => present,
         };
         let at = (parent, name);
-        match present {
-            Present::Found(fid, a) => {
-                let fa = self.remember(at, fid, &a, None);
-                reply.entry_with_ttls(&Duration::ZERO, &Duration::ZERO, &fa, Generation(0));
-            }
+        let fa = match present {
+            Present::Found(fid, a) => self.remember(at, fid, &a, None),
             Present::Gone(kind, format) => {
                 let Some(dir) = self.known.inodes.fid(parent.0) else {
-                    reply.error(Errno::ENOENT);
-                    return None;
+                    return Some(Err(Errno::ENOENT));
                 };
                 let ino = self.known.inodes.placeholder((parent.0, name), dir, format);
-                let fa = attr::placeholder(ino, kind);
-                reply.entry_with_ttls(&Duration::ZERO, &Duration::ZERO, &fa, Generation(0));
+                attr::placeholder(ino, kind)
             }
-        }
-        None
+        };
+        Some(Ok(Entry {
+            attr: fa,
+            attr_ttl: Duration::ZERO,
+            entry_ttl: Duration::ZERO,
+        }))
     }
 
     /// Reading `user.crossfs.sync` on the mount's root: a sync (see
