@@ -37,6 +37,12 @@ pub enum Command {
     /// Stream the change events of a `crossfs serve` export, one line each.
     Watch(WatchArgs),
     /// Wait until every change made on the host so far is visible in a `crossfs mount`.
+    ///
+    /// Returns 0 once every change made to the export before the call (on the host, or
+    /// through another mount) shows through the mount, rescans the server owed the mount
+    /// (it fell behind) included. It never returns early: when the mount has not caught up
+    /// within 20 s in all, it fails (exit status 1) and says so, and a later sync waits
+    /// again.
     Sync(SyncArgs),
     /// Print a shell completion script: `crossfs completions bash > /etc/bash_completion.d/crossfs`.
     Completions(CompletionsArgs),

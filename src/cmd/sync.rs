@@ -10,17 +10,40 @@ use crate::mountinfo;
 /// The attribute of a mount's root whose read is a sync (see crossfs-mount's `changes`).
 const SYNC_XATTR: &str = "user.crossfs.sync";
 
+/// How long the mount waits for a sync, in all (crossfs-mount's `changes::SYNC_TIMEOUT`).
+const SYNC_TIMEOUT_SECS: u64 = 20;
+
 pub fn run(args: SyncArgs) -> Result<()> {
     let root = mount_root(&args.path)?;
     let mut value = [0u8; 64];
-    let n = rustix::fs::getxattr(&root, SYNC_XATTR, &mut value).with_context(|| {
-        format!(
-            "syncing the crossfs mount at {} (does its server stream change events?)",
-            root.display()
-        )
+    let n = rustix::fs::getxattr(&root, SYNC_XATTR, &mut value).map_err(|e| {
+        anyhow::Error::new(e).context(format!(
+            "syncing the crossfs mount at {}: {}",
+            root.display(),
+            why(e)
+        ))
     })?;
     tracing::debug!("synced (marker {})", String::from_utf8_lossy(&value[..n]));
     Ok(())
+}
+
+/// What a failed sync means, in words: the errno alone misleads ("Connection timed out"
+/// when the server is there and the mount has only not caught up yet).
+fn why(e: rustix::io::Errno) -> String {
+    use rustix::io::Errno;
+    match e {
+        Errno::TIMEDOUT => format!(
+            "the mount did not catch up with the export's changes within \
+             {SYNC_TIMEOUT_SECS} s (the server or the mount's change feed is that far \
+             behind, or the event connection was lost meanwhile); changes made before the \
+             sync may not show yet. Try again"
+        ),
+        Errno::AGAIN => "too many syncs are waiting in this mount already; try again".into(),
+        Errno::NOTSUP | Errno::NODATA => "the mount does not follow change events (its \
+             server streams none, or it was mounted with --no-events)"
+            .into(),
+        _ => "the mount or its server failed the sync".into(),
+    }
 }
 
 /// The mount point of the crossfs mount `path` is in. The path need not exist yet (a file the

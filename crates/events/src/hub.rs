@@ -376,8 +376,9 @@ impl EventHub {
 
     /// As [`EventHub::sync_cookie`], then queues `Sync { cookie: marker }` for `sub` alone,
     /// behind every change the sync covers. A remote client names its own marker (a number it
-    /// chose) and waits for it in its stream, so the hub's own cookie numbers, which other
-    /// clients' syncs also produce, never have to cross the wire.
+    /// chose) and waits for it in its stream. The hub's own cookies reach every subscriber
+    /// too, as `Sync` events numbered from 1 for every client's sync, and look the same: a
+    /// client must number its markers out of their way (`crossfs mount` starts at 2^52).
     ///
     /// # Errors
     /// As [`EventHub::sync_cookie`].

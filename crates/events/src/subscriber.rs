@@ -5,7 +5,8 @@
 //! rescan, further events are absorbed into it (its `seq` advances to the newest absorbed
 //! event), because re-reading the tree after taking it shows their effects. Nothing is lost
 //! silently: every dropped event is covered by the one rescan the subscriber will see. A
-//! `Sync` marker is never absorbed (a caller is waiting for it): it follows the rescan.
+//! `Sync` marker is never absorbed nor dropped (a caller is waiting for it): it follows the
+//! rescan, and so do the markers the ring held when it overflowed.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -52,6 +53,14 @@ fn rescan(epoch: u64, seq: u64, reason: &str) -> Arc<Event> {
     })
 }
 
+/// `ev` numbered `seq`.
+fn renumbered(ev: &Arc<Event>, seq: u64) -> Arc<Event> {
+    Arc::new(Event {
+        seq,
+        ..(**ev).clone()
+    })
+}
+
 impl SubQueue {
     pub(crate) fn new(capacity: usize) -> Arc<Self> {
         Arc::new(Self {
@@ -80,10 +89,24 @@ impl SubQueue {
             if let Some(front) = r.events.front_mut() {
                 *front = rescan(ev.epoch, ev.seq, "subscriber fell behind");
             }
+            for marker in r.events.iter_mut().skip(1) {
+                *marker = renumbered(marker, ev.seq);
+            }
         } else if r.events.len() >= r.capacity {
-            r.events.clear();
+            // Markers already queued stay, behind the rescan: each has a sync waiting for it,
+            // and the rescan covers every change before each of them (and more). Clearing
+            // them too lost the marker, and the sync waiting for it timed out (ETIMEDOUT)
+            // under a load that kept the ring overflowing (issue 24).
+            // They take the rescan's number, here and as it absorbs more, so the numbers a
+            // client resumes from still only grow.
+            let markers: Vec<Arc<Event>> = std::mem::take(&mut r.events)
+                .into_iter()
+                .filter(|e| matches!(e.kind, EventKind::Sync { .. }))
+                .map(|e| renumbered(&e, ev.seq))
+                .collect();
             r.events
                 .push_back(rescan(ev.epoch, ev.seq, "subscriber fell behind"));
+            r.events.extend(markers);
             if matches!(ev.kind, EventKind::Sync { .. }) {
                 // The marker follows the rescan that covers everything before it.
                 r.events.push_back(Arc::clone(ev));
@@ -285,6 +308,28 @@ mod tests {
             .collect();
         assert!(matches!(got[0], EventKind::Rescan { .. }), "{got:?}");
         assert_eq!(got[1..], [EventKind::Sync { cookie: 9 }]);
+    }
+
+    #[test]
+    fn a_queued_marker_survives_the_ring_overflowing_behind_it() {
+        let q = SubQueue::new(4);
+        let s = Subscriber::new(Arc::clone(&q));
+        q.push(&ev(1, "f"));
+        let mut marker = (*ev(2, "")).clone();
+        marker.kind = EventKind::Sync { cookie: 7 };
+        q.push(&Arc::new(marker));
+        // The reader is slow: the ring overflows with the marker still in it.
+        for i in 3..=20 {
+            q.push(&ev(i, "f"));
+        }
+        let got: Vec<_> = std::iter::from_fn(|| s.try_next())
+            .map(|e| (e.seq, e.kind))
+            .collect();
+        assert!(
+            matches!(got[0], (20, EventKind::Rescan { .. })),
+            "one rescan covering everything: {got:?}"
+        );
+        assert_eq!(got[1..], [(20, EventKind::Sync { cookie: 7 })]);
     }
 
     #[test]

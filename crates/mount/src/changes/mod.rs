@@ -62,8 +62,18 @@ pub(crate) const OWN_WINDOW: Duration = Duration::from_secs(2);
 /// The extended attribute of the mount's root whose read is a sync.
 pub(crate) const SYNC_XATTR: &[u8] = b"user.crossfs.sync";
 
-/// How long a sync waits for the server and the feed.
+/// How long a sync waits for the server and the feed (documented in the README and in
+/// `crossfs sync --help`).
 const SYNC_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The first number this mount gives its sync markers. The stream also carries the server's
+/// own sync cookies, `Sync` events numbered 1, 2, ... for every client's sync, which look
+/// exactly like a marker; numbering markers from 1 too made a cookie of another client's
+/// sync, applied before this mount asked for its marker of the same number, end that sync
+/// at once, whatever the feed still had to apply (issue 24). The server's numbers never get
+/// here (one per sync, per server start); below 2^53, the number stays exact in JSON
+/// readers that use doubles.
+const FIRST_MARKER: u64 = 1 << 52;
 
 /// Most names remembered as answered "missing" (what a rescan must invalidate).
 const NEGATIVE_NAMES_LIMIT: usize = 1 << 17;
@@ -197,8 +207,10 @@ pub(crate) struct ChangeState {
     /// Directory node -> names answered "missing" while events run.
     negative: Mutex<HashMap<u64, HashSet<Vec<u8>>>>,
     negative_count: AtomicU64,
-    /// Sync markers the feed has applied.
-    synced: Mutex<HashSet<u64>>,
+    /// Markers of the syncs waiting now: false until the feed applies the marker. Only
+    /// these are recorded: the server's cookies of other syncs come through too, and
+    /// recording them all grew without bound.
+    synced: Mutex<HashMap<u64, bool>>,
     synced_cv: Condvar,
     /// Where sync requests go: the event connection and its fid.
     link: OnceLock<(Arc<Client>, Fid)>,
@@ -320,17 +332,23 @@ impl ChangeState {
     }
 
     fn marker_applied(&self, marker: u64) {
-        lock(&self.synced).insert(marker);
-        self.synced_cv.notify_all();
+        if let Some(applied) = lock(&self.synced).get_mut(&marker) {
+            *applied = true;
+            self.synced_cv.notify_all();
+        }
     }
 
     /// Returns once every change made on the host before the call has been applied to the
-    /// kernel's caches and replayed; returns the marker of this sync.
+    /// kernel's caches and replayed; returns the marker of this sync. The feed applies
+    /// events in order, and the server queues the marker behind every change the sync
+    /// covers (behind a rescan owed for them, when this mount fell behind), so the marker
+    /// applied means they are.
     ///
     /// # Errors
     /// `EOPNOTSUPP` without a feed, `EAGAIN` when too many syncs are waiting already (each
-    /// holds a FUSE thread that replaying may need), `ETIMEDOUT`, or the event
-    /// connection's error.
+    /// holds a FUSE thread that replaying may need), `ETIMEDOUT` when the marker was not
+    /// applied within [`SYNC_TIMEOUT`] (never an early return), or the event connection's
+    /// error.
     pub(crate) fn sync(&self, fuse_threads: usize) -> Result<u64, Errno> {
         let (client, fid) = self.link.get().ok_or(Errno::EOPNOTSUPP)?;
         let running = self.syncs_running.fetch_add(1, Relaxed);
@@ -338,15 +356,24 @@ impl ChangeState {
         if running as usize + 1 >= fuse_threads.max(2) {
             return Err(Errno::EAGAIN);
         }
-        let marker = self.next_marker.fetch_add(1, Relaxed) + 1;
+        let marker = FIRST_MARKER + self.next_marker.fetch_add(1, Relaxed);
+        // Awaited before it is asked for: the feed may apply it before the write returns.
+        lock(&self.synced).insert(marker, false);
+        let _awaited = ForgetMarker(&self.synced, marker);
+        let deadline = Instant::now() + SYNC_TIMEOUT;
         client
             .write(*fid, 0, format!("sync {marker}").as_bytes())
-            .map_err(|e: ClientError| Errno::from_i32(e.errno()))?;
-        let deadline = Instant::now() + SYNC_TIMEOUT;
+            .map_err(|e: ClientError| {
+                tracing::warn!("sync {marker}: the server did not sync: {e}");
+                Errno::from_i32(e.errno())
+            })?;
         let mut synced = lock(&self.synced);
-        while !synced.remove(&marker) {
+        while synced.get(&marker) != Some(&true) {
             let now = Instant::now();
             if now >= deadline {
+                tracing::warn!(
+                    "sync {marker}: the feed did not apply the marker within {SYNC_TIMEOUT:?}"
+                );
                 return Err(Errno::ETIMEDOUT);
             }
             synced = self
@@ -372,6 +399,15 @@ impl ChangeState {
             "replay_failures": s.replay_failures.load(Relaxed),
             "syncs": s.syncs.load(Relaxed),
         })
+    }
+}
+
+/// Stops awaiting a marker however its sync ends.
+struct ForgetMarker<'a>(&'a Mutex<HashMap<u64, bool>>, u64);
+
+impl Drop for ForgetMarker<'_> {
+    fn drop(&mut self) {
+        lock(self.0).remove(&self.1);
     }
 }
 
@@ -406,6 +442,22 @@ mod tests {
         keys.note(4, much_later);
         assert!(!keys.latest.contains_key(&2));
         assert_eq!(keys.order.len(), 3);
+    }
+
+    #[test]
+    fn a_cookie_of_another_sync_is_not_taken_for_a_marker() {
+        let c = ChangeState::default();
+        // The server's cookies of other clients' syncs, numbered from 1.
+        for cookie in 1..100 {
+            c.marker_applied(cookie);
+        }
+        assert!(lock(&c.synced).is_empty(), "nothing awaited, nothing kept");
+        let first = FIRST_MARKER + c.next_marker.load(Relaxed);
+        lock(&c.synced).insert(first, false);
+        c.marker_applied(1);
+        assert_eq!(lock(&c.synced).get(&first), Some(&false));
+        c.marker_applied(first);
+        assert_eq!(lock(&c.synced).get(&first), Some(&true));
     }
 
     #[test]
