@@ -84,6 +84,27 @@ fn render(doc: &Value) -> String {
                 "live: {} connections holding {} fids and {} descriptors\n",
                 live["connections"], live["fids"], live["fds"]
             ));
+            let (handles, open) = (&live["handles"], &live["open_files"]);
+            if handles.is_object() {
+                out.push_str(&format!(
+                    "handle descriptors: {} of {} kept, {} closed to make room, {} reopened ({})\n",
+                    handles["open"],
+                    handles["capacity"],
+                    handles["closed"],
+                    handles["reopened"],
+                    if handles["by_file_handle"] == true {
+                        "by file handle"
+                    } else {
+                        "by walking the name again"
+                    }
+                ));
+            }
+            if open.is_object() {
+                out.push_str(&format!(
+                    "open files: {} of {}, {} opens refused (EMFILE)\n",
+                    open["held"], open["budget"], open["refused"]
+                ));
+            }
         }
         for conn in doc["connections"].as_array().into_iter().flatten() {
             let title = format!(

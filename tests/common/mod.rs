@@ -44,9 +44,24 @@ impl Serve {
     /// Starts `crossfs serve EXPORT --listen LISTEN --control ...` plus `extra` args, and waits
     /// until its control socket answers (so every listener is bound).
     pub fn start(export: &Path, listen: &str, extra: &[&str]) -> Serve {
+        Serve::start_with(Command::new(crossfs_bin()), export, listen, extra)
+    }
+
+    /// As [`Serve::start`], with the open-file limit (soft and hard) at `nofile`, as a user's
+    /// `ulimit -n` would leave it (through util-linux's prlimit, which execs the server).
+    pub fn start_limited(export: &Path, listen: &str, extra: &[&str], nofile: u32) -> Serve {
+        let mut prlimit = Command::new("prlimit");
+        prlimit
+            .arg(format!("--nofile={nofile}:{nofile}"))
+            .arg("--")
+            .arg(crossfs_bin());
+        Serve::start_with(prlimit, export, listen, extra)
+    }
+
+    fn start_with(mut command: Command, export: &Path, listen: &str, extra: &[&str]) -> Serve {
         let dir = tempfile::tempdir().unwrap();
         let control = dir.path().join("control.sock");
-        let child = Command::new(crossfs_bin())
+        let child = command
             .arg("serve")
             .arg(export)
             .args(["--listen", listen, "--control"])

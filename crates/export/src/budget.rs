@@ -1,20 +1,22 @@
-//! What a client can make the server hold, bounded: file descriptors (server-wide, shared
-//! fairly between connections) and bytes of extended attribute values held by xattr fids
-//! (per connection).
+//! What a client can make the server hold, bounded: open files (server-wide, shared fairly
+//! between connections) and bytes of extended attribute values held by xattr fids (per
+//! connection). The `O_PATH` descriptors of the handles clients hold are not charged here:
+//! they are a cache ([`crate::handles`]) that never refuses a lookup.
 //!
-//! Descriptors: every descriptor that outlives a request (a fid's `O_PATH` handle, the
-//! handle of the directory it was found in, an open file) is charged before it is made and
-//! released when it is closed. The server-wide budget is `RLIMIT_NOFILE` minus a reserve for
-//! listeners, connection sockets and descriptors a request uses briefly. A connection may take
-//! one more only if afterwards at least `min(what it then holds, budget / 4)` stay free; and
-//! any connection may hold a small floor (budget / 64, at most 64) while any is free. So one
-//! connection alone can use three quarters of the budget, and whatever it does, the others
-//! (and new connections) still find a quarter free; several greedy connections split that
-//! quarter, each leaving at least as many free as it holds.
+//! Open files: every open descriptor that outlives a request (an open fid or FUSE file, a
+//! directory opened for one listing) is charged before it is made and released when it is
+//! closed. A connection may take one more only if afterwards at least `min(what it then
+//! holds, budget / 4)` stay free; and any connection may hold a small floor (budget / 64,
+//! at most 64) while any is free. So one connection alone can use three quarters of the
+//! budget, and whatever it does, the others (and new connections) still find a quarter
+//! free; several greedy connections split that quarter, each leaving at least as many free
+//! as it holds. Past its share a client's open is refused with `EMFILE`, logged once a
+//! second and counted ([`FdPool::refused`]).
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use crate::{lock, ExportError, ExportResult};
 
@@ -29,6 +31,12 @@ pub struct FdPool {
     headroom: usize,
     /// Descriptors charged now.
     held: Mutex<usize>,
+    /// Opens refused for want of a descriptor, since the start.
+    refused: AtomicU64,
+    /// When a refusal was last logged (seconds since `started`), so a flood logs once a
+    /// second.
+    logged: AtomicU64,
+    started: Instant,
 }
 
 impl FdPool {
@@ -39,6 +47,9 @@ impl FdPool {
             floor: (budget / 64).min(64),
             headroom: budget / 4,
             held: Mutex::new(0),
+            refused: AtomicU64::new(0),
+            logged: AtomicU64::new(u64::MAX),
+            started: Instant::now(),
         })
     }
 
@@ -53,6 +64,27 @@ impl FdPool {
     /// The most descriptors that may be charged at once.
     pub fn budget(&self) -> usize {
         self.budget
+    }
+
+    /// Opens refused for want of a descriptor, since the start.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Relaxed)
+    }
+
+    /// Counts a refused open and logs it, at most once a second.
+    fn refuse(&self, mine: usize, total: usize) {
+        let refused = self.refused.fetch_add(1, Relaxed) + 1;
+        let now = self.started.elapsed().as_secs();
+        if self.logged.swap(now, Relaxed) != now {
+            tracing::warn!(
+                budget = self.budget,
+                held = total,
+                this_client = mine,
+                refused,
+                "open files: a client's share is used up; its opens get EMFILE (raise the \
+                 open-file limit or --fd-budget)"
+            );
+        }
     }
 
     /// Descriptors charged now, over every connection.
@@ -91,6 +123,7 @@ impl FdAccount {
         // stay free.
         let keep = (mine + 1).min(pool.headroom);
         if free == 0 || (mine >= pool.floor && free - 1 < keep) {
+            pool.refuse(mine, *total);
             return Err(ExportError::TooManyFds);
         }
         *total += 1;
@@ -120,30 +153,24 @@ impl Drop for FdCharge {
     }
 }
 
-/// A descriptor the server keeps across requests, with its charge (none for the export
-/// root, which the server holds anyway).
+/// An open descriptor the server keeps across requests, with its charge.
 #[derive(Debug)]
-pub struct Handle {
+pub struct OpenFd {
     fd: OwnedFd,
-    _charge: Option<FdCharge>,
+    _charge: FdCharge,
 }
 
-impl Handle {
+impl OpenFd {
     /// A charged descriptor.
-    pub fn new(fd: OwnedFd, charge: FdCharge) -> Handle {
-        Handle {
+    pub fn new(fd: OwnedFd, charge: FdCharge) -> OpenFd {
+        OpenFd {
             fd,
-            _charge: Some(charge),
+            _charge: charge,
         }
     }
-
-    /// A descriptor charged to no connection.
-    pub fn uncharged(fd: OwnedFd) -> Handle {
-        Handle { fd, _charge: None }
-    }
 }
 
-impl AsFd for Handle {
+impl AsFd for OpenFd {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }

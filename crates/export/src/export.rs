@@ -5,7 +5,8 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::budget::{FdPool, Handle};
+use crate::budget::FdPool;
+use crate::handles::{HandleCache, PathHandle};
 use crate::policy::Policy;
 use crate::sys;
 
@@ -31,7 +32,9 @@ pub struct Export {
     /// The export as given, for logs.
     pub path: PathBuf,
     /// `O_PATH` handle on the root; every handle a client holds descends from it.
-    pub root: Arc<Handle>,
+    pub root: Arc<PathHandle>,
+    /// The descriptors of the handles clients hold, kept as a cache.
+    pub handles: Arc<HandleCache>,
     /// `O_PATH` handle on `/proc/self/fd`, through which handles are reopened.
     proc_fd: OwnedFd,
     /// Whether walks use `openat2(RESOLVE_BENEATH|...)`.
@@ -40,7 +43,7 @@ pub struct Export {
     pub policy: Policy,
     /// Whether the server runs as root (then created files are given to the caller).
     pub is_root: bool,
-    /// Descriptors held for clients.
+    /// Open files held for clients (a handle's `O_PATH` descriptor is the cache's).
     pub fds: Arc<FdPool>,
     /// The open-file limit after raising it (for logs).
     pub fd_limit: u64,
@@ -54,7 +57,8 @@ pub struct Export {
 
 impl Export {
     /// Opens `path` (a directory) and `/proc/self/fd`, raises the open-file limit to its hard
-    /// maximum and sizes the descriptor pool (`fd_budget`, or the limit less an eighth).
+    /// maximum and divides the descriptors (`fd_budget`, or the limit less an eighth) in
+    /// two: half for the handle cache, half for open files.
     ///
     /// # Errors
     /// [`OpenError`].
@@ -73,14 +77,17 @@ impl Export {
         let openat2 = sys::has_openat2(root.as_fd());
         let limit = sys::raise_fd_limit();
         let budget = fd_budget.unwrap_or_else(|| FdPool::budget_for_limit(limit));
+        let handles = HandleCache::new(&root, &proc_fd, budget / 2, openat2, true);
+        let root = handles.root(root, &st);
         Ok(Export {
             path: path.to_owned(),
-            root: Arc::new(Handle::uncharged(root)),
+            root,
+            handles,
             proc_fd,
             openat2,
             policy,
             is_root: sys::euid() == 0,
-            fds: FdPool::new(budget),
+            fds: FdPool::new(budget - budget / 2),
             fd_limit: limit,
             root_dev_ino: (
                 rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor),

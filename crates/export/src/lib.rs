@@ -12,7 +12,10 @@
 //! - [`names`]: the rule that a name from a client is one component ("", ".", "..", "/" and
 //!   NUL refused; longer than 255 bytes is `ENAMETOOLONG`).
 //! - [`policy`]: read-only, device nodes, set-user-ID and set-group-ID bits.
-//! - [`budget`]: descriptors shared fairly between clients, and byte budgets.
+//! - [`handles`]: the handles clients hold, whose `O_PATH` descriptors are a cache: closed
+//!   when the budget is spent, opened again on demand (by file handle, or by a confined walk
+//!   that must find the same inode).
+//! - [`budget`]: open files shared fairly between clients, and byte budgets.
 //! - [`Export`]: an opened export (root, `/proc/self/fd`, policy, descriptor pool, reserved
 //!   names) and the operations both doors carry, each written once (`ops.rs`): lookup,
 //!   list, mkdir, symlink, mknod, link, rename, unlink, create, open, setattr and the
@@ -28,6 +31,7 @@
 pub mod budget;
 mod error;
 mod export;
+pub mod handles;
 pub mod names;
 mod ops;
 pub mod policy;

@@ -8,25 +8,29 @@
 //! creates, sets the owner and exact permission bits ([`policy::finish_create`]) and reads
 //! the new file's attributes.
 //!
-//! Descriptors are charged by the door, before the call, to the client's share of the one
+//! Files are named by [`PathHandle`]s, whose `O_PATH` descriptors are the export's cache
+//! ([`crate::handles`]): an operation pins the descriptors it uses for its duration. Open
+//! files are charged by the door, before the call, to the client's share of the one
 //! [`crate::budget::FdPool`]: the share belongs to the client's connection, which only the
 //! door knows.
 
-use std::ffi::CStr;
+use std::ffi::CString;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
 
 use rustix::fs::OFlags;
 use rustix::io::Errno;
 
+use crate::handles::PathHandle;
 use crate::sys::{self, RawEntry, Time};
 use crate::{names, policy, Export, ExportError, ExportResult, Statx};
 
-/// A directory a client names, as its door knows it: the descriptor, and whether it is the
+/// A directory a client names, as its door knows it: its handle, and whether it is the
 /// export's root (where the reserved names live).
 #[derive(Clone, Copy, Debug)]
 pub struct Dir<'a> {
-    /// An `O_PATH` (or open) descriptor of the directory.
-    pub fd: BorrowedFd<'a>,
+    /// The directory's handle.
+    pub handle: &'a Arc<PathHandle>,
     /// Whether this is the export root.
     pub is_root: bool,
 }
@@ -41,11 +45,11 @@ pub struct Caller {
     pub gid: Option<u32>,
 }
 
-/// A file system object just made (or found): its `O_PATH` handle and its attributes.
+/// A file system object just made (or found): its handle and its attributes.
 #[derive(Debug)]
 pub struct Made {
-    /// `O_PATH|O_NOFOLLOW` handle on the new object.
-    pub handle: OwnedFd,
+    /// The new object's handle.
+    pub handle: Arc<PathHandle>,
     /// Its attributes after ownership and mode were set.
     pub stat: Statx,
 }
@@ -55,8 +59,8 @@ pub struct Made {
 pub struct Created {
     /// The open file.
     pub file: OwnedFd,
-    /// An `O_PATH` handle on the same inode.
-    pub handle: OwnedFd,
+    /// The handle of the same inode.
+    pub handle: Arc<PathHandle>,
     /// Its attributes.
     pub stat: Statx,
     /// Whether this call made it (false: an existing file was opened).
@@ -128,18 +132,22 @@ impl Export {
     /// # Errors
     /// [`ExportError::InvalidName`], otherwise what the kernel says (`ENOENT`, `ENOTDIR`,
     /// `EXDEV` for an escape `openat2` caught, ...).
-    pub fn lookup(&self, dir: Dir<'_>, name: &[u8]) -> ExportResult<(OwnedFd, Statx)> {
+    pub fn lookup(&self, dir: Dir<'_>, name: &[u8]) -> ExportResult<(Arc<PathHandle>, Statx)> {
         let c = names::component(name)?;
         if self.is_reserved(dir.is_root, name) {
             return Err(Errno::NOENT.into());
         }
-        self.lookup_checked(dir.fd, &c)
+        self.lookup_checked(dir.handle, c)
     }
 
-    fn lookup_checked(&self, dir: BorrowedFd<'_>, name: &CStr) -> ExportResult<(OwnedFd, Statx)> {
-        let fd = sys::walk_one(dir, name, self.openat2)?;
+    fn lookup_checked(
+        &self,
+        dir: &Arc<PathHandle>,
+        name: CString,
+    ) -> ExportResult<(Arc<PathHandle>, Statx)> {
+        let fd = sys::walk_one(dir.fd()?.as_fd(), &name, self.openat2)?;
         let st = sys::stat(fd.as_fd())?;
-        Ok((fd, st))
+        Ok((self.handles.adopt(fd, &st, dir, name), st))
     }
 
     /// Reads the directory open at `fd` from cookie `offset`, handing each entry but the
@@ -149,22 +157,31 @@ impl Export {
     /// As [`sys::read_dir`].
     pub fn list(
         &self,
-        dir: Dir<'_>,
+        fd: BorrowedFd<'_>,
+        is_root: bool,
         offset: u64,
         buf_len: usize,
         mut each: impl FnMut(RawEntry<'_>) -> bool,
     ) -> ExportResult<()> {
-        Ok(sys::read_dir(dir.fd, offset, buf_len, |e| {
-            self.is_reserved(dir.is_root, e.name) || each(e)
+        Ok(sys::read_dir(fd, offset, buf_len, |e| {
+            self.is_reserved(is_root, e.name) || each(e)
         })?)
     }
 
     /// Looks up what was just made as `name` in `dir`, gives it to the caller and sets its
     /// exact permission bits.
-    fn created(&self, dir: Dir<'_>, name: &CStr, perm: u32, caller: Caller) -> ExportResult<Made> {
-        let handle = sys::walk_one(dir.fd, name, self.openat2)?;
-        policy::finish_create(self.proc_fd(), handle.as_fd(), perm, self.owner(caller))?;
-        let stat = sys::stat(handle.as_fd())?;
+    fn created(
+        &self,
+        dir: Dir<'_>,
+        at: BorrowedFd<'_>,
+        name: CString,
+        perm: u32,
+        caller: Caller,
+    ) -> ExportResult<Made> {
+        let fd = sys::walk_one(at, &name, self.openat2)?;
+        policy::finish_create(self.proc_fd(), fd.as_fd(), perm, self.owner(caller))?;
+        let stat = sys::stat(fd.as_fd())?;
+        let handle = self.handles.adopt(fd, &stat, dir.handle, name);
         Ok(Made { handle, stat })
     }
 
@@ -188,8 +205,9 @@ impl Export {
     ) -> ExportResult<Made> {
         let c = self.name_to_change(dir, name)?;
         let perm = mode & 0o1777;
-        sys::mkdir(dir.fd, &c, perm)?;
-        self.created(dir, &c, perm, caller)
+        let at = dir.handle.fd()?;
+        sys::mkdir(at.as_fd(), &c, perm)?;
+        self.created(dir, at.as_fd(), c, perm, caller)
     }
 
     /// symlink: the target is stored as given; it is data, never resolved by the server.
@@ -206,8 +224,9 @@ impl Export {
     ) -> ExportResult<Made> {
         let c = self.name_to_change(dir, name)?;
         let target = names::c_string(target)?;
-        sys::symlink(&target, dir.fd, &c)?;
-        self.created(dir, &c, 0o777, caller)
+        let at = dir.handle.fd()?;
+        sys::symlink(&target, at.as_fd(), &c)?;
+        self.created(dir, at.as_fd(), c, 0o777, caller)
     }
 
     /// mknod: fifos, sockets and regular files (type 0 is a regular file, as mknod(2)
@@ -233,8 +252,9 @@ impl Export {
             _ => return Err(Errno::INVAL.into()),
         };
         let perm = self.policy.client_perm(mode);
-        sys::mknod(dir.fd, &c, kind | perm, rdev)?;
-        self.created(dir, &c, perm, caller)
+        let at = dir.handle.fd()?;
+        sys::mknod(at.as_fd(), &c, kind | perm, rdev)?;
+        self.created(dir, at.as_fd(), c, perm, caller)
     }
 
     /// A hard link named `name` in `dir` to the inode behind `file`, made through its magic
@@ -242,9 +262,10 @@ impl Export {
     ///
     /// # Errors
     /// The name checks, then what `linkat` says.
-    pub fn link(&self, file: BorrowedFd<'_>, dir: Dir<'_>, name: &[u8]) -> ExportResult<()> {
+    pub fn link(&self, file: &Arc<PathHandle>, dir: Dir<'_>, name: &[u8]) -> ExportResult<()> {
         let c = self.name_to_change(dir, name)?;
-        sys::link(self.proc_fd(), file, dir.fd, &c)?;
+        let (file, at) = (file.fd()?, dir.handle.fd()?);
+        sys::link(self.proc_fd(), file.as_fd(), at.as_fd(), &c)?;
         Ok(())
     }
 
@@ -255,7 +276,8 @@ impl Export {
     pub fn rename(&self, from: Dir<'_>, old: &[u8], to: Dir<'_>, new: &[u8]) -> ExportResult<()> {
         let old = self.name_to_change(from, old)?;
         let new = self.name_to_change(to, new)?;
-        sys::rename(from.fd, &old, to.fd, &new)?;
+        let (from, to) = (from.handle.fd()?, to.handle.fd()?);
+        sys::rename(from.as_fd(), &old, to.as_fd(), &new)?;
         Ok(())
     }
 
@@ -265,7 +287,7 @@ impl Export {
     /// The name checks, then what `unlinkat` says.
     pub fn unlink(&self, dir: Dir<'_>, name: &[u8], is_dir: bool) -> ExportResult<()> {
         let c = self.name_to_change(dir, name)?;
-        sys::unlink(dir.fd, &c, is_dir)?;
+        sys::unlink(dir.handle.fd()?.as_fd(), &c, is_dir)?;
         Ok(())
     }
 
@@ -279,9 +301,11 @@ impl Export {
     /// As said, then what `open` says.
     pub fn open_file(
         &self,
-        handle: BorrowedFd<'_>,
+        handle: &Arc<PathHandle>,
         flags: OFlags,
     ) -> ExportResult<(OwnedFd, Statx)> {
+        let pinned = handle.fd()?;
+        let handle = pinned.as_fd();
         let st = sys::stat(handle)?;
         let mode = u32::from(st.stx_mode);
         if mode & libc::S_IFMT == libc::S_IFLNK {
@@ -321,17 +345,14 @@ impl Export {
         let flags = flags & !(OFlags::CREATE | OFlags::EXCL);
         // The name may come and go between the two tries; a local open(O_CREAT) never
         // fails for that, so try again a few times.
+        let at = dir.handle.fd()?;
         for _ in 0..4 {
-            match sys::create_at(dir.fd, &c, flags | OFlags::CREATE | OFlags::EXCL, perm) {
+            match sys::create_at(at.as_fd(), &c, flags | OFlags::CREATE | OFlags::EXCL, perm) {
                 Ok(file) => {
-                    let handle = sys::path_handle(self.proc_fd(), file.as_fd())?;
-                    policy::finish_create(
-                        self.proc_fd(),
-                        handle.as_fd(),
-                        perm,
-                        self.owner(caller),
-                    )?;
-                    let stat = sys::stat(handle.as_fd())?;
+                    let fd = sys::path_handle(self.proc_fd(), file.as_fd())?;
+                    policy::finish_create(self.proc_fd(), fd.as_fd(), perm, self.owner(caller))?;
+                    let stat = sys::stat(fd.as_fd())?;
+                    let handle = self.handles.adopt(fd, &stat, dir.handle, c);
                     return Ok(Created {
                         file,
                         handle,
@@ -342,7 +363,7 @@ impl Export {
                 Err(Errno::EXIST) if !exclusive => {}
                 Err(e) => return Err(e.into()),
             }
-            let (handle, st) = match self.lookup_checked(dir.fd, &c) {
+            let (handle, st) = match self.lookup_checked(dir.handle, c.clone()) {
                 Ok(found) => found,
                 Err(ExportError::Os(Errno::NOENT)) => continue,
                 Err(e) => return Err(e),
@@ -350,8 +371,8 @@ impl Export {
             if u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR {
                 return Err(Errno::ISDIR.into());
             }
-            let (file, _) = self.open_file(handle.as_fd(), flags)?;
-            let stat = sys::stat(handle.as_fd())?;
+            let (file, _) = self.open_file(&handle, flags)?;
+            let stat = sys::stat(file.as_fd())?;
             return Ok(Created {
                 file,
                 handle,
@@ -372,7 +393,7 @@ impl Export {
     /// else not a regular file, then what the kernel says.
     pub fn setattr(
         &self,
-        handle: BorrowedFd<'_>,
+        handle: &Arc<PathHandle>,
         open: Option<BorrowedFd<'_>>,
         set: &SetAttr,
     ) -> ExportResult<()> {
@@ -380,6 +401,8 @@ impl Export {
             return Ok(());
         }
         self.policy.check_writable()?;
+        let pinned = handle.fd()?;
+        let handle = pinned.as_fd();
         let proc_fd = self.proc_fd();
         if set.uid.is_some() || set.gid.is_some() {
             sys::chown(handle, set.uid, set.gid)?;
@@ -442,13 +465,14 @@ impl Export {
     /// `EROFS`, [`ExportError::Nul`] for a name holding NUL, then what `setxattr` says.
     pub fn set_xattr(
         &self,
-        handle: BorrowedFd<'_>,
+        handle: &Arc<PathHandle>,
         name: &[u8],
         value: &[u8],
         flags: u32,
     ) -> ExportResult<()> {
         self.policy.check_writable()?;
-        sys::set_xattr(handle, &names::c_string(name)?, value, flags)?;
+        let name = names::c_string(name)?;
+        sys::set_xattr(handle.fd()?.as_fd(), &name, value, flags)?;
         Ok(())
     }
 
@@ -456,9 +480,10 @@ impl Export {
     ///
     /// # Errors
     /// `EROFS`, [`ExportError::Nul`], then what `removexattr` says.
-    pub fn remove_xattr(&self, handle: BorrowedFd<'_>, name: &[u8]) -> ExportResult<()> {
+    pub fn remove_xattr(&self, handle: &Arc<PathHandle>, name: &[u8]) -> ExportResult<()> {
         self.policy.check_writable()?;
-        sys::remove_xattr(handle, &names::c_string(name)?)?;
+        let name = names::c_string(name)?;
+        sys::remove_xattr(handle.fd()?.as_fd(), &name)?;
         Ok(())
     }
 
@@ -469,21 +494,22 @@ impl Export {
     /// `getxattr` says.
     pub fn get_xattr(
         &self,
-        handle: BorrowedFd<'_>,
+        handle: &Arc<PathHandle>,
         name: &[u8],
         max: usize,
     ) -> ExportResult<Vec<u8>> {
         if name.is_empty() {
             return Err(Errno::RANGE.into());
         }
-        Ok(sys::get_xattr(handle, &names::c_string(name)?, max)?)
+        let name = names::c_string(name)?;
+        Ok(sys::get_xattr(handle.fd()?.as_fd(), &name, max)?)
     }
 
     /// The NUL-separated names of the extended attributes, at most `max` bytes.
     ///
     /// # Errors
     /// What `listxattr` says.
-    pub fn list_xattr(&self, handle: BorrowedFd<'_>, max: usize) -> ExportResult<Vec<u8>> {
-        Ok(sys::list_xattr(handle, max)?)
+    pub fn list_xattr(&self, handle: &Arc<PathHandle>, max: usize) -> ExportResult<Vec<u8>> {
+        Ok(sys::list_xattr(handle.fd()?.as_fd(), max)?)
     }
 }

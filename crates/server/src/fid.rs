@@ -6,13 +6,13 @@
 //! Tread only drops the table's reference; the read finishes on its own.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crossfs_wire::{Fid, Qid};
 
-use crossfs_export::budget::{ByteCharge, Handle};
+use crossfs_export::budget::{ByteCharge, OpenFd};
+use crossfs_export::handles::{PathHandle, PinnedFd};
 
 use crate::error::{OpError, OpResult};
 
@@ -20,7 +20,7 @@ use crate::error::{OpError, OpResult};
 #[derive(Clone)]
 pub(crate) struct Location {
     /// `O_PATH` handle on the parent directory.
-    pub parent: Arc<Handle>,
+    pub parent: Arc<PathHandle>,
     /// The name in that directory.
     pub name: Vec<u8>,
 }
@@ -28,7 +28,7 @@ pub(crate) struct Location {
 /// An open file behind a fid (after Tlopen or Tlcreate).
 pub(crate) struct OpenFile {
     /// The open descriptor.
-    pub fd: Handle,
+    pub fd: OpenFd,
     /// Serialises readdir, which moves the descriptor's position.
     pub dir_cursor: Mutex<()>,
     /// A regular file opened without `O_DIRECT`: reads may try the page cache alone (with
@@ -38,7 +38,7 @@ pub(crate) struct OpenFile {
 
 impl OpenFile {
     /// An open descriptor on an inode of type `kind` (`S_IFMT` bits), opened with `flags`.
-    pub(crate) fn new(fd: Handle, kind: u32, flags: rustix::fs::OFlags) -> Self {
+    pub(crate) fn new(fd: OpenFd, kind: u32, flags: rustix::fs::OFlags) -> Self {
         OpenFile {
             fd,
             dir_cursor: Mutex::new(()),
@@ -50,7 +50,7 @@ impl OpenFile {
 /// A fid that names a file.
 pub(crate) struct FileFid {
     /// `O_PATH|O_NOFOLLOW` handle on the inode.
-    pub handle: Arc<Handle>,
+    pub handle: Arc<PathHandle>,
     /// The qid when the fid was made (type and path of an inode never change).
     pub qid: Qid,
     /// The device the inode lies on, for readdir qids.
@@ -69,7 +69,7 @@ impl FileFid {
     /// A fid for a handle that is not open, on device `dev`, of type `kind` (see
     /// [`crate::server::dev_and_kind`]).
     pub(crate) fn new(
-        handle: Arc<Handle>,
+        handle: Arc<PathHandle>,
         qid: Qid,
         (dev, kind): (u64, u32),
         location: Option<Location>,
@@ -86,9 +86,10 @@ impl FileFid {
         }
     }
 
-    /// The `O_PATH` handle.
-    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
-        self.handle.as_fd()
+    /// The `O_PATH` descriptor, pinned for one operation (the export's handle cache may
+    /// have closed it since the last, and opens it again).
+    pub(crate) fn fd(&self) -> OpResult<PinnedFd> {
+        Ok(self.handle.fd()?)
     }
 
     /// The open file, or `EBADF` when the fid was never opened.
@@ -119,7 +120,7 @@ pub(crate) struct XattrValue {
 /// A fid made by Txattrcreate: collects the value through Twrite until Tclunk sets it.
 pub(crate) struct XattrWrite {
     /// The file whose attribute is set.
-    pub handle: Arc<Handle>,
+    pub handle: Arc<PathHandle>,
     /// The attribute's name.
     pub name: std::ffi::CString,
     /// The size announced by Txattrcreate.

@@ -81,17 +81,17 @@
 //!   reserved from the announced size); and the fid table, at most
 //!   [`ServerConfig::max_fids`] entries of a few hundred bytes. A client that stops reading
 //!   replies stops being read.
-//! - Descriptors, server-wide: every fid holds an `O_PATH` descriptor (and the one of the
-//!   directory it was found in, and once opened an open one), so descriptors are budgeted:
-//!   [`ServerConfig::fd_budget`], by default the open-file limit (raised to its hard maximum)
-//!   less an eighth, at least 64, kept for listeners, sockets and descriptors a request uses
-//!   briefly. A connection may take a descriptor only if at least `min(what it then holds,
-//!   budget / 4)` stay free, and may always hold a small floor (budget / 64, at most 64)
-//!   while any is free; past that its requests that would hold one more get `EMFILE`. So a
-//!   lone connection can use three quarters of the budget, and whatever one connection does
-//!   the others, old and new, still find at least a quarter free (several greedy
-//!   connections split it, each leaving at least as many free as it holds). Cloning a fid
-//!   (a walk of no names) takes no descriptor.
+//! - Descriptors, server-wide: [`ServerConfig::fd_budget`], by default the open-file limit
+//!   (raised to its hard maximum) less an eighth, at least 64, kept for listeners, sockets
+//!   and descriptors a request uses briefly. Half of it is the export's handle cache: every
+//!   fid holds a handle on its inode whose `O_PATH` descriptor the cache closes when the
+//!   least recently used and idle, and opens again on the next use (by file handle, or by a
+//!   confined walk that must find the same inode; see `crossfs_export::handles`), so no walk
+//!   fails for how many fids clients hold. The other half is for open files: a connection
+//!   may open one more only if at least `min(what it then holds, budget / 4)` stay free, and
+//!   may always hold a small floor (budget / 64, at most 64) while any is free; past that its
+//!   opens get `EMFILE`. So a lone connection can use three quarters of it, and whatever one
+//!   connection does the others, old and new, still find at least a quarter free.
 //!
 //! - Change events (with [`Server::with_events`]): at most four event streams per
 //!   connection (`EMFILE` past that), each queuing at most the hub's ring capacity of events

@@ -2,7 +2,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
-use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
@@ -14,7 +13,8 @@ use serde_json::{json, Map, Value};
 
 use crossfs_events::EventHub;
 
-use crossfs_export::budget::{FdAccount, Handle};
+use crossfs_export::budget::FdAccount;
+use crossfs_export::handles::PathHandle;
 use crossfs_export::policy::Policy;
 use crossfs_export::{Dir, Export, OpenError};
 
@@ -178,14 +178,19 @@ impl Server {
 
     /// Statistics as JSON:
     /// `{"role":"server","export":"/path","total":{"Twalk":{"count":N,"bytes":N,"errors":N},
-    /// ...,"bytes_in":N,"bytes_out":N},"live":{"connections":N,"fids":N,"fds":N},
+    /// ...,"bytes_in":N,"bytes_out":N},"live":{"connections":N,"fids":N,"fds":N,"handles":{...},
+    /// "open_files":{...}},
     /// "connections":[{"id":1,"peer":"...","msize":N,"fids":N,"fds":N,"Twalk":{...},...,
     /// "bytes_in":N,"bytes_out":N}]}`. `total` includes closed connections; `connections`
     /// lists the live ones, and `live` what they hold now: fids bound, and descriptors kept
-    /// open for them (fid handles and open files; the export root is not counted). A
+    /// open for them (`fds`: the handle cache's and open files; the export root is not
+    /// counted), the handle cache (`capacity`, descriptors `open` now, `closed` to make room
+    /// and `reopened` since the start, whether reopening goes `by_file_handle`) and open
+    /// files (`budget`, `held`, opens `refused` with EMFILE since the start). A
     /// connection leaves the list only after its fids are gone, so once a client is gone
     /// from it, everything it held (descriptors, and with them its locks) is released.
     pub fn stats_json(&self) -> Value {
+        let handles = self.export.handles.stats();
         let mut total = Map::new();
         add_counters(&mut total, &self.totals.snapshot());
         let (connections, fids): (Vec<Value>, usize) = {
@@ -211,7 +216,19 @@ impl Server {
             "live": {
                 "connections": connections.len(),
                 "fids": fids,
-                "fds": self.export.fds.held(),
+                "fds": self.export.fds.held() + handles.open,
+                "handles": {
+                    "capacity": handles.capacity,
+                    "open": handles.open,
+                    "closed": handles.closed,
+                    "reopened": handles.reopened,
+                    "by_file_handle": handles.by_file_handle,
+                },
+                "open_files": {
+                    "budget": self.export.fds.budget(),
+                    "held": self.export.fds.held(),
+                    "refused": self.export.fds.refused(),
+                },
             },
             "connections": connections,
             "events": events,
@@ -225,9 +242,9 @@ impl Server {
 
     /// The directory behind `handle`. Every handle on the export root is the export's own
     /// (attaches share it, walks start from it), so the root is told by identity.
-    pub(crate) fn dir_of<'a>(&self, handle: &'a Arc<Handle>) -> Dir<'a> {
+    pub(crate) fn dir_of<'a>(&self, handle: &'a Arc<PathHandle>) -> Dir<'a> {
         Dir {
-            fd: handle.as_fd(),
+            handle,
             is_root: Arc::ptr_eq(handle, &self.export.root),
         }
     }

@@ -45,7 +45,10 @@ impl Guest {
         let root = dir.path().join("export");
         std::fs::create_dir(&root).unwrap();
         std::fs::write(dir.path().join("secret"), "outside").unwrap();
-        let mut export = Export::open(&root, policy, Some(1024)).unwrap();
+        // CROSSFS_TEST_FD_BUDGET=16 (scripts/test) keeps 8 handle descriptors, so that
+        // lookups go through the handle cache's close-and-reopen path.
+        let budget = std::env::var("CROSSFS_TEST_FD_BUDGET").map_or(1024, |v| v.parse().unwrap());
+        let mut export = Export::open(&root, policy, Some(budget)).unwrap();
         export.reserved_prefix = reserved.map(<[u8]>::to_vec);
         let export = Arc::new(export);
         let fs = FuseFs::new(export, FsConfig::default(), Arc::new(Stats::default()));

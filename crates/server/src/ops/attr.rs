@@ -4,6 +4,8 @@ use crossfs_wire::{
     getattr as ga, setattr as sa, Rgetattr, Rmessage, Rreadlink, Rsetattr, Rstatfs, Tgetattr,
     Treadlink, Tsetattr, Tstatfs,
 };
+use std::os::fd::AsFd;
+
 use rustix::fs::StatxFlags;
 use rustix::io::Errno;
 
@@ -19,7 +21,7 @@ use crate::session::Conn;
 pub(crate) fn getattr(conn: &Conn, m: Tgetattr) -> OpResult<Rmessage> {
     let state = conn.fids.get(m.fid)?;
     let f = state.file()?;
-    let st = sys::stat(f.fd())?;
+    let st = sys::stat(f.fd()?.as_fd())?;
     Ok(Rmessage::Getattr(rgetattr(conn, &st)))
 }
 
@@ -74,7 +76,7 @@ pub(crate) fn setattr(conn: &Conn, m: Tsetattr) -> OpResult<Rmessage> {
         mtime: time(m.valid, sa::MTIME, sa::MTIME_SET, m.mtime_sec, m.mtime_nsec)?,
     };
     let open = f.open.get().map(|o| rustix::fd::AsFd::as_fd(&o.fd));
-    conn.server.export.setattr(f.fd(), open, &set)?;
+    conn.server.export.setattr(&f.handle, open, &set)?;
     Ok(Rmessage::Setattr(Rsetattr {}))
 }
 
@@ -93,7 +95,7 @@ fn time(valid: u32, bit: u32, set: u32, sec: u64, nsec: u64) -> OpResult<Time> {
 /// Tstatfs: `fstatfs` of the file system the fid lies on.
 pub(crate) fn statfs(conn: &Conn, m: Tstatfs) -> OpResult<Rmessage> {
     let state = conn.fids.get(m.fid)?;
-    let s = sys::statfs(state.file()?.fd())?;
+    let s = sys::statfs(state.file()?.fd()?.as_fd())?;
     Ok(Rmessage::Statfs(Rstatfs {
         ty: s.ty,
         bsize: s.bsize,
@@ -110,6 +112,6 @@ pub(crate) fn statfs(conn: &Conn, m: Tstatfs) -> OpResult<Rmessage> {
 /// Treadlink: the target of the symlink the fid names (`EINVAL` for anything else).
 pub(crate) fn readlink(conn: &Conn, m: Treadlink) -> OpResult<Rmessage> {
     let state = conn.fids.get(m.fid)?;
-    let target = sys::readlink(state.file()?.fd())?;
+    let target = sys::readlink(state.file()?.fd()?.as_fd())?;
     Ok(Rmessage::Readlink(Rreadlink { target }))
 }

@@ -16,7 +16,7 @@ use crossfs_wire::{
 use rustix::fs::OFlags;
 use rustix::io::Errno;
 
-use crossfs_export::budget::Handle;
+use crossfs_export::budget::OpenFd;
 use crossfs_export::sys;
 
 use crate::error::{OpError, OpResult};
@@ -184,7 +184,6 @@ fn read_whole(
     name: &[u8],
     max: usize,
 ) -> Option<(Rgetattr, Vec<u8>)> {
-    let _path_charge = conn.fds.charge().ok()?;
     let (path, st) = conn.server.export.lookup(dir, name).ok()?;
     let kind = u32::from(st.stx_mode) & libc::S_IFMT;
     if st.stx_size > max as u64 {
@@ -192,8 +191,9 @@ fn read_whole(
     }
     if kind == libc::S_IFLNK {
         // A link's target never changes: another target is another link.
-        let target = sys::readlink(path.as_fd()).ok()?;
-        let after = sys::stat(path.as_fd()).ok()?;
+        let fd = path.fd().ok()?;
+        let target = sys::readlink(fd.as_fd()).ok()?;
+        let after = sys::stat(fd.as_fd()).ok()?;
         return (target.len() <= max).then(|| (attr::rgetattr(conn, &after), target));
     }
     if kind != libc::S_IFREG {
@@ -201,7 +201,7 @@ fn read_whole(
     }
     let _open_charge = conn.fds.charge().ok()?;
     let flags = OFlags::RDONLY | OFlags::NOATIME;
-    let (fd, _) = conn.server.export.open_file(path.as_fd(), flags).ok()?;
+    let (fd, _) = conn.server.export.open_file(&path, flags).ok()?;
     // One byte more than allowed: a file that grew meanwhile is left out.
     let mut content = vec![0; max + 1];
     let mut n = 0;
@@ -447,8 +447,9 @@ fn list_with_attrs(conn: &Conn, m: &Treaddirattr, more: usize) -> OpResult<Vec<u
     let is_root = conn.server.dir(f).is_root;
     let list =
         |fd, each: &mut dyn FnMut(std::os::fd::BorrowedFd<'_>, sys::RawEntry<'_>) -> bool| {
-            let dir = crossfs_export::Dir { fd, is_root };
-            conn.server.export.list(dir, m.offset, buf, |e| each(fd, e))
+            conn.server
+                .export
+                .list(fd, is_root, m.offset, buf, |e| each(fd, e))
         };
     let dir_after = match f.open.get() {
         Some(open) => {
@@ -460,8 +461,8 @@ fn list_with_attrs(conn: &Conn, m: &Treaddirattr, more: usize) -> OpResult<Vec<u
         None => {
             let charge = conn.fds.charge()?;
             let flags = OFlags::RDONLY | OFlags::DIRECTORY;
-            let (dir, _) = conn.server.export.open_file(f.fd(), flags)?;
-            let dir = Handle::new(dir, charge);
+            let (dir, _) = conn.server.export.open_file(&f.handle, flags)?;
+            let dir = OpenFd::new(dir, charge);
             let fd = dir.as_fd();
             list(fd, &mut each)?;
             sys::stat(fd)

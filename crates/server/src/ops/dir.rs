@@ -1,6 +1,6 @@
 //! Directory contents: listing, creating, linking, renaming and removing names.
 
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::AsFd;
 
 use crossfs_wire::{
     Data, DirEntry, Rlink, Rmessage, Rmkdir, Rmknod, Rreaddir, Rremove, Rrename, Rrenameat,
@@ -10,7 +10,7 @@ use crossfs_wire::{
 use rustix::io::Errno;
 
 use crossfs_export::sys;
-use crossfs_export::{Caller, Dir};
+use crossfs_export::Caller;
 
 use crate::error::OpResult;
 use crate::fid::{lock, Location};
@@ -34,13 +34,11 @@ pub(crate) fn readdir(conn: &Conn, m: Treaddir) -> OpResult<Rmessage> {
     let _cursor = lock(&open.dir_cursor);
     let mut data = Vec::with_capacity(max.min(GETDENTS_BUF));
     let mut too_small = false;
-    let dir = Dir {
-        fd: open.fd.as_fd(),
-        is_root: conn.server.dir(f).is_root,
-    };
+    let is_root = conn.server.dir(f).is_root;
+    let fd = open.fd.as_fd();
     conn.server
         .export
-        .list(dir, m.offset, max.min(GETDENTS_BUF), |e| {
+        .list(fd, is_root, m.offset, max.min(GETDENTS_BUF), |e| {
             if data.len() + DirEntry::wire_len(e.name.len()) > max {
                 too_small = data.is_empty();
                 return false;
@@ -125,7 +123,7 @@ pub(crate) fn link(conn: &Conn, m: Tlink) -> OpResult<Rmessage> {
     let f = state.file()?;
     conn.server
         .export
-        .link(f.fd(), conn.server.dir(dir), &m.name)?;
+        .link(&f.handle, conn.server.dir(dir), &m.name)?;
     Ok(Rmessage::Link(Rlink {}))
 }
 
@@ -152,7 +150,7 @@ pub(crate) fn rename(conn: &Conn, m: Trename) -> OpResult<Rmessage> {
     let dstate = conn.fids.get(m.dfid)?;
     let dir = dstate.file()?;
     let loc = f.location().ok_or(Errno::BUSY)?;
-    check_same_inode(loc.parent.as_fd(), &loc.name, f)?;
+    check_same_inode(&loc, f)?;
     conn.server.export.rename(
         conn.server.dir_of(&loc.parent),
         &loc.name,
@@ -183,7 +181,7 @@ pub(crate) fn remove(conn: &Conn, m: Tremove) -> OpResult<Rmessage> {
     conn.server.export.policy.check_writable()?;
     let f = state.file()?;
     let loc = f.location().ok_or(Errno::BUSY)?;
-    check_same_inode(loc.parent.as_fd(), &loc.name, f)?;
+    check_same_inode(&loc, f)?;
     let is_dir = f.qid.ty & crossfs_wire::QID_TYPE_DIR != 0;
     conn.server
         .export
@@ -193,9 +191,10 @@ pub(crate) fn remove(conn: &Conn, m: Tremove) -> OpResult<Rmessage> {
 
 /// `ENOENT` unless `name` in `dir` is still the fid's inode (it may have been renamed or
 /// replaced since the walk; acting on whatever now has the name would surprise the client).
-fn check_same_inode(dir: BorrowedFd<'_>, name: &[u8], f: &crate::fid::FileFid) -> OpResult<()> {
-    let now = sys::stat_at(dir, &crossfs_export::names::component(name)?)?;
-    let mine = sys::stat(f.fd())?;
+fn check_same_inode(loc: &Location, f: &crate::fid::FileFid) -> OpResult<()> {
+    let name = crossfs_export::names::component(&loc.name)?;
+    let now = sys::stat_at(loc.parent.fd()?.as_fd(), &name)?;
+    let mine = sys::stat(f.fd()?.as_fd())?;
     if now.stx_ino != mine.stx_ino
         || now.stx_dev_major != mine.stx_dev_major
         || now.stx_dev_minor != mine.stx_dev_minor

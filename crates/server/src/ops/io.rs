@@ -1,7 +1,6 @@
 //! Opening, creating, reading, writing and syncing files.
 
 use std::os::fd::AsFd;
-use std::sync::Arc;
 
 use crossfs_wire::{
     encode_rread_with, open_flags as of, Rfsync, Rlcreate, Rlopen, Rmessage, Rwrite, Tag, Tfsync,
@@ -10,7 +9,7 @@ use crossfs_wire::{
 use rustix::fs::OFlags;
 use rustix::io::Errno;
 
-use crossfs_export::budget::Handle;
+use crossfs_export::budget::OpenFd;
 use crossfs_export::sys;
 
 use crate::error::{OpError, OpResult};
@@ -67,10 +66,10 @@ pub(crate) fn lopen(conn: &Conn, m: Tlopen) -> OpResult<Rmessage> {
     }
     let flags = host_flags(m.flags)?;
     let charge = conn.fds.charge()?;
-    let (fd, st) = conn.server.export.open_file(f.fd(), flags)?;
+    let (fd, st) = conn.server.export.open_file(&f.handle, flags)?;
     f.open
         .set(OpenFile::new(
-            Handle::new(fd, charge),
+            OpenFd::new(fd, charge),
             dev_and_kind(&st).1,
             flags,
         ))
@@ -87,7 +86,7 @@ pub(crate) fn lcreate(conn: &Conn, m: Tlcreate) -> OpResult<Rmessage> {
     let state = conn.fids.get(m.fid)?;
     let dir = state.file()?;
     let flags = host_flags(m.flags)?;
-    let (open_charge, handle_charge) = (conn.fds.charge()?, conn.fds.charge()?);
+    let open_charge = conn.fds.charge()?;
     let created = conn.server.export.create(
         conn.server.dir(dir),
         &m.name,
@@ -98,7 +97,7 @@ pub(crate) fn lcreate(conn: &Conn, m: Tlcreate) -> OpResult<Rmessage> {
     )?;
     let qid = conn.server.qid(&created.stat);
     let new = FileFid::new(
-        Arc::new(Handle::new(created.handle, handle_charge)),
+        created.handle,
         qid,
         dev_and_kind(&created.stat),
         Some(Location {
@@ -109,7 +108,7 @@ pub(crate) fn lcreate(conn: &Conn, m: Tlcreate) -> OpResult<Rmessage> {
     );
     // A fresh OnceLock cannot be set already.
     let _ = new.open.set(OpenFile::new(
-        Handle::new(created.file, open_charge),
+        OpenFd::new(created.file, open_charge),
         new.kind,
         flags,
     ));

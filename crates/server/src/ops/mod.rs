@@ -10,6 +10,8 @@ mod lock;
 mod walk;
 mod xattr;
 
+use std::os::fd::AsFd;
+
 use crossfs_wire::{DecodeError, Rclunk, Rmessage, Tag, Tmessage};
 
 use crate::error::{OpError, OpResult};
@@ -100,10 +102,12 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
         T::Walkopen(m) => match (conn.fids.get(m.fid), m.wnames.as_slice()) {
             (Ok(state), []) => matches!(&*state, FidState::File(f) if matches!(f.kind, libc::S_IFREG | libc::S_IFDIR)),
             (Ok(state), [name]) => match (&*state, crossfs_export::names::component(name)) {
-                (FidState::File(dir), Ok(name)) => crossfs_export::sys::stat_at(dir.fd(), &name)
-                    .is_ok_and(|st| {
+                // A handle that cannot be reached again fails at once.
+                (FidState::File(dir), Ok(name)) => dir.fd().map_or(true, |fd| {
+                    crossfs_export::sys::stat_at(fd.as_fd(), &name).is_ok_and(|st| {
                         matches!(u32::from(st.stx_mode) & libc::S_IFMT, libc::S_IFREG | libc::S_IFDIR)
-                    }),
+                    })
+                }),
                 // Refused at once.
                 _ => true,
             },
@@ -146,7 +150,10 @@ fn quick_removal(conn: &Conn, dirfd: crossfs_wire::Fid, name: &[u8]) -> bool {
     let (FidState::File(dir), Ok(name)) = (&*state, crossfs_export::names::component(name)) else {
         return true;
     };
-    crossfs_export::sys::stat_at(dir.fd(), &name).map_or(true, |st| {
+    let Ok(fd) = dir.fd() else {
+        return true;
+    };
+    crossfs_export::sys::stat_at(fd.as_fd(), &name).map_or(true, |st| {
         let regular = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG;
         !(regular && st.stx_nlink == 1 && st.stx_size > QUICK_REMOVAL_MAX)
     })

@@ -1,11 +1,9 @@
 //! Tattach and Twalk: making fids, one confined step at a time.
 
 use std::os::fd::AsFd;
-use std::sync::Arc;
 
 use crossfs_wire::{Rattach, Rmessage, Rwalk, Tattach, Twalk};
 
-use crossfs_export::budget::Handle;
 use crossfs_export::sys;
 
 use crate::error::{OpError, OpResult};
@@ -30,7 +28,7 @@ pub(crate) fn attach(conn: &Conn, m: Tattach) -> OpResult<Rmessage> {
         return attach_events(conn, m.fid, since);
     }
     let root = conn.server.export.root.clone();
-    let st = sys::stat(root.as_fd())?;
+    let st = sys::stat(root.fd()?.as_fd())?;
     let qid = conn.server.qid(&st);
     let fid = FileFid::new(root, qid, dev_and_kind(&st), None, m.n_uname);
     conn.fids.insert_new(m.fid, FidState::File(fid))?;
@@ -78,8 +76,9 @@ fn parse_since(s: &[u8]) -> Option<(u64, u64)> {
 /// the whole walk). Each step opens one name beneath the previous directory with
 /// `O_PATH|O_NOFOLLOW`, so a symlink can end a walk (the fid then names the link) but never
 /// be passed through. A failure at the first name is an Rlerror; a later one gives a short
-/// Rwalk, and `newfid` is not bound. Every step's descriptor is charged to the connection's
-/// share of descriptors first; running out is `EMFILE` for the whole walk, whatever the step.
+/// Rwalk, and `newfid` is not bound. Each step's handle goes into the export's handle cache
+/// ([`crossfs_export::handles`]), which closes descriptors no one uses rather than refuse a
+/// walk: no walk fails because of how many fids clients hold.
 pub(crate) fn walk(conn: &Conn, m: Twalk) -> OpResult<Rmessage> {
     let state = conn.fids.get(m.fid)?;
     let from = state.file()?;
@@ -97,8 +96,7 @@ pub(crate) fn walk(conn: &Conn, m: Twalk) -> OpResult<Rmessage> {
     let mut dev_kind = (from.dev, from.kind);
     let mut wqids = Vec::with_capacity(m.wnames.len());
     for raw in &m.wnames {
-        let charge = conn.fds.charge()?;
-        let (fd, st) = match conn.server.export.lookup(conn.server.dir_of(&handle), raw) {
+        let (found, st) = match conn.server.export.lookup(conn.server.dir_of(&handle), raw) {
             Ok(found) => found,
             Err(e) if wqids.is_empty() => return Err(e.into()),
             Err(_) => return Ok(Rmessage::Walk(Rwalk { wqids })),
@@ -110,7 +108,7 @@ pub(crate) fn walk(conn: &Conn, m: Twalk) -> OpResult<Rmessage> {
             parent: handle,
             name: raw.clone(),
         });
-        handle = Arc::new(Handle::new(fd, charge));
+        handle = found;
     }
 
     if m.newfid == m.fid && m.wnames.is_empty() {

@@ -24,9 +24,9 @@ pub(crate) fn xattrwalk(conn: &Conn, m: Txattrwalk) -> OpResult<Rmessage> {
     let max = conn.server.config.max_xattr_size;
     let export = &conn.server.export;
     let value = if m.name.is_empty() {
-        export.list_xattr(f.fd(), max)?
+        export.list_xattr(&f.handle, max)?
     } else {
-        export.get_xattr(f.fd(), &m.name, max)?
+        export.get_xattr(&f.handle, &m.name, max)?
     };
     let size = value.len() as u64;
     let mut charge = conn.xattr_bytes.empty();
@@ -90,12 +90,11 @@ pub(crate) fn commit(conn: &Conn, x: &XattrWrite) -> OpResult<()> {
     if value.len() != x.size {
         return Err(OpError::Invalid("xattr value shorter than announced"));
     }
-    let fd = rustix::fd::AsFd::as_fd(&*x.handle);
     let export = &conn.server.export;
     if x.size == 0 && x.flags == xattr_flags::REPLACE {
-        export.remove_xattr(fd, x.name.as_bytes())?;
+        export.remove_xattr(&x.handle, x.name.as_bytes())?;
     } else {
-        export.set_xattr(fd, x.name.as_bytes(), value, x.flags)?;
+        export.set_xattr(&x.handle, x.name.as_bytes(), value, x.flags)?;
     }
     Ok(())
 }

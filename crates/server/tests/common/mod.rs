@@ -13,6 +13,16 @@ use crossfs_wire::*;
 
 pub const ROOT: Fid = Fid(0);
 
+/// The descriptor budget a test's server gets unless the test sets one:
+/// `CROSSFS_TEST_FD_BUDGET=16` runs the tests with a handle cache of 8 descriptors, so that
+/// walks go through the cache's close-and-reopen path (scripts/test runs the confinement
+/// attacks so).
+pub fn default_fd_budget() -> Option<usize> {
+    std::env::var("CROSSFS_TEST_FD_BUDGET")
+        .ok()
+        .map(|v| v.parse().expect("CROSSFS_TEST_FD_BUDGET: a number"))
+}
+
 /// An export (a temp dir) and a running server.
 pub struct Harness {
     pub dir: tempfile::TempDir,
@@ -28,6 +38,7 @@ impl Harness {
         let dir = tempfile::tempdir().unwrap();
         let mut config = ServerConfig {
             export: dir.path().to_path_buf(),
+            fd_budget: default_fd_budget(),
             ..Default::default()
         };
         adjust(&mut config);
@@ -353,6 +364,7 @@ impl Outside {
         let before = snapshot(&dir);
         let mut config = ServerConfig {
             export: export.path().to_path_buf(),
+            fd_budget: default_fd_budget(),
             ..Default::default()
         };
         adjust(&mut config);

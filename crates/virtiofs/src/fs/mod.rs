@@ -10,7 +10,8 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
-use crossfs_export::budget::{FdAccount, Handle};
+use crossfs_export::budget::{FdAccount, OpenFd};
+use crossfs_export::handles::PathHandle;
 use crossfs_export::{lock, sys, Caller, Dir, Export, ExportError, Made, SetAttr, Statx};
 use rustix::fs::OFlags;
 use rustix::io::Errno;
@@ -28,7 +29,7 @@ use nodes::NodeTable;
 
 /// An open file or directory.
 struct OpenFile {
-    fd: Handle,
+    fd: OpenFd,
     /// Whether this is the export root opened as a directory (reserved names are hidden).
     root: bool,
     /// Directory listings seek the descriptor: one at a time.
@@ -67,7 +68,7 @@ impl FuseFs {
     /// A file system over `export` for one guest; counters go to `stats`.
     pub fn new(export: Arc<Export>, config: FsConfig, stats: Arc<Stats>) -> FuseFs {
         let fds = FdAccount::new(export.fds.clone());
-        let nodes = NodeTable::new(export.root.clone(), fds.clone());
+        let nodes = NodeTable::new(export.root.clone());
         FuseFs {
             export,
             config,
@@ -125,7 +126,15 @@ impl FuseFs {
         let (reply, error) = match result {
             Ok(Some(reply)) => (Some(reply.finish(h.unique)), false),
             Ok(None) => (None, false),
-            Err(e) => (Some(encode::error(h.unique, e.errno())), true),
+            Err(e) => {
+                tracing::debug!(
+                    unique = h.unique,
+                    opcode = h.opcode,
+                    node = h.nodeid,
+                    "virtiofs: {e}"
+                );
+                (Some(encode::error(h.unique, e.errno())), true)
+            }
         };
         let out = reply.as_ref().map_or(0, Vec::len);
         self.stats.record(h.opcode, request.len(), out, error, data);
@@ -156,7 +165,7 @@ impl FuseFs {
             Op::Getattr { .. } => self.getattr(n),
             Op::Setattr(s) => self.setattr(n, &s),
             Op::Readlink => {
-                let target = sys::readlink(self.nodes.get(n)?.as_fd())?;
+                let target = sys::readlink(self.nodes.get(n)?.fd()?.as_fd())?;
                 let mut r = Reply::new();
                 r.bytes(&target);
                 Ok(r)
@@ -189,8 +198,8 @@ impl FuseFs {
             }
             Op::Flush { fh } => self.file(fh).map(|_| Reply::new()),
             Op::Opendir { .. } => self.opendir(n),
-            Op::Readdir(r) => self.readdir(&r, false),
-            Op::Readdirplus(r) => self.readdir(&r, true),
+            Op::Readdir(r) => self.readdir(n, &r, false),
+            Op::Readdirplus(r) => self.readdir(n, &r, true),
             Op::Create {
                 flags, mode, name, ..
             } => self.create(h, flags, mode, name),
@@ -201,11 +210,11 @@ impl FuseFs {
                     return Err(Errno::TOOBIG.into());
                 }
                 let node = self.nodes.get(n)?;
-                self.export.set_xattr(node.as_fd(), name, value, flags)?;
+                self.export.set_xattr(&node, name, value, flags)?;
                 Ok(Reply::new())
             }
             Op::Removexattr { name } => {
-                self.export.remove_xattr(self.nodes.get(n)?.as_fd(), name)?;
+                self.export.remove_xattr(&self.nodes.get(n)?, name)?;
                 Ok(Reply::new())
             }
             // The kernel then checks permissions itself, from the attributes we report.
@@ -296,8 +305,8 @@ impl FuseFs {
         Ok(r)
     }
 
-    fn entry(&self, fd: OwnedFd, st: &Statx) -> OpResult<Reply> {
-        let id = self.nodes.remember(fd, st)?;
+    fn entry(&self, handle: Arc<PathHandle>, st: &Statx) -> OpResult<Reply> {
+        let id = self.nodes.remember(handle, st);
         let ttl = self.config.ttl();
         let mut r = Reply::with_capacity(128);
         r.entry(id, Some(st), ttl, ttl);
@@ -319,7 +328,7 @@ impl FuseFs {
     }
 
     fn getattr(&self, id: u64) -> OpResult<Reply> {
-        let st = sys::stat(self.nodes.get(id)?.as_fd())?;
+        let st = sys::stat(self.nodes.get(id)?.fd()?.as_fd())?;
         let mut r = Reply::with_capacity(104);
         r.attr_out(&st, self.config.ttl());
         Ok(r)
@@ -351,16 +360,16 @@ impl FuseFs {
         };
         let handle = self.nodes.get(id)?;
         let open_fd = open.as_ref().map(|f| f.fd.as_fd());
-        self.export.setattr(handle.as_fd(), open_fd, &set)?;
+        self.export.setattr(&handle, open_fd, &set)?;
         self.getattr(id)
     }
 
     // --- making and removing names ---------------------------------------------------------
 
     /// The directory behind node `id`, for the export core.
-    fn dir(id: u64, handle: &Handle) -> Dir<'_> {
+    fn dir(id: u64, handle: &Arc<PathHandle>) -> Dir<'_> {
         Dir {
-            fd: handle.as_fd(),
+            handle,
             is_root: id == fuse::ROOT_ID,
         }
     }
@@ -429,7 +438,7 @@ impl FuseFs {
         let handle = self.nodes.get(target)?;
         let dir = self.nodes.get(parent)?;
         let dir = Self::dir(parent, &dir);
-        self.export.link(handle.as_fd(), dir, name)?;
+        self.export.link(&handle, dir, name)?;
         let (fd, st) = self.export.lookup(dir, name)?;
         self.entry(fd, &st)
     }
@@ -451,7 +460,7 @@ impl FuseFs {
         files.0.insert(
             fh,
             Arc::new(OpenFile {
-                fd: Handle::new(fd, charge),
+                fd: OpenFd::new(fd, charge),
                 root,
                 dir: Mutex::new(()),
             }),
@@ -487,9 +496,7 @@ impl FuseFs {
     fn open(&self, id: u64, flags: u32) -> OpResult<Reply> {
         let handle = self.nodes.get(id)?;
         let charge = self.fds.charge()?;
-        let (fd, _) = self
-            .export
-            .open_file(handle.as_fd(), self.host_flags(flags))?;
+        let (fd, _) = self.export.open_file(&handle, self.host_flags(flags))?;
         let fh = self.add_file(fd, charge, false);
         let mut r = Reply::new();
         r.open_out(fh, self.open_flags());
@@ -554,7 +561,7 @@ impl FuseFs {
     }
 
     fn statfs(&self) -> OpResult<Reply> {
-        let s = sys::statfs(self.export.root.as_fd())?;
+        let s = sys::statfs(self.export.root.fd()?.as_fd())?;
         let mut r = Reply::with_capacity(80);
         r.u64(s.blocks)
             .u64(s.bfree)
@@ -574,14 +581,14 @@ impl FuseFs {
         let charge = self.fds.charge()?;
         let (fd, _) = self
             .export
-            .open_file(handle.as_fd(), OFlags::RDONLY | OFlags::DIRECTORY)?;
+            .open_file(&handle, OFlags::RDONLY | OFlags::DIRECTORY)?;
         let fh = self.add_file(fd, charge, id == fuse::ROOT_ID);
         let mut r = Reply::new();
         r.open_out(fh, 0);
         Ok(r)
     }
 
-    fn readdir(&self, r: &ReadIn, plus: bool) -> OpResult<Reply> {
+    fn readdir(&self, node: u64, r: &ReadIn, plus: bool) -> OpResult<Reply> {
         if r.size > MAX_REQUEST_DATA {
             return Err(Errno::INVAL.into());
         }
@@ -590,50 +597,39 @@ impl FuseFs {
         let size = r.size as usize;
         let mut reply = Reply::with_capacity(size.min(1 << 20));
         let ttl = self.config.ttl();
-        let mut failure = None;
-        let dir = Dir {
-            fd: file.fd.as_fd(),
-            is_root: file.root,
-        };
-        self.export.list(dir, r.offset, size.min(64 << 10), |e| {
-            let dirent = encode::dirent_len(e.name.len());
-            let need = if plus { 128 + dirent } else { dirent };
-            if reply.body_len() + need > size {
-                return false;
-            }
-            let ty = u32::from(e.ty);
-            if plus {
-                let dots = e.name == b"." || e.name == b"..";
-                // "." and "..", and names gone since the listing, go without an entry
-                // (node id 0: the kernel then links nothing and counts no lookup).
-                let found = if dots {
-                    None
-                } else {
-                    self.export.lookup(dir, e.name).ok()
-                };
-                match found {
-                    Some((fd, st)) => match self.nodes.remember(fd, &st) {
-                        Ok(id) => {
+        let handle = self.nodes.get(node)?;
+        let dir = Self::dir(node, &handle);
+        let fd = file.fd.as_fd();
+        self.export
+            .list(fd, file.root, r.offset, size.min(64 << 10), |e| {
+                let dirent = encode::dirent_len(e.name.len());
+                let need = if plus { 128 + dirent } else { dirent };
+                if reply.body_len() + need > size {
+                    return false;
+                }
+                let ty = u32::from(e.ty);
+                if plus {
+                    let dots = e.name == b"." || e.name == b"..";
+                    // "." and "..", and names gone since the listing, go without an entry
+                    // (node id 0: the kernel then links nothing and counts no lookup).
+                    let found = if dots {
+                        None
+                    } else {
+                        self.export.lookup(dir, e.name).ok()
+                    };
+                    match found {
+                        Some((found, st)) => {
+                            let id = self.nodes.remember(found, &st);
                             reply.entry(id, Some(&st), ttl, ttl);
                         }
-                        Err(err) => {
-                            failure = Some(err);
-                            return false;
+                        None => {
+                            reply.entry(0, None, Ttl::ZERO, Ttl::ZERO);
                         }
-                    },
-                    None => {
-                        reply.entry(0, None, Ttl::ZERO, Ttl::ZERO);
                     }
                 }
-            }
-            encode::dirent(&mut reply, e.ino, e.next, ty, e.name);
-            true
-        })?;
-        if let Some(err) = failure {
-            if reply.body_len() == 0 {
-                return Err(err);
-            }
-        }
+                encode::dirent(&mut reply, e.ino, e.next, ty, e.name);
+                true
+            })?;
         Ok(reply)
     }
 
@@ -655,15 +651,13 @@ impl FuseFs {
         let node = self.nodes.get(id)?;
         let value = self
             .export
-            .get_xattr(node.as_fd(), name, self.config.max_xattr_size)?;
+            .get_xattr(&node, name, self.config.max_xattr_size)?;
         Self::xattr_reply(value, size)
     }
 
     fn listxattr(&self, id: u64, size: u32) -> OpResult<Reply> {
         let node = self.nodes.get(id)?;
-        let list = self
-            .export
-            .list_xattr(node.as_fd(), self.config.max_xattr_size)?;
+        let list = self.export.list_xattr(&node, self.config.max_xattr_size)?;
         Self::xattr_reply(list, size)
     }
 }

@@ -1,21 +1,21 @@
 //! The guest's node ids: the root is 1; every other id stands for one inode (keyed by
-//! device and inode number) and holds one `O_PATH` descriptor, charged to the device's
-//! share of descriptors, until the guest forgets it as many times as it was looked up
-//! (LOOKUP, CREATE, MKNOD, MKDIR, SYMLINK, LINK and each READDIRPLUS entry count one).
+//! device and inode number) and holds its handle (whose `O_PATH` descriptor is the export's
+//! handle cache's to keep or close) until the guest forgets it as many times as it was
+//! looked up (LOOKUP, CREATE, MKNOD, MKDIR, SYMLINK, LINK and each READDIRPLUS entry count
+//! one).
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
-use crossfs_export::budget::{FdAccount, Handle};
-use crossfs_export::{lock, sys, ExportError, ExportResult, Statx};
+use crossfs_export::handles::PathHandle;
+use crossfs_export::{lock, ExportError, ExportResult, Statx};
 use rustix::io::Errno;
 
 use crate::fuse;
 
 /// One inode the guest knows.
 struct Node {
-    handle: Arc<Handle>,
+    handle: Arc<PathHandle>,
     key: (u64, u64),
     refs: u64,
 }
@@ -30,31 +30,27 @@ struct Nodes {
 /// The node ids one guest holds.
 pub(super) struct NodeTable {
     nodes: Mutex<Nodes>,
-    /// The guest's share of the export's descriptors.
-    fds: Arc<FdAccount>,
 }
 
 impl NodeTable {
     /// A table holding the root (`root`, the export's own handle) as node 1.
-    pub(super) fn new(root: Arc<Handle>, fds: Arc<FdAccount>) -> NodeTable {
+    pub(super) fn new(root: Arc<PathHandle>) -> NodeTable {
         let mut nodes = Nodes {
             next: fuse::ROOT_ID + 1,
             ..Nodes::default()
         };
-        if let Ok(st) = sys::stat(root.as_fd()) {
-            nodes.by_key.insert(key_of(&st), fuse::ROOT_ID);
-            nodes.map.insert(
-                fuse::ROOT_ID,
-                Node {
-                    handle: root,
-                    key: key_of(&st),
-                    refs: 1,
-                },
-            );
-        }
+        let key = root.key();
+        nodes.by_key.insert(key, fuse::ROOT_ID);
+        nodes.map.insert(
+            fuse::ROOT_ID,
+            Node {
+                handle: root,
+                key,
+                refs: 1,
+            },
+        );
         NodeTable {
             nodes: Mutex::new(nodes),
-            fds,
         }
     }
 
@@ -64,7 +60,7 @@ impl NodeTable {
     }
 
     /// The handle behind node `id`; `ESTALE` for an id the guest does not hold.
-    pub(super) fn get(&self, id: u64) -> ExportResult<Arc<Handle>> {
+    pub(super) fn get(&self, id: u64) -> ExportResult<Arc<PathHandle>> {
         lock(&self.nodes)
             .map
             .get(&id)
@@ -72,32 +68,32 @@ impl NodeTable {
             .ok_or(ExportError::Os(Errno::STALE))
     }
 
-    /// Gives the guest a node id for the inode behind `fd` (one more lookup of it).
-    pub(super) fn remember(&self, fd: OwnedFd, st: &Statx) -> ExportResult<u64> {
+    /// Gives the guest a node id for the inode `handle` names (one more lookup of it); a
+    /// node it already holds keeps its handle.
+    pub(super) fn remember(&self, handle: Arc<PathHandle>, st: &Statx) -> u64 {
         let key = key_of(st);
         let mut nodes = lock(&self.nodes);
         if let Some(&id) = nodes.by_key.get(&key) {
             if let Some(node) = nodes.map.get_mut(&id) {
                 node.refs += 1;
-                return Ok(id);
+                return id;
             }
         }
-        let charge = self.fds.charge()?;
         let id = nodes.next;
         nodes.next += 1;
         nodes.by_key.insert(key, id);
         nodes.map.insert(
             id,
             Node {
-                handle: Arc::new(Handle::new(fd, charge)),
+                handle,
                 key,
                 refs: 1,
             },
         );
-        Ok(id)
+        id
     }
 
-    /// The guest forgot `id` `nlookup` times; at none left, its descriptor is closed.
+    /// The guest forgot `id` `nlookup` times; at none left, its handle is dropped.
     pub(super) fn forget(&self, id: u64, nlookup: u64) {
         if id == fuse::ROOT_ID {
             return;
