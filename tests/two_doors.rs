@@ -46,6 +46,8 @@ enum Op {
     Chmod(&'static [&'static [u8]], u32),
     Truncate(&'static [&'static [u8]], u64),
     SetXattr(&'static [&'static [u8]], &'static [u8], &'static [u8]),
+    /// The file (opened for reading and writing), mode, offset, length.
+    Fallocate(&'static [&'static [u8]], i32, u64, u64),
     List(&'static [&'static [u8]]),
 }
 
@@ -253,6 +255,17 @@ fn cases() -> Vec<(&'static str, Op, [i32; 3])> {
             "setxattr",
             Op::SetXattr(FILE, b"user.door", b"v"),
             changes(0),
+        ),
+        ("fallocate", Op::Fallocate(FILE, 0, 0, 8192), changes(0)),
+        (
+            "fallocate punch-hole",
+            Op::Fallocate(FILE, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 2),
+            changes(0),
+        ),
+        (
+            "fallocate an unknown mode",
+            Op::Fallocate(FILE, 1 << 30, 0, 4096),
+            changes(EOPNOTSUPP),
         ),
     ]
 }
@@ -632,6 +645,21 @@ impl Door for NineP {
             },
             Op::Chmod(path, mode) => self.setattr(a, path, setattr::MODE, mode, 0),
             Op::Truncate(path, size) => self.setattr(a, path, setattr::SIZE, 0, size),
+            Op::Fallocate(path, mode, offset, length) => match self.walk(a, path) {
+                0 => match self.errno(Tlopen {
+                    fid: a,
+                    flags: open_flags::RDWR,
+                }) {
+                    0 => self.errno(Tfallocate {
+                        fid: a,
+                        mode: mode as u32,
+                        offset,
+                        length,
+                    }),
+                    e => e,
+                },
+                e => e,
+            },
             Op::SetXattr(path, name, value) => match self.walk(a, path) {
                 0 => match self.errno(Txattrcreate {
                     fid: a,
@@ -702,6 +730,7 @@ mod opcode {
     pub const OPENDIR: u32 = 27;
     pub const READDIR: u32 = 28;
     pub const CREATE: u32 = 35;
+    pub const FALLOCATE: u32 = 43;
 }
 
 fn cstr(name: &[u8]) -> Vec<u8> {
@@ -861,6 +890,21 @@ impl Door for Fuse {
             }
             Op::Chmod(path, mode) => self.setattr(path, 1 << 0, mode, 0),
             Op::Truncate(path, size) => self.setattr(path, 1 << 3, 0, size),
+            Op::Fallocate(path, mode, offset, length) => {
+                match self
+                    .walk(path)
+                    .map(|node| self.call(opcode::OPEN, node, &words(&[libc::O_RDWR as u32, 0])))
+                {
+                    Ok((0, open)) => {
+                        let mut body = open[0..8].to_vec(); // fh
+                        body.extend_from_slice(&offset.to_le_bytes());
+                        body.extend_from_slice(&length.to_le_bytes());
+                        body.extend_from_slice(&words(&[mode as u32, 0]));
+                        self.call(opcode::FALLOCATE, FUSE_ROOT, &body).0
+                    }
+                    Ok((e, _)) | Err(e) => e,
+                }
+            }
             Op::SetXattr(path, name, value) => {
                 let mut body = words(&[value.len() as u32, 0]);
                 body.extend(cstr(name));

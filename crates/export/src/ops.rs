@@ -323,6 +323,27 @@ impl Export {
         Ok((fd, st))
     }
 
+    /// `fallocate(2)` on a file a client holds open (`open`, opened by
+    /// [`Export::open_file`] or [`Export::create`]): `mode` (`FALLOC_FL_*`: keep-size,
+    /// punch-hole, zero-range, collapse-range, insert-range, unshare) goes to the host as it
+    /// is, so a client gets exactly the modes the host's file system supports.
+    ///
+    /// # Errors
+    /// `EROFS` on a read-only export, then what `fallocate` says (`EOPNOTSUPP` for a mode
+    /// the file system lacks or a bit Linux does not know, `EBADF` for a file not open for
+    /// writing, `EINVAL`, `ENOSPC`, ...).
+    pub fn fallocate(
+        &self,
+        open: BorrowedFd<'_>,
+        mode: u32,
+        offset: u64,
+        len: u64,
+    ) -> ExportResult<()> {
+        self.policy.check_writable()?;
+        sys::fallocate(open, mode, offset, len)?;
+        Ok(())
+    }
+
     /// Creates `name` in `dir` and opens it with `flags` (host flags; creation flags are
     /// added here). The create is exclusive first, so that only a file this call made gets
     /// the caller's owner and mode. Unless `exclusive`, an existing file is opened as
@@ -511,5 +532,70 @@ impl Export {
     /// What `listxattr` says.
     pub fn list_xattr(&self, handle: &Arc<PathHandle>, max: usize) -> ExportResult<Vec<u8>> {
         Ok(sys::list_xattr(handle.fd()?.as_fd(), max)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+    use crate::policy::Policy;
+
+    fn opened(export: &Export, name: &[u8]) -> OwnedFd {
+        let root = Dir {
+            handle: &export.root,
+            is_root: true,
+        };
+        let (handle, _) = export.lookup(root, name).unwrap();
+        export.open_file(&handle, OFlags::RDWR).unwrap().0
+    }
+
+    #[test]
+    fn fallocate_passes_modes_through_and_refuses_on_read_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, vec![7u8; 64 << 10]).unwrap();
+        let export = Export::open(dir.path(), Policy::default(), None).unwrap();
+        let fd = opened(&export, b"f");
+
+        // Keep-size: blocks beyond the end, size unchanged (where the file system has it).
+        let keep = libc::FALLOC_FL_KEEP_SIZE as u32;
+        match export.fallocate(fd.as_fd(), keep, 0, 1 << 20) {
+            Ok(()) => assert_eq!(std::fs::metadata(&path).unwrap().size(), 64 << 10),
+            Err(e) => assert_eq!(e.errno(), libc::EOPNOTSUPP),
+        }
+        // Plain: the file grows.
+        export.fallocate(fd.as_fd(), 0, 0, 128 << 10).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().size(), 128 << 10);
+        // Punch-hole: zeros where data was, size unchanged.
+        let punch = (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE) as u32;
+        match export.fallocate(fd.as_fd(), punch, 4096, 8192) {
+            Ok(()) => {
+                let data = std::fs::read(&path).unwrap();
+                assert_eq!(data.len(), 128 << 10);
+                assert!(data[4096..12288].iter().all(|&b| b == 0));
+                assert_eq!(data[0], 7);
+                assert_eq!(data[12288], 7);
+            }
+            Err(e) => assert_eq!(e.errno(), libc::EOPNOTSUPP),
+        }
+        // A bit Linux does not know.
+        let err = export.fallocate(fd.as_fd(), 1 << 30, 0, 4096).unwrap_err();
+        assert_eq!(err.errno(), libc::EOPNOTSUPP);
+        // A descriptor open only for reading.
+        let ro = std::fs::File::open(&path).unwrap();
+        let err = export.fallocate(ro.as_fd(), 0, 0, 4096).unwrap_err();
+        assert_eq!(err.errno(), libc::EBADF);
+
+        let read_only = Policy {
+            read_only: true,
+            ..Policy::default()
+        };
+        let export = Export::open(dir.path(), read_only, None).unwrap();
+        let err = export.fallocate(fd.as_fd(), 0, 0, 1 << 20).unwrap_err();
+        assert_eq!(err.errno(), libc::EROFS);
+        assert_eq!(std::fs::metadata(&path).unwrap().size(), 128 << 10);
     }
 }

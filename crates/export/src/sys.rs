@@ -246,6 +246,17 @@ pub fn fsync(fd: BorrowedFd<'_>, datasync: bool) -> Result<()> {
     }
 }
 
+/// `fallocate(2)` with `mode` as Linux takes it (`FALLOC_FL_*`): every bit is passed
+/// through, so the host's file system decides which modes it supports.
+///
+/// # Errors
+/// `EOPNOTSUPP` (a mode the file system lacks, or an unknown bit), `EINVAL`, `EBADF` (not
+/// open for writing), `ENOSPC`, `EFBIG`, `ENODEV`/`ESPIPE` (not a regular file), `EPERM`.
+pub fn fallocate(fd: BorrowedFd<'_>, mode: u32, offset: u64, len: u64) -> Result<()> {
+    let flags = rustix::fs::FallocateFlags::from_bits_retain(mode);
+    rustix::fs::fallocate(fd, flags, offset, len)
+}
+
 /// `ftruncate(2)` on an open, writable descriptor.
 ///
 /// # Errors

@@ -37,7 +37,8 @@
 //! directory answered from its parent's replica one (Twalkreaddirattr), a create one (Tcreateattr: the file, its node's fid and its
 //! attributes; Tcreateattrdir also returns the directory's), a setattr one (Tsetattrget),
 //! a write one (Twriteattr: with the file's attributes afterwards), an unlink or rename one
-//! (Tunlinkatattr, Trenameatattr: with the directories' attributes afterwards). What a
+//! (Tunlinkatattr, Trenameatattr: with the directories' attributes afterwards), a
+//! fallocate one (Tfallocate; without the extension, EOPNOTSUPP). What a
 //! change returns of its directory answers the GETATTR the kernel sends before the next
 //! change in it, while nothing else touched the directory; what a setattr or a write
 //! returns of the file answers the GETATTR the kernel sends after it (after every write,

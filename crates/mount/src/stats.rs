@@ -52,6 +52,7 @@ ops! {
     Setlk = "SETLK",
     Create = "CREATE",
     Readdirplus = "READDIRPLUS",
+    Fallocate = "FALLOCATE",
 }
 
 /// Counters of cache behaviour, named as they appear under "caches".

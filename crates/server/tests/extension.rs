@@ -719,3 +719,62 @@ fn removals_and_renames_return_the_directories_as_they_left_them() {
     assert_eq!(e, libc::EROFS);
     assert!(ro.path("f").exists());
 }
+
+#[test]
+fn fallocate_does_what_fallocate_does_locally_and_read_only_holds() {
+    use std::os::unix::fs::MetadataExt;
+    let h = Harness::new();
+    std::fs::write(h.path("f"), vec![7u8; 64 << 10]).unwrap();
+    std::fs::create_dir(h.path("d")).unwrap();
+    let mut c = extended(&h);
+    c.open(Fid(1), "f", open_flags::RDWR);
+    let fallocate = |mode: i32, offset, length| Tfallocate {
+        fid: Fid(1),
+        mode: mode as u32,
+        offset,
+        length,
+    };
+    // Plain: allocated and extended.
+    let r = c.ok(fallocate(0, 0, 128 << 10));
+    assert_eq!(r, Rmessage::Fallocate(Rfallocate {}));
+    assert_eq!(std::fs::metadata(h.path("f")).unwrap().size(), 128 << 10);
+    // Keep-size: blocks past the end, the size unchanged.
+    let before = std::fs::metadata(h.path("f")).unwrap().blocks();
+    c.ok(fallocate(libc::FALLOC_FL_KEEP_SIZE, 0, 1 << 20));
+    let m = std::fs::metadata(h.path("f")).unwrap();
+    assert_eq!(m.size(), 128 << 10);
+    assert!(m.blocks() > before, "{} <= {before}", m.blocks());
+    // Punch-hole: zeros, the size unchanged.
+    c.ok(fallocate(
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        4096,
+        8192,
+    ));
+    let data = std::fs::read(h.path("f")).unwrap();
+    assert_eq!(data.len(), 128 << 10);
+    assert!(data[4096..12288].iter().all(|&b| b == 0));
+    assert_eq!((data[4095], data[12288]), (7, 7));
+    // A bit Linux does not know: EOPNOTSUPP, as fallocate(2) says.
+    assert_eq!(c.err(fallocate(1 << 30, 0, 4096)), libc::EOPNOTSUPP);
+    // A file open only for reading, a fid not open, a directory.
+    c.open(Fid(2), "f", open_flags::RDONLY);
+    let e = c.err(Tfallocate {
+        fid: Fid(2),
+        ..fallocate(0, 0, 1 << 21)
+    });
+    assert_eq!(e, libc::EBADF);
+    c.walk(ROOT, Fid(3), &["d"]).unwrap();
+    let e = c.err(Tfallocate {
+        fid: Fid(3),
+        ..fallocate(0, 0, 4096)
+    });
+    assert_eq!(e, libc::EBADF);
+    assert_eq!(std::fs::metadata(h.path("f")).unwrap().size(), 128 << 10);
+
+    let ro = Harness::with(|c| c.read_only = true);
+    std::fs::write(ro.path("f"), "x").unwrap();
+    let mut c = extended(&ro);
+    c.open(Fid(1), "f", open_flags::RDONLY);
+    assert_eq!(c.err(fallocate(0, 0, 4096)), libc::EROFS);
+    assert_eq!(std::fs::metadata(ro.path("f")).unwrap().size(), 1);
+}

@@ -24,6 +24,7 @@ const LINK: u32 = 13;
 const OPEN: u32 = 14;
 const READ: u32 = 15;
 const CREATE: u32 = 35;
+const FALLOCATE: u32 = 43;
 const INIT: u32 = 26;
 
 const BAD_NAMES: [&[u8]; 5] = [b"..", b".", b"", b"a/b", b"/"];
@@ -135,6 +136,16 @@ impl Guest {
         body.extend_from_slice(name);
         body.push(0);
         self.call(CREATE, parent, &body).0
+    }
+
+    /// FUSE_FALLOCATE of open file `fh`; the errno (0: done).
+    fn fallocate(&self, fh: u64, mode: i32, offset: u64, length: u64) -> i32 {
+        let mut body = fh.to_le_bytes().to_vec();
+        body.extend_from_slice(&offset.to_le_bytes());
+        body.extend_from_slice(&length.to_le_bytes());
+        body.extend_from_slice(&(mode as u32).to_le_bytes());
+        body.extend_from_slice(&[0; 4]);
+        self.call(FALLOCATE, ROOT, &body).0
     }
 
     fn named(&self, opcode: u32, parent: u64, prefix: &[u8], names: &[&[u8]]) -> i32 {
@@ -261,6 +272,7 @@ fn read_only_refuses_every_change() {
     // Reading still works.
     let fh = g.open(f, libc::O_RDONLY).unwrap();
     assert_eq!(g.read(fh, 100).unwrap(), b"data");
+    assert_eq!(g.fallocate(fh, 0, 0, 1 << 20), libc::EROFS);
     assert_eq!(std::fs::read(g.path("f")).unwrap(), b"data");
 }
 
@@ -349,4 +361,24 @@ fn event_cookies_are_hidden_at_the_top() {
     // Only at the top.
     let d = g.lookup(ROOT, b"d").unwrap();
     assert_eq!(g.create(d, b".crossfs-sync-8", 0o644), 0);
+}
+
+#[test]
+fn fallocate_reaches_the_open_file_with_the_modes_the_host_has() {
+    let g = Guest::new(Policy::default());
+    std::fs::write(g.path("f"), vec![7u8; 64 << 10]).unwrap();
+    let f = g.lookup(ROOT, b"f").unwrap();
+    let fh = g.open(f, libc::O_RDWR).unwrap();
+    assert_eq!(g.fallocate(fh, 0, 0, 128 << 10), 0);
+    assert_eq!(std::fs::metadata(g.path("f")).unwrap().size(), 128 << 10);
+    let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    assert_eq!(g.fallocate(fh, punch, 4096, 8192), 0);
+    let data = std::fs::read(g.path("f")).unwrap();
+    assert_eq!(data.len(), 128 << 10);
+    assert!(data[4096..12288].iter().all(|&b| b == 0));
+    assert_eq!((data[4095], data[12288]), (7, 7));
+    assert_eq!(g.fallocate(fh, 1 << 30, 0, 4096), libc::EOPNOTSUPP);
+    assert_eq!(g.fallocate(fh + 1000, 0, 0, 4096), libc::EBADF);
+    let ro = g.open(f, libc::O_RDONLY).unwrap();
+    assert_eq!(g.fallocate(ro, 0, 0, 1 << 20), libc::EBADF);
 }

@@ -191,7 +191,7 @@ messages! { Tmessage, "request" {
     Unlinkat(Tunlinkat = 76) { dirfd: Fid, name: Vec<u8>, flags: u32 }
 
     // The crossfs extension (`9P2000.L.crossfs`, see docs/protocol.md): compounds that save
-    // round trips. Sent only to a server that answered Tversion with that version.
+    // round trips, and calls 9P2000.L has no message for. Sent only to a server that answered Tversion with that version.
 
     /// Twalk, then Tgetattr of the file reached, in one round trip. Every name must be
     /// walked: a missing one is an error (the errno of that step) and binds nothing.
@@ -238,6 +238,11 @@ messages! { Tmessage, "request" {
     /// Twrite, then the attributes of the file as the write left them (all of Tgetattr's
     /// basic ones). Laid out as Twrite, so it carries as much data.
     Writeattr(Twriteattr = 172) { fid: Fid, offset: u64, data: Data }
+    /// fallocate(2) of the open file `fid` (open for writing): `mode` is Linux's
+    /// `FALLOC_FL_*` bits (0: allocate and extend; keep-size, punch-hole, zero-range,
+    /// collapse-range, insert-range, unshare-range), passed to the host's file system as
+    /// they are, so a mode it lacks is `EOPNOTSUPP`.
+    Fallocate(Tfallocate = 174) { fid: Fid, mode: u32, offset: u64, length: u64 }
 }}
 
 messages! { Rmessage, "reply" {
@@ -339,6 +344,8 @@ messages! { Rmessage, "reply" {
     /// What Rwrite answers, and the file's attributes after the write (`valid` 0: they
     /// could not be read; the write stands).
     Writeattr(Rwriteattr = 173) { count: u32, attr: Rgetattr }
+    /// Allocated (or punched, zeroed, collapsed, inserted) as asked.
+    Fallocate(Rfallocate = 175) {}
 }}
 
 impl Tsetattr {

@@ -14,7 +14,8 @@ file and the table disagree.
 crossfs speaks 9P2000.L as Linux defines it (`include/net/9p/9p.h`, `net/9p/client.c`), so
 the kernel's own client, diod and py9p work unchanged. Between `crossfs mount` and
 `crossfs serve` it adds a few compound messages, each doing in one round trip what plain
-9P2000.L does in two or three, and a listing that carries every entry's attributes.
+9P2000.L does in two or three, a listing that carries every entry's attributes, and
+`Tfallocate`, for the fallocate(2) that 9P2000.L has no message for.
 
 ## Negotiation
 - The client sends `Tversion` with the version string `9P2000.L.crossfs`.
@@ -84,6 +85,12 @@ Tcreateattr; once the change is made they succeed, and a directory whose attribu
 answers `EOPNOTSUPP`, and a client falls back to the plain messages. The same
 confinement, name rules (no "", ".", "..", nor "/" in a name), limits and statistics apply
 as to the plain messages the compound replaces: the server runs the same code for each step.
+
+`Tfallocate` fails as fallocate(2) on the server's file fails: a fid not open for writing
+is `EBADF`, a read-only export `EROFS`, a mode the export's file system lacks (or a bit
+Linux does not know) `EOPNOTSUPP`, a fid that is not an open file `EBADF`.
+A server that predates it, or a plain 9P2000.L connection, answers `EOPNOTSUPP`; a client
+then answers fallocate `EOPNOTSUPP` itself, as a local file system without it would.
 "#;
 
 fn table(out: &mut String, title: &str, rows: &[MessageInfo], extension: bool) {

@@ -440,6 +440,21 @@ impl Filesystem for CrossFs {
         answer(reply, self.s(req, Op::Fsync).fsync(fh, datasync));
     }
 
+    fn fallocate(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let (s, change) = self.s_changing(req, Op::Fallocate, &[ino.0], &[]);
+        s.changes.note_node(ino.0);
+        answer(reply, s.fallocate(fh, (offset, length, mode), change));
+    }
+
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let s = self.s(req, Op::Opendir);
         let opening = s.opening_dir(ino);

@@ -1,4 +1,4 @@
-//! Reading and writing open files: read, write, flush, fsync.
+//! Reading and writing open files: read, write, flush, fsync, fallocate.
 //!
 //! Reads and writes are handed to the client and answered from their completions. A FUSE
 //! write never exceeds one Twrite (max_write is at most msize - 24, in whole pages); a read
@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crossfs_client::ClientError;
-use crossfs_wire::{Rmessage, Tfsync, Tmessage, Twalkread};
+use crossfs_wire::{Rmessage, Tfallocate, Tfsync, Tmessage, Twalkread};
 use fuser::{Errno, FileHandle, INodeNo, ReplyData, ReplyEmpty, ReplyWrite};
 
 use super::reply::{answer, Later, NowOrLater, Written};
@@ -399,6 +399,64 @@ impl MountState {
     }
 }
 
+impl MountState {
+    /// fallocate(2) of an open file, as a Tfallocate of the crossfs extension; the mode goes
+    /// as the kernel gave it, so the server's file system decides which modes exist.
+    ///
+    /// A server without it (a plain 9P2000.L connection: diod, QEMU, `serve
+    /// --no-extensions`; a crossfs that predates Tfallocate, answering `ENOSYS`, or
+    /// `EOPNOTSUPP` to a plain allocation) is remembered in `ServerSupport::no_fallocate`,
+    /// and the kernel gets `ENOSYS`: it then answers `EOPNOTSUPP` itself, as a local file
+    /// system without fallocate does, and asks no more. `change`: as for a write.
+    pub(super) fn fallocate(
+        self: &Arc<Self>,
+        fh: FileHandle,
+        (offset, length, mode): (u64, u64, i32),
+        change: ChangeInFlight,
+    ) -> Result<Later<'static, ReplyEmpty>, Errno> {
+        self.writable()?;
+        if !self.client.has_extensions() || self.server.no_fallocate.load(Ordering::Relaxed) {
+            return Err(Errno::ENOSYS);
+        }
+        let file = self.open_file(fh)?;
+        let fid = self.file_fid(&file)?;
+        let msg = Tmessage::Fallocate(Tfallocate {
+            fid: fid.fid(),
+            mode: mode as u32,
+            offset,
+            length,
+        });
+        let shared = self.clone();
+        Ok(Later::new(move |reply| {
+            let client = shared.client.clone();
+            client.call_async(
+                msg,
+                Box::new(move |r| {
+                    drop((file, fid));
+                    let r = match r {
+                        Ok(_) => Ok(()),
+                        Err(e) if lacks_fallocate(e.errno(), mode) => {
+                            shared.server.no_fallocate.store(true, Ordering::Relaxed);
+                            Err(Errno::ENOSYS)
+                        }
+                        Err(e) => Err(errno(&e)),
+                    };
+                    answer(reply, r);
+                    drop(change);
+                }),
+            );
+        }))
+    }
+}
+
+/// Whether a Tfallocate's errno says the server has no fallocate at all: `ENOSYS`, or
+/// `EOPNOTSUPP` (what a crossfs before Tfallocate answers a message it does not know) to
+/// a plain allocation, which every server with Tfallocate carries out unless its file
+/// system has no fallocate. `EOPNOTSUPP` to another mode is that mode's answer alone.
+fn lacks_fallocate(errno: i32, mode: i32) -> bool {
+    errno == libc::ENOSYS || (errno == libc::EOPNOTSUPP && mode == 0)
+}
+
 /// What a read is answered with.
 type Read = Result<Vec<u8>, Errno>;
 
@@ -444,5 +502,21 @@ impl Gather {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lacks_fallocate;
+
+    #[test]
+    fn only_a_refused_plain_allocation_or_enosys_says_the_server_lacks_fallocate() {
+        assert!(lacks_fallocate(libc::ENOSYS, 0));
+        assert!(lacks_fallocate(libc::ENOSYS, libc::FALLOC_FL_PUNCH_HOLE));
+        assert!(lacks_fallocate(libc::EOPNOTSUPP, 0));
+        // The file system lacks this mode; others may work.
+        let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        assert!(!lacks_fallocate(libc::EOPNOTSUPP, punch));
+        assert!(!lacks_fallocate(libc::ENOSPC, 0));
     }
 }

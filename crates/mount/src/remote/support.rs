@@ -26,6 +26,9 @@ pub(crate) struct ServerSupport {
     /// The server has answered a Twriteattr: a write need not keep its data for a Twrite
     /// again.
     pub writeattr_answered: AtomicBool,
+    /// The server has no Tfallocate (or no fallocate at all): the kernel is told `ENOSYS`,
+    /// and programs get `EOPNOTSUPP` (see `MountState::fallocate`).
+    pub no_fallocate: AtomicBool,
     /// The server refused to give a new file to its creator (it is not root).
     pub chown_refused: AtomicBool,
 }

@@ -3,8 +3,8 @@
 use std::os::fd::AsFd;
 
 use crossfs_wire::{
-    encode_rread_with, open_flags as of, Rfsync, Rlcreate, Rlopen, Rmessage, Rwrite, Tag, Tfsync,
-    Tlcreate, Tlopen, Tread, Twrite, RREAD_HEADER_LEN,
+    encode_rread_with, open_flags as of, Rfallocate, Rfsync, Rlcreate, Rlopen, Rmessage, Rwrite,
+    Tag, Tfallocate, Tfsync, Tlcreate, Tlopen, Tread, Twrite, RREAD_HEADER_LEN,
 };
 use rustix::fs::OFlags;
 use rustix::io::Errno;
@@ -270,6 +270,20 @@ pub(crate) fn fsync(conn: &Conn, m: Tfsync) -> OpResult<Rmessage> {
     let f: &FileFid = state.file()?;
     sys::fsync(f.opened()?.fd.as_fd(), m.datasync != 0)?;
     Ok(Rmessage::Fsync(Rfsync {}))
+}
+
+/// Tfallocate (crossfs extension): `fallocate(2)` of the fid's open file, any mode the
+/// host's file system has ([`crossfs_export::Export::fallocate`]).
+pub(crate) fn fallocate(conn: &Conn, m: Tfallocate) -> OpResult<Rmessage> {
+    let state = conn.fids.get(m.fid)?;
+    let FidState::File(f) = &*state else {
+        return Err(Errno::BADF.into());
+    };
+    let open = f.opened()?;
+    conn.server
+        .export
+        .fallocate(open.fd.as_fd(), m.mode, m.offset, m.length)?;
+    Ok(Rmessage::Fallocate(Rfallocate {}))
 }
 
 #[cfg(test)]

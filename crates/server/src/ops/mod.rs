@@ -122,6 +122,8 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
         | T::Writeattr(_)
         | T::Lcreate(_)
         | T::Fsync(_)
+        // Allocating or zeroing a large range takes as long as the file system needs.
+        | T::Fallocate(_)
         | T::Setattr(_)
         | T::Remove(_)
         | T::Version(_)
@@ -170,6 +172,7 @@ fn dispatch(conn: &Conn, msg: Tmessage) -> OpResult<Rmessage> {
         T::Write(m) => io::write(conn, m),
         T::Writeattr(m) => bulk::writeattr(conn, m),
         T::Fsync(m) => io::fsync(conn, m),
+        T::Fallocate(m) => io::fallocate(conn, m),
         T::Readdir(m) => dir::readdir(conn, m),
         T::Mkdir(m) => dir::mkdir(conn, m),
         T::Symlink(m) => dir::symlink(conn, m),

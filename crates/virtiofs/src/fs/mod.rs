@@ -197,6 +197,17 @@ impl FuseFs {
                 Ok(Reply::new())
             }
             Op::Flush { fh } => self.file(fh).map(|_| Reply::new()),
+            Op::Fallocate {
+                fh,
+                offset,
+                length,
+                mode,
+            } => {
+                let file = self.file(fh)?;
+                self.export
+                    .fallocate(file.fd.as_fd(), mode, offset, length)?;
+                Ok(Reply::new())
+            }
             Op::Opendir { .. } => self.opendir(n),
             Op::Readdir(r) => self.readdir(n, &r, false),
             Op::Readdirplus(r) => self.readdir(n, &r, true),
@@ -219,9 +230,7 @@ impl FuseFs {
             }
             // The kernel then checks permissions itself, from the attributes we report.
             Op::Access { .. } => Err(Errno::NOSYS.into()),
-            Op::Lseek { .. } | Op::Fallocate { .. } | Op::Syncfs | Op::Unsupported(_) => {
-                Err(Errno::NOSYS.into())
-            }
+            Op::Lseek { .. } | Op::Syncfs | Op::Unsupported(_) => Err(Errno::NOSYS.into()),
         };
         reply.map(Some)
     }
