@@ -275,9 +275,11 @@ impl Mount {
         // The control socket is bound just after the mount appears: a test that asks for
         // the mount's stats at once must not race it.
         let control = mount.control.clone();
-        wait_until("the mount's control socket", Duration::from_secs(20), || {
-            std::os::unix::net::UnixStream::connect(&control).is_ok()
-        });
+        wait_until(
+            "the mount's control socket",
+            Duration::from_secs(20),
+            || std::os::unix::net::UnixStream::connect(&control).is_ok(),
+        );
         mount
     }
 
