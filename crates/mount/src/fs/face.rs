@@ -18,7 +18,7 @@ use fuser::{
     TimeOrNow, WriteFlags,
 };
 
-use super::reply::answer;
+use super::reply::{answer, Entry, Then};
 use super::{attr, lock, Caller, MountState};
 use crate::changes::SYNC_XATTR;
 use crate::known::cache::CacheMode;
@@ -37,6 +37,45 @@ pub(crate) struct CrossFs {
 
 impl CrossFs {
     /// Who will own what `req` creates in directory `parent`.
+    /// A call that makes `name` in `parent` (mkdir, mknod, symlink): the change feed's
+    /// replay of a host change is answered with what the server has; otherwise `make` asks
+    /// the server, for the caller.
+    fn make_name<'a>(
+        &'a self,
+        req: &Request,
+        op: Op,
+        parent: INodeNo,
+        name: &'a [u8],
+        reply: ReplyEntry,
+        make: impl FnOnce(&'a MountState, Caller) -> Result<Then<'a, Entry>, Errno>,
+    ) {
+        let (s, _change) = self.s_changing(req, op, &[], &[(parent.0, name)]);
+        if s.changes.is_replay(req.pid()) {
+            return answer(reply, s.lookup_existing(parent, name));
+        }
+        s.changes.note_name(parent.0, name);
+        answer(reply, make(s, self.caller(req, parent)));
+    }
+
+    /// unlink or rmdir (`flags`): a replay only tells the inode table the name is gone.
+    fn remove_name(
+        &self,
+        req: &Request,
+        op: Op,
+        parent: INodeNo,
+        name: &[u8],
+        flags: u32,
+        reply: ReplyEmpty,
+    ) {
+        let (s, _change) = self.s_changing(req, op, &[], &[(parent.0, name)]);
+        if s.changes.is_replay(req.pid()) {
+            s.known.inodes.removed(parent.0, name);
+            return answer(reply, Ok(()));
+        }
+        s.changes.note_name(parent.0, name);
+        answer(reply, s.unlink(parent, name, flags));
+    }
+
     fn caller(&self, req: &Request, parent: INodeNo) -> Caller {
         let dir_group = self.state.known.inodes.setgid_group(parent.0);
         Caller {
@@ -235,13 +274,9 @@ impl Filesystem for CrossFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let (s, _change) = self.s_changing(req, Op::Mknod, &[], &[(parent.0, bytes(name))]);
-        if s.changes.is_replay(req.pid()) {
-            return answer(reply, s.lookup_existing(parent, bytes(name)));
-        }
-        s.changes.note_name(parent.0, bytes(name));
-        let made = s.mknod(parent, bytes(name), mode, rdev, self.caller(req, parent));
-        answer(reply, made);
+        self.make_name(req, Op::Mknod, parent, bytes(name), reply, |s, caller| {
+            s.mknod(parent, bytes(name), mode, rdev, caller)
+        });
     }
 
     fn mkdir(
@@ -253,38 +288,18 @@ impl Filesystem for CrossFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        let (s, _change) = self.s_changing(req, Op::Mkdir, &[], &[(parent.0, bytes(name))]);
-        if s.changes.is_replay(req.pid()) {
-            return answer(reply, s.lookup_existing(parent, bytes(name)));
-        }
-        s.changes.note_name(parent.0, bytes(name));
-        answer(
-            reply,
-            s.mkdir(parent, bytes(name), mode, self.caller(req, parent)),
-        );
+        self.make_name(req, Op::Mkdir, parent, bytes(name), reply, |s, caller| {
+            s.mkdir(parent, bytes(name), mode, caller)
+        });
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let (s, _change) = self.s_changing(req, Op::Unlink, &[], &[(parent.0, bytes(name))]);
-        if s.changes.is_replay(req.pid()) {
-            s.known.inodes.removed(parent.0, bytes(name));
-            return answer(reply, Ok(()));
-        }
-        s.changes.note_name(parent.0, bytes(name));
-        answer(reply, s.unlink(parent, bytes(name), 0));
+        self.remove_name(req, Op::Unlink, parent, bytes(name), 0, reply);
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let (s, _change) = self.s_changing(req, Op::Rmdir, &[], &[(parent.0, bytes(name))]);
-        if s.changes.is_replay(req.pid()) {
-            s.known.inodes.removed(parent.0, bytes(name));
-            return answer(reply, Ok(()));
-        }
-        s.changes.note_name(parent.0, bytes(name));
-        answer(
-            reply,
-            s.unlink(parent, bytes(name), crossfs_wire::AT_REMOVEDIR),
-        );
+        let flags = crossfs_wire::AT_REMOVEDIR;
+        self.remove_name(req, Op::Rmdir, parent, bytes(name), flags, reply);
     }
 
     fn symlink(
@@ -295,18 +310,14 @@ impl Filesystem for CrossFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let (s, _change) = self.s_changing(req, Op::Symlink, &[], &[(parent.0, bytes(link_name))]);
-        if s.changes.is_replay(req.pid()) {
-            return answer(reply, s.lookup_existing(parent, bytes(link_name)));
-        }
-        s.changes.note_name(parent.0, bytes(link_name));
-        let made = s.symlink(
+        self.make_name(
+            req,
+            Op::Symlink,
             parent,
             bytes(link_name),
-            bytes(target.as_os_str()),
-            self.caller(req, parent),
+            reply,
+            |s, caller| s.symlink(parent, bytes(link_name), bytes(target.as_os_str()), caller),
         );
-        answer(reply, made);
     }
 
     fn rename(
