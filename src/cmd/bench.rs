@@ -22,7 +22,7 @@ use crate::control;
 #[command(after_help = workloads_help())]
 pub struct BenchArgs {
     /// Smaller sizes, a 0.5 s time cap per figure, and one run per figure unless --runs:
-    /// a check of every figure on every target in under a minute, not figures to quote.
+    /// a check of every figure on every target in about a minute and a half, not figures to quote.
     #[arg(long)]
     pub quick: bool,
     /// Repetitions of each workload on each target; the median is reported with min and
@@ -77,7 +77,7 @@ fn workloads_help() -> String {
          what it did, marked \"capped\" with the amount. Build, git, watcher, untar and tree\n\
          run to completion; a workload whose first run on a target takes over {} s ({} s) is\n\
          not repeated there.\n\
-         --quick (one run per figure) takes under a minute on 2 cores; a full run (three\n\
+         --quick (one run per figure) takes about 80 s on 2 cores; a full run (three\n\
          runs, median) is meant to stay under 15 minutes.\n",
         full.seq_bytes >> 20,
         quick.seq_bytes >> 20,
