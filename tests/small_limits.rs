@@ -5,25 +5,9 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::Command;
 
-use common::{run_ok, Mount, Serve};
-
-/// 1,000 directories of 19 files, each file's content naming it: 20,000 entries.
-fn make_tree(root: &Path) {
-    for d in 0..1000 {
-        let dir = root.join(format!("d{d:03}"));
-        std::fs::create_dir(&dir).unwrap();
-        for f in 0..19 {
-            std::fs::write(
-                dir.join(format!("f{f:02}.c")),
-                format!("// d{d:03}/f{f:02}\nint x;\n"),
-            )
-            .unwrap();
-        }
-    }
-}
+use common::{make_source_tree, run_ok, Mount, Serve};
 
 /// A directory on tmpfs where there is one, so the figures do not follow the disk.
 fn scratch() -> tempfile::TempDir {
@@ -49,7 +33,7 @@ fn a_server_limited_to_256_descriptors_serves_a_20000_entry_tree() {
     let (src, export) = (work.path().join("src"), work.path().join("export"));
     std::fs::create_dir(&src).unwrap();
     std::fs::create_dir(&export).unwrap();
-    make_tree(&src);
+    make_source_tree(&src, 1000);
     let tar = work.path().join("src.tar");
     sh(&format!("tar -cf {} -C {} .", tar.display(), src.display()));
     let sock = work.path().join("s.sock");

@@ -317,22 +317,11 @@ cd /; umount /mnt
 /// entries seen (the copy and the extraction) are already 40 times the limit.
 #[test]
 fn virtiofs_under_a_256_descriptor_limit_serves_a_5000_entry_tree() {
-    const N_DIRS: usize = 250;
     let work = tempfile::tempdir().unwrap();
     let export = work.path().join("export");
     let src = export.join("src");
     std::fs::create_dir_all(&src).unwrap();
-    for d in 0..N_DIRS {
-        let dir = src.join(format!("d{d:03}"));
-        std::fs::create_dir(&dir).unwrap();
-        for f in 0..19 {
-            std::fs::write(
-                dir.join(format!("f{f:02}.c")),
-                format!("// d{d:03}/f{f:02}\nint x;\n"),
-            )
-            .unwrap();
-        }
-    }
+    make_source_tree(&src, 250);
     run_ok(
         Command::new("tar")
             .arg("-cf")

@@ -410,3 +410,16 @@ pub fn guest_stdout(out: Output) -> String {
     );
     stdout
 }
+
+/// `dirs` directories of 19 small C files each (every file's content names it): a tree of
+/// `20 * dirs` entries, made natively in `root`.
+pub fn make_source_tree(root: &Path, dirs: usize) {
+    for d in 0..dirs {
+        let dir = root.join(format!("d{d:03}"));
+        std::fs::create_dir(&dir).unwrap();
+        for f in 0..19 {
+            let text = format!("// d{d:03}/f{f:02}\nint x;\n");
+            std::fs::write(dir.join(format!("f{f:02}.c")), text).unwrap();
+        }
+    }
+}
