@@ -170,6 +170,9 @@ fn calls_fail_with_eio_while_the_server_stays_down() {
         assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
     }
     assert!(started.elapsed() < PATIENCE);
+    // Each was logged with its cause and counted (issue 24: no silent EIO).
+    let given = mount.stats()["io_errors"].as_u64().unwrap();
+    assert!(given >= 3, "{given} EIOs counted, 3 given");
 
     // Back: the same path works again.
     let _server = serve(&export, &sock);

@@ -4,6 +4,8 @@
 //! puts both into one JSON document for `crossfs stats`.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::Instant;
 
 use crossfs_wire::CounterSnapshot;
 use serde_json::{json, Map, Value};
@@ -104,6 +106,37 @@ pub(crate) struct CacheCounters {
     pub missing_xattrs_answered: AtomicU64,
 }
 
+/// EIOs given to programs since the mount started (one mount per process).
+static IO_ERRORS: AtomicU64 = AtomicU64::new(0);
+
+/// The I/O errors logged in the current second, and how many more were not.
+static IO_ERRORS_LOGGED: Mutex<Option<(Instant, u32, u64)>> = Mutex::new(None);
+
+/// Most EIOs logged one by one in a second; the rest are counted and summed up.
+const IO_ERRORS_LOGGED_PER_SECOND: u32 = 10;
+
+/// Notes an EIO given to a program, with its cause: every one is counted (`crossfs stats`:
+/// `io_errors`) and logged, ten a second at most (a lost connection fails every request
+/// at once), the rest summed up in the next second's first line.
+pub(crate) fn io_error(cause: &dyn std::fmt::Display) {
+    IO_ERRORS.fetch_add(1, Relaxed);
+    let now = Instant::now();
+    let mut logged = crate::sync::lock(&IO_ERRORS_LOGGED);
+    let (since, shown, hidden) = logged.get_or_insert((now, 0, 0));
+    if now.duration_since(*since).as_secs() >= 1 {
+        if *hidden > 0 {
+            tracing::warn!("{hidden} more I/O errors given to programs in the last second");
+        }
+        (*since, *shown, *hidden) = (now, 0, 0);
+    }
+    if *shown < IO_ERRORS_LOGGED_PER_SECOND {
+        *shown += 1;
+        tracing::warn!("I/O error (EIO) given to a program: {cause}");
+    } else {
+        *hidden += 1;
+    }
+}
+
 /// All of the mount's own counters.
 pub(crate) struct Stats {
     fuse: [AtomicU64; OP_COUNT],
@@ -184,6 +217,7 @@ impl Stats {
             "open_handles": ctx.handles,
             "fuse": fuse,
             "9p": p9,
+            "io_errors": IO_ERRORS.load(Relaxed),
             "caches": {
                 "negative_entries_sent": c.negative_entries_sent.load(Relaxed),
                 "enoent_sent": c.enoent_sent.load(Relaxed),

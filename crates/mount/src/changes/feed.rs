@@ -135,7 +135,7 @@ impl Applier<'_> {
         self.mount
             .known
             .replicas
-            .apply(ev, &|dir, name| echo && changes.is_own_name(dir, name));
+            .apply(ev, echo, &|dir, name| changes.is_own_name(dir, name));
         if let Some(ino) = ev.qid.and_then(|q| self.mount.known.inodes.ino_of(q)) {
             self.mount.known.idle.forget(ino);
         }
@@ -332,6 +332,19 @@ impl Applier<'_> {
             && (!ctime || a.ctime_ns == seen.ctime_ns)
     }
 
+    /// Whether `ev` shows node `ino`'s file with another size than the mount last saw, in
+    /// a state no older than that one (a change time not before it). Only that calls for a
+    /// new node (`renew_if_size_is_local`): a new node splits the kernel's inode, and a
+    /// hard link made through the mount then became a second inode, whose chown left the
+    /// first name's attributes stale. The late event of a removed file whose inode number
+    /// the host has given to a new one names the new one's node, and did that (issue 24).
+    fn size_moved(&self, ino: u64, ev: &Event) -> bool {
+        let (Some(a), Some(seen)) = (ev.attrs, self.mount.known.inodes.status(ino)) else {
+            return true;
+        };
+        a.size != seen.size && a.ctime_ns >= seen.ctime_ns
+    }
+
     /// Notes the names `ev` names as told (see `OwnChanges::unechoed`).
     fn note_echoed(&self, ev: &Event) {
         let from = match &ev.kind {
@@ -505,7 +518,9 @@ impl Applier<'_> {
         if !self.watchers.any_watched(&[dir, node.unwrap_or(0)]) {
             let regular = ev.attrs.is_some_and(|a| a.file_type() == libc::S_IFREG);
             if let (true, true, Some(ino)) = (modified, regular, node) {
-                self.renew_if_size_is_local(dir, ev.path.file_name(), ino);
+                if self.size_moved(ino, ev) {
+                    self.renew_if_size_is_local(dir, ev.path.file_name(), ino);
+                }
             }
             return;
         }

@@ -365,7 +365,7 @@ impl ChangeState {
             .write(*fid, 0, format!("sync {marker}").as_bytes())
             .map_err(|e: ClientError| {
                 tracing::warn!("sync {marker}: the server did not sync: {e}");
-                Errno::from_i32(e.errno())
+                crate::fs::errno(&e)
             })?;
         let mut synced = lock(&self.synced);
         while synced.get(&marker) != Some(&true) {

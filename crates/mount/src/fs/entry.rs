@@ -405,8 +405,9 @@ impl MountState {
 
     pub(super) fn unlink(&self, parent: INodeNo, name: &[u8], flags: u32) -> Result<(), Errno> {
         let left = self.unlink_on_server(parent, name, flags)?;
+        let file = self.file_named(parent.0, name);
         self.known.inodes.removed(parent.0, name);
-        self.known.replicas.own_removed(parent.0, name, left);
+        self.known.replicas.own_removed(parent.0, name, file, left);
         Ok(())
     }
 
@@ -512,13 +513,23 @@ impl MountState {
         flags: RenameFlags,
     ) -> Result<(), Errno> {
         let left = self.rename_on_server((parent, name), (newparent, newname), flags)?;
+        let files = (
+            self.file_named(parent.0, name),
+            self.file_named(newparent.0, newname),
+        );
         self.known
             .inodes
             .renamed((parent.0, name), (newparent.0, newname));
         self.known
             .replicas
-            .own_renamed((parent.0, name), (newparent.0, newname), left);
+            .own_renamed((parent.0, name), (newparent.0, newname), files, left);
         Ok(())
+    }
+
+    /// The `qid.path` of the non-directory `name` in `dir` leads the kernel to, if any.
+    fn file_named(&self, dir: u64, name: &[u8]) -> Option<u64> {
+        let (qid_path, format) = self.known.inodes.named(dir, name)?;
+        (format != libc::S_IFDIR).then_some(qid_path)
     }
 
     /// Renames `name` in `parent` to `newname` in `newparent` on the server; returns what

@@ -272,9 +272,19 @@ impl MountState {
 /// how a file was opened, so it means the server does not know the fid, which happens to a
 /// fid the mount held across a reconnect and could not bind again (see `crate::restore`).
 /// On ESTALE the kernel walks a path again with revalidation, reaching the file anew.
+///
+/// Every EIO is logged with its cause and counted (see [`crate::stats::io_error`]).
 pub(crate) fn errno(e: &ClientError) -> Errno {
     match e {
         ClientError::Errno(libc::EBADF) => Errno::ESTALE,
+        ClientError::Errno(libc::EIO) => {
+            crate::stats::io_error(&format_args!("the server answered EIO"));
+            Errno::EIO
+        }
+        e if e.errno() == libc::EIO => {
+            crate::stats::io_error(e);
+            Errno::EIO
+        }
         e => Errno::from_i32(e.errno()),
     }
 }

@@ -124,6 +124,7 @@ impl MountState {
                 .write(fid.fid(), done as u64, chunk)
                 .map_err(|e| errno(&e))?;
             if n == 0 {
+                crate::stats::io_error(&"the server took none of an extended attribute's value");
                 return Err(Errno::EIO);
             }
             done += n as usize;

@@ -39,12 +39,14 @@ pub(crate) fn handle(
         Ok(Some(reply)) => reply.encode(tag, out),
         Ok(None) => {}
         Err(e) => {
-            tracing::debug!(
-                id = conn.stats.id,
-                request = crossfs_wire::message_name(msg_type).unwrap_or("unknown"),
-                tag = tag.0,
-                "Rlerror: {e}"
-            );
+            let request = crossfs_wire::message_name(msg_type).unwrap_or("unknown");
+            // An I/O error is the host's (a failing disk, a file system's own error): the
+            // client gives it to a program, so it is never silent here.
+            if e.errno() == libc::EIO {
+                tracing::warn!(id = conn.stats.id, request, "I/O error: {e}");
+            } else {
+                tracing::debug!(id = conn.stats.id, request, tag = tag.0, "Rlerror: {e}");
+            }
             out.clear();
             Rmessage::error(e.errno()).encode(tag, out);
         }

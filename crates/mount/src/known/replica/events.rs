@@ -13,11 +13,27 @@ use super::*;
 
 impl DirReplicas {
     /// Applies a change event (see the module doc), before the kernel's caches are told.
-    /// `own(dir, name)`: whether the name was changed through the mount lately; the echo
-    /// of such a change, or a later change that left the directory's attributes as the
-    /// mount's change left them (the event's stat of the directory says), keeps them.
-    pub(crate) fn apply(&self, ev: &Event, own: &dyn Fn(u64, &[u8]) -> bool) {
+    /// `recent(dir, name)`: whether the name was changed through the mount lately; `echo`:
+    /// whether the event is the echo of such a change. An echo, or a later change that
+    /// left the directory's attributes as the mount's change left them (the event's stat
+    /// of the directory says), keeps them.
+    ///
+    /// The removal of a name changed through the mount lately may be older than that
+    /// change (the mount learns of its own change from the answer, before the events of
+    /// changes made just before it), whatever the feed took it for: a name the replica
+    /// shows is made unknown, asked of the server, rather than missing. Taken as missing,
+    /// a directory renamed over the name a moment before was answered ENOENT (issue 24,
+    /// the rename race).
+    pub(crate) fn apply(&self, ev: &Event, echo: bool, recent: &dyn Fn(u64, &[u8]) -> bool) {
         let c = &self.counters;
+        let own = |dir, name: &[u8]| echo && recent(dir, name);
+        let removed = |inner: &mut Inner, dir, name: &[u8], as_left| {
+            if recent(dir, name) && inner.shows(dir, name) {
+                inner.changed((dir, name), None, as_left, c);
+            } else {
+                inner.removed(dir, name, as_left, c);
+            }
+        };
         let mut inner = self.lock();
         let parent_of = |inner: &Inner, p: &RelPath| -> Option<u64> {
             inner.tree.resolve(p.parent()?.components())
@@ -48,7 +64,7 @@ impl DirReplicas {
                 if let Some(dir) = parent_of(&inner, &ev.path) {
                     let name = ev.path.file_name();
                     let as_left = own(dir, name) && inner.as_left(dir, ev.dir.as_ref());
-                    inner.removed(dir, name, as_left, c);
+                    removed(&mut inner, dir, name, as_left);
                 }
                 inner.touch_container(&ev.path);
             }
@@ -67,7 +83,7 @@ impl DirReplicas {
                 if let Some(dir) = parent_of(&inner, from) {
                     let name = from.file_name();
                     let as_left = own(dir, name) && inner.as_left(dir, ev.from_dir.as_ref());
-                    inner.removed(dir, name, as_left, c);
+                    removed(&mut inner, dir, name, as_left);
                 }
                 // Whatever had the name goes, and a directory that comes with its old
                 // subtree's knowledge too.
@@ -117,12 +133,22 @@ impl DirReplicas {
         self.anchor(parent, name, ino, made);
     }
 
-    /// `name` in `dir` was removed through the mount; `left`: what the removal said of
-    /// the directory, if it said anything.
-    pub(crate) fn own_removed(&self, dir: u64, name: &[u8], left: Option<DirLeft>) {
+    /// `name` in `dir` was removed through the mount; `file`: the `qid.path` of the file it
+    /// named, as the mount knew it (the replica may not: its other names have one link
+    /// less); `left`: what the removal said of the directory, if it said anything.
+    pub(crate) fn own_removed(
+        &self,
+        dir: u64,
+        name: &[u8],
+        file: Option<u64>,
+        left: Option<DirLeft>,
+    ) {
         let mut inner = self.lock();
         let kept = inner.keepable(dir, left);
         inner.removed(dir, name, false, &self.counters);
+        if let Some(q) = file {
+            inner.touch_links(q, None);
+        }
         inner.keep_left(dir, kept);
     }
 
@@ -142,11 +168,14 @@ impl DirReplicas {
         None
     }
 
-    /// `name` in `dir` was renamed through the mount to `to_name` in `to_dir`.
+    /// `name` in `dir` was renamed through the mount to `to_name` in `to_dir`; `files`: the
+    /// `qid.path` of the file moved and of the file replaced, as the mount knew them (the
+    /// replica may not: their other names changed, a change time and a link count).
     pub(crate) fn own_renamed(
         &self,
         (dir, name): (u64, &[u8]),
         (to_dir, to_name): (u64, &[u8]),
+        files: (Option<u64>, Option<u64>),
         left: Option<(DirLeft, DirLeft)>,
     ) {
         let mut inner = self.lock();
@@ -156,6 +185,9 @@ impl DirReplicas {
             inner.keepable(to_dir, to_left),
         );
         inner.own_renamed(dir, name, to_dir, to_name, &self.counters);
+        for q in [files.0, files.1].into_iter().flatten() {
+            inner.touch_links(q, None);
+        }
         inner.keep_left(dir, kept.0);
         inner.keep_left(to_dir, kept.1);
     }

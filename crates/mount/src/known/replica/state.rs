@@ -133,6 +133,13 @@ impl Inner {
         }
     }
 
+    /// Whether `dir`'s replica has an entry for `name`, known or not.
+    pub(super) fn shows(&self, dir: u64, name: &[u8]) -> bool {
+        self.dirs
+            .get(&dir)
+            .is_some_and(|r| r.slots.contains_key(name))
+    }
+
     /// An event or a change says `name` in `dir` may now be other than the replica says.
     pub(super) fn touch(&mut self, dir: u64, name: &[u8], now: Option<&Attrs>) {
         let keep = match self.dirs.get(&dir).and_then(|r| r.slots.get(name)) {

@@ -54,7 +54,7 @@ fn opendirs_share_one_listing_with_the_servers_cookies_until_a_name_comes() {
     assert!(Arc::ptr_eq(&first, &r.listing(ROOT).unwrap().0), "shared");
 
     // A removal keeps every other cookie: the listing stays.
-    r.own_removed(ROOT, b"b", None);
+    r.own_removed(ROOT, b"b", None, None);
     assert_eq!(names(&r.listing(ROOT).unwrap().0), [&b"."[..], b"..", b"a"]);
     assert_eq!(names(&first).len(), 4, "an open listing keeps what it had");
     // A new name has no cookie of the server's: listings go to the server.
@@ -90,7 +90,7 @@ fn what_a_change_left_of_a_directory_answers_until_anything_touches_it() {
         before,
         attrs: dir_attrs(1),
     };
-    r.own_removed(ROOT, b"a", Some(left));
+    r.own_removed(ROOT, b"a", None, Some(left));
     assert_eq!(r.left_attrs(ROOT).map(|a| a.mtime_sec), Some(1));
     // Any other change in it (here one through the mount that said nothing) ends it.
     r.own_created(ROOT, b"b", &file(11), None);
@@ -102,7 +102,7 @@ fn what_a_change_left_of_a_directory_answers_until_anything_touches_it() {
         before,
         attrs: dir_attrs(2),
     };
-    r.own_removed(ROOT, b"c", Some(left));
+    r.own_removed(ROOT, b"c", None, Some(left));
     assert_eq!(r.left_attrs(ROOT), None);
     // Nor without attributes (`valid` 0: the server could not read them).
     let before = r.ticket(ROOT).unwrap();
@@ -110,7 +110,7 @@ fn what_a_change_left_of_a_directory_answers_until_anything_touches_it() {
         before,
         attrs: Rgetattr::default(),
     };
-    r.own_removed(ROOT, b"b", Some(left));
+    r.own_removed(ROOT, b"b", None, Some(left));
     assert_eq!(r.left_attrs(ROOT), None);
     // Losing the events ends all of it.
     let before = r.ticket(ROOT).unwrap();
@@ -118,7 +118,7 @@ fn what_a_change_left_of_a_directory_answers_until_anything_touches_it() {
         before,
         attrs: dir_attrs(3),
     };
-    r.own_removed(ROOT, b"x", Some(left));
+    r.own_removed(ROOT, b"x", None, Some(left));
     assert!(r.left_attrs(ROOT).is_some());
     r.set_following(false);
     assert_eq!(r.left_attrs(ROOT), None);
@@ -149,17 +149,17 @@ fn what_a_change_left_of_a_directory_outlives_changes_to_its_files_not_to_its_na
     };
     // A file's attributes and content: the directory's stay.
     r.own_changed(100, 11);
-    r.apply(&event(EventKind::Attrib, "a", 10), &|_, _| false);
-    r.apply(&event(EventKind::Modified, "b", 11), &|_, _| false);
+    r.apply(&event(EventKind::Attrib, "a", 10), false, &|_, _| false);
+    r.apply(&event(EventKind::Modified, "b", 11), false, &|_, _| false);
     assert!(r.left_attrs(ROOT).is_some());
     assert_eq!(r.lookup(ROOT, b"a"), Answer::Ask, "the file's entry goes");
     // The directory's own change: they go.
     r.own_changed(ROOT, 1);
     assert_eq!(r.left_attrs(ROOT), None);
     // A name: they go.
-    r.own_removed(ROOT, b"x", Some(left(&r)));
+    r.own_removed(ROOT, b"x", None, Some(left(&r)));
     assert!(r.left_attrs(ROOT).is_some());
-    r.apply(&event(EventKind::Created, "c", 12), &|_, _| false);
+    r.apply(&event(EventKind::Created, "c", 12), false, &|_, _| false);
     assert_eq!(r.left_attrs(ROOT), None);
 }
 
@@ -206,19 +206,76 @@ fn the_echo_of_the_mounts_own_change_keeps_what_it_left_only_if_the_directory_is
     let own = |_: u64, name: &[u8]| name == b"mine";
     make(&r, b"mine", 5);
     // Its echo, the directory as the creation left it: kept.
-    r.apply(&created("mine", stat(5)), &own);
+    r.apply(&created("mine", stat(5)), true, &own);
     assert_eq!(r.left_attrs(ROOT).map(|a| a.mtime_sec), Some(5));
     // The echo, but the directory changed since (its stat says): gone.
-    r.apply(&created("mine", stat(6)), &own);
+    r.apply(&created("mine", stat(6)), true, &own);
     assert_eq!(r.left_attrs(ROOT), None);
     // The host's creation, whatever the stat says: gone.
     make(&r, b"mine", 7);
-    r.apply(&created("theirs", stat(7)), &own);
+    r.apply(&created("theirs", stat(7)), true, &own);
     assert_eq!(r.left_attrs(ROOT), None);
     // An event without the directory's stat (an older server): gone.
     make(&r, b"mine", 8);
     let mut old = created("mine", stat(8));
     old.dir = None;
-    r.apply(&old, &own);
+    r.apply(&old, true, &own);
     assert_eq!(r.left_attrs(ROOT), None);
+}
+
+#[test]
+fn a_removal_that_may_predate_the_mounts_own_change_makes_the_name_unknown_not_missing() {
+    let r = root_listing_one_file();
+    let removed = |name: &str| Event {
+        epoch: 1,
+        seq: 1,
+        kind: EventKind::Removed,
+        path: RelPath::new(name).unwrap(),
+        qid: None,
+        attrs: None,
+        dir: None,
+        from_dir: None,
+    };
+    // A directory renamed over "b" through the mount, then the late event of an earlier
+    // removal of "b": the server knows which is newer.
+    r.own_renamed((ROOT, b"x"), (ROOT, b"b"), (None, None), None);
+    let recent = |_: u64, name: &[u8]| name == b"b";
+    r.apply(&removed("b"), false, &recent);
+    assert_eq!(r.lookup(ROOT, b"b"), Answer::Ask);
+    // Even if the feed took it for the echo of a change of the mount's.
+    r.own_created(ROOT, b"b", &file(12), None);
+    r.apply(&removed("b"), true, &recent);
+    assert_eq!(r.lookup(ROOT, b"b"), Answer::Ask);
+    // The echo of the mount's own removal, or the host's removal of a name the mount left
+    // alone: missing.
+    r.own_removed(ROOT, b"b", None, None);
+    r.apply(&removed("b"), true, &recent);
+    assert_eq!(r.lookup(ROOT, b"b"), Answer::Missing);
+    r.apply(&removed("a"), false, &recent);
+    assert_eq!(r.lookup(ROOT, b"a"), Answer::Missing);
+}
+
+#[test]
+fn a_removal_or_rename_through_the_mount_touches_the_files_other_names_even_if_unknown_here() {
+    let r = root_listing_one_file();
+    // "a" and "b" name file 10; "a" changed (unknown here), "b" learnt again since.
+    r.own_created(ROOT, b"b", &file(10), None);
+    r.stale(ROOT, b"a");
+    let b = |r: &DirReplicas| r.lookup(ROOT, b"b");
+    assert_eq!(b(&r), Answer::Found(Arc::new(file(10))));
+    // Unlinking "a" drops the link count of "b": the mount says which file "a" was.
+    r.own_removed(ROOT, b"a", Some(10), None);
+    assert_eq!(b(&r), Answer::Ask);
+    // Likewise a rename: the file moved (its change time) and the file it replaced.
+    r.own_created(ROOT, b"b", &file(10), None);
+    r.own_created(ROOT, b"c", &file(11), None);
+    r.own_created(ROOT, b"d", &file(11), None);
+    r.stale(ROOT, b"c");
+    r.own_renamed((ROOT, b"x"), (ROOT, b"c"), (Some(10), Some(11)), None);
+    assert_eq!(b(&r), Answer::Ask, "the moved file's other name");
+    assert_eq!(
+        r.lookup(ROOT, b"d"),
+        Answer::Ask,
+        "the replaced file's other name"
+    );
 }
