@@ -8,7 +8,8 @@
 //! The short mode (CI) runs the programs for a few seconds against a server with
 //! `--event-queue 16`, so both mounts' rings overflow and each sync has rescans owed to it.
 //! `CROSSFS_LONG=1` runs them for 60 s against a default queue, as the issue did;
-//! `CROSSFS_TEST_SEED=N` changes the programs' choices.
+//! `CROSSFS_TEST_SEED=N` changes the programs' choices, `CROSSFS_TEST_PROGRAMS=N` runs N
+//! programs per mount (4).
 
 mod common;
 
@@ -24,8 +25,13 @@ use common::*;
 
 /// The names every program works on, in the directory `w` of the export.
 const NAMES: usize = 50;
-/// Programs per mount.
-const PROGRAMS: u64 = 2;
+/// Programs per mount: 4, or `CROSSFS_TEST_PROGRAMS`.
+fn programs() -> u64 {
+    std::env::var("CROSSFS_TEST_PROGRAMS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(4)
+}
 
 fn name(i: usize) -> String {
     format!("n{i:02}")
@@ -285,7 +291,8 @@ fn run(seconds: u64, serve_args: &[&str], seed: u64) {
             .iter()
             .enumerate()
             .flat_map(|(m, (label, mount))| {
-                (0..PROGRAMS).map(move |p| (m as u64 * PROGRAMS + p, *label, mount))
+                let n = programs();
+                (0..n).map(move |p| (m as u64 * n + p, *label, mount))
             })
             .map(|(n, label, mount)| {
                 let (root, w) = (&mount.mountpoint, mount.mountpoint.join("w"));

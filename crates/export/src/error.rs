@@ -26,6 +26,11 @@ pub enum ExportError {
     /// A byte budget (pending xattr values) is used up.
     #[error("byte budget used up")]
     ByteBudget,
+    /// A file was made, and its name led nowhere right after: another client removed or
+    /// renamed it at once. The creation happened; a door that can answer it without the
+    /// file's handle does (9P's Rmkdir, Rsymlink, Rmknod), the others say ENOENT.
+    #[error("made, then removed or renamed by another client at once")]
+    Vanished,
 }
 
 impl ExportError {
@@ -38,6 +43,7 @@ impl ExportError {
             ExportError::NotPermitted(_) => libc::EPERM,
             ExportError::TooManyFds => libc::EMFILE,
             ExportError::ByteBudget => libc::ENOSPC,
+            ExportError::Vanished => libc::ENOENT,
         }
     }
 }

@@ -178,7 +178,10 @@ impl Export {
         perm: u32,
         caller: Caller,
     ) -> ExportResult<Made> {
-        let fd = sys::walk_one(at, &name, self.openat2)?;
+        let fd = match sys::walk_one(at, &name, self.openat2) {
+            Err(Errno::NOENT) => return Err(ExportError::Vanished),
+            r => r?,
+        };
         policy::finish_create(self.proc_fd(), fd.as_fd(), perm, self.owner(caller))?;
         let stat = sys::stat(fd.as_fd())?;
         let handle = self.handles.adopt(fd, &stat, dir.handle, name);

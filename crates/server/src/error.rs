@@ -92,6 +92,7 @@ impl From<crossfs_export::ExportError> for OpError {
             E::NotPermitted(why) => OpError::NotPermitted(why),
             E::TooManyFds => OpError::TooManyFds,
             E::ByteBudget => OpError::XattrBudget,
+            E::Vanished => OpError::Os(rustix::io::Errno::NOENT),
         }
     }
 }

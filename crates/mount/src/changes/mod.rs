@@ -75,6 +75,10 @@ const SYNC_TIMEOUT: Duration = Duration::from_secs(20);
 /// readers that use doubles.
 const FIRST_MARKER: u64 = 1 << 52;
 
+/// Most syncs waiting at once (each on a thread of its own); past it, a sync fails with
+/// EAGAIN.
+const SYNCS_WAITING_LIMIT: u32 = 256;
+
 /// Most names remembered as answered "missing" (what a rescan must invalidate).
 const NEGATIVE_NAMES_LIMIT: usize = 1 << 17;
 
@@ -344,16 +348,20 @@ impl ChangeState {
     /// covers (behind a rescan owed for them, when this mount fell behind), so the marker
     /// applied means they are.
     ///
+    /// The caller waits on a thread of its own, never a FUSE thread (see
+    /// `MountState::sync_xattr`): replaying a change needs the FUSE threads, and syncs
+    /// holding them all made every further sync fail with EAGAIN under load.
+    ///
     /// # Errors
-    /// `EOPNOTSUPP` without a feed, `EAGAIN` when too many syncs are waiting already (each
-    /// holds a FUSE thread that replaying may need), `ETIMEDOUT` when the marker was not
-    /// applied within [`SYNC_TIMEOUT`] (never an early return), or the event connection's
-    /// error.
-    pub(crate) fn sync(&self, fuse_threads: usize) -> Result<u64, Errno> {
+    /// `EOPNOTSUPP` without a feed, `EAGAIN` past [`SYNCS_WAITING_LIMIT`] syncs waiting at
+    /// once, `ETIMEDOUT` when the marker was not applied within [`SYNC_TIMEOUT`] (never an
+    /// early return), or the event connection's error.
+    pub(crate) fn sync(&self) -> Result<u64, Errno> {
         let (client, fid) = self.link.get().ok_or(Errno::EOPNOTSUPP)?;
         let running = self.syncs_running.fetch_add(1, Relaxed);
         let _running = DecrementOnDrop(&self.syncs_running);
-        if running as usize + 1 >= fuse_threads.max(2) {
+        if running >= SYNCS_WAITING_LIMIT {
+            tracing::warn!("{running} syncs are waiting already: this one fails with EAGAIN");
             return Err(Errno::EAGAIN);
         }
         let marker = FIRST_MARKER + self.next_marker.fetch_add(1, Relaxed);

@@ -259,11 +259,12 @@ impl MountState {
     }
 
     /// Sends a request that creates `name` in `parent` for `caller`, then looks the new
-    /// file up. A directory made is anchored once the kernel has the answer.
+    /// file up. A directory made is anchored once the kernel has the answer. `format`: the
+    /// file type made (`S_IFMT` bits), which the kernel checks the answer against.
     fn create_entry<'a>(
         &'a self,
         parent: INodeNo,
-        name: &'a [u8],
+        (name, format): (&'a [u8], u32),
         caller: Option<Caller>,
         make: impl FnOnce(&FidRef) -> Tmessage,
     ) -> Result<Then<'a, Entry>, Errno> {
@@ -291,6 +292,18 @@ impl MountState {
             // Created, but its attributes are unknown.
             Err(_) => self.known.replicas.stale(parent.0, name),
         }
+        if let Err(ClientError::Errno(libc::ENOENT)) = &r {
+            // Made, and removed or renamed by another client before the lookup: the
+            // creation succeeded, as it would have locally, and the name leads nowhere
+            // (a program got ENOENT for its successful mkdir under load).
+            let gone = attr::placeholder(self.known.inodes.gone(format), attr::kind(format));
+            let entry = Entry {
+                attr: gone,
+                attr_ttl: Duration::ZERO,
+                entry_ttl: Duration::ZERO,
+            };
+            return Ok(Then::alone(entry));
+        }
         let entry = self.entry((parent, name), r, None, None)?;
         let ino = entry.attr.ino.0;
         Ok(match (made_dir, before) {
@@ -310,7 +323,7 @@ impl MountState {
         mode: u32,
         caller: Caller,
     ) -> Result<Then<'a, Entry>, Errno> {
-        self.create_entry(parent, name, Some(caller), |dir| {
+        self.create_entry(parent, (name, libc::S_IFDIR), Some(caller), |dir| {
             Tmessage::Mkdir(Tmkdir {
                 dfid: dir.fid(),
                 name: name.to_vec(),
@@ -329,7 +342,7 @@ impl MountState {
         caller: Caller,
     ) -> Result<Then<'a, Entry>, Errno> {
         let (major, minor) = decode_dev(rdev);
-        self.create_entry(parent, name, Some(caller), |dir| {
+        self.create_entry(parent, (name, mode & libc::S_IFMT), Some(caller), |dir| {
             Tmessage::Mknod(Tmknod {
                 dfid: dir.fid(),
                 name: name.to_vec(),
@@ -348,7 +361,7 @@ impl MountState {
         target: &[u8],
         caller: Caller,
     ) -> Result<Then<'a, Entry>, Errno> {
-        self.create_entry(parent, name, Some(caller), |dir| {
+        self.create_entry(parent, (name, libc::S_IFLNK), Some(caller), |dir| {
             Tmessage::Symlink(Tsymlink {
                 fid: dir.fid(),
                 name: name.to_vec(),
@@ -365,7 +378,13 @@ impl MountState {
         name: &'a [u8],
     ) -> Result<Then<'a, Entry>, Errno> {
         let file = self.node(ino)?;
-        self.create_entry(newparent, name, None, |dir| {
+        let format = self
+            .known
+            .inodes
+            .status(ino.0)
+            .map_or(libc::S_IFREG, |s| s.mode)
+            & libc::S_IFMT;
+        self.create_entry(newparent, (name, format), None, |dir| {
             Tmessage::Link(Tlink {
                 dfid: dir.fid(),
                 fid: file.fid(),

@@ -6,11 +6,12 @@
 //!
 //! [`ChangeState::intended`]: crate::changes::ChangeState::intended
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use fuser::{Errno, INodeNo};
+use fuser::{Errno, INodeNo, ReplyXattr};
 
-use super::reply::{Entry, Xattr};
+use super::reply::{answer, Entry, Later, NowOrLater, Xattr};
 use super::MountState;
 use crate::attr;
 use crate::changes::{Intended, Present};
@@ -52,15 +53,33 @@ impl MountState {
     /// Reading `user.crossfs.sync` on the mount's root: a sync (see
     /// [`crate::changes::ChangeState::sync`]); the value is the sync's marker, 16 hex
     /// digits.
-    pub(crate) fn sync_xattr(&self, size: u32) -> Result<Xattr, Errno> {
+    ///
+    /// The sync waits on a thread of its own, so that however many programs sync at once,
+    /// the FUSE threads stay free for the replays the syncs wait for.
+    pub(crate) fn sync_xattr(
+        self: &Arc<Self>,
+        size: u32,
+    ) -> Result<NowOrLater<'static, Xattr, ReplyXattr>, Errno> {
         const LEN: u32 = 16;
         if size == 0 {
-            return Ok(Xattr::Size(LEN));
+            return Ok(NowOrLater::Now(Xattr::Size(LEN)));
         }
         if size < LEN {
             return Err(Errno::ERANGE);
         }
-        let marker = self.changes.sync(self.config.threads)?;
-        Ok(Xattr::Data(format!("{marker:016x}").into_bytes()))
+        let shared = self.clone();
+        Ok(NowOrLater::Later(Later::new(move |reply: ReplyXattr| {
+            let spawned = std::thread::Builder::new()
+                .name("crossfs-sync".into())
+                .spawn(move || {
+                    let marker = shared.changes.sync();
+                    let value = marker.map(|m| Xattr::Data(format!("{m:016x}").into_bytes()));
+                    answer(reply, value);
+                });
+            if let Err(e) = spawned {
+                // The reply, dropped with the closure, answers EIO.
+                crate::stats::io_error(&format_args!("cannot start a thread to sync: {e}"));
+            }
+        })))
     }
 }

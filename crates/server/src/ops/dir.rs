@@ -3,14 +3,14 @@
 use std::os::fd::AsFd;
 
 use crossfs_wire::{
-    Data, DirEntry, Rlink, Rmessage, Rmkdir, Rmknod, Rreaddir, Rremove, Rrename, Rrenameat,
+    Data, DirEntry, Qid, Rlink, Rmessage, Rmkdir, Rmknod, Rreaddir, Rremove, Rrename, Rrenameat,
     Rsymlink, Runlinkat, Tlink, Tmkdir, Tmknod, Treaddir, Tremove, Trename, Trenameat, Tsymlink,
-    Tunlinkat, AT_REMOVEDIR, RREAD_HEADER_LEN,
+    Tunlinkat, AT_REMOVEDIR, QID_TYPE_DIR, QID_TYPE_SYMLINK, RREAD_HEADER_LEN,
 };
 use rustix::io::Errno;
 
 use crossfs_export::sys;
-use crossfs_export::Caller;
+use crossfs_export::{Caller, ExportError, ExportResult, Made};
 
 use crate::error::OpResult;
 use crate::fid::{lock, Location};
@@ -69,6 +69,21 @@ pub(super) fn caller(n_uname: u32, gid: u32) -> Caller {
     }
 }
 
+/// The qid of a file just made. One another client removed or renamed at once was made
+/// all the same, as a local mkdir would have been: its qid is of the type made, with
+/// path 0 (the file is nowhere now, so no walk meets that qid).
+fn made_qid(conn: &Conn, made: ExportResult<Made>, ty: u8) -> OpResult<Qid> {
+    match made {
+        Ok(made) => Ok(conn.server.qid(&made.stat)),
+        Err(ExportError::Vanished) => Ok(Qid {
+            ty,
+            version: 0,
+            path: 0,
+        }),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Tmkdir.
 pub(crate) fn mkdir(conn: &Conn, m: Tmkdir) -> OpResult<Rmessage> {
     let state = conn.fids.get(m.dfid)?;
@@ -78,9 +93,9 @@ pub(crate) fn mkdir(conn: &Conn, m: Tmkdir) -> OpResult<Rmessage> {
         &m.name,
         m.mode,
         caller(dir.n_uname, m.gid),
-    )?;
+    );
     Ok(Rmessage::Mkdir(Rmkdir {
-        qid: conn.server.qid(&made.stat),
+        qid: made_qid(conn, made, QID_TYPE_DIR)?,
     }))
 }
 
@@ -93,9 +108,9 @@ pub(crate) fn symlink(conn: &Conn, m: Tsymlink) -> OpResult<Rmessage> {
         &m.name,
         &m.symtgt,
         caller(dir.n_uname, m.gid),
-    )?;
+    );
     Ok(Rmessage::Symlink(Rsymlink {
-        qid: conn.server.qid(&made.stat),
+        qid: made_qid(conn, made, QID_TYPE_SYMLINK)?,
     }))
 }
 
@@ -109,9 +124,9 @@ pub(crate) fn mknod(conn: &Conn, m: Tmknod) -> OpResult<Rmessage> {
         m.mode,
         sys::makedev(m.major, m.minor),
         caller(dir.n_uname, m.gid),
-    )?;
+    );
     Ok(Rmessage::Mknod(Rmknod {
-        qid: conn.server.qid(&made.stat),
+        qid: made_qid(conn, made, 0)?,
     }))
 }
 

@@ -407,6 +407,14 @@ impl InodeTable {
         ino
     }
 
+    /// A node for a file made through the mount and gone from the server before the mount
+    /// could look it up (another client removed or renamed it at once): the kernel gets
+    /// the creation it asked for, and the node, with no fid and no name, answers ESTALE,
+    /// which makes the kernel look the name up again and find it gone.
+    pub(crate) fn gone(&self, format: u32) -> u64 {
+        Self::insert(&mut self.lock(), None, PLACEHOLDER, format, None)
+    }
+
     /// Lets the next lookup of node `ino`'s file make a new node (the kernel then makes a
     /// new inode, taking the server's attributes whole); `ino` lives on for open files until
     /// the kernel forgets it.
