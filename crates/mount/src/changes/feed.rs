@@ -332,13 +332,20 @@ impl Applier<'_> {
             && (!ctime || a.ctime_ns == seen.ctime_ns)
     }
 
-    /// Whether `ev` shows node `ino`'s file with another size than the mount last saw, in
-    /// a state no older than that one (a change time not before it). Only that calls for a
-    /// new node (`renew_if_size_is_local`): a new node splits the kernel's inode, and a
-    /// hard link made through the mount then became a second inode, whose chown left the
-    /// first name's attributes stale. The late event of a removed file whose inode number
-    /// the host has given to a new one names the new one's node, and did that (issue 24).
-    fn size_moved(&self, ino: u64, ev: &Event) -> bool {
+    /// Whether the file of node `ino`, which `ev` names by its inode number as modified,
+    /// may have a size the kernel does not hold (`renew_if_size_is_local` then gives it a
+    /// new node). Always when the event's name leads the kernel to that node: the kernel
+    /// keeps its own size whatever the mount saw since. Under another name, only when the
+    /// event shows another size than the mount saw, no older than that: the late event of
+    /// a removed file whose inode number the host gave to a new one names the new one's
+    /// node, and renewing it split a hard link made next into two kernel inodes, whose
+    /// chown through one name left the other's attributes stale (issue 24). A host change
+    /// through a hard link the guest never looked up that leaves the size as the mount saw
+    /// it is missed (the kernel's size may then be stale until the node is renewed).
+    fn size_may_differ(&self, (dir, name): (u64, &[u8]), ino: u64, ev: &Event) -> bool {
+        if self.mount.known.inodes.child(dir, name) == Some(ino) {
+            return true;
+        }
         let (Some(a), Some(seen)) = (ev.attrs, self.mount.known.inodes.status(ino)) else {
             return true;
         };
@@ -518,7 +525,7 @@ impl Applier<'_> {
         if !self.watchers.any_watched(&[dir, node.unwrap_or(0)]) {
             let regular = ev.attrs.is_some_and(|a| a.file_type() == libc::S_IFREG);
             if let (true, true, Some(ino)) = (modified, regular, node) {
-                if self.size_moved(ino, ev) {
+                if self.size_may_differ((dir, ev.path.file_name()), ino, ev) {
                     self.renew_if_size_is_local(dir, ev.path.file_name(), ino);
                 }
             }
