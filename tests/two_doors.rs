@@ -48,6 +48,9 @@ enum Op {
     SetXattr(&'static [&'static [u8]], &'static [u8], &'static [u8]),
     /// The file (opened for reading and writing), mode, offset, length.
     Fallocate(&'static [&'static [u8]], i32, u64, u64),
+    /// Directory, mode: an unnamed file (O_TMPFILE, read and write), then linked there
+    /// under the name.
+    Tmpfile(&'static [&'static [u8]], u32, &'static [u8]),
     List(&'static [&'static [u8]]),
 }
 
@@ -267,6 +270,36 @@ fn cases() -> Vec<(&'static str, Op, [i32; 3])> {
             Op::Fallocate(FILE, 1 << 30, 0, 4096),
             changes(EOPNOTSUPP),
         ),
+        (
+            "tmpfile, linked",
+            Op::Tmpfile(DIR, 0o6755, b"t"),
+            changes(0),
+        ),
+        (
+            "tmpfile linked as ..",
+            Op::Tmpfile(ROOT, 0o644, b".."),
+            changes(EINVAL),
+        ),
+        (
+            "tmpfile linked as a/b",
+            Op::Tmpfile(ROOT, 0o644, b"a/b"),
+            changes(EINVAL),
+        ),
+        (
+            "tmpfile linked as reserved",
+            Op::Tmpfile(ROOT, 0o644, b".crossfs-sync-4"),
+            changes(EPERM),
+        ),
+        (
+            "tmpfile linked over a name",
+            Op::Tmpfile(DIR, 0o644, b"file"),
+            changes(EEXIST),
+        ),
+        (
+            "tmpfile in a symlink",
+            Op::Tmpfile(&[b"escape"], 0o644, b"x"),
+            changes(ENOTDIR),
+        ),
     ]
 }
 
@@ -416,16 +449,22 @@ fn set_id_bits_follow_the_policy_through_both_doors() {
             d.run(&Op::Chmod(FILE, 0o6755));
             d.run(&Op::Mkdir(ROOT, b"new", 0o6777));
             d.run(&Op::Open(SETUID, libc::O_WRONLY));
+            d.run(&Op::Tmpfile(ROOT, 0o6755, b"t"));
             match p {
                 0 => {
                     assert_eq!(mode("f"), 0o755, "door {door}");
+                    assert_eq!(mode("t"), 0o755, "door {door}");
                     assert_eq!(mode("dir/file"), 0o755, "door {door}");
                     assert_eq!(mode("new"), 0o777, "door {door}");
                     assert_eq!(mode("setuid"), 0o755, "door {door}");
                 }
-                1 => assert!(std::fs::symlink_metadata(root.join("f")).is_err()),
+                1 => {
+                    assert!(std::fs::symlink_metadata(root.join("f")).is_err());
+                    assert!(std::fs::symlink_metadata(root.join("t")).is_err());
+                }
                 _ => {
                     assert_eq!(mode("f"), 0o6755, "door {door}");
+                    assert_eq!(mode("t"), 0o6755, "door {door}");
                     assert_eq!(mode("dir/file"), 0o6755, "door {door}");
                     assert_eq!(mode("setuid"), 0o6755, "door {door}");
                 }
@@ -660,6 +699,24 @@ impl Door for NineP {
                 },
                 e => e,
             },
+            Op::Tmpfile(dir, mode, name) => match self.walk(a, dir) {
+                0 => match self.errno(Ttmpfile {
+                    dfid: a,
+                    newfid: b,
+                    flags: open_flags::RDWR,
+                    mode,
+                    gid,
+                    request_mask: getattr::BASIC,
+                }) {
+                    0 => self.errno(Tlink {
+                        dfid: a,
+                        fid: b,
+                        name: name.to_vec(),
+                    }),
+                    e => e,
+                },
+                e => e,
+            },
             Op::SetXattr(path, name, value) => match self.walk(a, path) {
                 0 => match self.errno(Txattrcreate {
                     fid: a,
@@ -731,6 +788,7 @@ mod opcode {
     pub const READDIR: u32 = 28;
     pub const CREATE: u32 = 35;
     pub const FALLOCATE: u32 = 43;
+    pub const TMPFILE: u32 = 51;
 }
 
 fn cstr(name: &[u8]) -> Vec<u8> {
@@ -903,6 +961,22 @@ impl Door for Fuse {
                         self.call(opcode::FALLOCATE, FUSE_ROOT, &body).0
                     }
                     Ok((e, _)) | Err(e) => e,
+                }
+            }
+            Op::Tmpfile(dir, mode, name) => {
+                // As the guest kernel sends it: fuse_create_in, then the name "/".
+                let mut body = words(&[(libc::O_RDWR | libc::O_TMPFILE) as u32, mode, 0, 0]);
+                body.extend(cstr(b"/"));
+                match self.walk(dir) {
+                    Ok(node) => match self.call(opcode::TMPFILE, node, &body) {
+                        (0, entry) => {
+                            let mut body = entry[0..8].to_vec(); // the new node
+                            body.extend(cstr(name));
+                            self.call(opcode::LINK, node, &body).0
+                        }
+                        (e, _) => e,
+                    },
+                    Err(e) => e,
                 }
             }
             Op::SetXattr(path, name, value) => {

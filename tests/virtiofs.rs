@@ -1,6 +1,8 @@
 //! The virtio door: `crossfs serve --listen vhost-user-fs:SOCK` as the backend of a
 //! vhost-user-fs-pci device in a QEMU guest (TCG), mounted with the guest kernel's own
-//! virtiofs driver. The ops script must print what it prints on a local directory; large
+//! virtiofs driver. The ops script must print what it prints on a local directory; a file
+//! opened with `O_TMPFILE`, written and linked reaches the host under its name, one never
+//! linked leaves nothing; large
 //! reads must arrive as FUSE READs of the negotiated size; a missing name must be looked up
 //! once however often it is asked for; a VMM that goes away and comes back is served
 //! again by the same process; and in the guest, fsx finds no corruption and pjdfstest passes
@@ -77,6 +79,40 @@ fn make_big(export: &Path) -> String {
     format!("{}  /mnt/big\n", sum.split_whitespace().next().unwrap())
 }
 
+/// tests/scripts/tmpfile.c, built static for the guest (busybox has nothing that opens a
+/// file with `O_TMPFILE` or links one by its descriptor).
+fn tmpfile_helper(dir: &Path) -> std::path::PathBuf {
+    let out = dir.join("tmpfile");
+    run_ok(
+        Command::new("cc")
+            .args(["-static", "-O2", "-o"])
+            .arg(&out)
+            .arg(repo_root().join("tests/scripts/tmpfile.c")),
+    );
+    out
+}
+
+/// What the guest part with the helper prints: a tmpfile written, linked and read back by
+/// its name, another closed without a name, and the directory holding only the first.
+const TMPFILE_GUEST: &str = r#"
+mkdir /mnt/tmpfile
+echo "=== tmpfile begin"
+tmpfile /mnt/tmpfile linked "made unnamed"
+tmpfile /mnt/tmpfile - "never linked"
+ls -a1 /mnt/tmpfile
+echo "=== tmpfile end"
+"#;
+
+const TMPFILE_PRINTED: &str = "tmpfile: made, 12 bytes, 0 links
+tmpfile: linked as linked, 1 links
+tmpfile: read back made unnamed
+tmpfile: made, 12 bytes, 0 links
+tmpfile: closed unlinked
+.
+..
+linked
+";
+
 fn read_stats(serve: &Serve) -> serde_json::Value {
     let stats = serve.stats();
     let dev = stats["virtiofs"][0].clone();
@@ -93,21 +129,46 @@ fn virtiofs_guest_sees_what_a_local_program_sees() {
     let expected = run_ops_script(&local);
     let sock = work.path().join("vfs.sock");
     let serve = serve_virtiofs(&export, &sock, &[]);
+    let helper = tmpfile_helper(work.path());
 
-    let stdout = run_guest(
+    let stdout = run_guest_with(
         &sock,
-        r#"
+        &format!(
+            r#"
 set -e
 mount -t virtiofs crossfs /mnt
 echo "=== ops begin"
 sh /test/ops.sh /mnt
 echo "=== ops end"
+{TMPFILE_GUEST}
 umount /mnt
-"#,
+"#
+        ),
+        &[
+            "--add-binary".into(),
+            format!("{}:/usr/local/bin/tmpfile", helper.display()),
+        ],
     );
     let through = section(&stdout, "ops");
     println!("--- ops.sh through virtiofs ---\n{through}");
     assert_same_output("local ext4", &expected, "virtiofs", through);
+    // O_TMPFILE in the guest is FUSE_TMPFILE: the linked file is on the host with its data,
+    // the other left nothing.
+    assert_eq!(section(&stdout, "tmpfile"), TMPFILE_PRINTED);
+    let names: Vec<_> = std::fs::read_dir(export.join("tmpfile"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["linked"]);
+    assert_eq!(
+        std::fs::read(export.join("tmpfile/linked")).unwrap(),
+        b"made unnamed"
+    );
+    let tmpfiles = &read_stats(&serve)["ops"]["FUSE_TMPFILE"];
+    assert_eq!(
+        (&tmpfiles["count"], &tmpfiles["errors"]),
+        (&2.into(), &0.into())
+    );
 
     // The same process serves a new VMM on the same socket, here with a large read.
     let md5 = make_big(&export);

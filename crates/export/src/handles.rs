@@ -16,6 +16,11 @@
 //!   same way) with the export's confined walk, and only if that finds the same inode
 //!   (device and inode number); a file renamed or removed meanwhile is `ESTALE`.
 //!
+//! A file made without a name (`O_TMPFILE`, [`HandleCache::adopt_anonymous`]) has no name to
+//! walk: closed, it comes back by file handle alone, where the file system finds an unnamed
+//! inode by its handle (ext4 and tmpfs do, while something holds the file open), and is
+//! `ESTALE` otherwise, as a removed file is.
+//!
 //! Confinement holds through every reopen: a walk is the same `openat2` step as any lookup,
 //! and a file handle is only ever one the server took from a descriptor it had reached
 //! confined (clients never send handles).
@@ -107,7 +112,7 @@ impl HandleCache {
         Arc::new(PathHandle {
             cache: self.clone(),
             key: key_of(st),
-            parent: None,
+            origin: Origin::Root,
             file_handle: Mutex::new(None),
             fd: Mutex::new(Some(Arc::new(fd))),
             used: AtomicBool::new(true),
@@ -122,10 +127,21 @@ impl HandleCache {
         parent: &Arc<PathHandle>,
         name: CString,
     ) -> Arc<PathHandle> {
+        self.adopt_from(fd, st, Origin::Named(parent.clone(), name))
+    }
+
+    /// Takes `fd`, a file that has no name (made with `O_TMPFILE`), into the cache. Its
+    /// descriptor counts and may be closed like any other; only a file handle finds the
+    /// file again (see the module doc).
+    pub fn adopt_anonymous(self: &Arc<Self>, fd: OwnedFd, st: &Statx) -> Arc<PathHandle> {
+        self.adopt_from(fd, st, Origin::Anonymous)
+    }
+
+    fn adopt_from(self: &Arc<Self>, fd: OwnedFd, st: &Statx, origin: Origin) -> Arc<PathHandle> {
         let handle = Arc::new(PathHandle {
             cache: self.clone(),
             key: key_of(st),
-            parent: Some((parent.clone(), name)),
+            origin,
             file_handle: Mutex::new(None),
             fd: Mutex::new(Some(Arc::new(fd))),
             used: AtomicBool::new(true),
@@ -218,14 +234,25 @@ fn key_of(st: &Statx) -> (u64, u64) {
     )
 }
 
+/// How a handle whose descriptor was closed is found again (besides its file handle).
+#[derive(Debug)]
+enum Origin {
+    /// The export root, whose descriptor is never closed.
+    Root,
+    /// Found as this name beneath this directory: walked again.
+    Named(Arc<PathHandle>, CString),
+    /// Made without a name (`O_TMPFILE`): nothing to walk.
+    Anonymous,
+}
+
 /// A file a client holds: its inode, and an `O_PATH` descriptor while the cache keeps one.
 #[derive(Debug)]
 pub struct PathHandle {
     cache: Arc<HandleCache>,
     /// Device and inode number: what a reopen must find.
     key: (u64, u64),
-    /// Where it was found (none for the root), to walk again.
-    parent: Option<(Arc<PathHandle>, CString)>,
+    /// Where it was found, to walk again.
+    origin: Origin,
     /// Its file handle, taken when its descriptor was first closed.
     file_handle: Mutex<Option<FileHandle>>,
     fd: Mutex<Option<PinnedFd>>,
@@ -259,6 +286,12 @@ impl PathHandle {
         self.key
     }
 
+    /// Whether the file was made without a name ([`HandleCache::adopt_anonymous`]), so that
+    /// a handle found by name for the same inode, once it has one, is the better to keep.
+    pub fn is_anonymous(&self) -> bool {
+        matches!(self.origin, Origin::Anonymous)
+    }
+
     fn remember_file_handle(&self, fd: &OwnedFd, cache: &HandleCache) {
         let mut known = lock(&self.file_handle);
         if known.is_some() {
@@ -274,22 +307,22 @@ impl PathHandle {
 
     fn reopen(&self) -> ExportResult<OwnedFd> {
         let by_handle = lock(&self.file_handle).clone();
-        let fd = match (by_handle, &self.cache.by_handle, &self.parent) {
+        let fd = match (by_handle, &self.cache.by_handle, &self.origin) {
             (Some(handle), Some(by), _) => sys::open_by_handle(
                 by.mount_fd.as_fd(),
                 &handle,
                 OFlags::PATH | OFlags::NOFOLLOW,
             )
             .map_err(|e| if e == Errno::NOENT { Errno::STALE } else { e })?,
-            (_, _, Some((parent, name))) => {
+            (_, _, Origin::Named(parent, name)) => {
                 let dir = parent.fd()?;
                 sys::walk_one(dir.as_fd(), name, self.cache.openat2).map_err(|e| match e {
                     Errno::NOENT | Errno::NOTDIR => Errno::STALE,
                     e => e,
                 })?
             }
-            // The root's descriptor is never closed.
-            (_, _, None) => return Err(Errno::STALE.into()),
+            // The root's descriptor is never closed; an unnamed file has no name to walk.
+            (_, _, Origin::Root | Origin::Anonymous) => return Err(Errno::STALE.into()),
         };
         if key_of(&sys::stat(fd.as_fd())?) != self.key {
             return Err(Errno::STALE.into());
@@ -305,7 +338,7 @@ impl Drop for PathHandle {
             Err(poisoned) => poisoned.into_inner().is_some(),
         };
         // The root is never counted.
-        if held && self.parent.is_some() {
+        if held && !matches!(self.origin, Origin::Root) {
             self.cache.open.fetch_sub(1, Relaxed);
         }
     }
@@ -428,5 +461,44 @@ mod tests {
         std::fs::rename(dir.path().join("old"), dir.path().join("d")).unwrap();
         let st = sys::stat(f.fd().unwrap().as_fd()).unwrap();
         assert_eq!((st.stx_size, key_of(&st)), (6, f.key()));
+    }
+
+    #[test]
+    fn an_unnamed_file_comes_back_by_file_handle_or_is_stale_never_another() {
+        for file_handles in [true, false] {
+            let (dir, cache, root) = setup_with(4, file_handles);
+            let proc_fd = sys::open_proc_fd_dir().unwrap();
+            let open = sys::tmpfile(root.fd().unwrap().as_fd(), OFlags::RDWR, 0o600).unwrap();
+            sys::pwrite(open.as_fd(), b"unnamed", 0).unwrap();
+            let fd = sys::path_handle(proc_fd.as_fd(), open.as_fd()).unwrap();
+            let st = sys::stat(fd.as_fd()).unwrap();
+            let t = cache.adopt_anonymous(fd, &st);
+            assert!(t.is_anonymous() && !root.is_anonymous());
+            let mut others = Vec::new();
+            for i in 0..10 {
+                std::fs::write(dir.path().join(format!("o{i}")), "").unwrap();
+                others.push(lookup(&cache, &root, &format!("o{i}")));
+            }
+            assert!(
+                lock(&t.fd).is_none(),
+                "its descriptor should have been closed"
+            );
+            match t.fd() {
+                // By file handle (ext4 and tmpfs find an unnamed inode that is still open).
+                Ok(fd) => {
+                    assert!(cache.stats().by_file_handle);
+                    let st = sys::stat(fd.as_fd()).unwrap();
+                    assert_eq!((key_of(&st), st.stx_size), (t.key(), 7));
+                    let at = root.fd().unwrap();
+                    sys::link(proc_fd.as_fd(), fd.as_fd(), at.as_fd(), c"named").unwrap();
+                    assert_eq!(std::fs::read(dir.path().join("named")).unwrap(), b"unnamed");
+                }
+                // No name to walk.
+                Err(e) => {
+                    assert_eq!(e.errno(), libc::ESTALE);
+                    assert!(!file_handles || !cache.stats().by_file_handle);
+                }
+            }
+        }
     }
 }

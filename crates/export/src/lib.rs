@@ -18,9 +18,9 @@
 //! - [`budget`]: open files shared fairly between clients, and byte budgets.
 //! - [`Export`]: an opened export (root, `/proc/self/fd`, policy, descriptor pool, reserved
 //!   names) and the operations both doors carry, each written once (`ops.rs`): lookup,
-//!   list, mkdir, symlink, mknod, link, rename, unlink, create, open, setattr and the
-//!   extended attribute changes. Each does the writable check, the name rule, the reserved
-//!   names, the policy, the system call, the new file's owner and mode
+//!   list, mkdir, symlink, mknod, link, rename, unlink, create, tmpfile, open, setattr,
+//!   fallocate and the extended attribute changes. Each does the writable check, the name
+//!   rule, the reserved names, the policy, the system call, the new file's owner and mode
 //!   ([`policy::finish_create`]) and its attributes; a door only translates.
 //!
 //! It speaks no protocol (no 9P, no FUSE types), owns no sockets, threads or sessions, and

@@ -261,10 +261,12 @@ impl Export {
     }
 
     /// A hard link named `name` in `dir` to the inode behind `file`, made through its magic
-    /// link (no privilege needed, unlike `AT_EMPTY_PATH`; a symlink links itself).
+    /// link (no privilege needed, unlike `AT_EMPTY_PATH`; a symlink links itself). A file
+    /// made by [`Export::tmpfile`] gets its first name this way.
     ///
     /// # Errors
-    /// The name checks, then what `linkat` says.
+    /// The name checks, then what `linkat` says (`ENOENT` for a file removed meanwhile, or
+    /// a tmpfile made with `O_EXCL`; `ENOTDIR` when `dir` is not a directory).
     pub fn link(&self, file: &Arc<PathHandle>, dir: Dir<'_>, name: &[u8]) -> ExportResult<()> {
         let c = self.name_to_change(dir, name)?;
         let (file, at) = (file.fd()?, dir.handle.fd()?);
@@ -405,6 +407,44 @@ impl Export {
             });
         }
         Err(Errno::NOENT.into())
+    }
+
+    /// A regular file without a name in `dir`, open with `flags`, as open(2) with
+    /// `O_TMPFILE` makes one: gone when its last descriptor closes, unless
+    /// [`Export::link`] of its handle first gives it a name (beneath a directory of the
+    /// export, checked as any link). `flags` are host flags: the access mode, which must
+    /// allow writing, `O_EXCL` for a file never to be linked, and the flags an open keeps;
+    /// creation flags are dropped. The rules are [`Export::create`]'s but for the name: the
+    /// writable check, set-id bits only where the policy allows them, the caller's owner
+    /// (when the server runs as root) and exactly the mode asked for. The handle has no
+    /// name to walk again: once the handle cache has closed its descriptor, only a file
+    /// handle finds it (see [`crate::handles`]). `made` is always true.
+    ///
+    /// # Errors
+    /// `EROFS` on a read-only export, then what the kernel says: `EOPNOTSUPP` where the
+    /// export's file system has no `O_TMPFILE`, `EINVAL` for a read-only access mode,
+    /// `ENOTDIR` when `dir` is not a directory, `EACCES`, `ENOSPC`, ...
+    pub fn tmpfile(
+        &self,
+        dir: Dir<'_>,
+        flags: OFlags,
+        mode: u32,
+        caller: Caller,
+    ) -> ExportResult<Created> {
+        self.policy.check_writable()?;
+        let perm = self.policy.client_perm(mode);
+        let flags = flags & !(OFlags::CREATE | OFlags::TMPFILE | OFlags::TRUNC | OFlags::PATH);
+        let file = sys::tmpfile(dir.handle.fd()?.as_fd(), flags, perm)?;
+        let fd = sys::path_handle(self.proc_fd(), file.as_fd())?;
+        policy::finish_create(self.proc_fd(), fd.as_fd(), perm, self.owner(caller))?;
+        let stat = sys::stat(fd.as_fd())?;
+        let handle = self.handles.adopt_anonymous(fd, &stat);
+        Ok(Created {
+            file,
+            handle,
+            stat,
+            made: true,
+        })
     }
 
     /// setattr of the inode behind `handle`, in the order that keeps each change: owner
@@ -600,5 +640,151 @@ mod tests {
         let err = export.fallocate(fd.as_fd(), 0, 0, 1 << 20).unwrap_err();
         assert_eq!(err.errno(), libc::EROFS);
         assert_eq!(std::fs::metadata(&path).unwrap().size(), 128 << 10);
+    }
+
+    fn root(export: &Export) -> Dir<'_> {
+        Dir {
+            handle: &export.root,
+            is_root: true,
+        }
+    }
+
+    fn names_in(dir: &std::path::Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_tmpfile_is_written_then_linked_and_the_name_shows_the_data() {
+        let base = tempfile::tempdir().unwrap();
+        let top = base.path().join("export");
+        std::fs::create_dir_all(top.join("d")).unwrap();
+        let export = Export::open(&top, Policy::default(), None).unwrap();
+        let (d, _) = export.lookup(root(&export), b"d").unwrap();
+        let d = Dir {
+            handle: &d,
+            is_root: false,
+        };
+
+        let made = export
+            .tmpfile(d, OFlags::RDWR, 0o6640, Caller::default())
+            .unwrap();
+        assert!(made.made);
+        assert_eq!(made.stat.stx_nlink, 0);
+        // As create: set-id bits dropped, exactly the mode asked for (no umask).
+        assert_eq!(u32::from(made.stat.stx_mode), libc::S_IFREG | 0o640);
+        assert!(names_in(&top.join("d")).is_empty());
+        assert_eq!(sys::pwrite(made.file.as_fd(), b"data", 0).unwrap(), 4);
+
+        export.link(&made.handle, d, b"named").unwrap();
+        assert_eq!(std::fs::read(top.join("d/named")).unwrap(), b"data");
+        let st = std::fs::metadata(top.join("d/named")).unwrap();
+        assert_eq!((st.ino(), st.nlink()), (made.stat.stx_ino, 1));
+        // Still the same open file: a write now shows under the name.
+        sys::pwrite(made.file.as_fd(), b"!", 4).unwrap();
+        assert_eq!(std::fs::read(top.join("d/named")).unwrap(), b"data!");
+
+        // One never linked leaves nothing behind.
+        let gone = export
+            .tmpfile(root(&export), OFlags::WRONLY, 0o600, Caller::default())
+            .unwrap();
+        sys::pwrite(gone.file.as_fd(), b"never seen", 0).unwrap();
+        drop(gone);
+        assert_eq!(names_in(&top), ["d"]);
+        assert_eq!(names_in(&top.join("d")), ["named"]);
+
+        // O_EXCL: never to be linked, as open(2) says.
+        let excl = export
+            .tmpfile(d, OFlags::RDWR | OFlags::EXCL, 0o600, Caller::default())
+            .unwrap();
+        let e = export.link(&excl.handle, d, b"excl").unwrap_err();
+        assert_eq!(e.errno(), libc::ENOENT);
+        // O_TMPFILE needs an access mode that writes.
+        let e = export
+            .tmpfile(d, OFlags::RDONLY, 0o600, Caller::default())
+            .unwrap_err();
+        assert_eq!(e.errno(), libc::EINVAL);
+        assert_eq!(names_in(&top.join("d")), ["named"]);
+    }
+
+    #[test]
+    fn a_tmpfile_is_linked_only_beneath_the_export() {
+        let base = tempfile::tempdir().unwrap();
+        let (top, outside) = (base.path().join("export"), base.path().join("outside"));
+        std::fs::create_dir(&top).unwrap();
+        std::fs::create_dir(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, top.join("out")).unwrap();
+        std::fs::write(top.join("f"), "f").unwrap();
+        let export = Export::open(&top, Policy::default(), None).unwrap();
+        let made = export
+            .tmpfile(root(&export), OFlags::RDWR, 0o644, Caller::default())
+            .unwrap();
+        for name in [
+            &b"../escape"[..],
+            b"/tmp/escape",
+            b"out/x",
+            b"..",
+            b".",
+            b"",
+        ] {
+            let e = export.link(&made.handle, root(&export), name).unwrap_err();
+            assert_eq!(
+                e.errno(),
+                libc::EINVAL,
+                "{:?}",
+                String::from_utf8_lossy(name)
+            );
+        }
+        // A symlink to a directory outside is a symlink, never a directory to link into;
+        // nor is a file a directory.
+        for name in [&b"out"[..], b"f"] {
+            let (handle, _) = export.lookup(root(&export), name).unwrap();
+            let into = Dir {
+                handle: &handle,
+                is_root: false,
+            };
+            let e = export.link(&made.handle, into, b"x").unwrap_err();
+            assert_eq!(e.errno(), libc::ENOTDIR);
+            // Nor is it a directory to make a tmpfile in.
+            let e = export
+                .tmpfile(into, OFlags::RDWR, 0o644, Caller::default())
+                .unwrap_err();
+            assert_eq!(e.errno(), libc::ENOTDIR);
+        }
+        assert!(names_in(&outside).is_empty());
+        assert_eq!(names_in(&top), ["f", "out"]);
+    }
+
+    #[test]
+    fn a_read_only_export_makes_no_tmpfile() {
+        let dir = tempfile::tempdir().unwrap();
+        let read_only = Policy {
+            read_only: true,
+            ..Policy::default()
+        };
+        let export = Export::open(dir.path(), read_only, None).unwrap();
+        let e = export
+            .tmpfile(root(&export), OFlags::RDWR, 0o644, Caller::default())
+            .unwrap_err();
+        assert_eq!(e.errno(), libc::EROFS);
+    }
+
+    #[test]
+    fn a_file_system_without_o_tmpfile_says_eopnotsupp() {
+        // procfs has no O_TMPFILE; a server that is not root may not write there first.
+        let export = Export::open(std::path::Path::new("/proc"), Policy::default(), None).unwrap();
+        let e = export
+            .tmpfile(root(&export), OFlags::RDWR, 0o600, Caller::default())
+            .unwrap_err();
+        let expected = if export.is_root {
+            libc::EOPNOTSUPP
+        } else {
+            libc::EACCES
+        };
+        assert_eq!(e.errno(), expected);
     }
 }

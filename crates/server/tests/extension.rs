@@ -778,3 +778,91 @@ fn fallocate_does_what_fallocate_does_locally_and_read_only_holds() {
     assert_eq!(c.err(fallocate(0, 0, 4096)), libc::EROFS);
     assert_eq!(std::fs::metadata(ro.path("f")).unwrap().size(), 1);
 }
+
+#[test]
+fn tmpfile_is_named_only_by_tlink_beneath_the_export_and_read_only_holds() {
+    let o = Outside::new();
+    let h = &o.h;
+    std::fs::create_dir(h.path("d")).unwrap();
+    std::os::unix::fs::symlink(&o.dir, h.path("escape")).unwrap();
+    let listed = |rel: &str| {
+        let mut names: Vec<String> = std::fs::read_dir(h.path(rel))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    let tmpfile = |dfid, newfid, flags| Ttmpfile {
+        dfid,
+        newfid,
+        flags,
+        mode: 0o6640,
+        gid: !0,
+        request_mask: getattr::BASIC,
+    };
+    let link = |dfid, fid, name: &str| Tlink {
+        dfid,
+        fid,
+        name: name.as_bytes().to_vec(),
+    };
+    let mut c = extended(h);
+    c.walk(ROOT, Fid(1), &["d"]).unwrap();
+    let r = c.ok(tmpfile(Fid(1), Fid(2), open_flags::RDWR));
+    let Rmessage::Tmpfile(r) = r else {
+        panic!("{r:?}")
+    };
+    // Tlcreate's rules: set-id bits dropped, exactly the mode asked for; no name yet.
+    assert_eq!((r.attr.mode, r.attr.nlink), (libc::S_IFREG | 0o640, 0));
+    assert_eq!(c.getattr(Fid(2)).unwrap().qid, r.attr.qid);
+    assert!(listed("d").is_empty());
+    assert_eq!(c.write(Fid(2), 0, b"data"), Ok(4));
+    assert_eq!(c.read(Fid(2), 0, 100).unwrap(), b"data");
+
+    // No name leading out of the directory, and no directory outside the export.
+    for bad in ["..", "../x", "/tmp/x", "a/b", ""] {
+        assert_eq!(c.err(link(Fid(1), Fid(2), bad)), libc::EINVAL, "{bad:?}");
+    }
+    c.walk(ROOT, Fid(3), &["escape"]).unwrap();
+    assert_eq!(c.err(link(Fid(3), Fid(2), "x")), libc::ENOTDIR);
+    assert_eq!(
+        c.err(tmpfile(Fid(3), Fid(4), open_flags::RDWR)),
+        libc::ENOTDIR
+    );
+    assert_eq!(c.getattr(Fid(4)), Err(libc::EBADF), "nothing bound");
+
+    // Tlink names it; the fid still writes to the named file.
+    assert_eq!(
+        c.ok(link(Fid(1), Fid(2), "named")),
+        Rmessage::Link(Rlink {})
+    );
+    assert_eq!(c.write(Fid(2), 4, b"!"), Ok(1));
+    assert_eq!(std::fs::read(h.path("d/named")).unwrap(), b"data!");
+    assert_eq!(c.getattr(Fid(2)).unwrap().nlink, 1);
+
+    // Failures bind nothing and leave nothing: a newfid in use, an access mode that does
+    // not write (EINVAL, as open(2) says).
+    assert_eq!(
+        c.err(tmpfile(Fid(1), Fid(2), open_flags::RDWR)),
+        libc::EBADF
+    );
+    assert_eq!(
+        c.err(tmpfile(Fid(1), Fid(5), open_flags::RDONLY)),
+        libc::EINVAL
+    );
+    assert_eq!(c.getattr(Fid(5)), Err(libc::EBADF));
+    // One clunked without a name is gone; one made with O_EXCL is never linked.
+    c.ok(tmpfile(ROOT, Fid(5), open_flags::WRONLY));
+    assert_eq!(c.write(Fid(5), 0, b"gone"), Ok(4));
+    c.clunk(Fid(5)).unwrap();
+    c.ok(tmpfile(ROOT, Fid(6), open_flags::RDWR | open_flags::EXCL));
+    assert_eq!(c.err(link(ROOT, Fid(6), "excl")), libc::ENOENT);
+    assert_eq!(listed(""), ["d", "escape"]);
+    assert_eq!(listed("d"), ["named"]);
+    o.assert_untouched();
+
+    let ro = Harness::with(|c| c.read_only = true);
+    let mut c = extended(&ro);
+    assert_eq!(c.err(tmpfile(ROOT, Fid(1), open_flags::RDWR)), libc::EROFS);
+    assert_eq!(std::fs::read_dir(ro.root()).unwrap().count(), 0);
+}

@@ -23,8 +23,11 @@ const RENAME: u32 = 12;
 const LINK: u32 = 13;
 const OPEN: u32 = 14;
 const READ: u32 = 15;
+const WRITE: u32 = 16;
+const RELEASE: u32 = 18;
 const CREATE: u32 = 35;
 const FALLOCATE: u32 = 43;
+const TMPFILE: u32 = 51;
 const INIT: u32 = 26;
 
 const BAD_NAMES: [&[u8]; 5] = [b"..", b".", b"", b"a/b", b"/"];
@@ -146,6 +149,51 @@ impl Guest {
         body.extend_from_slice(&(mode as u32).to_le_bytes());
         body.extend_from_slice(&[0; 4]);
         self.call(FALLOCATE, ROOT, &body).0
+    }
+
+    /// FUSE_TMPFILE in `parent` as a guest kernel sends it for open(2) with `O_TMPFILE`
+    /// (its flags, the name `/`): the node id, the file handle, and the mode and link
+    /// count the entry carries.
+    fn tmpfile(&self, parent: u64, flags: i32, mode: u32) -> Result<(u64, u64, u32, u32), i32> {
+        let mut body = Vec::new();
+        for v in [(flags | libc::O_TMPFILE) as u32, mode, 0, 0] {
+            body.extend_from_slice(&v.to_le_bytes());
+        }
+        body.extend_from_slice(b"/\0");
+        let (e, b) = self.call(TMPFILE, parent, &body);
+        if e != 0 {
+            return Err(e);
+        }
+        // fuse_entry_out (128 bytes; fuse_attr's mode and nlink at 100 and 104), then
+        // fuse_open_out.
+        let word = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+        let node = u64::from_le_bytes(b[0..8].try_into().unwrap());
+        let fh = u64::from_le_bytes(b[128..136].try_into().unwrap());
+        Ok((node, fh, word(100), word(104)))
+    }
+
+    fn write(&self, fh: u64, offset: u64, data: &[u8]) -> i32 {
+        let mut body = fh.to_le_bytes().to_vec();
+        body.extend_from_slice(&offset.to_le_bytes());
+        body.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        body.extend_from_slice(&[0; 20]);
+        body.extend_from_slice(data);
+        self.call(WRITE, ROOT, &body).0
+    }
+
+    fn release(&self, fh: u64) {
+        let mut body = fh.to_le_bytes().to_vec();
+        body.extend_from_slice(&[0; 16]);
+        assert_eq!(self.call(RELEASE, ROOT, &body).0, 0);
+    }
+
+    fn names(&self, dir: &str) -> Vec<std::ffi::OsString> {
+        let mut names: Vec<_> = std::fs::read_dir(self.path(dir))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        names
     }
 
     fn named(&self, opcode: u32, parent: u64, prefix: &[u8], names: &[&[u8]]) -> i32 {
@@ -381,4 +429,54 @@ fn fallocate_reaches_the_open_file_with_the_modes_the_host_has() {
     assert_eq!(g.fallocate(fh + 1000, 0, 0, 4096), libc::EBADF);
     let ro = g.open(f, libc::O_RDONLY).unwrap();
     assert_eq!(g.fallocate(ro, 0, 0, 1 << 20), libc::EBADF);
+}
+
+#[test]
+fn a_tmpfile_is_written_then_named_by_a_link_of_its_node() {
+    let g = Guest::new(Policy::default());
+    std::fs::create_dir(g.path("d")).unwrap();
+    let d = g.lookup(ROOT, b"d").unwrap();
+    let (node, fh, mode, nlink) = g.tmpfile(d, libc::O_RDWR, 0o6640).unwrap();
+    // As CREATE: a regular file, set-id bits dropped; and no name yet.
+    assert_eq!((mode, nlink), (libc::S_IFREG | 0o640, 0));
+    assert!(g.names("d").is_empty());
+    assert_eq!(g.write(fh, 0, b"data"), 0);
+    for bad in BAD_NAMES {
+        assert_eq!(g.named(LINK, d, &node.to_le_bytes(), &[bad]), libc::EINVAL);
+    }
+    let mut body = node.to_le_bytes().to_vec();
+    body.extend_from_slice(b"named\0");
+    let (e, entry) = g.call(LINK, d, &body);
+    assert_eq!(e, 0);
+    assert_eq!(u64::from_le_bytes(entry[0..8].try_into().unwrap()), node);
+    assert_eq!(std::fs::read(g.path("d/named")).unwrap(), b"data");
+    assert_eq!(g.write(fh, 4, b"!"), 0);
+    g.release(fh);
+    assert_eq!(std::fs::read(g.path("d/named")).unwrap(), b"data!");
+    // The node answers as the named file.
+    let st = std::fs::metadata(g.path("d/named")).unwrap();
+    assert_eq!(st.nlink(), 1);
+    assert_eq!(g.call(GETATTR, node, &[0; 16]).0, 0);
+
+    // One never linked leaves nothing behind once released; O_EXCL is never linked.
+    let (_, fh, _, _) = g.tmpfile(ROOT, libc::O_WRONLY, 0o600).unwrap();
+    assert_eq!(g.write(fh, 0, b"gone"), 0);
+    g.release(fh);
+    let (excl, _, _, _) = g.tmpfile(ROOT, libc::O_RDWR | libc::O_EXCL, 0o600).unwrap();
+    assert_eq!(
+        g.named(LINK, ROOT, &excl.to_le_bytes(), &[b"excl"]),
+        libc::ENOENT
+    );
+    assert_eq!(g.names(""), ["d"]);
+    assert_eq!(g.names("d"), ["named"]);
+    // A file is no directory to make one in.
+    let f = g.lookup(d, b"named").unwrap();
+    assert_eq!(g.tmpfile(f, libc::O_RDWR, 0o600), Err(libc::ENOTDIR));
+
+    let ro = Guest::new(Policy {
+        read_only: true,
+        ..Policy::default()
+    });
+    assert_eq!(ro.tmpfile(ROOT, libc::O_RDWR, 0o600), Err(libc::EROFS));
+    assert!(ro.names("").is_empty());
 }

@@ -199,6 +199,33 @@ fn sessions() -> Vec<(&'static str, Vec<Tmessage>)> {
         .into(),
         Tremove { fid: B }.into(),
     ];
+    // An unnamed file, written and then named (Ttmpfile and Twrite run on workers, so the
+    // write may find the fid unbound in some runs: a seed, not a test).
+    let tmpfile = vec![
+        walk(ROOT, A, &["d"]),
+        Ttmpfile {
+            dfid: A,
+            newfid: B,
+            flags: open_flags::RDWR,
+            mode: 0o644,
+            gid: 0,
+            request_mask: getattr::BASIC,
+        }
+        .into(),
+        Twrite {
+            fid: B,
+            offset: 0,
+            data: Data(b"unnamed".to_vec()),
+        }
+        .into(),
+        Tlink {
+            dfid: A,
+            fid: B,
+            name: b"named".to_vec(),
+        }
+        .into(),
+        Tclunk { fid: B }.into(),
+    ];
     // Requests run by workers (Twrite) and by the reader (the rest) may pass each other:
     // the value written through a worker comes last.
     let xattrs = vec![
@@ -283,6 +310,7 @@ fn sessions() -> Vec<(&'static str, Vec<Tmessage>)> {
         ("write", write),
         ("dirs", dirs),
         ("links", links),
+        ("tmpfile", tmpfile),
         ("xattrs", xattrs),
         ("locks", locks),
     ]

@@ -243,6 +243,13 @@ messages! { Tmessage, "request" {
     /// collapse-range, insert-range, unshare-range), passed to the host's file system as
     /// they are, so a mode it lacks is `EOPNOTSUPP`.
     Fallocate(Tfallocate = 174) { fid: Fid, mode: u32, offset: u64, length: u64 }
+    /// A regular file without a name in directory `dfid` (left as it is), as open(2) with
+    /// `O_TMPFILE` makes one, bound open to `newfid`: `flags` as Tlcreate's (the access
+    /// mode must write; `O_EXCL`: never to be linked), `mode` and `gid` as Tlcreate's.
+    /// Tlink of `newfid` gives it a name; clunked without one, it is gone.
+    Tmpfile(Ttmpfile = 176) {
+        dfid: Fid, newfid: Fid, flags: u32, mode: u32, gid: u32, request_mask: u64,
+    }
 }}
 
 messages! { Rmessage, "reply" {
@@ -346,6 +353,9 @@ messages! { Rmessage, "reply" {
     Writeattr(Rwriteattr = 173) { count: u32, attr: Rgetattr }
     /// Allocated (or punched, zeroed, collapsed, inserted) as asked.
     Fallocate(Rfallocate = 175) {}
+    /// The new file's advised I/O size (0: msize - 24) and attributes (its qid among them;
+    /// `nlink` 0).
+    Tmpfile(Rtmpfile = 177) { iounit: u32, attr: Rgetattr }
 }}
 
 impl Tsetattr {

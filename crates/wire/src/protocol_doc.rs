@@ -15,7 +15,8 @@ crossfs speaks 9P2000.L as Linux defines it (`include/net/9p/9p.h`, `net/9p/clie
 the kernel's own client, diod and py9p work unchanged. Between `crossfs mount` and
 `crossfs serve` it adds a few compound messages, each doing in one round trip what plain
 9P2000.L does in two or three, a listing that carries every entry's attributes, and
-`Tfallocate`, for the fallocate(2) that 9P2000.L has no message for.
+`Tfallocate` and `Ttmpfile`, for the fallocate(2) and `O_TMPFILE` that 9P2000.L has no
+message for.
 
 ## Negotiation
 - The client sends `Tversion` with the version string `9P2000.L.crossfs`.
@@ -91,6 +92,16 @@ is `EBADF`, a read-only export `EROFS`, a mode the export's file system lacks (o
 Linux does not know) `EOPNOTSUPP`, a fid that is not an open file `EBADF`.
 A server that predates it, or a plain 9P2000.L connection, answers `EOPNOTSUPP`; a client
 then answers fallocate `EOPNOTSUPP` itself, as a local file system without it would.
+
+`Ttmpfile` fails as open(2) with `O_TMPFILE` in the server's directory fails, binding
+nothing: a read-only export is `EROFS`, an export whose file system has no `O_TMPFILE`
+`EOPNOTSUPP`, an access mode that does not write `EINVAL`, a `dfid` that is not a
+directory `ENOTDIR`, a `newfid` in use `EBADF`. The set-id bits and owner follow Tlcreate's
+rules. The file gets a name only by a Tlink of `newfid` (into any directory of the
+export, with the name rules of every link; a file made with `O_EXCL`: `ENOENT`), and
+vanishes when `newfid` is clunked (or the connection ends) without one. A crossfs that
+predates it answers `EOPNOTSUPP`, which is what Linux reports for a file system without
+`O_TMPFILE`; a client sends it only where the extension was negotiated.
 "#;
 
 fn table(out: &mut String, title: &str, rows: &[MessageInfo], extension: bool) {

@@ -133,6 +133,23 @@ pub fn create_at(dir: BorrowedFd<'_>, name: &CStr, flags: OFlags, mode: u32) -> 
     )
 }
 
+/// `openat(dir, ".", flags | O_TMPFILE | O_CLOEXEC, mode)`: a regular file with no name in
+/// the directory `dir` (an `O_PATH` handle will do), gone when its last descriptor closes
+/// unless it is linked first. `flags` carries the access mode (which must allow writing)
+/// and `O_EXCL` for a file never to be linked.
+///
+/// # Errors
+/// `EOPNOTSUPP` (the file system has no `O_TMPFILE`), `EINVAL` (read-only access mode),
+/// `ENOTDIR`, `EACCES`, `ENOSPC`, ...
+pub fn tmpfile(dir: BorrowedFd<'_>, flags: OFlags, mode: u32) -> Result<OwnedFd> {
+    rustix::fs::openat(
+        dir,
+        c".",
+        flags | OFlags::TMPFILE | OFlags::CLOEXEC,
+        Mode::from_raw_mode(mode),
+    )
+}
+
 /// Attributes of the inode behind any descriptor, `O_PATH` ones included, without following
 /// a symlink.
 ///
@@ -376,10 +393,12 @@ pub fn makedev(major: u32, minor: u32) -> Dev {
 }
 
 /// `linkat(2)` of the inode behind `fd` (through its magic link, which needs no privilege,
-/// unlike `AT_EMPTY_PATH`) as `name` in `dir`.
+/// unlike `AT_EMPTY_PATH`) as `name` in `dir`. A file made by [`tmpfile`] (without
+/// `O_EXCL`) gets its first name this way.
 ///
 /// # Errors
-/// `EEXIST`, `EXDEV`, `EMLINK`, `ENOENT` (the inode was unlinked and is not a tmpfile), ...
+/// `EEXIST`, `EXDEV`, `EMLINK`, `ENOENT` (the inode was unlinked, or is a tmpfile made with
+/// `O_EXCL`), ...
 pub fn link(
     proc_fd: BorrowedFd<'_>,
     fd: BorrowedFd<'_>,

@@ -3,8 +3,8 @@
 use std::os::fd::AsFd;
 
 use crossfs_wire::{
-    encode_rread_with, open_flags as of, Rfallocate, Rfsync, Rlcreate, Rlopen, Rmessage, Rwrite,
-    Tag, Tfallocate, Tfsync, Tlcreate, Tlopen, Tread, Twrite, RREAD_HEADER_LEN,
+    encode_rread_with, open_flags as of, Rfallocate, Rfsync, Rlcreate, Rlopen, Rmessage, Rtmpfile,
+    Rwrite, Tag, Tfallocate, Tfsync, Tlcreate, Tlopen, Tread, Ttmpfile, Twrite, RREAD_HEADER_LEN,
 };
 use rustix::fs::OFlags;
 use rustix::io::Errno;
@@ -116,6 +116,46 @@ pub(crate) fn lcreate(conn: &Conn, m: Tlcreate) -> OpResult<Rmessage> {
     Ok(Rmessage::Lcreate(Rlcreate {
         qid,
         iounit: conn.iounit(),
+    }))
+}
+
+/// Ttmpfile (crossfs extension): an unnamed file in the directory `dfid`
+/// ([`crossfs_export::Export::tmpfile`]: the rules of Tlcreate but for the name), bound
+/// open to `newfid` with no location (Trename and Tremove of it are `EBUSY`, as of the
+/// root). Tlink of `newfid` names it; clunked first, it is gone.
+pub(crate) fn tmpfile(conn: &Conn, m: Ttmpfile) -> OpResult<Rmessage> {
+    let state = conn.fids.get(m.dfid)?;
+    let dir = state.file()?;
+    let mut flags = host_flags(m.flags)?;
+    if m.flags & of::EXCL != 0 {
+        flags |= OFlags::EXCL;
+    }
+    let open_charge = conn.fds.charge()?;
+    let made = conn.server.export.tmpfile(
+        conn.server.dir(dir),
+        flags,
+        m.mode,
+        caller(dir.n_uname, m.gid),
+    )?;
+    let attr = crate::ops::attr::rgetattr(conn, &made.stat);
+    let new = FileFid::new(
+        made.handle,
+        attr.qid,
+        dev_and_kind(&made.stat),
+        None,
+        dir.n_uname,
+    );
+    // A fresh OnceLock cannot be set already.
+    let _ = new.open.set(OpenFile::new(
+        OpenFd::new(made.file, open_charge),
+        new.kind,
+        flags,
+    ));
+    // A newfid in use: the file, never named, goes with `new`.
+    conn.fids.insert_new(m.newfid, FidState::File(new))?;
+    Ok(Rmessage::Tmpfile(Rtmpfile {
+        iounit: conn.iounit(),
+        attr,
     }))
 }
 

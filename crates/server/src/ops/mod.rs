@@ -126,6 +126,8 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
         | T::Fsync(_)
         // Allocating or zeroing a large range takes as long as the file system needs.
         | T::Fallocate(_)
+        // Creates, as Tlcreate.
+        | T::Tmpfile(_)
         | T::Setattr(_)
         | T::Remove(_)
         | T::Version(_)
@@ -175,6 +177,7 @@ fn dispatch(conn: &Conn, msg: Tmessage) -> OpResult<Rmessage> {
         T::Writeattr(m) => bulk::writeattr(conn, m),
         T::Fsync(m) => io::fsync(conn, m),
         T::Fallocate(m) => io::fallocate(conn, m),
+        T::Tmpfile(m) => io::tmpfile(conn, m),
         T::Readdir(m) => dir::readdir(conn, m),
         T::Mkdir(m) => dir::mkdir(conn, m),
         T::Symlink(m) => dir::symlink(conn, m),

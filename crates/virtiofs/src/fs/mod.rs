@@ -214,6 +214,7 @@ impl FuseFs {
             Op::Create {
                 flags, mode, name, ..
             } => self.create(h, flags, mode, name),
+            Op::Tmpfile { flags, mode, .. } => self.tmpfile(h, flags, mode),
             Op::Getxattr { size, name } => self.getxattr(n, name, size),
             Op::Listxattr { size } => self.listxattr(n, size),
             Op::Setxattr { flags, name, value } => {
@@ -525,6 +526,26 @@ impl FuseFs {
         )?;
         let mut r = self.entry(created.handle, &created.stat)?;
         let fh = self.add_file(created.file, charge, false);
+        r.open_out(fh, self.open_flags());
+        Ok(r)
+    }
+
+    /// FUSE_TMPFILE (open(2) with `O_TMPFILE` in the guest): an unnamed file in the
+    /// directory, made by [`Export::tmpfile`] and answered as FUSE_CREATE is, with a node
+    /// and an open file. A later FUSE_LINK of the node gives it a name; the guest's
+    /// `O_EXCL` (never to be linked) goes to the host with it.
+    fn tmpfile(&self, h: &InHeader, flags: u32, mode: u32) -> OpResult<Reply> {
+        let dir = self.nodes.get(h.nodeid)?;
+        let charge = self.fds.charge()?;
+        let mut host = self.host_flags(flags);
+        if flags & libc::O_EXCL as u32 != 0 {
+            host |= OFlags::EXCL;
+        }
+        let made = self
+            .export
+            .tmpfile(Self::dir(h.nodeid, &dir), host, mode, Self::caller(h))?;
+        let mut r = self.entry(made.handle, &made.stat)?;
+        let fh = self.add_file(made.file, charge, false);
         r.open_out(fh, self.open_flags());
         Ok(r)
     }

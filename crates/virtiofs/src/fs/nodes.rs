@@ -1,8 +1,8 @@
 //! The guest's node ids: the root is 1; every other id stands for one inode (keyed by
 //! device and inode number) and holds its handle (whose `O_PATH` descriptor is the export's
 //! handle cache's to keep or close) until the guest forgets it as many times as it was
-//! looked up (LOOKUP, CREATE, MKNOD, MKDIR, SYMLINK, LINK and each READDIRPLUS entry count
-//! one).
+//! looked up (LOOKUP, CREATE, TMPFILE, MKNOD, MKDIR, SYMLINK, LINK and each READDIRPLUS
+//! entry count one).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -69,13 +69,18 @@ impl NodeTable {
     }
 
     /// Gives the guest a node id for the inode `handle` names (one more lookup of it); a
-    /// node it already holds keeps its handle.
+    /// node it already holds keeps its handle, unless that one was made without a name (a
+    /// tmpfile, linked since): the named one can be walked to again if the export's cache
+    /// closes its descriptor.
     pub(super) fn remember(&self, handle: Arc<PathHandle>, st: &Statx) -> u64 {
         let key = key_of(st);
         let mut nodes = lock(&self.nodes);
         if let Some(&id) = nodes.by_key.get(&key) {
             if let Some(node) = nodes.map.get_mut(&id) {
                 node.refs += 1;
+                if node.handle.is_anonymous() && !handle.is_anonymous() {
+                    node.handle = handle;
+                }
                 return id;
             }
         }

@@ -207,6 +207,13 @@ pub enum Op<'a> {
         umask: u32,
         name: &'a [u8],
     },
+    /// FUSE_TMPFILE: `fuse_create_in` as CREATE's; the name the kernel sends after it
+    /// (`/`, its placeholder for a file without one) means nothing and is not decoded.
+    Tmpfile {
+        flags: u32,
+        mode: u32,
+        umask: u32,
+    },
     Interrupt {
         unique: u64,
     },
@@ -537,6 +544,14 @@ fn body(op: Opcode, mut c: Cursor<'_>) -> Result<Op<'_>, DecodeError> {
                 name: c.cstr()?,
             }
         }
+        O::TMPFILE => {
+            let flags = c.u32()?;
+            let mode = c.u32()?;
+            let umask = c.u32()?;
+            c.skip(4)?;
+            let _ = c.rest();
+            Op::Tmpfile { flags, mode, umask }
+        }
         O::INTERRUPT => Op::Interrupt { unique: c.u64()? },
         O::LSEEK => {
             let fh = c.u64()?;
@@ -626,6 +641,30 @@ mod tests {
         assert!(matches!(decode(&r), Err(DecodeError::BadLength { .. })));
         r[0..4].copy_from_slice(&3u32.to_le_bytes());
         assert!(matches!(decode(&r), Err(DecodeError::BadLength { .. })));
+    }
+
+    #[test]
+    fn tmpfile_is_create_without_a_name() {
+        let mut body = Vec::new();
+        for v in [0o20200002u32, 0o100644, 0o022, 0] {
+            body.extend_from_slice(&v.to_le_bytes());
+        }
+        body.extend_from_slice(b"/\0");
+        let bytes = request(51, &body);
+        let want = Op::Tmpfile {
+            flags: 0o20200002,
+            mode: 0o100644,
+            umask: 0o022,
+        };
+        assert_eq!(decode(&bytes).unwrap().op, Ok(want));
+        // Without the name (which means nothing) too; a short fuse_create_in is not.
+        let bytes = request(51, &body[..16]);
+        assert!(decode(&bytes).unwrap().op.is_ok());
+        let bytes = request(51, &body[..15]);
+        assert_eq!(
+            decode(&bytes).unwrap().op,
+            Err(DecodeError::Truncated(Opcode::TMPFILE))
+        );
     }
 
     #[test]
