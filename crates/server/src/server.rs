@@ -66,7 +66,7 @@ impl Server {
     }
 
     /// As [`Server::new`], and serves `events` (a hub watching the same export) to clients
-    /// that attach with the aname [`EVENTS_ANAME`]: each such attach gets a fid whose
+    /// that attach with the aname [`EVENTS_ANAME`](crate::EVENTS_ANAME): each such attach gets a fid whose
     /// Tread is a long poll returning whole JSON lines (one event each), and whose Twrite
     /// of `sync N` returns once every change made before it is in the stream, followed by
     /// `{"kind":"sync","cookie":N}`. The hub's sync cookies, files at the top of the export

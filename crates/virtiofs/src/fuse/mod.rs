@@ -1,5 +1,5 @@
 //! The FUSE ABI as virtio-fs carries it (Linux `include/uapi/linux/fuse.h`): one opcode table,
-//! a decoder from bytes that never panics ([`decode`]) and reply encoders ([`encode`]). No
+//! a decoder from bytes that never panics ([`decode()`]) and reply encoders ([`encode`]). No
 //! I/O: the device moves buffers, the file system answers.
 
 pub mod decode;
