@@ -12,7 +12,10 @@ use std::io::{self, BufReader, Read, Write};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crossfs_wire::{CounterSnapshot, Fid, MessageCounters, Rgetattr, Rmessage, Tmessage, IOHDRSZ};
+use crossfs_wire::{
+    CounterSnapshot, Fid, LatencyHistograms, LatencySnapshot, MessageCounters, Rgetattr, Rmessage,
+    Tmessage, IOHDRSZ,
+};
 
 use crate::conn::{self, Connection, READ_BUFFER};
 use crate::fids::FidPool;
@@ -133,6 +136,7 @@ impl Client {
             reader,
             writer,
             counters,
+            Arc::new(LatencyHistograms::default()),
             negotiation,
             closer,
             Arc::new(FidPool::default()),
@@ -425,6 +429,12 @@ impl Client {
     /// Counts of every message sent and received, by type, with bytes and Rlerror counts.
     pub fn counters(&self) -> CounterSnapshot {
         self.link.current().counters.snapshot()
+    }
+
+    /// How long requests took, by type: from a request's first byte written to its reply
+    /// read whole, over this client's connections (Tversion is not timed).
+    pub fn latency(&self) -> LatencySnapshot {
+        self.link.current().latency.snapshot()
     }
 
     /// True while calls can be sent at once: false once the connection has died or been

@@ -266,6 +266,7 @@ fn reconnect(link: &Arc<Link>, client: &Client, dial: &Dial) -> Result<(), Clien
         reader,
         writer,
         old.counters.clone(),
+        old.latency.clone(),
         negotiation,
         closer,
         old.fids.clone(),
