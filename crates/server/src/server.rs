@@ -193,9 +193,9 @@ impl Server {
     /// connection leaves the list only after its fids are gone, so once a client is gone
     /// from it, everything it held (descriptors, and with them its locks) is released.
     /// `latency` times requests over every connection since the start: `reply` from a frame
-    /// read to its reply written, `queued` (requests run on workers) until a worker takes
-    /// it, `exec` the handler alone; each `{"Twalk":{"count":N,"p50_us":F,"p90_us":F,
-    /// "p99_us":F,"max_us":F,"mean_us":F},...}`.
+    /// read to its reply's write beginning, `queued` (requests run on workers) until a
+    /// worker takes it, `exec` the handler alone; each `{"Twalk":{"count":N,"p50_us":F,
+    /// "p90_us":F,"p99_us":F,"max_us":F,"mean_us":F},...}`.
     pub fn stats_json(&self) -> Value {
         let handles = self.export.handles.stats();
         let mut total = Map::new();

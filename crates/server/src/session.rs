@@ -564,8 +564,10 @@ impl Session {
     }
 
     /// Writes one whole reply frame and counts it (and, for Rlerror, an error against the
-    /// request type). A reply to a request read at `received` that reaches the socket is
-    /// timed from then.
+    /// request type). A reply to a request read at `received` is timed from then to the
+    /// moment its write begins, and counted once written: the write itself is the wire's
+    /// (its return may come long after the peer has the reply, when the reader it wakes
+    /// runs first), and so is a peer that reads its replies late.
     fn write_locked(
         &self,
         out: &mut Output,
@@ -590,6 +592,7 @@ impl Session {
         if out.broken {
             return;
         }
+        let answered = received.map(|t| t.elapsed());
         if let Err(e) = out
             .writer
             .write_all(frame)
@@ -597,8 +600,8 @@ impl Session {
         {
             tracing::debug!(id = self.conn.stats.id, "reply not delivered: {e}");
             out.broken = true;
-        } else if let Some(received) = received {
-            server.latency.reply.record(request_ty, received.elapsed());
+        } else if let Some(answered) = answered {
+            server.latency.reply.record(request_ty, answered);
         }
     }
 }

@@ -67,8 +67,9 @@ pub(crate) fn add_counters(obj: &mut Map<String, Value>, snap: &CounterSnapshot)
 /// ones included). Not kept per connection: a set is about 35 KiB, and these are three.
 #[derive(Default)]
 pub(crate) struct RequestLatency {
-    /// From a request's frame read off the socket to its reply written (flushed requests,
-    /// and a Tflush answered only after its target, are not timed).
+    /// From a request's frame read off the socket to its reply's write beginning, under the
+    /// writer lock (flushed requests, and a Tflush answered only after its target, are not
+    /// timed).
     pub reply: LatencyHistograms,
     /// Of requests handed to a worker, from the frame read to a worker taking it.
     pub queued: LatencyHistograms,
@@ -89,21 +90,21 @@ impl RequestLatency {
 }
 
 /// `{"Twalk": {"count": N, "p50_us": F, "p90_us": F, "p99_us": F, "max_us": F, "mean_us": F},
-/// ...}`: microseconds to 0.1, percentiles within 12.5% (the histogram's buckets), count and
-/// max exact. The mount writes the same shape for its client.
+/// ...}` (see [`crossfs_wire::LatencySummary`]). The mount writes the same shape for its
+/// client.
 pub(crate) fn latency_json(snap: &LatencySnapshot) -> Value {
-    let us = |ns: u64| (ns as f64 / 100.0).round() / 10.0;
     let mut obj = Map::new();
     for (name, h) in &snap.types {
+        let s = h.summary();
         obj.insert(
             (*name).to_string(),
             json!({
-                "count": h.count,
-                "p50_us": us(h.percentile_ns(0.5)),
-                "p90_us": us(h.percentile_ns(0.9)),
-                "p99_us": us(h.percentile_ns(0.99)),
-                "max_us": us(h.max_ns),
-                "mean_us": us(h.mean_ns()),
+                "count": s.count,
+                "p50_us": s.p50_us,
+                "p90_us": s.p90_us,
+                "p99_us": s.p99_us,
+                "max_us": s.max_us,
+                "mean_us": s.mean_us,
             }),
         );
     }

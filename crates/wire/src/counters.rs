@@ -290,6 +290,20 @@ impl LatencyHistogram {
         self.max_ns
     }
 
+    /// What `crossfs stats` reports of it.
+    pub fn summary(&self) -> LatencySummary {
+        // Microseconds to 0.1: finer than that is below the buckets' resolution anyway.
+        let us = |ns: u64| (ns as f64 / 100.0).round() / 10.0;
+        LatencySummary {
+            count: self.count,
+            p50_us: us(self.percentile_ns(0.5)),
+            p90_us: us(self.percentile_ns(0.9)),
+            p99_us: us(self.percentile_ns(0.99)),
+            max_us: us(self.max_ns),
+            mean_us: us(self.mean_ns()),
+        }
+    }
+
     /// The mean duration in ns (0 when empty).
     pub fn mean_ns(&self) -> u64 {
         self.sum_ns.checked_div(self.count).unwrap_or(0)
@@ -304,6 +318,24 @@ impl LatencyHistogram {
             *mine += theirs;
         }
     }
+}
+
+/// One request type's latency as `crossfs stats` shows it: microseconds to 0.1, percentiles
+/// within 12.5% (see [`LatencyHistograms`]), count and max exact.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LatencySummary {
+    /// Requests timed.
+    pub count: u64,
+    /// Median.
+    pub p50_us: f64,
+    /// 90th percentile.
+    pub p90_us: f64,
+    /// 99th percentile.
+    pub p99_us: f64,
+    /// Longest.
+    pub max_us: f64,
+    /// Mean.
+    pub mean_us: f64,
 }
 
 /// A point-in-time copy of [`LatencyHistograms`], keyed by request name ("Twalk").

@@ -32,8 +32,8 @@ mod types;
 
 pub use codec::DecodeError;
 pub use counters::{
-    CounterSnapshot, LatencyHistogram, LatencyHistograms, LatencySnapshot, MessageCount,
-    MessageCounters, LATENCY_BUCKETS,
+    CounterSnapshot, LatencyHistogram, LatencyHistograms, LatencySnapshot, LatencySummary,
+    MessageCount, MessageCounters, LATENCY_BUCKETS,
 };
 pub use dirent::{DirEntry, DirEntryAttr, DirEntryAttrIter, DirEntryIter, FileData, FileDataIter};
 pub use frame::{
