@@ -12,12 +12,9 @@ use std::io::{self, BufReader, Read, Write};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crossfs_wire::{
-    CounterSnapshot, Fid, LatencyHistograms, LatencySnapshot, MessageCounters, Rgetattr, Rmessage,
-    Tmessage, IOHDRSZ,
-};
+use crossfs_wire::{CounterSnapshot, Fid, LatencySnapshot, Rgetattr, Rmessage, Tmessage, IOHDRSZ};
 
-use crate::conn::{self, Connection, READ_BUFFER};
+use crate::conn::{self, Connection, Meters, READ_BUFFER};
 use crate::fids::FidPool;
 use crate::redial::{self, Link, RestoreHook, Transport};
 use crate::request::{Completion, Done, Reply, Request, Waiter};
@@ -116,8 +113,8 @@ impl Client {
     ) -> Result<Arc<Client>, ClientError> {
         let mut reader = BufReader::with_capacity(READ_BUFFER, reader);
         let mut writer = writer;
-        let counters = Arc::new(MessageCounters::default());
-        let negotiation = match negotiate(&mut reader, &mut writer, config, &counters) {
+        let meters = Meters::default();
+        let negotiation = match negotiate(&mut reader, &mut writer, config, &meters.counters) {
             Ok(n) => n,
             Err(e) => {
                 closer();
@@ -135,8 +132,7 @@ impl Client {
             config,
             reader,
             writer,
-            counters,
-            Arc::new(LatencyHistograms::default()),
+            meters,
             negotiation,
             closer,
             Arc::new(FidPool::default()),

@@ -102,6 +102,13 @@ pub(crate) struct Connection {
     outbox_ready: Condvar,
 }
 
+/// What a connection counts and times, shared with the connections that replace it.
+#[derive(Clone, Default)]
+pub(crate) struct Meters {
+    pub counters: Arc<MessageCounters>,
+    pub latency: Arc<LatencyHistograms>,
+}
+
 struct State {
     tags: TagTable<Pending>,
     /// Why the connection died; once set, never cleared.
@@ -145,8 +152,7 @@ impl Connection {
         config: &ClientConfig,
         source: Source,
         writer: Box<dyn Write + Send>,
-        counters: Arc<MessageCounters>,
-        latency: Arc<LatencyHistograms>,
+        meters: Meters,
         negotiation: MsizeNegotiation,
         closer: Box<dyn FnOnce() + Send>,
         fids: Arc<FidPool>,
@@ -170,8 +176,8 @@ impl Connection {
                 buf: Vec::new(),
             })),
             followers_waiting: AtomicUsize::new(0),
-            counters,
-            latency,
+            counters: meters.counters,
+            latency: meters.latency,
             // As many as the tag table has slots.
             sent_at: (0..config.max_in_flight.clamp(1, NOTAG.0))
                 .map(|_| AtomicU64::new(0))
