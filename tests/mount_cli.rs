@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -47,6 +49,99 @@ fn crossfs_mount_of_crossfs_serve_matches_local_directory() {
     let stats = serve.stats();
     // One connection for files, one for change events.
     assert_eq!(stats["total"]["Tversion"]["count"], 2);
+}
+
+/// Both ends time every request: `crossfs stats` of the server and of a mount show latency
+/// per request type, and a request's time on the client (written to answered) holds its
+/// time on the server (read to answered). No absolute timing is asserted.
+#[test]
+fn stats_report_request_latency_on_both_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let export = dir.path().join("export");
+    std::fs::create_dir(&export).unwrap();
+    std::fs::write(export.join("data"), [7u8; 4096]).unwrap();
+    let sock = dir.path().join("s.sock");
+    let serve = Serve::start(&export, &format!("unix:{}", sock.display()), &[]);
+    let mount = Mount::start(&format!("unix:{}", sock.display()), &["--cache", "never"]);
+    let mnt = &mount.mountpoint;
+    let mut page = [0u8; 4096];
+    for i in 0..50 {
+        std::fs::metadata(mnt.join("data")).unwrap();
+        let name = mnt.join(format!("f{i}"));
+        std::fs::File::create(&name).unwrap();
+        std::fs::set_permissions(&name, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::File::open(mnt.join("data"))
+            .unwrap()
+            .read_exact(&mut page)
+            .unwrap();
+        assert_eq!(page, [7u8; 4096]);
+    }
+    let (server, client) = (serve.stats(), mount.stats());
+    println!(
+        "server latency: {:#}\nclient latency: {:#}",
+        server["latency"], client["latency"]
+    );
+    let (on_server, on_client) = (&server["latency"]["reply"], &client["latency"]["reply"]);
+    let plausible = |side: &str, name: &str, h: &serde_json::Value| {
+        let f = |key: &str| {
+            h[key]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{side} {name} {key}: {h}"))
+        };
+        assert!(h["count"].as_u64() > Some(0), "{side} {name}: {h}");
+        assert!(
+            0.0 <= f("p50_us") && f("p50_us") <= f("p90_us") && f("p90_us") <= f("p99_us"),
+            "{side} {name}: {h}"
+        );
+        assert!(
+            f("p99_us") <= f("max_us") && f("mean_us") <= f("max_us"),
+            "{side} {name}: {h}"
+        );
+    };
+    for (name, h) in on_client.as_object().unwrap() {
+        plausible("client", name, h);
+    }
+    for (name, h) in on_server.as_object().unwrap() {
+        plausible("server", name, h);
+    }
+    for part in ["queued", "exec"] {
+        for (name, h) in server["latency"][part].as_object().unwrap() {
+            plausible(part, name, h);
+        }
+    }
+    // The types a stat, a create, a chmod and a read cost (which ones depends on the
+    // extension): each the client sent often is timed by both, the client's median no
+    // shorter than the server's. The server's figures also hold the mount's event
+    // connection, whose few requests of these types are quick.
+    let mut compared = Vec::new();
+    for (name, mine) in on_client.as_object().unwrap() {
+        if mine["count"].as_u64().unwrap() < 40 || name == "Tread" {
+            continue;
+        }
+        let theirs = &on_server[name];
+        assert!(
+            theirs["count"].as_u64() >= mine["count"].as_u64(),
+            "{name}: {server}"
+        );
+        let (c, s) = (
+            mine["p50_us"].as_f64().unwrap(),
+            theirs["p50_us"].as_f64().unwrap(),
+        );
+        assert!(c >= s, "{name}: client p50 {c} us, server p50 {s} us");
+        compared.push(name.clone());
+    }
+    assert!(
+        compared
+            .iter()
+            .any(|n| n.contains("getattr") || n.contains("walk")),
+        "a stat is timed: {compared:?} in {client}"
+    );
+    let text = run_ok(Command::new(crossfs_bin()).arg("stats").arg(&mount.control)).stdout;
+    let text = String::from_utf8(text).unwrap();
+    assert!(text.contains("reply (microseconds)"), "{text}");
+    let text = run_ok(Command::new(crossfs_bin()).arg("stats").arg(&serve.control)).stdout;
+    let text = String::from_utf8(text).unwrap();
+    assert!(text.contains("latency over all connections"), "{text}");
 }
 
 /// Firecracker and cloud-hypervisor hand a guest's vsock connection to host port 5640 to

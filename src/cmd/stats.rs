@@ -48,10 +48,37 @@ fn message_table(out: &mut String, indent: &str, title: &str, messages: &Value) 
     }
 }
 
-/// Any part of a report: message maps as tables, objects as indented sections, arrays item
-/// by item, numbers and strings as `name: value`.
+/// A latency table: one row per request type with count and percentiles in microseconds.
+fn latency_table(out: &mut String, indent: &str, title: &str, requests: &Value) {
+    out.push_str(&format!("{indent}{title} (microseconds)\n"));
+    let Some(map) = requests.as_object() else {
+        return;
+    };
+    out.push_str(&format!(
+        "{indent}  {:<14} {:>12} {:>10} {:>10} {:>10} {:>10}\n",
+        "request", "count", "p50", "p90", "p99", "max"
+    ));
+    let us = |v: &Value, key: &str| v.get(key).and_then(Value::as_f64).unwrap_or(0.0);
+    for (name, v) in map {
+        out.push_str(&format!(
+            "{indent}  {:<14} {:>12} {:>10.1} {:>10.1} {:>10.1} {:>10.1}\n",
+            name,
+            v.get("count").and_then(Value::as_u64).unwrap_or(0),
+            us(v, "p50_us"),
+            us(v, "p90_us"),
+            us(v, "p99_us"),
+            us(v, "max_us"),
+        ));
+    }
+}
+
+/// Any part of a report: message maps and latency maps as tables, objects as indented
+/// sections, arrays item by item, numbers and strings as `name: value`.
 fn section(out: &mut String, indent: &str, key: &str, v: &Value) {
     match v {
+        Value::Object(map) if map.values().any(|c| c.get("p50_us").is_some()) => {
+            latency_table(out, indent, key, v)
+        }
         Value::Object(map) if map.values().any(|c| c.get("count").is_some()) => {
             message_table(out, indent, key, v)
         }
@@ -113,7 +140,20 @@ fn render(doc: &Value) -> String {
             );
             message_table(&mut out, "", &title, conn);
         }
-        let shown = ["role", "export", "total", "live", "connections"];
+        let latency = &doc["latency"];
+        if latency.is_object() {
+            out.push_str("latency over all connections\n");
+            for (key, what) in [
+                ("reply", "from request read to reply sent"),
+                ("queued", "waiting for a worker"),
+                ("exec", "in the handler"),
+            ] {
+                if latency[key].as_object().is_some_and(|m| !m.is_empty()) {
+                    latency_table(&mut out, "  ", &format!("{key}: {what}"), &latency[key]);
+                }
+            }
+        }
+        let shown = ["role", "export", "total", "live", "connections", "latency"];
         rest.retain(|(key, _)| !shown.contains(&key.as_str()));
     }
     for (key, v) in rest {
@@ -134,6 +174,7 @@ mod tests {
             "live": {"connections": 1, "fids": 2, "fds": 3},
             "connections": [{"id": 1, "peer": "unix", "msize": 1048576, "fids": 2, "fds": 3, "Twalk": {"count": 3, "bytes": 90, "errors": 1}}],
             "events": {"overflows": 2},
+            "latency": {"reply": {"Twalk": {"count": 3, "p50_us": 12.5, "p90_us": 20.0, "p99_us": 31.2, "max_us": 40.0, "mean_us": 15.0}}, "queued": {}},
             "virtiofs": [{"listen": "unix:/v", "ops": {"LOOKUP": {"count": 4, "errors": 0, "bytes_in": 200, "bytes_out": 100}}}]
         });
         let text = render(&doc);
@@ -148,6 +189,18 @@ mod tests {
         assert!(text.contains("Twalk"), "{text}");
         assert!(text.contains("msize 1048576"), "{text}");
         assert!(text.contains("bytes_in: 90"), "{text}");
+        assert!(
+            text.contains(
+                "latency over all connections\n  reply: from request read to reply sent (microseconds)\n    request               count        p50"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "    Twalk                     3       12.5       20.0       31.2       40.0\n"
+            ),
+            "{text}"
+        );
         assert!(
             text.contains("events\n  overflows: 2\n"),
             "the event engine's counters: {text}"
@@ -167,6 +220,7 @@ mod tests {
         let doc = serde_json::json!({
             "role": "client", "cache": "auto",
             "9p": {"Twalk": {"count": 3, "bytes": 90, "errors": 1}},
+            "latency": {"reply": {"Tgetattr": {"count": 1, "p50_us": 8.0, "p90_us": 8.0, "p99_us": 8.0, "max_us": 8.1, "mean_us": 8.1}}},
             "fuse": {},
             "replicas": {"hits": 7, "entries": 12, "following": true},
             "msize": {"effective": 65536}
@@ -178,6 +232,8 @@ mod tests {
             "msize\n  effective: 65536",
             "fuse\n",
             "Twalk",
+            "latency\n  reply (microseconds)\n",
+            "    Tgetattr                  1        8.0        8.0        8.0        8.1\n",
         ] {
             assert!(text.contains(line), "{line:?} in {text}");
         }

@@ -12,9 +12,9 @@ use std::io::{self, BufReader, Read, Write};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crossfs_wire::{CounterSnapshot, Fid, MessageCounters, Rgetattr, Rmessage, Tmessage, IOHDRSZ};
+use crossfs_wire::{CounterSnapshot, Fid, LatencySnapshot, Rgetattr, Rmessage, Tmessage, IOHDRSZ};
 
-use crate::conn::{self, Connection, READ_BUFFER};
+use crate::conn::{self, Connection, Meters, READ_BUFFER};
 use crate::fids::FidPool;
 use crate::redial::{self, Link, RestoreHook, Transport};
 use crate::request::{Completion, Done, Reply, Request, Waiter};
@@ -113,8 +113,8 @@ impl Client {
     ) -> Result<Arc<Client>, ClientError> {
         let mut reader = BufReader::with_capacity(READ_BUFFER, reader);
         let mut writer = writer;
-        let counters = Arc::new(MessageCounters::default());
-        let negotiation = match negotiate(&mut reader, &mut writer, config, &counters) {
+        let meters = Meters::default();
+        let negotiation = match negotiate(&mut reader, &mut writer, config, &meters.counters) {
             Ok(n) => n,
             Err(e) => {
                 closer();
@@ -132,7 +132,7 @@ impl Client {
             config,
             reader,
             writer,
-            counters,
+            meters,
             negotiation,
             closer,
             Arc::new(FidPool::default()),
@@ -425,6 +425,12 @@ impl Client {
     /// Counts of every message sent and received, by type, with bytes and Rlerror counts.
     pub fn counters(&self) -> CounterSnapshot {
         self.link.current().counters.snapshot()
+    }
+
+    /// How long requests took, by type: from a request's first byte written to its reply
+    /// read whole, over this client's connections (Tversion is not timed).
+    pub fn latency(&self) -> LatencySnapshot {
+        self.link.current().latency.snapshot()
     }
 
     /// True while calls can be sent at once: false once the connection has died or been

@@ -28,13 +28,14 @@ use std::collections::VecDeque;
 use std::io::{self, BufReader, Read, Write};
 use std::os::fd::OwnedFd;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::thread;
+use std::time::{Duration, Instant};
 
 use crossfs_wire::{
-    check_frame_size, decode_rframe, message_name, Fid, MessageCounters, Rmessage, Rread, Tag,
-    HEADER_LEN, IOHDRSZ, RREAD_HEADER_LEN,
+    check_frame_size, decode_rframe, message_name, Fid, LatencyHistograms, MessageCounters,
+    Rmessage, Rread, Tag, HEADER_LEN, IOHDRSZ, NOTAG, RREAD_HEADER_LEN,
 };
 
 use crate::fids::FidPool;
@@ -81,6 +82,12 @@ pub(crate) struct Connection {
     followers_waiting: AtomicUsize,
     /// Connection with the connections that replace this one (see `redial.rs`).
     pub(crate) counters: Arc<MessageCounters>,
+    /// Shared likewise: from a request written to its reply read, per request type.
+    pub(crate) latency: Arc<LatencyHistograms>,
+    /// When each tag's request began to be written, in ns since `epoch` (an atomic per tag,
+    /// so timing takes no lock): set by `send`, read with the reply.
+    sent_at: Box<[AtomicU64]>,
+    epoch: Instant,
     /// Connection likewise: fid numbers outlive a connection.
     pub(crate) fids: Arc<FidPool>,
     pub(crate) negotiation: MsizeNegotiation,
@@ -93,6 +100,13 @@ pub(crate) struct Connection {
     /// stops reading requests until its replies are read.
     outbox: Mutex<VecDeque<(Tag, Request<'static>)>>,
     outbox_ready: Condvar,
+}
+
+/// What a connection counts and times, shared with the connections that replace it.
+#[derive(Clone, Default)]
+pub(crate) struct Meters {
+    pub counters: Arc<MessageCounters>,
+    pub latency: Arc<LatencyHistograms>,
 }
 
 struct State {
@@ -138,7 +152,7 @@ impl Connection {
         config: &ClientConfig,
         source: Source,
         writer: Box<dyn Write + Send>,
-        counters: Arc<MessageCounters>,
+        meters: Meters,
         negotiation: MsizeNegotiation,
         closer: Box<dyn FnOnce() + Send>,
         fids: Arc<FidPool>,
@@ -162,7 +176,13 @@ impl Connection {
                 buf: Vec::new(),
             })),
             followers_waiting: AtomicUsize::new(0),
-            counters,
+            counters: meters.counters,
+            latency: meters.latency,
+            // As many as the tag table has slots.
+            sent_at: (0..config.max_in_flight.clamp(1, NOTAG.0))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            epoch: Instant::now(),
             fids,
             negotiation,
             closer: Mutex::new(Some(closer)),
@@ -500,12 +520,20 @@ impl Connection {
             return;
         }
         self.counters.record(request.msg_type(), len);
+        if let Some(slot) = self.sent_at.get(tag.0 as usize) {
+            slot.store(self.since_epoch(), Ordering::Relaxed);
+        }
         let written = sink.write_all(buf).and_then(|()| sink.flush());
         drop(writer);
         if let Err(e) = written {
             // A partial frame may be on the wire: the stream cannot be resynchronised.
             self.kill(format!("writing {}: {e}", name(request.msg_type())), true);
         }
+    }
+
+    /// Now, in ns since the connection's epoch (what `sent_at` holds).
+    fn since_epoch(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// Removes the request under `tag`, frees its fid if it had one to free, and hands the
@@ -600,10 +628,20 @@ impl Connection {
                 .map_err(|e| ClientError::Protocol(format!("{}: {e}", name(ty))))
         };
 
+        // The reply is in: timed before `take` hands the tag (and its `sent_at`) on.
+        let arrived = self.since_epoch();
+        let sent = self
+            .sent_at
+            .get(tag.0 as usize)
+            .map(|s| s.load(Ordering::Relaxed));
         let Some(pending) = self.take(tag) else {
             // The connection was closed meanwhile and the request already failed.
             return Err("closed".into());
         };
+        if let Some(sent) = sent {
+            let elapsed = Duration::from_nanos(arrived.saturating_sub(sent));
+            self.latency.record(pending.req_ty, elapsed);
+        }
         // Counted after the tag and fid are free, so a caller that sees the count can rely on
         // both (tests do).
         self.counters.record(ty, len);

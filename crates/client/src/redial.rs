@@ -22,7 +22,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
 use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
 
-use crate::conn::{self, Connection};
+use crate::conn::{self, Connection, Meters};
 use crate::version::negotiate;
 use crate::{Client, ClientError};
 
@@ -265,7 +265,10 @@ fn reconnect(link: &Arc<Link>, client: &Client, dial: &Dial) -> Result<(), Clien
         &client.config,
         reader,
         writer,
-        old.counters.clone(),
+        Meters {
+            counters: old.counters.clone(),
+            latency: old.latency.clone(),
+        },
         negotiation,
         closer,
         old.fids.clone(),

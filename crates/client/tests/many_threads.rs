@@ -21,7 +21,8 @@ fn blocking_and_async_calls_from_many_threads_all_complete() {
     .unwrap();
     let (ours, theirs) = UnixStream::pair().unwrap();
     let w = theirs.try_clone().unwrap();
-    std::thread::spawn(move || server.serve_connection(theirs, w, "test".into()));
+    let serving = server.clone();
+    std::thread::spawn(move || serving.serve_connection(theirs, w, "test".into()));
     let closer = ours.try_clone().unwrap();
     let config = ClientConfig {
         // Few tags, so callers also wait for tags and completions queue requests.
@@ -80,6 +81,28 @@ fn blocking_and_async_calls_from_many_threads_all_complete() {
     assert_eq!(client.in_flight(), 0);
     let sent = client.counters().messages["Tgetattr"].count as usize;
     assert_eq!(sent, threads * rounds + 2 * chained);
+    // Every request was timed once, deferred ones (sent by the sender thread) included, and
+    // the server's time for each is part of the client's.
+    let timed = &client.latency().types["Tgetattr"];
+    assert_eq!(timed.count as usize, sent);
+    // The server times a reply once written, which may be just after the client read it.
+    let mut stats = server.stats_json();
+    for _ in 0..500 {
+        if stats["latency"]["reply"]["Tgetattr"]["count"].as_u64() == Some(sent as u64) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        stats = server.stats_json();
+    }
+    let on_server = &stats["latency"]["reply"]["Tgetattr"];
+    assert_eq!(on_server["count"].as_u64(), Some(sent as u64));
+    let server_sum_us = on_server["mean_us"].as_f64().unwrap() * sent as f64;
+    assert!(
+        timed.sum_ns as f64 / 1000.0 >= server_sum_us * 0.99,
+        "client {timed:?}, server {on_server}"
+    );
+    assert!(timed.percentile_ns(0.5) <= timed.percentile_ns(0.99));
+    assert!(timed.percentile_ns(0.99) <= timed.max_ns);
 }
 
 #[test]

@@ -341,9 +341,12 @@ fn stats_json(s: &MountState, mountpoint: &Path, readahead_kb: Option<u32>) -> s
         inodes: s.known.inodes.len(),
         handles: s.known.handles.len(),
     };
-    let mut doc = s
-        .stats
-        .to_json(&ctx, s.client.negotiation(), &s.client.counters());
+    let mut doc = s.stats.to_json(
+        &ctx,
+        s.client.negotiation(),
+        &s.client.counters(),
+        &s.client.latency(),
+    );
     if let Some(obj) = doc.as_object_mut() {
         obj.insert("changes".into(), s.changes.stats_json());
         obj.insert("replicas".into(), s.known.replicas.stats_json());

@@ -1,13 +1,14 @@
 //! What the mount counts: FUSE requests by opcode and the work the caches saved.
 //!
-//! The 9P side is counted by the client ([`crossfs_client::Client::counters`]); this module
-//! puts both into one JSON document for `crossfs stats`.
+//! The 9P side is counted and timed by the client ([`crossfs_client::Client::counters`],
+//! [`crossfs_client::Client::latency`]); this module puts both into one JSON document for
+//! `crossfs stats`.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use crossfs_wire::CounterSnapshot;
+use crossfs_wire::{CounterSnapshot, LatencySnapshot};
 use serde_json::{json, Map, Value};
 
 macro_rules! ops {
@@ -174,12 +175,15 @@ impl Stats {
         self.fuse[op as usize].load(Relaxed)
     }
 
-    /// The document `crossfs stats` prints for a mount.
+    /// The document `crossfs stats` prints for a mount. `latency.reply` times the client's
+    /// requests, from the first byte written to the reply read whole, in the server's shape
+    /// (`{"Twalk": {"count", "p50_us", "p90_us", "p99_us", "max_us", "mean_us"}, ...}`).
     pub(crate) fn to_json(
         &self,
         ctx: &StatsContext<'_>,
         negotiation: crossfs_client::MsizeNegotiation,
         ninep: &CounterSnapshot,
+        latency: &LatencySnapshot,
     ) -> Value {
         let mut fuse = Map::new();
         for (i, name) in OP_NAMES.iter().enumerate() {
@@ -198,6 +202,21 @@ impl Stats {
         // The client sends T-messages and receives R-messages.
         p9.insert("bytes_out".into(), json!(ninep.bytes_in));
         p9.insert("bytes_in".into(), json!(ninep.bytes_out));
+        let mut reply = Map::new();
+        for (name, h) in &latency.types {
+            let s = h.summary();
+            reply.insert(
+                (*name).to_string(),
+                json!({
+                    "count": s.count,
+                    "p50_us": s.p50_us,
+                    "p90_us": s.p90_us,
+                    "p99_us": s.p99_us,
+                    "max_us": s.max_us,
+                    "mean_us": s.mean_us,
+                }),
+            );
+        }
         let c = &self.caches;
         json!({
             "role": "client",
@@ -217,6 +236,7 @@ impl Stats {
             "open_handles": ctx.handles,
             "fuse": fuse,
             "9p": p9,
+            "latency": { "reply": reply },
             "io_errors": IO_ERRORS.load(Relaxed),
             "caches": {
                 "negative_entries_sent": c.negative_entries_sent.load(Relaxed),

@@ -22,7 +22,7 @@ use crate::config::ServerConfig;
 use crate::error::ServerError;
 use crate::fid::{lock, FileFid};
 use crate::session;
-use crate::stats::{add_counters, ConnStats};
+use crate::stats::{add_counters, ConnStats, RequestLatency};
 
 /// A directory exported over 9P2000.L. Create one with [`Server::new`], then hand each
 /// accepted connection to [`Server::serve_connection`] on its own thread.
@@ -38,6 +38,8 @@ pub struct Server {
     devices: Mutex<HashMap<u64, u64>>,
     /// Counters over every connection, closed ones included.
     totals: MessageCounters,
+    /// Request latencies over every connection, closed ones included.
+    pub(crate) latency: RequestLatency,
     connections: Mutex<BTreeMap<u64, Arc<ConnStats>>>,
     next_connection: AtomicU64,
     /// Connections being served (at most `max_connections`).
@@ -117,6 +119,7 @@ impl Server {
             export,
             devices: Mutex::new(HashMap::new()),
             totals: MessageCounters::default(),
+            latency: RequestLatency::default(),
             connections: Mutex::new(BTreeMap::new()),
             next_connection: AtomicU64::new(1),
             live: AtomicUsize::new(0),
@@ -189,6 +192,10 @@ impl Server {
     /// files (`budget`, `held`, opens `refused` with EMFILE since the start). A
     /// connection leaves the list only after its fids are gone, so once a client is gone
     /// from it, everything it held (descriptors, and with them its locks) is released.
+    /// `latency` times requests over every connection since the start: `reply` from a frame
+    /// read to its reply's write beginning, `queued` (requests run on workers) until a
+    /// worker takes it, `exec` the handler alone; each `{"Twalk":{"count":N,"p50_us":F,
+    /// "p90_us":F,"p99_us":F,"max_us":F,"mean_us":F},...}`.
     pub fn stats_json(&self) -> Value {
         let handles = self.export.handles.stats();
         let mut total = Map::new();
@@ -232,6 +239,7 @@ impl Server {
             },
             "connections": connections,
             "events": events,
+            "latency": self.latency.to_json(),
         })
     }
 

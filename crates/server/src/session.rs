@@ -34,6 +34,7 @@ use std::io::{BufReader, ErrorKind, Read, Write};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Instant;
 
 use crossfs_wire::{
     check_frame_size, decode_tframe, DecodeError, Rflush, Rmessage, Rversion, Tag, Tframe,
@@ -87,6 +88,8 @@ struct Job {
     msg: Result<Tmessage, DecodeError>,
     /// The frame's size, counted against `max_buffered_bytes` until the job is retired.
     len: usize,
+    /// When its frame had been read.
+    received: Instant,
 }
 
 #[derive(Default)]
@@ -208,6 +211,7 @@ impl Session {
             if let Err(e) = reader.read_exact(&mut buf[4..]) {
                 return Stop::Close(format!("truncated frame of {len} bytes: {e}"));
             }
+            let received = Instant::now();
             let mut frame = match decode_tframe(&buf) {
                 Ok(f) => f,
                 Err(e) => return Stop::Close(e.to_string()),
@@ -220,33 +224,46 @@ impl Session {
             self.conn
                 .server
                 .record(&self.conn.stats, frame.msg_type, len);
-            if let Err(stop) = self.dispatch(frame, len, &mut out) {
+            if let Err(stop) = self.dispatch(frame, len, received, &mut out) {
                 return stop;
             }
         }
     }
 
-    fn dispatch(&self, frame: Tframe, len: usize, out: &mut Vec<u8>) -> Result<(), Stop> {
+    /// Answers the request of `frame`, read at `received`, or queues it for a worker.
+    fn dispatch(
+        &self,
+        frame: Tframe,
+        len: usize,
+        received: Instant,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Stop> {
         let Tframe { tag, msg_type, msg } = frame;
         match msg {
             Ok(Tmessage::Version(v)) => {
-                self.version(tag, msg_type, v);
+                self.version(tag, msg_type, v, received);
                 Ok(())
             }
-            Ok(Tmessage::Flush(f)) if self.conn.msize() != 0 => self.flush(tag, f.oldtag),
+            Ok(Tmessage::Flush(f)) if self.conn.msize() != 0 => self.flush(tag, f.oldtag, received),
             _ if self.conn.msize() == 0 => {
                 // Nothing is in flight before negotiation, so answering here keeps the rules.
                 let mut out = Vec::new();
                 Rmessage::error(libc::EPROTO).encode(tag, &mut out);
-                self.write_reply(msg_type, &out);
+                self.write_reply(msg_type, &out, Some(received));
                 Ok(())
             }
             Ok(Tmessage::Read(m)) => {
                 // Answered on the reader when the page cache has the data; a worker reads
                 // otherwise (from the disk, a fifo, or with an error to report).
                 self.check_tag(tag)?;
+                let started = Instant::now();
                 if crate::ops::read_cached(&self.conn, tag, &m, out) {
-                    self.write_reply(msg_type, out);
+                    self.conn
+                        .server
+                        .latency
+                        .exec
+                        .record(msg_type, started.elapsed());
+                    self.write_reply(msg_type, out, Some(received));
                     return Ok(());
                 }
                 let msg = Ok(Tmessage::Read(m));
@@ -255,16 +272,18 @@ impl Session {
                     msg_type,
                     msg,
                     len,
+                    received,
                 })
             }
             msg if crate::ops::runs_inline(&self.conn, &msg) => {
-                self.run_inline(tag, msg_type, msg, out)
+                self.run_inline(tag, msg_type, msg, received, out)
             }
             msg => self.enqueue(Job {
                 tag,
                 msg_type,
                 msg,
                 len,
+                received,
             }),
         }
     }
@@ -275,11 +294,12 @@ impl Session {
         tag: Tag,
         msg_type: u8,
         msg: Result<Tmessage, DecodeError>,
+        received: Instant,
         out: &mut Vec<u8>,
     ) -> Result<(), Stop> {
         self.check_tag(tag)?;
         self.execute(tag, msg_type, msg, out);
-        self.write_reply(msg_type, out);
+        self.write_reply(msg_type, out, Some(received));
         Ok(())
     }
 
@@ -292,8 +312,8 @@ impl Session {
         Ok(())
     }
 
-    /// Runs one request's handler, leaving its reply in `out` (cleared first). A panic in a
-    /// handler is answered `EIO`: a bug must not leave a tag unanswered.
+    /// Runs one request's handler, leaving its reply in `out` (cleared first), and times it.
+    /// A panic in a handler is answered `EIO`: a bug must not leave a tag unanswered.
     fn execute(
         &self,
         tag: Tag,
@@ -302,9 +322,13 @@ impl Session {
         out: &mut Vec<u8>,
     ) {
         out.clear();
+        let started = Instant::now();
         let run =
             AssertUnwindSafe(|| crate::ops::handle(&self.conn, tag, msg_type, msg, &mut *out));
-        if std::panic::catch_unwind(run).is_err() {
+        let panicked = std::panic::catch_unwind(run).is_err();
+        let exec = started.elapsed();
+        self.conn.server.latency.exec.record(msg_type, exec);
+        if panicked {
             tracing::error!(
                 id = self.conn.stats.id,
                 tag = tag.0,
@@ -320,7 +344,7 @@ impl Session {
     /// A client asking for less than [`MIN_MSIZE`] is refused with version "unknown" (its
     /// msize echoed): Linux itself never asks for less and fails a mount given less, so no
     /// client that could work is turned away.
-    fn version(&self, tag: Tag, msg_type: u8, v: Tversion) {
+    fn version(&self, tag: Tag, msg_type: u8, v: Tversion, received: Instant) {
         {
             let mut st = lock(&self.state);
             while !st.in_flight.is_empty() {
@@ -370,10 +394,12 @@ impl Session {
         };
         let mut out = Vec::new();
         Rmessage::Version(reply).encode(tag, &mut out);
-        self.write_reply(msg_type, &out);
+        self.write_reply(msg_type, &out, Some(received));
     }
 
-    fn flush(&self, tag: Tag, oldtag: Tag) -> Result<(), Stop> {
+    /// Tflush: answered at once if `oldtag` is not in flight, else after it (and then not
+    /// timed: the reply that carries it is its target's).
+    fn flush(&self, tag: Tag, oldtag: Tag, received: Instant) -> Result<(), Stop> {
         let mut st = lock(&self.state);
         if st.in_flight.contains_key(&tag.0) {
             return Err(Stop::Close(format!("tag {} reused while in flight", tag.0)));
@@ -400,7 +426,7 @@ impl Session {
                 // Taking the writer lock orders this after any reply being written now.
                 let mut out = Vec::new();
                 Rmessage::Flush(Rflush {}).encode(tag, &mut out);
-                self.write_reply(crossfs_wire::Tflush::TYPE, &out);
+                self.write_reply(crossfs_wire::Tflush::TYPE, &out, Some(received));
             }
         }
         Ok(())
@@ -479,18 +505,29 @@ impl Session {
                 msg_type,
                 msg,
                 len,
+                received,
             } = job;
             if !cancelled {
+                let queued = received.elapsed();
+                self.conn.server.latency.queued.record(msg_type, queued);
                 self.execute(tag, msg_type, msg, &mut out);
             }
-            self.complete(tag, msg_type, len, (!cancelled).then_some(&out[..]));
+            let reply = (!cancelled).then_some(&out[..]);
+            self.complete(tag, msg_type, len, reply, received);
         }
     }
 
-    /// Retires `tag`, whose frame was `len` bytes: under the writer lock, removes it (and the
-    /// Tflush requests waiting for it) from the in-flight table, writes its reply if any, then
-    /// the Rflush replies.
-    fn complete(&self, tag: Tag, msg_type: u8, len: usize, reply: Option<&[u8]>) {
+    /// Retires `tag`, whose frame was `len` bytes and read at `received`: under the writer
+    /// lock, removes it (and the Tflush requests waiting for it) from the in-flight table,
+    /// writes its reply if any, then the Rflush replies.
+    fn complete(
+        &self,
+        tag: Tag,
+        msg_type: u8,
+        len: usize,
+        reply: Option<&[u8]>,
+        received: Instant,
+    ) {
         let mut out = lock(&self.out);
         let flushed = {
             let mut st = lock(&self.state);
@@ -511,24 +548,33 @@ impl Session {
             done
         };
         if let Some(bytes) = reply {
-            self.write_locked(&mut out, msg_type, bytes);
+            self.write_locked(&mut out, msg_type, bytes, Some(received));
         }
         let mut frame = Vec::new();
         for t in flushed {
             frame.clear();
             Rmessage::Flush(Rflush {}).encode(t, &mut frame);
-            self.write_locked(&mut out, crossfs_wire::Tflush::TYPE, &frame);
+            self.write_locked(&mut out, crossfs_wire::Tflush::TYPE, &frame, None);
         }
     }
 
-    fn write_reply(&self, request_ty: u8, frame: &[u8]) {
+    fn write_reply(&self, request_ty: u8, frame: &[u8], received: Option<Instant>) {
         let mut out = lock(&self.out);
-        self.write_locked(&mut out, request_ty, frame);
+        self.write_locked(&mut out, request_ty, frame, received);
     }
 
     /// Writes one whole reply frame and counts it (and, for Rlerror, an error against the
-    /// request type).
-    fn write_locked(&self, out: &mut Output, request_ty: u8, frame: &[u8]) {
+    /// request type). A reply to a request read at `received` is timed from then to the
+    /// moment its write begins, and counted once written: the write itself is the wire's
+    /// (its return may come long after the peer has the reply, when the reader it wakes
+    /// runs first), and so is a peer that reads its replies late.
+    fn write_locked(
+        &self,
+        out: &mut Output,
+        request_ty: u8,
+        frame: &[u8],
+        received: Option<Instant>,
+    ) {
         let Some(&reply_ty) = frame.get(4) else {
             return;
         };
@@ -546,6 +592,7 @@ impl Session {
         if out.broken {
             return;
         }
+        let answered = received.map(|t| t.elapsed());
         if let Err(e) = out
             .writer
             .write_all(frame)
@@ -553,6 +600,8 @@ impl Session {
         {
             tracing::debug!(id = self.conn.stats.id, "reply not delivered: {e}");
             out.broken = true;
+        } else if let Some(answered) = answered {
+            server.latency.reply.record(request_ty, answered);
         }
     }
 }

@@ -31,7 +31,10 @@ mod messages;
 mod types;
 
 pub use codec::DecodeError;
-pub use counters::{CounterSnapshot, MessageCount, MessageCounters};
+pub use counters::{
+    CounterSnapshot, LatencyHistogram, LatencyHistograms, LatencySnapshot, LatencySummary,
+    MessageCount, MessageCounters, LATENCY_BUCKETS,
+};
 pub use dirent::{DirEntry, DirEntryAttr, DirEntryAttrIter, DirEntryIter, FileData, FileDataIter};
 pub use frame::{
     check_frame_size, decode_rframe, decode_tframe, encode_rread_with, encode_twrite,

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# What one stat, create, chmod (setattr) and 4 KiB read cost, step by step: the program's
+# time per call, the mount's client time per 9P request (written to answered) and the
+# server's (read to answered, split into waiting for a worker and the handler).
+#
+#   sudo scripts/latency-steps.sh [N]        N calls of each (default 2000)
+#
+# Serves a temporary directory with `crossfs serve` over a unix socket, mounts it with
+# `crossfs mount --cache never` (every call reaches the server), runs the calls from
+# python, then prints `crossfs stats --json` of both as a table (medians in microseconds).
+# The crossfs binary: $CROSSFS, else this repository's release build.
+set -euo pipefail
+
+n=${1:-2000}
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+crossfs=${CROSSFS:-${CARGO_TARGET_DIR:-$repo/target}/release/crossfs}
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+    umount "$tmp/mnt" 2>/dev/null || true
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+mkdir "$tmp/export" "$tmp/mnt"
+head -c 4096 /dev/zero >"$tmp/export/data"
+"$crossfs" serve "$tmp/export" --listen "unix:$tmp/s.sock" --control "$tmp/serve.ctl" \
+    2>"$tmp/serve.log" &
+pids+=($!)
+for _ in $(seq 100); do [[ -S $tmp/serve.ctl ]] && break; sleep 0.05; done
+"$crossfs" mount "unix:$tmp/s.sock" "$tmp/mnt" --cache never --control "$tmp/mount.ctl" \
+    2>"$tmp/mount.log" &
+pids+=($!)
+for _ in $(seq 100); do [[ -S $tmp/mount.ctl ]] && break; sleep 0.05; done
+
+python3 - "$tmp/mnt" "$n" <<'EOF'
+import os, sys, time
+mnt, n = sys.argv[1], int(sys.argv[2])
+data = os.path.join(mnt, "data")
+def per_call(label, f):
+    t = time.perf_counter()
+    for i in range(n):
+        f(i)
+    print(f"{label:<28} {(time.perf_counter() - t) / n * 1e6:8.1f} us per call (mean)")
+per_call("stat", lambda i: os.stat(data))
+per_call("create (open O_CREAT, close)", lambda i: os.close(os.open(f"{mnt}/f{i}", os.O_CREAT | os.O_WRONLY, 0o644)))
+per_call("chmod", lambda i: os.chmod(f"{mnt}/f{i}", 0o600))
+fd = os.open(data, os.O_RDONLY)
+per_call("pread 4 KiB", lambda i: os.pread(fd, 4096, 0))
+os.close(fd)
+EOF
+
+"$crossfs" stats "$tmp/serve.ctl" --json >"$tmp/serve.json"
+"$crossfs" stats "$tmp/mount.ctl" --json >"$tmp/mount.json"
+python3 - "$tmp/serve.json" "$tmp/mount.json" <<'EOF'
+import json, sys
+server, client = (json.load(open(p))["latency"] for p in sys.argv[1:])
+print(f"{'request':<14} {'count':>7} {'client p50':>11} {'server p50':>11} "
+      f"{'queued p50':>11} {'exec p50':>9} {'client p99':>11} {'server p99':>11}")
+for name, c in sorted(client["reply"].items()):
+    s = server["reply"].get(name, {})
+    q = server["queued"].get(name, {})
+    e = server["exec"].get(name, {})
+    print(f"{name:<14} {c['count']:>7} {c['p50_us']:>11} {s.get('p50_us', '-'):>11} "
+          f"{q.get('p50_us', '-'):>11} {e.get('p50_us', '-'):>9} {c['p99_us']:>11} "
+          f"{s.get('p99_us', '-'):>11}")
+EOF
