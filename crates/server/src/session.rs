@@ -29,7 +29,8 @@
 //! - A request whose tag is already in flight is a protocol violation: the connection is
 //!   closed, since any reply would be ambiguous.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+use std::hash::RandomState;
 use std::io::{BufReader, ErrorKind, Read, Write};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
@@ -41,6 +42,7 @@ use crossfs_wire::{
 };
 
 use crossfs_export::budget::{ByteBudget, FdAccount};
+use crossfs_export::memory::{buffer_bytes, Gauge};
 
 use crate::fid::{lock, FidTable};
 use crate::server::Server;
@@ -50,7 +52,7 @@ use crate::stats::ConnStats;
 pub(crate) struct Conn {
     pub server: Arc<Server>,
     pub stats: Arc<ConnStats>,
-    pub fids: FidTable,
+    pub fids: Arc<FidTable>,
     /// This connection's share of the server's descriptors.
     pub fds: Arc<FdAccount>,
     /// What this connection's xattr fids may hold.
@@ -91,7 +93,8 @@ struct Job {
 
 #[derive(Default)]
 struct State {
-    in_flight: HashMap<u16, Entry>,
+    /// hashbrown's map (with std's hasher) for `allocation_size`, as the fid table.
+    in_flight: hashbrown::HashMap<u16, Entry, RandomState>,
     queue: VecDeque<Job>,
     /// Bytes of the frames of queued and running jobs.
     buffered: usize,
@@ -101,6 +104,21 @@ struct State {
     reader_waiting: bool,
     /// Workers waiting on `worker_wake` (only then is it signalled).
     idle_workers: usize,
+}
+
+impl State {
+    /// Bytes of the requests queued or running (see [`crate::stats::ConnMemory`]).
+    fn bytes(&self) -> usize {
+        let flushers: usize = self
+            .in_flight
+            .values()
+            .map(|e| buffer_bytes::<Tag>(e.flushers.capacity()))
+            .sum();
+        self.in_flight.allocation_size()
+            + flushers
+            + buffer_bytes::<Job>(self.queue.capacity())
+            + self.buffered
+    }
 }
 
 struct Output {
@@ -143,13 +161,15 @@ pub(crate) fn run(
     writer: Box<dyn Write + Send>,
 ) {
     let mut reader = BufReader::with_capacity(READ_BUFFER, reader);
+    let mut read_buffer = Gauge::new(&stats.memory.buffers);
+    read_buffer.set(reader.capacity());
     let session = Session {
         conn: Conn {
             server: server.clone(),
             stats: stats.clone(),
-            fids: FidTable::new(server.config.max_fids, stats.fids.clone()),
+            fids: stats.fids.clone(),
             fds: stats.fds.clone(),
-            xattr_bytes: ByteBudget::new(server.config.max_pending_xattr_bytes),
+            xattr_bytes: stats.xattr_bytes.clone(),
             msize: AtomicU32::new(0),
         },
         state: Mutex::new(State::default()),
@@ -179,12 +199,16 @@ pub(crate) fn run(
         session.worker_wake.notify_all();
     });
     session.conn.fids.clear();
+    stats.memory.requests.store(0, Relaxed);
 }
 
 impl Session {
     fn read_loop(&self, reader: &mut impl Read) -> Stop {
         let mut buf = Vec::new();
         let mut out = Vec::new();
+        let memory = &self.conn.stats.memory;
+        let (mut buf_gauge, mut out_gauge) =
+            (Gauge::new(&memory.buffers), Gauge::new(&memory.buffers));
         loop {
             let mut head = [0u8; 4];
             match read_head(reader, &mut head) {
@@ -208,6 +232,7 @@ impl Session {
             if let Err(e) = reader.read_exact(&mut buf[4..]) {
                 return Stop::Close(format!("truncated frame of {len} bytes: {e}"));
             }
+            buf_gauge.set(buf.capacity());
             let mut frame = match decode_tframe(&buf) {
                 Ok(f) => f,
                 Err(e) => return Stop::Close(e.to_string()),
@@ -220,13 +245,22 @@ impl Session {
             self.conn
                 .server
                 .record(&self.conn.stats, frame.msg_type, len);
-            if let Err(stop) = self.dispatch(frame, len, &mut out) {
+            if let Err(stop) = self.dispatch(frame, len, &mut out, &mut out_gauge) {
                 return stop;
             }
         }
     }
 
-    fn dispatch(&self, frame: Tframe, len: usize, out: &mut Vec<u8>) -> Result<(), Stop> {
+    /// Answers or queues one request. `out` is the reader's reply buffer, whose size
+    /// `out_gauge` reports before each reply goes out (so a client that has its reply sees
+    /// the buffer that carried it in the statistics).
+    fn dispatch(
+        &self,
+        frame: Tframe,
+        len: usize,
+        out: &mut Vec<u8>,
+        out_gauge: &mut Gauge<'_>,
+    ) -> Result<(), Stop> {
         let Tframe { tag, msg_type, msg } = frame;
         match msg {
             Ok(Tmessage::Version(v)) => {
@@ -246,6 +280,7 @@ impl Session {
                 // otherwise (from the disk, a fifo, or with an error to report).
                 self.check_tag(tag)?;
                 if crate::ops::read_cached(&self.conn, tag, &m, out) {
+                    out_gauge.set(out.capacity());
                     self.write_reply(msg_type, out);
                     return Ok(());
                 }
@@ -258,7 +293,7 @@ impl Session {
                 })
             }
             msg if crate::ops::runs_inline(&self.conn, &msg) => {
-                self.run_inline(tag, msg_type, msg, out)
+                self.run_inline(tag, msg_type, msg, out, out_gauge)
             }
             msg => self.enqueue(Job {
                 tag,
@@ -276,9 +311,11 @@ impl Session {
         msg_type: u8,
         msg: Result<Tmessage, DecodeError>,
         out: &mut Vec<u8>,
+        out_gauge: &mut Gauge<'_>,
     ) -> Result<(), Stop> {
         self.check_tag(tag)?;
         self.execute(tag, msg_type, msg, out);
+        out_gauge.set(out.capacity());
         self.write_reply(msg_type, out);
         Ok(())
     }
@@ -394,6 +431,7 @@ impl Session {
                         flushers: Vec::new(),
                     },
                 );
+                self.record_requests(&st);
             }
             None => {
                 drop(st);
@@ -431,12 +469,18 @@ impl Session {
             },
         );
         st.queue.push_back(job);
+        self.record_requests(&st);
         let idle = st.idle_workers > 0;
         drop(st);
         if idle {
             self.worker_wake.notify_one();
         }
         Ok(())
+    }
+
+    /// Reports the bytes of the requests queued or running to the statistics.
+    fn record_requests(&self, st: &State) {
+        self.conn.stats.memory.requests.store(st.bytes(), Relaxed);
     }
 
     /// Waits (as the reader) until an entry leaves the in-flight table.
@@ -449,6 +493,7 @@ impl Session {
 
     fn worker(&self) {
         let mut out = Vec::new();
+        let mut out_gauge = Gauge::new(&self.conn.stats.memory.buffers);
         loop {
             // Taking a job and marking it started happen under one lock, so a Tflush sees
             // either a queued request (and cancels it) or a started one (and waits for it).
@@ -482,6 +527,7 @@ impl Session {
             } = job;
             if !cancelled {
                 self.execute(tag, msg_type, msg, &mut out);
+                out_gauge.set(out.capacity());
             }
             self.complete(tag, msg_type, len, (!cancelled).then_some(&out[..]));
         }
@@ -508,6 +554,7 @@ impl Session {
             if st.reader_waiting {
                 self.reader_wake.notify_all();
             }
+            self.record_requests(&st);
             done
         };
         if let Some(bytes) = reply {
