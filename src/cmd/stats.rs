@@ -72,6 +72,25 @@ fn latency_table(out: &mut String, indent: &str, title: &str, requests: &Value) 
     }
 }
 
+/// A byte count as people read it: `512 B`, `64.0 KiB`, `3.2 MiB`, `1.5 GiB`.
+fn human_bytes(v: &Value) -> String {
+    let Some(n) = v.as_u64() else {
+        return v.to_string();
+    };
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut size = n as f64;
+    let mut unit = 0;
+    while size >= 1024.0 && unit + 1 < UNITS.len() {
+        size /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{size:.1} {}", UNITS[unit])
+    }
+}
+
 /// Any part of a report: message maps and latency maps as tables, objects as indented
 /// sections, arrays item by item, numbers and strings as `name: value`.
 fn section(out: &mut String, indent: &str, key: &str, v: &Value) {
@@ -132,6 +151,16 @@ fn render(doc: &Value) -> String {
                     open["held"], open["budget"], open["refused"]
                 ));
             }
+            let memory = &live["memory"];
+            if memory.is_object() {
+                out.push_str(&format!(
+                    "memory: {} held by connections, {} by the handle cache ({} handles, \
+                     shared by every client)\n",
+                    human_bytes(&memory["connections"]),
+                    human_bytes(&memory["handles"]),
+                    handles["handles"]
+                ));
+            }
         }
         for conn in doc["connections"].as_array().into_iter().flatten() {
             let title = format!(
@@ -139,6 +168,21 @@ fn render(doc: &Value) -> String {
                 conn["id"], conn["peer"], conn["msize"], conn["fids"], conn["fds"]
             );
             message_table(&mut out, "", &title, conn);
+            let m = &conn["memory"];
+            if m.is_object() {
+                out.push_str(&format!(
+                    "  memory: {} (buffers {}, requests {}, fids {}, event queues {}, \
+                     xattrs {}, structures {}; {} threads, stacks not counted)\n",
+                    human_bytes(&m["bytes"]),
+                    human_bytes(&m["buffers"]),
+                    human_bytes(&m["requests"]),
+                    human_bytes(&m["fids"]),
+                    human_bytes(&m["event_queues"]),
+                    human_bytes(&m["xattrs"]),
+                    human_bytes(&m["structs"]),
+                    m["threads"]
+                ));
+            }
         }
         let latency = &doc["latency"];
         if latency.is_object() {
@@ -171,8 +215,13 @@ mod tests {
         let doc = serde_json::json!({
             "role": "server", "export": "/x",
             "total": {"Twalk": {"count": 3, "bytes": 90, "errors": 1}, "bytes_in": 90, "bytes_out": 0},
-            "live": {"connections": 1, "fids": 2, "fds": 3},
-            "connections": [{"id": 1, "peer": "unix", "msize": 1048576, "fids": 2, "fds": 3, "Twalk": {"count": 3, "bytes": 90, "errors": 1}}],
+            "live": {"connections": 1, "fids": 2, "fds": 3,
+                     "handles": {"handles": 7}, "memory": {"connections": 70000, "handles": 900}},
+            "connections": [{"id": 1, "peer": "unix", "msize": 1048576, "fids": 2, "fds": 3,
+                             "memory": {"bytes": 70000, "buffers": 65536, "requests": 0,
+                                        "fids": 300, "event_queues": 0, "xattrs": 0,
+                                        "structs": 4164, "threads": 5},
+                             "Twalk": {"count": 3, "bytes": 90, "errors": 1}}],
             "events": {"overflows": 2},
             "latency": {"reply": {"Twalk": {"count": 3, "p50_us": 12.5, "p90_us": 20.0, "p99_us": 31.2, "max_us": 40.0, "mean_us": 15.0}}, "queued": {}},
             "virtiofs": [{"listen": "unix:/v", "ops": {"LOOKUP": {"count": 4, "errors": 0, "bytes_in": 200, "bytes_out": 100}}}]
@@ -188,6 +237,16 @@ mod tests {
         );
         assert!(text.contains("Twalk"), "{text}");
         assert!(text.contains("msize 1048576"), "{text}");
+        assert!(
+            text.contains(
+                "memory: 68.4 KiB held by connections, 900 B by the handle cache (7 handles,"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("  memory: 68.4 KiB (buffers 64.0 KiB, requests 0 B, fids 300 B, event queues 0 B, xattrs 0 B, structures 4.1 KiB; 5 threads"),
+            "{text}"
+        );
         assert!(text.contains("bytes_in: 90"), "{text}");
         assert!(
             text.contains(

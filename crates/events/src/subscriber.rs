@@ -181,6 +181,16 @@ impl Subscriber {
         lock(&self.queue.ring).events.len()
     }
 
+    /// Bytes this subscription holds of its own: its queue and the queue's buffer of event
+    /// pointers. The events themselves are shared with the hub's history and with every
+    /// other subscriber, and are not counted.
+    pub fn memory_bytes(&self) -> usize {
+        let slots = lock(&self.queue.ring).events.capacity();
+        // The `Arc<SubQueue>`'s allocation: two counts and the queue.
+        let queue = std::mem::size_of::<[usize; 2]>() + std::mem::size_of::<SubQueue>();
+        queue + slots * std::mem::size_of::<Arc<Event>>()
+    }
+
     /// Queues a `Sync { cookie: marker }` for this subscriber alone (see
     /// [`crate::EventHub::sync_subscriber`]); like every marker it is never absorbed.
     pub(crate) fn push_marker(&self, epoch: u64, seq: u64, marker: u64) {
@@ -291,6 +301,23 @@ mod tests {
             vec![200, 201, 202],
             "rescan, the marker, then normal delivery"
         );
+    }
+
+    #[test]
+    fn memory_follows_the_queue_buffer_up_to_the_ring_capacity() {
+        let q = SubQueue::new(4096);
+        let s = Subscriber::new(Arc::clone(&q));
+        let slot = std::mem::size_of::<Arc<Event>>();
+        let empty = s.memory_bytes();
+        assert!(empty >= 1024 * slot, "{empty}");
+        let one = ev(1, "f");
+        for _ in 0..3000 {
+            q.push(&one);
+        }
+        let full = s.memory_bytes();
+        assert!(full >= empty + (3000 - 1024) * slot, "{empty} then {full}");
+        // Events are shared: pushing the same event many times grows only the buffer.
+        assert!(full <= empty + 4096 * slot, "{empty} then {full}");
     }
 
     #[test]

@@ -179,6 +179,7 @@ impl AsFd for OpenFd {
 /// Bytes of extended attribute values one connection's xattr fids may hold.
 #[derive(Debug)]
 pub struct ByteBudget {
+    total: usize,
     left: Mutex<usize>,
 }
 
@@ -186,8 +187,14 @@ impl ByteBudget {
     /// A budget of `bytes`.
     pub fn new(bytes: usize) -> Arc<ByteBudget> {
         Arc::new(ByteBudget {
+            total: bytes,
             left: Mutex::new(bytes),
         })
+    }
+
+    /// Bytes charged now.
+    pub fn held(&self) -> usize {
+        self.total - *lock(&self.left)
     }
 
     /// An empty charge against this budget, grown with [`ByteCharge::grow`].
@@ -292,5 +299,8 @@ mod tests {
         drop(one);
         two.grow(60).unwrap();
         assert!(two.grow(1).is_err());
+        assert_eq!(b.held(), 100);
+        drop(two);
+        assert_eq!(b.held(), 0);
     }
 }

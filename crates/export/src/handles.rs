@@ -59,6 +59,15 @@ pub struct HandleCache {
     ring: Mutex<Ring>,
     /// Handles holding a descriptor now.
     open: AtomicUsize,
+    /// Handles alive, descriptor or not (the root included).
+    handles: AtomicUsize,
+    /// Bytes of their allocations (see [`PathHandle::heap_bytes`]).
+    handle_bytes: AtomicUsize,
+    /// Handles dropped while holding a descriptor, whose `Weak` is still in the ring (which
+    /// keeps their `Arc`'s allocation until a sweep or [`HandleCache::compact`] removes
+    /// it). Changed with wrapping arithmetic: a sweep may remove an entry just before the
+    /// drop that counts it, so read it through [`HandleCache::dead_in_ring`].
+    dead: AtomicUsize,
     closed: AtomicU64,
     reopened: AtomicU64,
 }
@@ -76,6 +85,15 @@ pub struct HandleStats {
     pub capacity: usize,
     /// Descriptors kept now.
     pub open: usize,
+    /// Handles alive (each a file some client holds, with or without a descriptor; the
+    /// export root included).
+    pub handles: usize,
+    /// Bytes the handles and the cache's own table hold: each handle's allocation, its
+    /// name (to walk again) and, once its descriptor was closed, its file handle; and the
+    /// clock's table of handles holding a descriptor. Shared by every client of both doors
+    /// (a handle is held by the fids or nodes that reached it, clones and children
+    /// included), so counted here once, not per connection.
+    pub bytes: usize,
     /// Descriptors closed to make room, since the start.
     pub closed: u64,
     /// Descriptors opened again, since the start.
@@ -102,6 +120,9 @@ impl HandleCache {
             by_handle: file_handles.then(|| by_handle(root, proc_fd)).flatten(),
             ring: Mutex::default(),
             open: AtomicUsize::new(0),
+            handles: AtomicUsize::new(0),
+            handle_bytes: AtomicUsize::new(0),
+            dead: AtomicUsize::new(0),
             closed: AtomicU64::new(0),
             reopened: AtomicU64::new(0),
         })
@@ -109,14 +130,16 @@ impl HandleCache {
 
     /// The handle of the export root: its descriptor is never closed.
     pub fn root(self: &Arc<Self>, fd: OwnedFd, st: &Statx) -> Arc<PathHandle> {
-        Arc::new(PathHandle {
+        let handle = Arc::new(PathHandle {
             cache: self.clone(),
             key: key_of(st),
             origin: Origin::Root,
             file_handle: Mutex::new(None),
             fd: Mutex::new(Some(Arc::new(fd))),
             used: AtomicBool::new(true),
-        })
+        });
+        self.born(&handle);
+        handle
     }
 
     /// Takes `fd`, found as `name` beneath `parent`, into the cache.
@@ -146,15 +169,36 @@ impl HandleCache {
             fd: Mutex::new(Some(Arc::new(fd))),
             used: AtomicBool::new(true),
         });
+        self.born(&handle);
         self.register(&handle);
         handle
     }
 
+    /// Counts a new handle and its bytes.
+    fn born(&self, handle: &PathHandle) {
+        self.handles.fetch_add(1, Relaxed);
+        self.handle_bytes.fetch_add(handle.heap_bytes(), Relaxed);
+    }
+
     /// What the cache holds and did.
     pub fn stats(&self) -> HandleStats {
+        let (ring, dead) = {
+            let ring = lock(&self.ring);
+            (ring.entries.capacity(), self.dead_in_ring(&ring))
+        };
+        let handles = self.handles.load(Relaxed);
+        let open = self.open.load(Relaxed);
+        // A handle's descriptor is an `Arc` of its own: one per handle in `open`, and the
+        // root's, which `open` leaves out.
+        let descriptors = open + usize::from(handles > 0);
         HandleStats {
             capacity: self.capacity,
-            open: self.open.load(Relaxed),
+            open,
+            handles,
+            bytes: self.handle_bytes.load(Relaxed)
+                + dead * crate::memory::arc_bytes::<PathHandle>()
+                + descriptors * crate::memory::arc_bytes::<OwnedFd>()
+                + crate::memory::buffer_bytes::<Weak<PathHandle>>(ring),
             closed: self.closed.load(Relaxed),
             reopened: self.reopened.load(Relaxed),
             by_file_handle: self.by_handle.is_some(),
@@ -169,6 +213,29 @@ impl HandleCache {
         if open > self.capacity {
             self.sweep(&mut ring, open - self.capacity);
         }
+        if self.dead_in_ring(&ring) > open + 64 {
+            self.compact(&mut ring);
+        }
+    }
+
+    /// Removes the entries of dropped handles. The sweep removes those it passes, but it
+    /// runs only past the capacity: without this, a server below its capacity (the usual
+    /// case with a large open-file limit) kept one entry, and the dropped handle's
+    /// allocation with it, for every walk its clients ever made. Run when the dead entries
+    /// outnumber the live ones (and 64), so its cost is constant per dropped handle.
+    fn compact(&self, ring: &mut Ring) {
+        let before = ring.entries.len();
+        ring.entries.retain(|h| h.strong_count() > 0);
+        self.dead.fetch_sub(before - ring.entries.len(), Relaxed);
+        if ring.hand >= ring.entries.len() {
+            ring.hand = 0;
+        }
+    }
+
+    /// Entries in `ring` whose handle was dropped (as counted; see `dead`).
+    fn dead_in_ring(&self, ring: &Ring) -> usize {
+        let dead = self.dead.load(Relaxed) as isize;
+        dead.clamp(0, ring.entries.len() as isize) as usize
     }
 
     /// Closes up to `n` descriptors that were not used since the sweep last passed them
@@ -184,6 +251,7 @@ impl HandleCache {
             let Some(handle) = ring.entries[at].upgrade() else {
                 // Dropped: its descriptor went with it (and was uncounted then).
                 ring.entries.swap_remove(at);
+                self.dead.fetch_sub(1, Relaxed);
                 continue;
             };
             if handle.used.swap(false, Relaxed) {
@@ -292,6 +360,19 @@ impl PathHandle {
         matches!(self.origin, Origin::Anonymous)
     }
 
+    /// Bytes of this handle's allocations: the `Arc` holding it, its name and its file
+    /// handle when it has one (what the cache counts as it was made, and as it is dropped).
+    fn heap_bytes(&self) -> usize {
+        let name = match &self.origin {
+            Origin::Named(_, name) => name.as_bytes_with_nul().len(),
+            Origin::Root | Origin::Anonymous => 0,
+        };
+        let file_handle = lock(&self.file_handle)
+            .as_ref()
+            .map_or(0, FileHandle::heap_bytes);
+        crate::memory::arc_bytes::<PathHandle>() + name + file_handle
+    }
+
     fn remember_file_handle(&self, fd: &OwnedFd, cache: &HandleCache) {
         let mut known = lock(&self.file_handle);
         if known.is_some() {
@@ -300,6 +381,7 @@ impl PathHandle {
         if let (Ok((handle, mount_id)), Some(by)) = (sys::file_handle(fd.as_fd()), &cache.by_handle)
         {
             if mount_id == by.mount_id {
+                cache.handle_bytes.fetch_add(handle.heap_bytes(), Relaxed);
                 *known = Some(handle);
             }
         }
@@ -340,7 +422,13 @@ impl Drop for PathHandle {
         // The root is never counted.
         if held && !matches!(self.origin, Origin::Root) {
             self.cache.open.fetch_sub(1, Relaxed);
+            // Its entry stays in the ring until a sweep or a compaction meets it.
+            self.cache.dead.fetch_add(1, Relaxed);
         }
+        self.cache.handles.fetch_sub(1, Relaxed);
+        self.cache
+            .handle_bytes
+            .fetch_sub(self.heap_bytes(), Relaxed);
     }
 }
 
@@ -392,6 +480,57 @@ mod tests {
         }
         assert!(cache.stats().reopened >= 16);
         assert!(cache.stats().open <= 4);
+    }
+
+    #[test]
+    fn the_bytes_reported_are_the_bytes_allocated() {
+        use crate::memory::tests::held_by_this_thread;
+        let (dir, cache, root) = setup(4);
+        for i in 0..20 {
+            std::fs::write(dir.path().join(format!("f{i}")), format!("{i}")).unwrap();
+        }
+        let mut handles = Vec::with_capacity(20);
+        let (bytes, held) = (cache.stats().bytes, held_by_this_thread());
+        let grown = |cache: &HandleCache| {
+            (
+                cache.stats().bytes as isize - bytes as isize,
+                held_by_this_thread() - held,
+            )
+        };
+        for i in 0..20 {
+            handles.push(lookup(&cache, &root, &format!("f{i}")));
+        }
+        // Past the capacity: descriptors closed, file handles kept to reopen them.
+        assert!(cache.stats().closed >= 16);
+        let (counted, allocated) = grown(&cache);
+        assert!(counted > 20 * 100, "{counted}");
+        assert_eq!(counted, allocated);
+        for h in &handles {
+            h.fd().unwrap();
+        }
+        assert_eq!(grown(&cache).0, grown(&cache).1);
+        // Dropped, some still in the ring (which keeps their allocation), some not.
+        handles.clear();
+        assert_eq!(cache.stats().handles, 1);
+        let (counted, allocated) = grown(&cache);
+        assert_eq!(counted, allocated);
+    }
+
+    #[test]
+    fn handles_dropped_below_capacity_do_not_pile_up_in_the_ring() {
+        let (dir, cache, root) = setup(10_000);
+        std::fs::write(dir.path().join("f"), "").unwrap();
+        let kept: Vec<_> = (0..10).map(|_| lookup(&cache, &root, "f")).collect();
+        for _ in 0..5000 {
+            drop(lookup(&cache, &root, "f"));
+        }
+        let ring = lock(&cache.ring).entries.len();
+        assert!(
+            ring <= 2 * kept.len() + 66,
+            "{ring} ring entries for {} handles",
+            kept.len()
+        );
+        assert_eq!(cache.stats().open, kept.len());
     }
 
     #[test]

@@ -16,6 +16,7 @@
 //!   when the budget is spent, opened again on demand (by file handle, or by a confined walk
 //!   that must find the same inode).
 //! - [`budget`]: open files shared fairly between clients, and byte budgets.
+//! - [`memory`]: bytes held, counted from what was allocated, for the doors' statistics.
 //! - [`Export`]: an opened export (root, `/proc/self/fd`, policy, descriptor pool, reserved
 //!   names) and the operations both doors carry, each written once (`ops.rs`): lookup,
 //!   list, mkdir, symlink, mknod, link, rename, unlink, create, tmpfile, open, setattr,
@@ -32,6 +33,7 @@ pub mod budget;
 mod error;
 mod export;
 pub mod handles;
+pub mod memory;
 pub mod names;
 mod ops;
 pub mod policy;

@@ -105,6 +105,8 @@ pub fn mount(
     state.start_page_push(notifier.clone());
     state.start_dir_priming(mountpoint.to_path_buf());
     state.start_subdir_fetch();
+    crate::known::idle::IdleOpens::expire_while(Arc::downgrade(&state.known), |k| &k.idle)
+        .map_err(mount_err)?;
     let thread = std::thread::Builder::new()
         .name("crossfs-fuse".into())
         .spawn(move || session.run())

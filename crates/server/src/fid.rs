@@ -5,7 +5,7 @@
 //! once opened, an open descriptor. Handlers take an `Arc` of the fid, so a Tclunk racing a
 //! Tread only drops the table's reference; the read finishes on its own.
 
-use std::collections::HashMap;
+use std::hash::RandomState;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -13,6 +13,7 @@ use crossfs_wire::{Fid, Qid};
 
 use crossfs_export::budget::{ByteCharge, OpenFd};
 use crossfs_export::handles::{PathHandle, PinnedFd};
+use crossfs_export::memory::arc_bytes;
 
 use crate::error::{OpError, OpResult};
 
@@ -155,23 +156,76 @@ impl FidState {
     }
 }
 
+impl FidState {
+    /// Bytes this fid holds of its own beyond its `Arc` (see [`FidTable::memory`]): the
+    /// name it was found by, an attribute's name, what an auth fid was sent; an event
+    /// stream's queue is counted apart. Extended attribute values are counted by the
+    /// connection's budget for them.
+    fn heap_bytes(&self) -> usize {
+        match self {
+            FidState::File(f) => lock(&f.location)
+                .as_ref()
+                .map_or(0, |loc| loc.name.capacity()),
+            FidState::XattrRead(_) => 0,
+            FidState::XattrWrite(x) => x.name.as_bytes_with_nul().len(),
+            FidState::Events(_) => 0,
+            FidState::Auth(a) => lock(&a.written).capacity(),
+        }
+    }
+}
+
+/// What a fid table holds, in bytes (see [`FidTable::memory`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct FidMemory {
+    /// The table and its fids.
+    pub fids: usize,
+    /// The queues of the event streams bound.
+    pub event_queues: usize,
+}
+
 /// The fids of one connection, bounded.
 pub(crate) struct FidTable {
-    fids: Mutex<HashMap<u32, Arc<FidState>>>,
+    /// hashbrown's map rather than std's (the same table, with std's hasher) for
+    /// `allocation_size`: the statistics count the table's real size.
+    fids: Mutex<hashbrown::HashMap<u32, Arc<FidState>, RandomState>>,
     max: usize,
     /// How many are bound, for the statistics (written under the lock).
-    count: Arc<AtomicUsize>,
+    count: AtomicUsize,
 }
 
 impl FidTable {
-    /// An empty table holding at most `max` fids, keeping `count` equal to how many are bound.
-    pub(crate) fn new(max: usize, count: Arc<AtomicUsize>) -> Self {
-        count.store(0, Relaxed);
+    /// An empty table holding at most `max` fids.
+    pub(crate) fn new(max: usize) -> Self {
         FidTable {
-            fids: Mutex::new(HashMap::new()),
+            fids: Mutex::default(),
             max,
-            count,
+            count: AtomicUsize::new(0),
         }
+    }
+
+    /// Fids bound now (without taking the table's lock).
+    pub(crate) fn bound(&self) -> usize {
+        self.count.load(Relaxed)
+    }
+
+    /// Bytes the table holds: its buckets, each fid's `Arc` allocation and what the fid
+    /// holds of its own ([`FidState::heap_bytes`]), and apart, the queues of its event
+    /// streams. Not counted: the handles fids hold on their files (shared between fids,
+    /// counted once by the export's handle cache) and extended attribute values (counted by
+    /// the connection's budget for them). Takes the table's lock for one pass over it.
+    pub(crate) fn memory(&self) -> FidMemory {
+        let fids = lock(&self.fids);
+        let mut memory = FidMemory {
+            fids: fids.allocation_size() + fids.len() * arc_bytes::<FidState>(),
+            event_queues: 0,
+        };
+        for state in fids.values() {
+            memory.fids += state.heap_bytes();
+            if let FidState::Events(sub) = &**state {
+                memory.event_queues += sub.memory_bytes();
+            }
+        }
+        memory
     }
 
     /// The fid's state, or `EBADF`.
@@ -259,8 +313,112 @@ impl FidTable {
 pub(crate) use crossfs_export::lock;
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A global allocator for this crate's tests that counts, per thread, the bytes
+    /// allocated and not yet freed: what the memory figures are checked against.
+    #[allow(unsafe_code)]
+    mod counting {
+        use std::alloc::{GlobalAlloc, Layout, System};
+        use std::cell::Cell;
+
+        struct Counting;
+
+        thread_local! {
+            static HELD: Cell<isize> = const { Cell::new(0) };
+        }
+
+        fn add(n: isize) {
+            let _ = HELD.try_with(|h| h.set(h.get() + n));
+        }
+
+        // SAFETY: every call is passed on to the system allocator unchanged; the counting
+        // only touches a thread-local `Cell`, which never allocates.
+        unsafe impl GlobalAlloc for Counting {
+            unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+                add(layout.size() as isize);
+                // SAFETY: the caller's contract is passed on.
+                unsafe { System.alloc(layout) }
+            }
+            unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+                add(-(layout.size() as isize));
+                // SAFETY: the caller's contract is passed on.
+                unsafe { System.dealloc(ptr, layout) }
+            }
+            unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, size: usize) -> *mut u8 {
+                add(size as isize - layout.size() as isize);
+                // SAFETY: the caller's contract is passed on.
+                unsafe { System.realloc(ptr, layout, size) }
+            }
+        }
+
+        #[global_allocator]
+        static COUNTING: Counting = Counting;
+
+        /// Bytes this thread has allocated and not freed.
+        pub(crate) fn held_by_this_thread() -> isize {
+            HELD.with(Cell::get)
+        }
+    }
+
+    pub(crate) use counting::held_by_this_thread;
+
+    #[test]
+    fn table_memory_is_what_was_allocated() {
+        let dir = tempfile::tempdir().unwrap();
+        let export =
+            crossfs_export::Export::open(dir.path(), Default::default(), Some(64)).unwrap();
+        let budget = crossfs_export::budget::ByteBudget::new(1 << 20);
+        let t = FidTable::new(100_000);
+        let root = export.root.clone();
+        let (base, empty) = (held_by_this_thread(), t.memory());
+        assert_eq!(empty, FidMemory::default());
+        let check = |what: &str| {
+            let counted = t.memory().fids as isize;
+            assert_eq!(counted, held_by_this_thread() - base, "{what}");
+            counted
+        };
+        for i in 0..3000u32 {
+            let mut name = format!("file{i}").into_bytes();
+            name.reserve(i as usize % 7);
+            let location = Location {
+                parent: root.clone(),
+                name,
+            };
+            let qid = crossfs_wire::Qid::default();
+            let fid = FileFid::new(root.clone(), qid, (0, 0), Some(location), 0);
+            t.insert_new(Fid(i), FidState::File(fid)).unwrap();
+        }
+        for i in 3000..3100u32 {
+            let write = XattrWrite {
+                handle: root.clone(),
+                name: std::ffi::CString::new(format!("user.attr{i}")).unwrap(),
+                size: 10,
+                flags: 0,
+                value: Mutex::new(XattrValue {
+                    bytes: Vec::new(),
+                    charge: budget.empty(),
+                }),
+            };
+            t.insert_new(Fid(i), FidState::XattrWrite(write)).unwrap();
+            let auth = crate::ops::AuthFid {
+                written: Mutex::new(vec![7; i as usize % 100]),
+            };
+            t.insert_new(Fid(i + 10_000), FidState::Auth(auth)).unwrap();
+        }
+        let full = check("3,200 fids");
+        assert!(full > 3200 * 100, "{full}");
+        for i in (0..3000u32).step_by(2) {
+            t.remove(Fid(i)).unwrap();
+        }
+        check("half the files clunked");
+        let fid = FileFid::new(root.clone(), Default::default(), (0, 0), None, 0);
+        t.replace(Fid(1), FidState::File(fid)).unwrap();
+        check("a fid walked onto itself");
+        t.clear();
+        assert_eq!(check("cleared"), 0);
+    }
 
     #[test]
     fn table_enforces_uniqueness_and_limit() {
@@ -271,8 +429,7 @@ mod tests {
                 charge: budget.empty(),
             })
         };
-        let count = Arc::new(AtomicUsize::new(0));
-        let t = FidTable::new(2, count.clone());
+        let t = FidTable::new(2);
         assert!(t.insert_new(Fid(1), empty()).is_ok());
         assert!(matches!(
             t.insert_new(Fid(1), empty()),
@@ -286,9 +443,9 @@ mod tests {
         assert!(t.remove(Fid(1)).is_ok());
         assert!(matches!(t.remove(Fid(1)), Err(OpError::UnknownFid(_))));
         assert_eq!(t.len(), 1);
-        assert_eq!(count.load(Relaxed), 1);
+        assert_eq!(t.bound(), 1);
         t.clear();
         assert_eq!(t.len(), 0);
-        assert_eq!(count.load(Relaxed), 0);
+        assert_eq!(t.bound(), 0);
     }
 }

@@ -80,7 +80,9 @@
 //!   of room for attributes; a value's buffer grows as its chunks arrive, nothing is
 //!   reserved from the announced size); and the fid table, at most
 //!   [`ServerConfig::max_fids`] entries of a few hundred bytes. A client that stops reading
-//!   replies stops being read.
+//!   replies stops being read. [`Server::stats_json`] reports what each connection holds
+//!   of all this, counted from what was allocated (`memory` per connection), and the
+//!   export's handle cache, which all connections share, once.
 //! - Descriptors, server-wide: [`ServerConfig::fd_budget`], by default the open-file limit
 //!   (raised to its hard maximum) less an eighth, at least 64, kept for listeners, sockets
 //!   and descriptors a request uses briefly. Half of it is the export's handle cache: every

@@ -151,7 +151,7 @@ impl Server {
         };
         let id = self.next_connection.fetch_add(1, Relaxed);
         let fds = FdAccount::new(self.export.fds.clone());
-        let stats = Arc::new(ConnStats::new(id, peer, fds));
+        let stats = Arc::new(ConnStats::new(id, peer, fds, &self.config));
         lock(&self.connections).insert(id, stats.clone());
         session::run(self, &stats, reader, Box::new(writer));
         // Free before the connection leaves the list: whoever sees it gone may connect again.
@@ -182,14 +182,18 @@ impl Server {
     /// Statistics as JSON:
     /// `{"role":"server","export":"/path","total":{"Twalk":{"count":N,"bytes":N,"errors":N},
     /// ...,"bytes_in":N,"bytes_out":N},"live":{"connections":N,"fids":N,"fds":N,"handles":{...},
-    /// "open_files":{...}},
-    /// "connections":[{"id":1,"peer":"...","msize":N,"fids":N,"fds":N,"Twalk":{...},...,
-    /// "bytes_in":N,"bytes_out":N}]}`. `total` includes closed connections; `connections`
-    /// lists the live ones, and `live` what they hold now: fids bound, and descriptors kept
-    /// open for them (`fds`: the handle cache's and open files; the export root is not
-    /// counted), the handle cache (`capacity`, descriptors `open` now, `closed` to make room
-    /// and `reopened` since the start, whether reopening goes `by_file_handle`) and open
-    /// files (`budget`, `held`, opens `refused` with EMFILE since the start). A
+    /// "open_files":{...},"memory":{...}},
+    /// "connections":[{"id":1,"peer":"...","msize":N,"fids":N,"fds":N,"memory":{...},
+    /// "Twalk":{...},...,"bytes_in":N,"bytes_out":N}]}`. `total` includes closed
+    /// connections; `connections` lists the live ones, each with the bytes it holds in the
+    /// server's memory (`memory`: what is counted is `ConnStats::memory_json`'s doc), and
+    /// `live` what they hold now: fids bound, and descriptors kept open for them (`fds`: the
+    /// handle cache's and open files; the export root is not counted), the handle cache
+    /// (`capacity`, descriptors `open` now, `closed` to make room and `reopened` since the
+    /// start, whether reopening goes `by_file_handle`, the `handles` alive and their
+    /// `bytes`), open files (`budget`, `held`, opens `refused` with EMFILE since the start),
+    /// and memory: the sum over live connections (`connections`) and the handle cache's,
+    /// shared by every client of both doors (`handles`). A
     /// connection leaves the list only after its fids are gone, so once a client is gone
     /// from it, everything it held (descriptors, and with them its locks) is released.
     /// `latency` times requests over every connection since the start: `reply` from a frame
@@ -200,11 +204,14 @@ impl Server {
         let handles = self.export.handles.stats();
         let mut total = Map::new();
         add_counters(&mut total, &self.totals.snapshot());
-        let (connections, fids): (Vec<Value>, usize) = {
-            let live = lock(&self.connections);
-            let fids = live.values().map(|c| c.fids.load(Relaxed)).sum();
-            (live.values().map(|c| c.to_json()).collect(), fids)
-        };
+        // Counted outside the list's lock: each connection's count takes its fid table's.
+        let live: Vec<Arc<ConnStats>> = lock(&self.connections).values().cloned().collect();
+        let connections: Vec<Value> = live.iter().map(|c| c.to_json()).collect();
+        let fids: usize = live.iter().map(|c| c.fids.bound()).sum();
+        let memory: u64 = connections
+            .iter()
+            .filter_map(|c| c["memory"]["bytes"].as_u64())
+            .sum();
         let events = self.events.as_ref().map(|hub| {
             let st = hub.stats();
             json!({
@@ -230,11 +237,17 @@ impl Server {
                     "closed": handles.closed,
                     "reopened": handles.reopened,
                     "by_file_handle": handles.by_file_handle,
+                    "handles": handles.handles,
+                    "bytes": handles.bytes,
                 },
                 "open_files": {
                     "budget": self.export.fds.budget(),
                     "held": self.export.fds.held(),
                     "refused": self.export.fds.refused(),
+                },
+                "memory": {
+                    "connections": memory,
+                    "handles": handles.bytes,
                 },
             },
             "connections": connections,

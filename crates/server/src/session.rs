@@ -29,7 +29,8 @@
 //! - A request whose tag is already in flight is a protocol violation: the connection is
 //!   closed, since any reply would be ambiguous.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+use std::hash::RandomState;
 use std::io::{BufReader, ErrorKind, Read, Write};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
@@ -42,6 +43,7 @@ use crossfs_wire::{
 };
 
 use crossfs_export::budget::{ByteBudget, FdAccount};
+use crossfs_export::memory::{buffer_bytes, Gauge};
 
 use crate::fid::{lock, FidTable};
 use crate::server::Server;
@@ -51,7 +53,7 @@ use crate::stats::ConnStats;
 pub(crate) struct Conn {
     pub server: Arc<Server>,
     pub stats: Arc<ConnStats>,
-    pub fids: FidTable,
+    pub fids: Arc<FidTable>,
     /// This connection's share of the server's descriptors.
     pub fds: Arc<FdAccount>,
     /// What this connection's xattr fids may hold.
@@ -94,7 +96,8 @@ struct Job {
 
 #[derive(Default)]
 struct State {
-    in_flight: HashMap<u16, Entry>,
+    /// hashbrown's map (with std's hasher) for `allocation_size`, as the fid table.
+    in_flight: hashbrown::HashMap<u16, Entry, RandomState>,
     queue: VecDeque<Job>,
     /// Bytes of the frames of queued and running jobs.
     buffered: usize,
@@ -104,6 +107,21 @@ struct State {
     reader_waiting: bool,
     /// Workers waiting on `worker_wake` (only then is it signalled).
     idle_workers: usize,
+}
+
+impl State {
+    /// Bytes of the requests queued or running (see [`crate::stats::ConnMemory`]).
+    fn bytes(&self) -> usize {
+        let flushers: usize = self
+            .in_flight
+            .values()
+            .map(|e| buffer_bytes::<Tag>(e.flushers.capacity()))
+            .sum();
+        self.in_flight.allocation_size()
+            + flushers
+            + buffer_bytes::<Job>(self.queue.capacity())
+            + self.buffered
+    }
 }
 
 struct Output {
@@ -146,13 +164,15 @@ pub(crate) fn run(
     writer: Box<dyn Write + Send>,
 ) {
     let mut reader = BufReader::with_capacity(READ_BUFFER, reader);
+    let mut read_buffer = Gauge::new(&stats.memory.buffers);
+    read_buffer.set(reader.capacity());
     let session = Session {
         conn: Conn {
             server: server.clone(),
             stats: stats.clone(),
-            fids: FidTable::new(server.config.max_fids, stats.fids.clone()),
+            fids: stats.fids.clone(),
             fds: stats.fds.clone(),
-            xattr_bytes: ByteBudget::new(server.config.max_pending_xattr_bytes),
+            xattr_bytes: stats.xattr_bytes.clone(),
             msize: AtomicU32::new(0),
         },
         state: Mutex::new(State::default()),
@@ -182,12 +202,16 @@ pub(crate) fn run(
         session.worker_wake.notify_all();
     });
     session.conn.fids.clear();
+    stats.memory.requests.store(0, Relaxed);
 }
 
 impl Session {
     fn read_loop(&self, reader: &mut impl Read) -> Stop {
         let mut buf = Vec::new();
         let mut out = Vec::new();
+        let memory = &self.conn.stats.memory;
+        let (mut buf_gauge, mut out_gauge) =
+            (Gauge::new(&memory.buffers), Gauge::new(&memory.buffers));
         loop {
             let mut head = [0u8; 4];
             match read_head(reader, &mut head) {
@@ -212,6 +236,7 @@ impl Session {
                 return Stop::Close(format!("truncated frame of {len} bytes: {e}"));
             }
             let received = Instant::now();
+            buf_gauge.set(buf.capacity());
             let mut frame = match decode_tframe(&buf) {
                 Ok(f) => f,
                 Err(e) => return Stop::Close(e.to_string()),
@@ -224,19 +249,23 @@ impl Session {
             self.conn
                 .server
                 .record(&self.conn.stats, frame.msg_type, len);
-            if let Err(stop) = self.dispatch(frame, len, received, &mut out) {
+            if let Err(stop) = self.dispatch(frame, len, received, &mut out, &mut out_gauge) {
                 return stop;
             }
         }
     }
 
-    /// Answers the request of `frame`, read at `received`, or queues it for a worker.
+    /// Answers the request of `frame`, read at `received`, or queues it for a worker. `out`
+    /// is the reader's reply buffer, whose size `out_gauge` reports before each reply goes
+    /// out (so a client that has its reply sees the buffer that carried it in the
+    /// statistics).
     fn dispatch(
         &self,
         frame: Tframe,
         len: usize,
         received: Instant,
         out: &mut Vec<u8>,
+        out_gauge: &mut Gauge<'_>,
     ) -> Result<(), Stop> {
         let Tframe { tag, msg_type, msg } = frame;
         match msg {
@@ -263,6 +292,7 @@ impl Session {
                         .latency
                         .exec
                         .record(msg_type, started.elapsed());
+                    out_gauge.set(out.capacity());
                     self.write_reply(msg_type, out, Some(received));
                     return Ok(());
                 }
@@ -276,7 +306,7 @@ impl Session {
                 })
             }
             msg if crate::ops::runs_inline(&self.conn, &msg) => {
-                self.run_inline(tag, msg_type, msg, received, out)
+                self.run_inline(tag, msg_type, msg, received, out, out_gauge)
             }
             msg => self.enqueue(Job {
                 tag,
@@ -296,9 +326,11 @@ impl Session {
         msg: Result<Tmessage, DecodeError>,
         received: Instant,
         out: &mut Vec<u8>,
+        out_gauge: &mut Gauge<'_>,
     ) -> Result<(), Stop> {
         self.check_tag(tag)?;
         self.execute(tag, msg_type, msg, out);
+        out_gauge.set(out.capacity());
         self.write_reply(msg_type, out, Some(received));
         Ok(())
     }
@@ -420,6 +452,7 @@ impl Session {
                         flushers: Vec::new(),
                     },
                 );
+                self.record_requests(&st);
             }
             None => {
                 drop(st);
@@ -457,12 +490,18 @@ impl Session {
             },
         );
         st.queue.push_back(job);
+        self.record_requests(&st);
         let idle = st.idle_workers > 0;
         drop(st);
         if idle {
             self.worker_wake.notify_one();
         }
         Ok(())
+    }
+
+    /// Reports the bytes of the requests queued or running to the statistics.
+    fn record_requests(&self, st: &State) {
+        self.conn.stats.memory.requests.store(st.bytes(), Relaxed);
     }
 
     /// Waits (as the reader) until an entry leaves the in-flight table.
@@ -475,6 +514,7 @@ impl Session {
 
     fn worker(&self) {
         let mut out = Vec::new();
+        let mut out_gauge = Gauge::new(&self.conn.stats.memory.buffers);
         loop {
             // Taking a job and marking it started happen under one lock, so a Tflush sees
             // either a queued request (and cancels it) or a started one (and waits for it).
@@ -511,6 +551,7 @@ impl Session {
                 let queued = received.elapsed();
                 self.conn.server.latency.queued.record(msg_type, queued);
                 self.execute(tag, msg_type, msg, &mut out);
+                out_gauge.set(out.capacity());
             }
             let reply = (!cancelled).then_some(&out[..]);
             self.complete(tag, msg_type, len, reply, received);
@@ -545,6 +586,7 @@ impl Session {
             if st.reader_waiting {
                 self.reader_wake.notify_all();
             }
+            self.record_requests(&st);
             done
         };
         if let Some(bytes) = reply {

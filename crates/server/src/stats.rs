@@ -1,5 +1,5 @@
 //! Message counters per connection and in total, request latencies in total, what each live
-//! connection holds (fids and descriptors), and their JSON form for `crossfs stats`.
+//! connection holds (fids, descriptors and memory), and their JSON form for `crossfs stats`.
 
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
@@ -7,7 +7,11 @@ use std::sync::Arc;
 use crossfs_wire::{CounterSnapshot, LatencyHistograms, LatencySnapshot, MessageCounters};
 use serde_json::{json, Map, Value};
 
-use crossfs_export::budget::FdAccount;
+use crossfs_export::budget::{ByteBudget, FdAccount};
+use crossfs_export::memory::arc_bytes;
+
+use crate::config::ServerConfig;
+use crate::fid::FidTable;
 
 /// Figures of one live connection.
 pub(crate) struct ConnStats {
@@ -19,22 +23,86 @@ pub(crate) struct ConnStats {
     pub msize: AtomicU32,
     /// This connection's counters.
     pub counters: MessageCounters,
-    /// Fids bound now (kept up to date by the connection's fid table).
-    pub fids: Arc<AtomicUsize>,
+    /// The connection's fids.
+    pub fids: Arc<FidTable>,
     /// The connection's share of the server's descriptors, and what it holds now.
     pub fds: Arc<FdAccount>,
+    /// What this connection's xattr fids may hold, and hold now.
+    pub xattr_bytes: Arc<ByteBudget>,
+    /// Its buffers and queued requests, kept up to date by the session.
+    pub memory: ConnMemory,
+    /// Threads serving it: the reader and the workers.
+    threads: usize,
+}
+
+/// Bytes of one connection's buffers and requests, as the session last reported them
+/// (the rest of [`ConnStats::memory_json`] is counted when asked).
+#[derive(Debug, Default)]
+pub(crate) struct ConnMemory {
+    /// Capacities of the connection's buffers, each kept for the connection's life and
+    /// grown to the largest message it carried: the reader's read buffer (64 KiB), its
+    /// frame buffer and reply buffer, and each worker's reply buffer.
+    pub buffers: AtomicUsize,
+    /// Requests queued for or running on workers: the in-flight table, the queue, and each
+    /// request by its frame's length (a decoded request holds copies of its frame's names
+    /// and data).
+    pub requests: AtomicUsize,
 }
 
 impl ConnStats {
-    pub(crate) fn new(id: u64, peer: String, fds: Arc<FdAccount>) -> Self {
+    pub(crate) fn new(id: u64, peer: String, fds: Arc<FdAccount>, config: &ServerConfig) -> Self {
         ConnStats {
             id,
             peer,
             msize: AtomicU32::new(0),
             counters: MessageCounters::default(),
-            fids: Arc::new(AtomicUsize::new(0)),
+            fids: Arc::new(FidTable::new(config.max_fids)),
             fds,
+            xattr_bytes: ByteBudget::new(config.max_pending_xattr_bytes),
+            memory: ConnMemory::default(),
+            threads: 1 + config.workers_per_connection,
         }
+    }
+
+    /// Bytes this connection holds in the server's own memory, by what holds them:
+    /// - `buffers`, `requests`: see [`ConnMemory`];
+    /// - `fids`: the fid table, each fid's allocation and what it holds of its own (the
+    ///   name it was found by, an attribute's name, an auth fid's token);
+    /// - `event_queues`: the queues of its event streams (the events in them are shared
+    ///   with the hub and every other subscriber, and not counted);
+    /// - `xattrs`: extended attribute values its xattr fids hold (charged to
+    ///   `--max-pending-xattr-bytes`);
+    /// - `structs`: the connection's own structures (its counters, 6 KiB, most of it);
+    /// - `bytes`: their sum.
+    ///
+    /// Not counted, because no connection owns them: the export's handle cache (the handle
+    /// each fid holds on its file, with its name and file handle, is shared by the fid's
+    /// clones and by the fids found beneath it; the server reports the cache once, in
+    /// `live.handles`), the event hub's snapshot and history, the open-file pool. Not
+    /// counted either: transient allocations while a request runs (a listing's entries, a
+    /// reply before it is encoded), the kernel's socket buffers, and the threads' stacks
+    /// (`threads` of them, reserved virtually; only the pages a thread touched are
+    /// resident). Counts are what Rust asked the allocator for: its rounding and
+    /// per-block overhead come on top.
+    pub(crate) fn memory_json(&self) -> Value {
+        let fids = self.fids.memory();
+        let buffers = self.memory.buffers.load(Relaxed);
+        let requests = self.memory.requests.load(Relaxed);
+        let xattrs = self.xattr_bytes.held();
+        let structs = arc_bytes::<ConnStats>()
+            + arc_bytes::<FidTable>()
+            + arc_bytes::<FdAccount>()
+            + arc_bytes::<ByteBudget>();
+        json!({
+            "bytes": buffers + requests + fids.fids + fids.event_queues + xattrs + structs,
+            "buffers": buffers,
+            "requests": requests,
+            "fids": fids.fids,
+            "event_queues": fids.event_queues,
+            "xattrs": xattrs,
+            "structs": structs,
+            "threads": self.threads,
+        })
     }
 
     /// The connection's entry in the `connections` array.
@@ -43,8 +111,9 @@ impl ConnStats {
         obj.insert("id".into(), json!(self.id));
         obj.insert("peer".into(), json!(self.peer));
         obj.insert("msize".into(), json!(self.msize.load(Relaxed)));
-        obj.insert("fids".into(), json!(self.fids.load(Relaxed)));
+        obj.insert("fids".into(), json!(self.fids.bound()));
         obj.insert("fds".into(), json!(self.fds.held()));
+        obj.insert("memory".into(), self.memory_json());
         add_counters(&mut obj, &self.counters.snapshot());
         Value::Object(obj)
     }
@@ -118,9 +187,21 @@ mod tests {
     #[test]
     fn connection_json_has_the_documented_shape() {
         let pool = crossfs_export::budget::FdPool::new(16);
-        let c = ConnStats::new(3, "unix:peer".into(), FdAccount::new(pool));
+        let config = ServerConfig::default();
+        let c = ConnStats::new(3, "unix:peer".into(), FdAccount::new(pool), &config);
         let _charge = c.fds.charge().unwrap();
-        c.fids.store(2, Relaxed);
+        let budget = c.xattr_bytes.clone();
+        for fid in [1, 2] {
+            let mut charge = budget.empty();
+            charge.grow(100).unwrap();
+            let value = crate::fid::XattrValue {
+                bytes: Vec::new(),
+                charge,
+            };
+            let state = crate::fid::FidState::XattrRead(value);
+            c.fids.insert_new(crossfs_wire::Fid(fid), state).unwrap();
+        }
+        c.memory.buffers.store(1000, Relaxed);
         c.msize.store(8192, Relaxed);
         c.counters.record(110, 20);
         c.counters.record_error(110);
@@ -130,6 +211,26 @@ mod tests {
         assert_eq!(v["msize"], 8192);
         assert_eq!(v["fids"], 2);
         assert_eq!(v["fds"], 1);
+        let memory = &v["memory"];
+        assert_eq!(memory["buffers"], 1000);
+        assert_eq!(memory["xattrs"], 200);
+        assert_eq!(memory["event_queues"], 0);
+        assert_eq!(memory["threads"], 5);
+        let fids = memory["fids"].as_u64().unwrap();
+        assert!(fids >= 2 * arc_bytes::<crate::fid::FidState>() as u64);
+        let parts: u64 = [
+            "buffers",
+            "requests",
+            "fids",
+            "event_queues",
+            "xattrs",
+            "structs",
+        ]
+        .iter()
+        .map(|k| memory[*k].as_u64().unwrap())
+        .sum();
+        assert_eq!(memory["bytes"], parts);
+        assert!(memory["structs"].as_u64().unwrap() > 6 * 1024, "{memory}");
         assert_eq!(v["Twalk"], json!({"count": 1, "bytes": 20, "errors": 1}));
         assert_eq!(v["bytes_in"], 20);
         assert_eq!(v["bytes_out"], 0);

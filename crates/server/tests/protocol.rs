@@ -666,3 +666,81 @@ fn requests_with_a_reply_type_are_counted_as_unknown() {
     assert_eq!(totals.messages["unknown"].errors, 2);
     assert!(!totals.messages.contains_key("Rclunk"));
 }
+
+#[test]
+fn memory_per_connection_follows_what_it_holds() {
+    let h = Harness::new();
+    std::fs::write(h.path("big"), vec![7u8; 1 << 20]).unwrap();
+    for i in 0..100 {
+        std::fs::write(h.path(&format!("f{i}")), "").unwrap();
+    }
+    let mut c = h.connect();
+    let memory = |what: &str| -> u64 {
+        let v = h.server.stats_json()["connections"][0]["memory"].clone();
+        v[what]
+            .as_u64()
+            .unwrap_or_else(|| panic!("memory.{what} in {v}"))
+    };
+    let live = |what: &str| -> u64 {
+        h.server.stats_json()["live"]["handles"][what]
+            .as_u64()
+            .unwrap()
+    };
+    let (fids0, buffers0) = (memory("fids"), memory("buffers"));
+    assert!(buffers0 >= 64 * 1024, "the read buffer: {buffers0}");
+
+    // A thousand fids: clones of the root (sharing its handle), then a hundred found by name.
+    for i in 1..=1000 {
+        c.walk(ROOT, Fid(i), &[]).unwrap();
+    }
+    let (handles0, handle_bytes0) = (live("handles"), live("bytes"));
+    for i in 0..100 {
+        c.walk(ROOT, Fid(2000 + i), &[&format!("f{i}")]).unwrap();
+    }
+    let fids1 = memory("fids");
+    assert!(fids1 >= fids0 + 1100 * 100, "{fids0} then {fids1}");
+    // Each walk by name made a handle, counted once, by the export's cache.
+    assert_eq!(live("handles"), handles0 + 100);
+    assert!(live("bytes") >= handle_bytes0 + 100 * 100);
+
+    // A 1 MiB read and a 512 KiB write: buffers that stay as large.
+    c.open(Fid(5000), "big", open_flags::RDWR);
+    // As much as the msize lets one reply carry.
+    let read = c.read(Fid(5000), 0, 1 << 20).unwrap().len();
+    assert!(read > 1_000_000, "{read}");
+    assert_eq!(c.write(Fid(5000), 0, &[1u8; 512 << 10]).unwrap(), 512 << 10);
+    let buffers1 = memory("buffers");
+    assert!(
+        buffers1 >= 64 * 1024 + read as u64 + (512 << 10),
+        "{buffers0} then {buffers1}"
+    );
+    let total = memory("bytes");
+    assert!(total >= buffers1 + fids1, "{total}");
+
+    // Clunked, the fids go (the table keeps its buckets), and so do their handles.
+    for i in (1..=1000).chain(2000..2100).chain([5000]) {
+        c.clunk(Fid(i)).unwrap();
+    }
+    let fids2 = memory("fids");
+    assert!(fids2 < fids1 / 4, "{fids1} then {fids2}");
+    assert_eq!(live("handles"), handles0);
+    // Answered, the write's frame is no longer counted as a request.
+    let requests = memory("requests");
+    assert!(requests < 16 * 1024, "{requests}");
+
+    // The top level sums the live connections, and forgets a closed one.
+    let other = h.connect();
+    let stats = h.server.stats_json();
+    let sum: u64 = stats["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["memory"]["bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(stats["live"]["memory"]["connections"], sum);
+    assert!(stats["live"]["memory"]["handles"].as_u64().unwrap() > 0);
+    c.close();
+    other.close();
+    let stats = h.server.stats_json();
+    assert_eq!(stats["live"]["memory"]["connections"], 0);
+}

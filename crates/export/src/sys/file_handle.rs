@@ -20,6 +20,13 @@ pub struct FileHandle {
     bytes: Vec<u8>,
 }
 
+impl FileHandle {
+    /// Bytes of the handle's own allocation (its opaque bytes).
+    pub fn heap_bytes(&self) -> usize {
+        self.bytes.capacity()
+    }
+}
+
 /// `struct file_handle` with room for the largest handle.
 #[repr(C)]
 struct RawFileHandle {

@@ -44,7 +44,10 @@ impl MountState {
         let dir = self.node(parent)?;
         let wire = wire_open_flags(flags, self.config.cache.writeback());
         if self.client.has_extensions() {
-            match self.create_in_one((parent.0, &dir), name, wire, mode, caller) {
+            // The server charges the open file before it creates anything: a refusal for
+            // want of descriptors may be tried again.
+            let create = || self.create_in_one((parent.0, &dir), name, wire, mode, caller);
+            match self.short_of_descriptors(create) {
                 Ok((fid, node, a, left)) => {
                     let created = (fid, node, a, left);
                     return Ok(self.created((parent, name), created, (flags, wire)));
@@ -61,7 +64,8 @@ impl MountState {
                 mode: mode & 0o7777,
                 gid: caller.gid,
             });
-            expect_reply!(self.client.call(msg), Lcreate).map(|_| fid)
+            let call = || self.client.call(msg.clone());
+            expect_reply!(self.short_of_descriptors(call), Lcreate).map(|_| fid)
         });
         let opened = match created {
             Ok(fid) => Ok((fid, Some(caller), wire)),

@@ -82,9 +82,10 @@ impl MountState {
         let ticket = self.known.replicas.ticket(ino);
         let fetched = self.known.listed.before_fetch();
         let count = self.client.max_io();
+        // The server opens the directory for the listing: a refusal for want of
+        // descriptors gives back this mount's idle opens (`short_of_descriptors`).
         let entries = self
-            .client
-            .readdirattr(fid, s.from, count)
+            .short_of_descriptors(|| self.client.readdirattr(fid, s.from, count))
             .map_err(|e| errno(&e))?;
         self.take_listed(ino, s, (entries, count), ticket, fetched);
         Ok(())

@@ -23,6 +23,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crossfs_client::ClientError;
 use crossfs_wire::{open_flags as of, Rmessage, Tlopen, Tmessage, Twalkopen};
@@ -33,7 +34,7 @@ use super::{errno, MountState};
 use crate::fid::FidRef;
 use crate::known::cache::CacheMode;
 use crate::known::handle::{DirStream, OpenFile, Reopen};
-use crate::known::idle::IdleOpens;
+use crate::known::idle::{IdleOpens, IDLE_FOR};
 use crate::known::inode::NodeFid;
 use crate::remote::{clone_fid, expect_reply, ATTR_MASK};
 use crate::sync::lock;
@@ -127,6 +128,7 @@ impl MountState {
                 Lopen
             )
         };
+        let lopen = |f: u32| self.short_of_descriptors(|| lopen(f));
         let wanted = wire_open_flags(flags, writeback);
         match lopen(wanted) {
             Err(ClientError::Errno(libc::EACCES))
@@ -136,6 +138,40 @@ impl MountState {
                 lopen(plain).map(|_| (fid, plain))
             }
             r => r.map(|_| (fid, wanted)),
+        }
+    }
+
+    /// Runs `open`, a request that makes the server open a file, again while the server
+    /// refuses it for want of descriptors (`EMFILE`, `ENFILE`: this client's share of the
+    /// open files it allows is used up). First at once after giving back the idle opens
+    /// this mount keeps (`crate::known::idle`), which hold the server's descriptors only
+    /// in case the same file is opened again; then, if it kept none, after waits growing
+    /// from 10 ms to a second, for as long as other mounts' idle opens take to expire
+    /// ([`IDLE_FOR`]). Past that the refusal stands: the server's files are really open.
+    pub(super) fn short_of_descriptors<T>(
+        &self,
+        mut open: impl FnMut() -> Result<T, ClientError>,
+    ) -> Result<T, ClientError> {
+        let started = std::time::Instant::now();
+        let mut pause = Duration::from_millis(10);
+        loop {
+            let refused = match open() {
+                Err(ClientError::Errno(e @ (libc::EMFILE | libc::ENFILE))) => e,
+                r => return r,
+            };
+            let gave_back = self.known.idle.clear();
+            tracing::debug!(
+                errno = refused,
+                gave_back,
+                "the server is short of descriptors"
+            );
+            if started.elapsed() > IDLE_FOR + Duration::from_secs(1) {
+                return Err(ClientError::Errno(refused));
+            }
+            if gave_back == 0 {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
         }
     }
 
@@ -178,6 +214,7 @@ impl MountState {
                 }
             }
         };
+        let walkopen = |wire: u32| self.short_of_descriptors(|| walkopen(wire));
         let writeback = self.config.cache.writeback();
         let wanted = wire_open_flags(flags, writeback);
         let opened = match walkopen(wanted) {

@@ -112,6 +112,25 @@ impl MountState {
                             }
                             return;
                         }
+                        Err(ClientError::Errno(libc::EMFILE | libc::ENFILE)) => {
+                            shared.client.free_fid(newfid);
+                            // The server is short of descriptors: open on a thread (the
+                            // open gives back this mount's idle opens, and waits for other
+                            // mounts' to expire, `short_of_descriptors`), then read.
+                            let again = shared.clone();
+                            let spawned = std::thread::Builder::new()
+                                .name("crossfs-open".into())
+                                .spawn(move || {
+                                    let read = again
+                                        .file_fid(&file)
+                                        .and_then(|_| again.read_open(file, offset, size));
+                                    answer(reply, read)
+                                });
+                            if let Err(e) = spawned {
+                                tracing::warn!("cannot start a thread to open a file: {e}");
+                            }
+                            return;
+                        }
                         r => {
                             shared.client.free_fid(newfid);
                             let failed: Read = Err(shared.walkread_failed(r, lazy));
