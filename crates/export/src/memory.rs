@@ -55,18 +55,18 @@ impl Drop for Gauge<'_> {
     }
 }
 
-#[cfg(test)]
-pub(crate) mod tests {
-    //! The figures checked against the allocator: a global allocator for this crate's
-    //! tests that counts, per thread, the bytes allocated and not yet freed.
-    #![allow(unsafe_code)]
-
-    use super::*;
-    use std::alloc::{GlobalAlloc, System};
+/// A global allocator that counts, per thread, the bytes allocated and not yet freed: what
+/// the memory figures here and in the server are checked against in tests. Only with the
+/// `counting-alloc` feature (and this crate's own tests); a test crate installs it with
+/// `#[global_allocator] static A: CountingAllocator = CountingAllocator;`.
+#[cfg(any(test, feature = "counting-alloc"))]
+#[allow(unsafe_code)]
+pub mod counting {
+    use std::alloc::{GlobalAlloc, Layout, System};
     use std::cell::Cell;
-    use std::sync::Arc;
 
-    struct Counting;
+    /// See the module doc.
+    pub struct CountingAllocator;
 
     thread_local! {
         static HELD: Cell<isize> = const { Cell::new(0) };
@@ -79,7 +79,7 @@ pub(crate) mod tests {
 
     // SAFETY: every call is passed on to the system allocator unchanged; the counting only
     // touches a thread-local `Cell`, which never allocates.
-    unsafe impl GlobalAlloc for Counting {
+    unsafe impl GlobalAlloc for CountingAllocator {
         unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
             add(layout.size() as isize);
             // SAFETY: the caller's contract is passed on.
@@ -97,13 +97,24 @@ pub(crate) mod tests {
         }
     }
 
-    #[global_allocator]
-    static COUNTING: Counting = Counting;
-
-    /// Bytes this thread has allocated and not freed.
-    pub(crate) fn held_by_this_thread() -> isize {
+    /// Bytes this thread has allocated and not freed (0 unless the allocator is installed).
+    pub fn held_by_this_thread() -> isize {
         HELD.with(Cell::get)
     }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    //! The figures checked against the allocator ([`super::counting`], installed for this
+    //! crate's tests).
+
+    pub(crate) use super::counting::held_by_this_thread;
+    use super::counting::CountingAllocator;
+    use super::*;
+    use std::sync::Arc;
+
+    #[global_allocator]
+    static COUNTING: CountingAllocator = CountingAllocator;
 
     #[test]
     fn arc_bytes_is_what_an_arc_allocates() {

@@ -316,53 +316,12 @@ pub(crate) use crossfs_export::lock;
 pub(crate) mod tests {
     use super::*;
 
-    /// A global allocator for this crate's tests that counts, per thread, the bytes
-    /// allocated and not yet freed: what the memory figures are checked against.
-    #[allow(unsafe_code)]
-    mod counting {
-        use std::alloc::{GlobalAlloc, Layout, System};
-        use std::cell::Cell;
+    pub(crate) use crossfs_export::memory::counting::held_by_this_thread;
+    use crossfs_export::memory::counting::CountingAllocator;
 
-        struct Counting;
-
-        thread_local! {
-            static HELD: Cell<isize> = const { Cell::new(0) };
-        }
-
-        fn add(n: isize) {
-            let _ = HELD.try_with(|h| h.set(h.get() + n));
-        }
-
-        // SAFETY: every call is passed on to the system allocator unchanged; the counting
-        // only touches a thread-local `Cell`, which never allocates.
-        unsafe impl GlobalAlloc for Counting {
-            unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-                add(layout.size() as isize);
-                // SAFETY: the caller's contract is passed on.
-                unsafe { System.alloc(layout) }
-            }
-            unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-                add(-(layout.size() as isize));
-                // SAFETY: the caller's contract is passed on.
-                unsafe { System.dealloc(ptr, layout) }
-            }
-            unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, size: usize) -> *mut u8 {
-                add(size as isize - layout.size() as isize);
-                // SAFETY: the caller's contract is passed on.
-                unsafe { System.realloc(ptr, layout, size) }
-            }
-        }
-
-        #[global_allocator]
-        static COUNTING: Counting = Counting;
-
-        /// Bytes this thread has allocated and not freed.
-        pub(crate) fn held_by_this_thread() -> isize {
-            HELD.with(Cell::get)
-        }
-    }
-
-    pub(crate) use counting::held_by_this_thread;
+    /// Counts what this crate's tests allocate, for the memory figures to be checked against.
+    #[global_allocator]
+    static COUNTING: CountingAllocator = CountingAllocator;
 
     #[test]
     fn table_memory_is_what_was_allocated() {
