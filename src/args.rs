@@ -338,6 +338,15 @@ pub struct MountArgs {
     /// them, host changes show once the cache timeouts of --cache pass.
     #[arg(long)]
     pub no_events: bool,
+    /// Send every open and close of a file to the mount (FUSE OPEN, FLUSH, RELEASE), and
+    /// POSIX locks (fcntl) on to the server. By default, in auto and always modes with
+    /// change events followed, the kernel opens and closes files without asking the mount
+    /// (FUSE's no-open mode: both cost no request, and each file's pages stay cached across
+    /// opens until an event says it changed), and keeps POSIX locks itself, as virtiofsd
+    /// and sshfs do: exact between the processes of this guest, but not seen by the host
+    /// or other mounts. See the README's differences.
+    #[arg(long)]
+    pub send_opens: bool,
     /// Hand the connection to the kernel's 9p client (mount -t 9p -o trans=fd) instead of
     /// FUSE, so vsock and unix sockets work with it too. Needs a kernel with 9p.
     #[arg(long)]

@@ -75,6 +75,8 @@ pub fn run(args: MountArgs) -> Result<()> {
         negative_ttl: negative_ttl(args.negative_ttl)?,
         max_pages: args.max_pages,
         read_only: args.read_only,
+        // Without events nothing keeps what the kernel holds across opens exact.
+        send_opens: args.send_opens || args.no_events,
         allow_other: shared_with_others(&args),
         uid: args.uid,
         gid: args.gid,

@@ -23,6 +23,11 @@ pub struct MountConfig {
     pub max_write: u32,
     /// Mount read-only (`MS_RDONLY`) and refuse every change.
     pub read_only: bool,
+    /// Send every open and close of a file to the mount, and POSIX locks to the server.
+    /// Otherwise (the default), in `auto` and `always` modes, the kernel opens and closes
+    /// files without asking while change events are followed (see
+    /// `crate::known::handle::Unannounced`), and keeps POSIX locks itself.
+    pub send_opens: bool,
     /// Let users other than the one mounting use the mount (FUSE `allow_other`). The
     /// kernel then checks every caller's permissions against the modes and owners shown
     /// (`default_permissions`) before the server checks its own.
@@ -51,6 +56,7 @@ impl Default for MountConfig {
             max_pages: None,
             max_write: 1 << 20,
             read_only: false,
+            send_opens: false,
             allow_other: false,
             uid: None,
             gid: None,

@@ -105,8 +105,15 @@ pub fn mount(
     state.start_page_push(notifier.clone());
     state.start_dir_priming(mountpoint.to_path_buf());
     state.start_subdir_fetch();
-    crate::known::idle::IdleOpens::expire_while(Arc::downgrade(&state.known), |k| &k.idle)
-        .map_err(mount_err)?;
+    crate::known::idle::IdleOpens::expire_while(Arc::downgrade(&state.known), |k| {
+        // The unannounced handles expire on the same beat (between one and two periods).
+        let idle_since = std::time::Instant::now().checked_sub(crate::known::idle::IDLE_FOR);
+        if let Some(before) = idle_since {
+            k.handles.expire_unannounced(Some(before));
+        }
+        &k.idle
+    })
+    .map_err(mount_err)?;
     let thread = std::thread::Builder::new()
         .name("crossfs-fuse".into())
         .spawn(move || session.run())

@@ -6,7 +6,7 @@ use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 
-use common::{each_backend, errno, Backend, Fixture};
+use common::{each_backend, errno, Backend, Fixture, Setup};
 
 #[test]
 fn files_create_write_read_truncate_fsync() {
@@ -328,6 +328,35 @@ fn statfs_matches_the_export() {
     });
 }
 
+/// By default (opens unannounced where events allow, `--send-opens` off) the kernel keeps
+/// POSIX locks itself: they conflict between open files of the mount as on a local file
+/// system, and the host does not see them.
+#[test]
+fn kernel_keeps_its_locks() {
+    use common::fcntl_lock;
+    use libc::{F_GETLK, F_OFD_SETLK, F_RDLCK, F_UNLCK, F_WRLCK};
+    let fx = Fixture::new(Backend::Crossfs);
+    fs::write(fx.e("f"), b"locked").unwrap();
+    let open = |p: std::path::PathBuf| {
+        fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(p)
+            .unwrap()
+    };
+    let (host, a, b) = (open(fx.e("f")), open(fx.m("f")), open(fx.m("f")));
+    fcntl_lock(&a, F_OFD_SETLK, F_WRLCK).unwrap();
+    let e = fcntl_lock(&b, F_OFD_SETLK, F_RDLCK).unwrap_err();
+    assert!(matches!(errno(&e), libc::EAGAIN | libc::EACCES), "{e}");
+    let (ty, _) = fcntl_lock(&b, F_GETLK, F_RDLCK).unwrap();
+    assert_eq!(ty, F_WRLCK, "F_GETLK reports the other open file's lock");
+    // The host's lock is the host's alone.
+    fcntl_lock(&host, F_OFD_SETLK, F_WRLCK).unwrap();
+    fcntl_lock(&host, F_OFD_SETLK, F_UNLCK).unwrap();
+    drop(a);
+    fcntl_lock(&b, F_OFD_SETLK, F_WRLCK).unwrap();
+}
+
 #[test]
 fn posix_locks_reach_the_server() {
     use common::fcntl_lock;
@@ -337,7 +366,11 @@ fn posix_locks_reach_the_server() {
             eprintln!("skipping: diod's Tlock does not take a lock the host can see");
             return;
         }
-        let fx = Fixture::new(b);
+        // Locks go to the server only with `send_opens` (otherwise the kernel keeps them:
+        // `kernel_keeps_its_locks` below).
+        let mut setup = Setup::new(b);
+        setup.config.send_opens = true;
+        let fx = Fixture::with(setup);
         fs::write(fx.e("f"), b"locked").unwrap();
         let host = fs::OpenOptions::new()
             .read(true)

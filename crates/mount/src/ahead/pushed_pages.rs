@@ -24,7 +24,7 @@
 //! once done. What this module must not do: decide which files are pushed (the caller
 //! checks the clock and the attributes), or talk to the server.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -46,6 +46,10 @@ struct State {
     writer_handles: HashMap<u64, u64>,
     /// Node ids being pushed -> whether a waiter gave up (the pages must go once pushed).
     pushing: HashMap<u64, bool>,
+    /// Nodes read or written through opens the kernel did not announce
+    /// (`crate::known::handle::Unannounced`): it may hold pages of them that the mount did
+    /// not push, even dirty ones (a shared writable mapping), so none is pushed again.
+    touched: HashSet<u64>,
 }
 
 /// A push in progress: end it with [`PagePush::end`].
@@ -61,7 +65,11 @@ impl PagePush {
     /// (called under the lock, so nothing counted here comes between it and the push).
     pub(crate) fn begin(&self, ino: u64, still_exact: impl FnOnce() -> bool) -> Option<Pushing> {
         let mut st = self.lock();
-        if st.writers.contains_key(&ino) || st.pushing.contains_key(&ino) || !still_exact() {
+        if st.writers.contains_key(&ino)
+            || st.touched.contains(&ino)
+            || st.pushing.contains_key(&ino)
+            || !still_exact()
+        {
             return None;
         }
         st.pushing.insert(ino, false);
@@ -110,6 +118,25 @@ impl PagePush {
         *st.writers.entry(ino).or_default() += 1;
         st.writer_handles.insert(fh, ino);
         drop(self.wait_for_push(st, ino));
+    }
+
+    /// Call when a request on an unannounced open of node `ino` comes: no push of it starts
+    /// from now on; and if the request `changes` the file's data, one in progress drops its
+    /// pages once done (not waited for: the kernel may hold the pages it needs locked
+    /// until this request is answered). A read fills the pages with what a push would.
+    pub(crate) fn touched(&self, ino: u64, changes: bool) {
+        let mut st = self.lock();
+        if !st.touched.contains(&ino) {
+            st.touched.insert(ino);
+        }
+        if let Some(gave_up) = st.pushing.get_mut(&ino).filter(|_| changes) {
+            *gave_up = true;
+        }
+    }
+
+    /// The kernel forgot node `ino`.
+    pub(crate) fn forget(&self, ino: u64) {
+        self.lock().touched.remove(&ino);
     }
 
     /// Handle `fh` was released.

@@ -1,5 +1,6 @@
 //! Attributes: getattr, setattr (chmod, chown, truncate, utimens), statfs.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use crossfs_wire::{setattr as valid, Tgetattr, Tmessage, Tsetattr, Tsetattrget, Tstatfs};
@@ -245,6 +246,11 @@ impl MountState {
         in_flight: &mut Option<ChangeInFlight>,
     ) -> Result<NowOrLater<'static, Attr, ReplyAttr>, Errno> {
         self.writable()?;
+        let unannounced = self.known.handles.opens_unannounced.load(Relaxed);
+        if change.size.is_some() && unannounced {
+            // A truncation changes pages the kernel may hold through an unannounced open.
+            self.ahead.page_push.touched(ino.0, true);
+        }
         let fid = self.attr_fid(ino, fh)?;
         if self.client.has_extensions() {
             // Both in one round trip (Tsetattrget).

@@ -22,6 +22,7 @@ use super::reply::{answer, Entry, Then};
 use super::{attr, lock, Caller, MountState};
 use crate::changes::SYNC_XATTR;
 use crate::known::cache::CacheMode;
+use crate::known::handle::Unannounced;
 use crate::known::listed_attrs::ChangeInFlight;
 use crate::stats::Op;
 
@@ -146,7 +147,6 @@ const MAX_BACKGROUND: u16 = 64;
 /// Kernel features asked for in every mode.
 const ALWAYS_WANTED: InitFlags = InitFlags::FUSE_MAX_PAGES
     .union(InitFlags::FUSE_CACHE_SYMLINKS)
-    .union(InitFlags::FUSE_POSIX_LOCKS)
     .union(InitFlags::FUSE_PARALLEL_DIROPS)
     .union(InitFlags::FUSE_ASYNC_DIO)
     .union(InitFlags::FUSE_ASYNC_READ)
@@ -180,6 +180,9 @@ impl Filesystem for CrossFs {
         if mode.writeback() {
             wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
+        if !s.kernel_keeps_locks() {
+            wanted |= InitFlags::FUSE_POSIX_LOCKS;
+        }
         if mode == crate::CacheMode::Auto {
             wanted |= InitFlags::FUSE_AUTO_INVAL_DATA;
         }
@@ -210,6 +213,7 @@ impl Filesystem for CrossFs {
         if s.known.inodes.forget(ino.0, nlookup) {
             s.known.replicas.forget(ino.0);
             s.known.idle.forget(ino.0);
+            s.ahead.page_push.forget(ino.0);
         }
     }
 
@@ -381,7 +385,7 @@ impl Filesystem for CrossFs {
     fn read(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -389,7 +393,7 @@ impl Filesystem for CrossFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        answer(reply, self.s(req, Op::Read).read(fh, offset, size));
+        answer(reply, self.s(req, Op::Read).read(ino, fh, offset, size));
     }
 
     fn write(
@@ -400,7 +404,7 @@ impl Filesystem for CrossFs {
         offset: u64,
         data: &[u8],
         _write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
@@ -408,7 +412,11 @@ impl Filesystem for CrossFs {
         s.changes.note_node(ino.0);
         // Held here until answered unless handed to the write's completion.
         let mut change = Some(change);
-        answer(reply, s.write(fh, offset, data, &mut change));
+        let file = s.open_file_for(ino, fh, s.unannounced_write(flags.0));
+        answer(
+            reply,
+            file.and_then(|f| s.write(f, offset, data, &mut change)),
+        );
     }
 
     fn flush(
@@ -443,12 +451,14 @@ impl Filesystem for CrossFs {
     fn fsync(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        answer(reply, self.s(req, Op::Fsync).fsync(fh, datasync));
+        let s = self.s(req, Op::Fsync);
+        let file = s.open_file_for(ino, fh, Unannounced::Read);
+        answer(reply, file.and_then(|f| s.fsync(f, datasync)));
     }
 
     fn fallocate(
@@ -463,7 +473,11 @@ impl Filesystem for CrossFs {
     ) {
         let (s, change) = self.s_changing(req, Op::Fallocate, &[ino.0], &[]);
         s.changes.note_node(ino.0);
-        answer(reply, s.fallocate(fh, (offset, length, mode), change));
+        let file = s.open_file_for(ino, fh, s.unannounced_write(0));
+        answer(
+            reply,
+            file.and_then(|f| s.fallocate(f, (offset, length, mode), change)),
+        );
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -522,7 +536,8 @@ impl Filesystem for CrossFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        answer(reply, self.s(req, Op::Fsyncdir).fsync(fh, datasync));
+        let s = self.s(req, Op::Fsyncdir);
+        answer(reply, s.open_file(fh).and_then(|f| s.fsync(f, datasync)));
     }
 
     fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
@@ -603,7 +618,8 @@ impl Filesystem for CrossFs {
             typ,
             pid,
         };
-        answer(reply, self.s(req, Op::Getlk).getlk(fh, l));
+        let s = self.s(req, Op::Getlk);
+        answer(reply, s.open_file(fh).and_then(|f| s.getlk(f, l)));
     }
 
     fn setlk(
@@ -626,6 +642,7 @@ impl Filesystem for CrossFs {
             typ,
             pid,
         };
-        answer(reply, self.s(req, Op::Setlk).setlk(fh, l, sleep));
+        let s = self.s(req, Op::Setlk);
+        answer(reply, s.open_file(fh).and_then(|f| s.setlk(f, l, sleep)));
     }
 }

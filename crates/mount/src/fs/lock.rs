@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crossfs_client::ClientError;
 use crossfs_wire::{lock as wl, Rlock, Tgetlock, Tlock, Tmessage};
-use fuser::{Errno, FileHandle, ReplyEmpty};
+use fuser::{Errno, ReplyEmpty};
 
 use super::reply::{answer, Later, Lock};
 use super::{errno, MountState};
@@ -81,8 +81,7 @@ impl MountState {
         }))
     }
 
-    pub(super) fn getlk(&self, fh: FileHandle, l: Range) -> Result<Lock, Errno> {
-        let file = self.open_file(fh)?;
+    pub(super) fn getlk(&self, file: Arc<OpenFile>, l: Range) -> Result<Lock, Errno> {
         let fid = self.file_fid(&file)?.fid();
         let msg = Tmessage::Getlock(Tgetlock {
             fid,
@@ -113,11 +112,10 @@ impl MountState {
     /// retries until the server grants it or fails.
     pub(super) fn setlk(
         self: &Arc<Self>,
-        fh: FileHandle,
+        file: Arc<OpenFile>,
         l: Range,
         sleep: bool,
     ) -> Result<Later<'static, ReplyEmpty>, Errno> {
-        let file = self.open_file(fh)?;
         if l.typ != libc::F_UNLCK {
             lock(&file.lock_owners).insert(l.owner);
         }

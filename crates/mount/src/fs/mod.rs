@@ -228,7 +228,7 @@ impl MountState {
         }
     }
 
-    fn open_file(&self, fh: FileHandle) -> Result<Arc<OpenFile>, Errno> {
+    pub(super) fn open_file(&self, fh: FileHandle) -> Result<Arc<OpenFile>, Errno> {
         match self.known.handles.get(fh.0) {
             Some(file) if file.stale.load(std::sync::atomic::Ordering::Relaxed) => {
                 Err(Errno::ESTALE)

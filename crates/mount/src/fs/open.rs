@@ -33,7 +33,7 @@ use super::reply::Opened;
 use super::{errno, MountState};
 use crate::fid::FidRef;
 use crate::known::cache::CacheMode;
-use crate::known::handle::{DirStream, OpenFile, Reopen};
+use crate::known::handle::{DirStream, OpenFile, Reopen, Unannounced};
 use crate::known::idle::{IdleOpens, IDLE_FOR};
 use crate::known::inode::NodeFid;
 use crate::remote::{clone_fid, expect_reply, ATTR_MASK};
@@ -73,6 +73,17 @@ pub(crate) fn wire_open_flags(flags: i32, writeback: bool) -> u32 {
         out |= of::APPEND;
     }
     out
+}
+
+/// The Linux O_SYNC / O_DSYNC of 9P2000.L open flags.
+fn sync_flags(wire: u32) -> i32 {
+    if wire & of::SYNC == of::SYNC {
+        libc::O_SYNC
+    } else if wire & of::DSYNC != 0 {
+        libc::O_DSYNC
+    } else {
+        0
+    }
 }
 
 /// Whether an open with these Linux flags may change the file's data.
@@ -159,7 +170,7 @@ impl MountState {
                 Err(ClientError::Errno(e @ (libc::EMFILE | libc::ENFILE))) => e,
                 r => return r,
             };
-            let gave_back = self.known.idle.clear();
+            let gave_back = self.known.idle.clear() + self.known.handles.expire_unannounced(None);
             tracing::debug!(
                 errno = refused,
                 gave_back,
@@ -249,6 +260,19 @@ impl MountState {
         if writes {
             self.writable()?;
         }
+        if self.may_leave_opens_unannounced() {
+            // From now on the kernel opens and closes files without asking (see
+            // `crate::known::handle::Unannounced`); this open goes on as one of them.
+            if !self
+                .known
+                .handles
+                .opens_unannounced
+                .swap(true, Ordering::Relaxed)
+            {
+                tracing::debug!("opens and closes of files no longer reach the mount");
+            }
+            return Err(Errno::ENOSYS);
+        }
         let wanted = wire_open_flags(flags, self.config.cache.writeback());
         // Not while the connection is down: the node may not be bound again afterwards,
         // and an open that waits for the server finds that out.
@@ -273,6 +297,66 @@ impl MountState {
             self.ahead.page_push.write_opened(fh, ino.0);
         }
         Ok(Opened(FileHandle(fh), self.fopen_flags(ino.0, flags)))
+    }
+
+    /// Whether the kernel keeps POSIX locks itself (FUSE without `FUSE_POSIX_LOCKS`), as it
+    /// does when it may open and close files without asking the mount: a lock sent to the
+    /// server is held by an open there, and the mount would not hear when its opener
+    /// closes it. Decided by the config alone, at FUSE's INIT (see `--send-opens`).
+    pub(super) fn kernel_keeps_locks(&self) -> bool {
+        matches!(self.config.cache, CacheMode::Auto | CacheMode::Always) && !self.config.send_opens
+    }
+
+    /// Whether the kernel may open and close files without asking the mount (FUSE's
+    /// no-open mode, for good: it keeps every file's pages across opens, and sends the
+    /// requests on open files with handle 0, `crate::known::handle::Unannounced`): while
+    /// change events keep what the kernel holds exact, in the modes whose opens keep pages
+    /// anyway (`auto` with events, `always`), with the extension's Twalkread for first reads.
+    pub(super) fn may_leave_opens_unannounced(&self) -> bool {
+        self.kernel_keeps_locks()
+            && self.client.has_extensions()
+            && !self.server.no_walkread.load(Ordering::Relaxed)
+            && self.follows_events()
+            && self.client.is_connected()
+    }
+
+    /// The open file a request with handle `fh` on node `ino` acts on: the handle's, or
+    /// for handle 0 while opens go unannounced, the node's handle for `what`.
+    pub(super) fn open_file_for(
+        &self,
+        ino: INodeNo,
+        fh: FileHandle,
+        what: Unannounced,
+    ) -> Result<Arc<OpenFile>, Errno> {
+        let handles = &self.known.handles;
+        if fh.0 != 0 || !handles.opens_unannounced.load(Ordering::Relaxed) {
+            return self.open_file(fh);
+        }
+        // The kernel may hold pages of this file the mount did not push.
+        let changes = what != Unannounced::Read;
+        self.ahead.page_push.touched(ino.0, changes);
+        let (linux, wire) = match what {
+            Unannounced::Read => (libc::O_RDONLY, of::RDONLY),
+            Unannounced::Write(wire) => {
+                let linux = if wire & of::APPEND != 0 {
+                    libc::O_APPEND
+                } else {
+                    0
+                };
+                (linux | libc::O_WRONLY, wire)
+            }
+        };
+        let linux = linux | sync_flags(wire);
+        Ok(handles.unannounced(ino.0, what, linux, Reopen::new(ino.0, wire)))
+    }
+
+    /// What an unannounced write with Linux open flags `flags` is sent through: a handle
+    /// open for writing (read-write with the writeback cache, whose page writes come with
+    /// no flags), appending and syncing as the open asked.
+    pub(super) fn unannounced_write(&self, flags: i32) -> Unannounced {
+        let keep = flags & (libc::O_APPEND | libc::O_SYNC | libc::O_DSYNC);
+        let wire = wire_open_flags(keep | libc::O_WRONLY, self.config.cache.writeback());
+        Unannounced::Write(wire)
     }
 
     /// Whether an open for reading of node `ino` may wait for its first read (see the

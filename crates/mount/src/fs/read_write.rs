@@ -17,7 +17,7 @@ use super::reply::{answer, Later, NowOrLater, Written};
 use super::{errno, MountState};
 use crate::ahead::small_files::SmallFile;
 use crate::fid::FidRef;
-use crate::known::handle::OpenFile;
+use crate::known::handle::{OpenFile, Unannounced};
 use crate::known::inode::NodeFid;
 use crate::known::listed_attrs::ChangeInFlight;
 use crate::remote::ATTR_MASK;
@@ -188,11 +188,12 @@ impl MountState {
 
     pub(super) fn read(
         self: &Arc<Self>,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
     ) -> Result<Later<'static, ReplyData>, Errno> {
-        let file = self.open_file(fh)?;
+        let file = self.open_file_for(ino, fh, Unannounced::Read)?;
         self.read_open(file, offset, size)
     }
 
@@ -257,13 +258,12 @@ impl MountState {
     /// caller's hold of it, after the kernel has the answer.
     pub(super) fn write<'a>(
         self: &Arc<Self>,
-        fh: FileHandle,
+        file: Arc<OpenFile>,
         offset: u64,
         data: &'a [u8],
         change: &mut Option<ChangeInFlight>,
     ) -> Result<NowOrLater<'a, Written, ReplyWrite>, Errno> {
         self.writable()?;
-        let file = self.open_file(fh)?;
         let max = self.sizes.max_io as usize;
         if data.len() > max {
             // max_write keeps the kernel below this; stay correct if it ever is not.
@@ -375,10 +375,15 @@ impl MountState {
         Ok(Written(written as u32))
     }
 
-    /// On close of a handle that can write (see `fopen_flags`). Nothing is buffered here,
-    /// but POSIX says closing any descriptor drops the process's locks on the file:
-    /// release those the closing owner took.
+    /// On close of a handle that can write (see `fopen_flags`), or of any file while opens
+    /// go unannounced. Nothing is buffered here, but POSIX says closing any descriptor
+    /// drops the process's locks on the file: release those the closing owner took. When
+    /// the kernel keeps the locks itself, a close has nothing to ask the mount: ENOSYS
+    /// tells the kernel to send no FLUSH again.
     pub(super) fn flush(&self, fh: FileHandle, owner: fuser::LockOwner) -> Result<(), Errno> {
+        if self.kernel_keeps_locks() {
+            return Err(Errno::ENOSYS);
+        }
         let Ok(file) = self.open_file(fh) else {
             return Ok(());
         };
@@ -390,10 +395,9 @@ impl MountState {
 
     pub(super) fn fsync(
         &self,
-        fh: FileHandle,
+        file: Arc<OpenFile>,
         datasync: bool,
     ) -> Result<Later<'static, ReplyEmpty>, Errno> {
-        let file = self.open_file(fh)?;
         // A directory listed through its node's fid is opened for the fsync alone.
         let fid = if file.listing_only {
             let dir = INodeNo(file.reopen.node);
@@ -429,7 +433,7 @@ impl MountState {
     /// system without fallocate does, and asks no more. `change`: as for a write.
     pub(super) fn fallocate(
         self: &Arc<Self>,
-        fh: FileHandle,
+        file: Arc<OpenFile>,
         (offset, length, mode): (u64, u64, i32),
         change: ChangeInFlight,
     ) -> Result<Later<'static, ReplyEmpty>, Errno> {
@@ -437,7 +441,6 @@ impl MountState {
         if !self.client.has_extensions() || self.server.no_fallocate.load(Ordering::Relaxed) {
             return Err(Errno::ENOSYS);
         }
-        let file = self.open_file(fh)?;
         let fid = self.file_fid(&file)?;
         let msg = Tmessage::Fallocate(Tfallocate {
             fid: fid.fid(),

@@ -184,6 +184,41 @@ impl DirStream {
 pub(crate) struct HandleTable {
     open: Mutex<HashMap<u64, Arc<OpenFile>>>,
     next: AtomicU64,
+    /// Handles for the opens the kernel no longer sends (see [`Unannounced`]).
+    unannounced: Mutex<HashMap<(u64, Unannounced), Kept>>,
+    /// The kernel sends no OPEN any more (see [`Unannounced`]).
+    pub opens_unannounced: AtomicBool,
+}
+
+/// Once the mount has answered an OPEN with ENOSYS (`fs/open.rs`), the kernel sends no
+/// OPEN or RELEASE for any file again, and every request on an open file comes with handle
+/// 0. The mount then keeps handles of its own, one per node and per what the requests
+/// need, shared by every open of the node: opened on the server at their first use and
+/// closed once unused for [`IDLE_FOR`](crate::known::idle::IDLE_FOR), or when more than
+/// [`UNANNOUNCED_KEPT`] are unused. The kernel keeps POSIX locks itself meanwhile (see
+/// `MountState::kernel_keeps_locks`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub(crate) enum Unannounced {
+    /// Reads (and fsync): opened read-only by the first read that needs the server.
+    Read,
+    /// Writes, opened with these 9P2000.L flags (access, append, sync).
+    Write(u32),
+}
+
+/// Unused unannounced handles kept at most: each may hold one of the server's
+/// descriptors, which it shares between all its clients.
+const UNANNOUNCED_KEPT: usize = 64;
+
+struct Kept {
+    file: Arc<OpenFile>,
+    used: std::time::Instant,
+}
+
+impl Kept {
+    /// Nothing but the table holds it.
+    fn unused(&self) -> bool {
+        Arc::strong_count(&self.file) == 1
+    }
 }
 
 impl HandleTable {
@@ -238,14 +273,86 @@ impl HandleTable {
     /// Whether an open of node `node` still waits for its first read to reach the server
     /// (see [`OpenFile::deferred`]).
     pub(crate) fn has_deferred(&self, node: u64) -> bool {
-        lock(&self.open)
-            .values()
-            .any(|f| f.reopen.node == node && f.deferred.is_some() && f.fid().is_none())
+        let waits =
+            |f: &OpenFile| f.reopen.node == node && f.deferred.is_some() && f.fid().is_none();
+        lock(&self.open).values().any(|f| waits(f))
+            || lock(&self.unannounced).values().any(|k| waits(&k.file))
     }
 
     /// Every open file, for restoring them on a new connection.
     pub(crate) fn all(&self) -> Vec<Arc<OpenFile>> {
         lock(&self.open).values().cloned().collect()
+    }
+
+    /// The unannounced handle `what` of node `node`, made by `make` (a deferred open:
+    /// [`OpenFile::deferred`] holds the Linux flags to open it with) if there is none.
+    pub(crate) fn unannounced(
+        &self,
+        node: u64,
+        what: Unannounced,
+        deferred: i32,
+        reopen: Reopen,
+    ) -> Arc<OpenFile> {
+        let now = std::time::Instant::now();
+        let mut kept = lock(&self.unannounced);
+        if let Some(k) = kept.get_mut(&(node, what)) {
+            k.used = now;
+            return k.file.clone();
+        }
+        let file = Arc::new(OpenFile {
+            fid: OnceLock::new(),
+            deferred: Some(deferred),
+            reopen,
+            stale: AtomicBool::new(false),
+            lock_owners: Mutex::default(),
+            dir: Mutex::default(),
+            listing_only: false,
+        });
+        let gone = (kept.len() >= UNANNOUNCED_KEPT).then(|| {
+            // The least recently used half of the unused ones.
+            let mut unused: Vec<_> = kept.iter().filter(|(_, k)| k.unused()).collect();
+            unused.sort_by_key(|(_, k)| k.used);
+            let keys: Vec<_> = unused
+                .iter()
+                .take(UNANNOUNCED_KEPT / 2)
+                .map(|(&key, _)| key)
+                .collect();
+            keys.iter()
+                .filter_map(|k| kept.remove(k))
+                .collect::<Vec<_>>()
+        });
+        kept.insert(
+            (node, what),
+            Kept {
+                file: file.clone(),
+                used: now,
+            },
+        );
+        drop(kept);
+        drop(gone); // clunked outside the lock
+        file
+    }
+
+    /// Closes the unannounced handles unused since `before` (all unused ones for `None`);
+    /// returns how many.
+    pub(crate) fn expire_unannounced(&self, before: Option<std::time::Instant>) -> usize {
+        let gone: Vec<Kept> = {
+            let mut kept = lock(&self.unannounced);
+            let keys: Vec<_> = kept
+                .iter()
+                .filter(|(_, k)| k.unused() && before.is_none_or(|b| k.used < b))
+                .map(|(&key, _)| key)
+                .collect();
+            keys.iter().filter_map(|k| kept.remove(k)).collect()
+        };
+        gone.len()
+    }
+
+    /// Forgets every unannounced handle (a new connection: they are opened anew when next
+    /// used; locks they held are gone with the old connection, as `crate::restore` says).
+    pub(crate) fn drop_unannounced(&self) -> usize {
+        let gone = std::mem::take(&mut *lock(&self.unannounced));
+        gone.len()
     }
 }
 
