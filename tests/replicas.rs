@@ -1080,7 +1080,9 @@ fn a_tree_listed_the_first_time_costs_one_round_trip_per_directory() {
 #[test]
 fn reading_a_file_costs_one_round_trip_and_reading_it_again_none() {
     use std::io::Read;
-    let s = Setup::new(&[], &[]);
+    // Opens sent to the mount, so that deferring them shows (without `--send-opens` the
+    // kernel does not send them at all: tests/unannounced_opens.rs).
+    let s = Setup::new(&[], &["--send-opens"]);
     std::fs::create_dir(s.host("d")).unwrap();
     for i in 0..100 {
         std::fs::write(s.host(&format!("d/f{i}")), format!("file {i}")).unwrap();

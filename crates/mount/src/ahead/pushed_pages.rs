@@ -48,7 +48,8 @@ struct State {
     pushing: HashMap<u64, bool>,
     /// Nodes read or written through opens the kernel did not announce
     /// (`crate::known::handle::Unannounced`): it may hold pages of them that the mount did
-    /// not push, even dirty ones (a shared writable mapping), so none is pushed again.
+    /// not push, even dirty ones (a shared writable mapping), so none is pushed until the
+    /// pages are dropped for a change ([`PagePush::pages_dropped`]).
     touched: HashSet<u64>,
 }
 
@@ -109,6 +110,13 @@ impl PagePush {
     pub(crate) fn settle(&self, ino: u64) {
         let st = self.lock();
         drop(self.wait_for_push(st, ino));
+    }
+
+    /// Call before the kernel drops all of node `ino`'s pages for a change on the host: they
+    /// take what [`PagePush::touched`] guards against with them (dirty pages of a mapping
+    /// are written first), and what the kernel reads afterwards is touched again.
+    pub(crate) fn pages_dropped(&self, ino: u64) {
+        self.lock().touched.remove(&ino);
     }
 
     /// Call before answering an open for writing of node `ino` as handle `fh`: no push of

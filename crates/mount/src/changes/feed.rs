@@ -236,6 +236,7 @@ impl Applier<'_> {
         if pages {
             // After a push of the file's pages in progress (`crate::ahead::pushed_pages`).
             self.mount.page_push.settle(ino);
+            self.mount.page_push.pages_dropped(ino);
         }
         let offset = if pages { 0 } else { -1 };
         if self.notifier.inval_inode(INodeNo(ino), offset, 0).is_ok() {

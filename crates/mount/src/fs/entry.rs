@@ -1,5 +1,6 @@
 //! Names: lookup (with negative entries), create-like requests, unlink, rename, links.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -478,16 +479,28 @@ impl MountState {
 
     /// Before a change through the mount takes `name` in `parent` from its file (an
     /// unlink, a rename over it): a node answered from a replica has no fid and is reached
-    /// through its name, so while an open of it waits for its first read (a deferred open),
-    /// or while the kernel may hold another name of it (a hard link it looked up too), it
-    /// is walked now, and stays reachable afterwards, as POSIX has it. Other opens hold
-    /// fids of their own; a file of one name that nobody has open costs nothing here.
+    /// through its name, so while an open of it waits for its first read (a deferred open;
+    /// while opens go unannounced, any regular file may be open), or while the kernel may
+    /// hold another name of it (a hard link it looked up too), it is walked now, and stays
+    /// reachable afterwards, as POSIX has it. Other opens hold fids of their own; a file of
+    /// one name that nobody has open costs nothing here.
     fn keep_reachable(&self, parent: u64, name: &[u8]) {
         let Some(ino) = self.known.inodes.child(parent, name) else {
             return;
         };
+        // While the kernel opens files without telling (`crate::known::handle::Unannounced`),
+        // any regular file may be open.
+        let may_be_open = || {
+            self.known.handles.has_deferred(ino)
+                || self.known.handles.opens_unannounced.load(Relaxed)
+                    && self
+                        .known
+                        .inodes
+                        .status(ino)
+                        .is_some_and(|s| s.mode & libc::S_IFMT == libc::S_IFREG)
+        };
         if matches!(self.known.inodes.node_fid(ino), Some(NodeFid::Lazy { .. }))
-            && (self.known.handles.has_deferred(ino) || self.known.inodes.named_twice(ino))
+            && (may_be_open() || self.known.inodes.named_twice(ino))
         {
             // Failing, the change goes on: its own answer says what the name was.
             if let Err(e) = self.node(INodeNo(ino)) {

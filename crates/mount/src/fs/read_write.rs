@@ -42,6 +42,10 @@ impl MountState {
                 ino,
                 Box::new(move |found: Option<SmallFile>| {
                     let Some(f) = found else {
+                        // Open already (an unannounced open's earlier reads): read through it.
+                        if file.fid().is_some() {
+                            return answer(reply, again.read_by_fid(file, offset, size));
+                        }
                         return answer(reply, again.walk_and_read(file, offset, size));
                     };
                     // The kernel asks for the access time after a read: these answer it.
@@ -205,9 +209,24 @@ impl MountState {
     ) -> Result<Later<'static, ReplyData>, Errno> {
         let max = self.sizes.max_io;
         let walkread = !self.server.no_walkread.load(Ordering::Relaxed);
-        if file.fid().is_none() && size <= max && walkread {
+        // A first read, or a read from the start through a deferred open that has its fid
+        // (an unannounced open, shared: the kernel dropped the pages it read before), may
+        // be answered from the small files fetched with the directory.
+        let first = file.fid().is_none() || (file.deferred.is_some() && offset == 0);
+        if first && size <= max && walkread {
             return Ok(self.open_and_read(file, offset, size));
         }
+        self.read_by_fid(file, offset, size)
+    }
+
+    /// A read through the handle's fid (opening a deferred open first).
+    fn read_by_fid(
+        self: &Arc<Self>,
+        file: Arc<OpenFile>,
+        offset: u64,
+        size: u32,
+    ) -> Result<Later<'static, ReplyData>, Errno> {
+        let max = self.sizes.max_io;
         let fid = self.file_fid(&file)?.fid();
         self.reading(file.reopen.node);
         let client = self.client.clone();
