@@ -140,7 +140,7 @@ fn on_threads(f: impl Fn(usize) + Sync) {
 fn disjoint(path: &Path, seed: u64) {
     let file = open_direct(path, 0);
     on_threads(|t| {
-        let mut rng = Rng(seed ^ (t as u64 + 1) * 0x9e37_79b9);
+        let mut rng = Rng(seed ^ ((t as u64 + 1) * 0x9e37_79b9));
         let mut runs: Vec<usize> = (0..BLOCKS / RUN).filter(|r| r % THREADS == t).collect();
         let mut seq = 0;
         for _pass in 0..3 {
