@@ -96,7 +96,18 @@ impl MountState {
     pub(super) fn fopen_flags(&self, ino: u64, flags: i32) -> FopenFlags {
         use std::sync::atomic::Ordering::Relaxed;
         let mode = self.config.cache;
-        if mode.direct_io() || flags & libc::O_DIRECT != 0 {
+        if flags & libc::O_DIRECT != 0 {
+            // Without PARALLEL_DIRECT_WRITES the kernel holds the inode lock across every
+            // direct write, so one file takes one write at a time. Shared is safe here: it
+            // still locks exclusively for O_APPEND, for a write past its EOF and while
+            // the inode has cached opens; each write of at most max_write is one Twrite,
+            // one pwrite on the host; and nothing in the mount assumes writes of one
+            // file come one at a time (`ChangeInFlight`). Only for O_DIRECT: larger
+            // writes are split into several Twrites, which may then interleave as local
+            // file systems let O_DIRECT overwrites do, but not buffered write(2)s.
+            return FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES;
+        }
+        if mode.direct_io() {
             return FopenFlags::FOPEN_DIRECT_IO;
         }
         let keep = match mode {
