@@ -1,6 +1,8 @@
 //! `crossfs bench --quick --json` end to end: every workload ran on every target it applies to
-//! (all of them, except the watcher cost, which runs natively only and says so), and the JSON
-//! has the documented shape. Speed is never asserted here; figures live in docs/bench.md.
+//! (all of them, except the watcher cost, which runs natively only and says so, and npm, which
+//! is skipped here and says why: the test gives it no cache and a registry on a closed local
+//! port, so no test touches the network), and the JSON has the documented shape. Speed is
+//! never asserted here; figures live in docs/bench.md.
 
 mod common;
 
@@ -21,7 +23,9 @@ fn quick_bench_runs_every_workload_on_every_target() {
             ])
             .arg(&json)
             .arg("--svg")
-            .arg(&svg),
+            .arg(&svg)
+            .env("CROSSFS_BENCH_NPM_CACHE", dir.path().join("npm-cache"))
+            .env("CROSSFS_BENCH_NPM_REGISTRY", "http://127.0.0.1:9"),
     );
     let table = String::from_utf8_lossy(&out.stdout);
     println!("{table}");
@@ -61,7 +65,8 @@ fn quick_bench_runs_every_workload_on_every_target() {
             "git",
             "watcher",
             "untar",
-            "tree"
+            "tree",
+            "npm"
         ]
     );
     for w in workloads {
@@ -75,6 +80,15 @@ fn quick_bench_runs_every_workload_on_every_target() {
         for r in results {
             // Only the watcher cost skips a target, only mounts, and never silently.
             let native = r["target"] == "native";
+            if w["id"] == "npm" {
+                // No cache and no registry: skipped everywhere, with the reason, not failed.
+                let reason = r["not_applicable"].as_str().unwrap_or_default();
+                assert!(reason.starts_with("skipped: "), "{r}");
+                assert!(r["ok"].as_bool().unwrap(), "{r}");
+                assert!(r["runs"].as_array().unwrap().is_empty(), "{r}");
+                assert!(table.contains(&format!("n/a = {reason}")), "{table}");
+                continue;
+            }
             if let Some(reason) = r["not_applicable"].as_str() {
                 assert!(
                     w["id"] == "watcher" && !native,
@@ -145,6 +159,7 @@ fn quick_bench_runs_every_workload_on_every_target() {
         "{notes:?}"
     );
     assert!(table.contains("n/a = native only"), "{table}");
+    assert!(!dir.path().join("npm-cache").exists(), "nothing filled");
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
     for name in targets {
         assert!(table.contains(name), "table names target {name}");

@@ -1,13 +1,14 @@
 //! What to run: [`BenchConfig`], the [`WorkloadId`]s, and the [`Sizes`] they imply.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::str::FromStr;
 
 use serde::Serialize;
 
 /// The workloads, in the order the issue lists them and the report shows them; the
 /// ninth, watcher cost, is brief lesson 5 (change events must never slow the producer);
-/// untar and tree are issue #11's metadata in bulk.
+/// untar and tree are issue #11's metadata in bulk; npm is an install from a filled cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(into = "&'static str")]
 pub enum WorkloadId {
@@ -22,10 +23,11 @@ pub enum WorkloadId {
     Watcher,
     Untar,
     Tree,
+    Npm,
 }
 
 impl WorkloadId {
-    pub const ALL: [WorkloadId; 11] = [
+    pub const ALL: [WorkloadId; 12] = [
         Self::SeqRead,
         Self::SeqWrite,
         Self::Random,
@@ -37,6 +39,7 @@ impl WorkloadId {
         Self::Watcher,
         Self::Untar,
         Self::Tree,
+        Self::Npm,
     ];
 
     /// The name used on the command line, in the JSON and in directory names.
@@ -65,11 +68,12 @@ impl WorkloadId {
             }
             Self::Untar => "extract a generated tarball of many small files, then syncfs (seconds)",
             Self::Tree => "find over a generated tree, then grep -r of every file (seconds)",
+            Self::Npm => "npm ci --offline of a fixed lockfile from a filled cache (seconds)",
         }
     }
 }
 
-const WORKLOAD_NAMES: [&str; 11] = [
+const WORKLOAD_NAMES: [&str; 12] = [
     "seq-read",
     "seq-write",
     "random",
@@ -81,6 +85,7 @@ const WORKLOAD_NAMES: [&str; 11] = [
     "watcher",
     "untar",
     "tree",
+    "npm",
 ];
 
 /// Workload names in report order, for `--help` and `--workloads` validation.
@@ -100,7 +105,7 @@ impl From<WorkloadId> for &'static str {
     }
 }
 
-/// The string was neither a workload name nor a number 1..=11.
+/// The string was neither a workload name nor a number 1..=12.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown workload {given:?}; expected one of {} or 1..={}", WORKLOAD_NAMES.join(", "), WORKLOAD_NAMES.len())]
 pub struct UnknownWorkload {
@@ -145,6 +150,12 @@ pub struct BenchConfig {
     pub scale: f64,
     /// Parallel jobs of the build workload (`make -jN`).
     pub build_jobs: usize,
+    /// The npm workload's cache directory; `None`: `$CROSSFS_BENCH_NPM_CACHE`, else
+    /// `crossfs/npm` in the XDG cache directory (`~/.cache`).
+    pub npm_cache: Option<PathBuf>,
+    /// The registry an npm cache fill uses; `None`: `$CROSSFS_BENCH_NPM_REGISTRY`, else
+    /// npm's own configuration. Only asked when the cache is not filled.
+    pub npm_registry: Option<String>,
 }
 
 impl Default for BenchConfig {
@@ -155,6 +166,8 @@ impl Default for BenchConfig {
             workloads: Vec::new(),
             scale: 1.0,
             build_jobs: 2,
+            npm_cache: None,
+            npm_registry: None,
         }
     }
 }
@@ -254,6 +267,25 @@ pub struct Sizes {
     pub untar_entries: usize,
     /// Tree: entries of the generated tree that `find` walks and `grep -r` reads.
     pub tree_entries: usize,
+    /// npm: which committed lockfile is installed (`crates/bench/npm/`). Not scaled.
+    pub npm_set: NpmSet,
+}
+
+/// The npm workload's dependency sets, committed under `crates/bench/npm/`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NpmSet {
+    /// express, webpack, webpack-cli, babel, eslint: 399 packages, about 9,400 entries.
+    Full,
+    /// express alone: 72 packages, about 780 entries.
+    Quick,
+}
+
+impl NpmSet {
+    /// Packages in this set's lockfile.
+    pub fn packages(self) -> usize {
+        crate::workloads::npm::lockfile(self).packages
+    }
 }
 
 impl Sizes {
@@ -308,6 +340,10 @@ impl Sizes {
             // keep the same per-file pattern.
             untar_entries: count(10_000, 1_000, 30),
             tree_entries: count(10_000, 2_000, 30),
+            // npm ci of 399 packages took 6-12 s natively here: through every mount of a
+            // quick run that would double --quick's 80 s; express alone keeps the same
+            // per-file pattern (unpack, create, write, chmod) in a tenth.
+            npm_set: if quick { NpmSet::Quick } else { NpmSet::Full },
         }
     }
 }
@@ -330,7 +366,8 @@ mod tests {
         assert!("0".parse::<WorkloadId>().is_err());
         assert_eq!("9".parse::<WorkloadId>().unwrap(), WorkloadId::Watcher);
         assert_eq!("11".parse::<WorkloadId>().unwrap(), WorkloadId::Tree);
-        assert!("12".parse::<WorkloadId>().is_err());
+        assert_eq!("12".parse::<WorkloadId>().unwrap(), WorkloadId::Npm);
+        assert!("13".parse::<WorkloadId>().is_err());
         let err = "fio".parse::<WorkloadId>().unwrap_err();
         assert!(err.to_string().contains("seq-read"), "{err}");
         assert_eq!(workload_names().len(), WorkloadId::ALL.len());
@@ -346,7 +383,7 @@ mod tests {
             config.selected_workloads(),
             vec![WorkloadId::SeqRead, WorkloadId::Git]
         );
-        assert_eq!(BenchConfig::default().selected_workloads().len(), 11);
+        assert_eq!(BenchConfig::default().selected_workloads().len(), 12);
     }
 
     #[test]
@@ -363,6 +400,7 @@ mod tests {
         assert_eq!(quick.build_sources, 12);
         assert_eq!(quick.git_files, 500);
         assert_eq!(quick.watcher_files, 1_000);
+        assert_eq!((full.npm_set, quick.npm_set), (NpmSet::Full, NpmSet::Quick));
         assert!(quick.watcher_rounds < full.watcher_rounds);
         assert!(quick.time_cap_ms < full.time_cap_ms);
         let tiny = Sizes::new(true, 0.001);
