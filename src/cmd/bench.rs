@@ -89,6 +89,7 @@ fn workloads_help() -> String {
          npm installs a lockfile committed with crossfs (crates/bench/npm/) offline, from an\n\
          npm cache (--npm-cache) filled natively the first time the registry answers; with\n\
          no filled cache and no registry, or no npm, it is skipped and the table says why.\n\
+         --quick leaves npm out unless --workloads names it (its time is mostly node's).\n\
          --quick (one run per figure) takes about 80 s on 2 cores; a full run (three\n\
          runs, median) is meant to stay under 15 minutes.\n",
         full.seq_bytes >> 20,

@@ -31,7 +31,7 @@
 //! | 9 | watcher   | files/s created + deleted, events off and on, and on/off (native only) | 1,000 files, 2 rounds each | 1,000 files, 1 round each |
 //! | 10 | untar    | seconds: tar -xf, then syncfs, and both | 10,000 entries | 1,000 |
 //! | 11 | tree     | seconds: find, grep -r, each first and repeated | 10,000 entries | 2,000 |
-//! | 12 | npm      | seconds: npm ci --offline from a filled cache | 399 packages, ~9,400 entries | 72 packages, ~780 entries |
+//! | 12 | npm      | seconds: npm ci --offline from a filled cache | 399 packages, ~9,400 entries | only if named in `--workloads`: 72 packages, ~780 entries |
 //! | | runs per figure (`--runs`) | | 3, median | 1 |
 //! | | time cap per looping figure | | 3 s | 0.5 s |
 //! | | no repeats on a target after a first run longer than | | 15 s | 15 s |

@@ -34,6 +34,12 @@ pub fn run(
     let started = Instant::now();
     let sizes = config.sizes();
     let ids = config.selected_workloads();
+    if config.quick && config.workloads.is_empty() {
+        progress.note(&format!(
+            "{}: not in --quick unless named in --workloads (its time is node's own, on every target)",
+            WorkloadId::LEFT_OUT_OF_QUICK
+        ));
+    }
     let nonce = nonce();
 
     let prep_dirs: Vec<PathBuf> = targets
