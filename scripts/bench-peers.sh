@@ -109,6 +109,7 @@ export_dir=$work/export
 if ((tmpfs)); then
     [[ $(stat -f -c %T /dev/shm 2>/dev/null) == tmpfs ]] || die "--tmpfs: /dev/shm is not a tmpfs here"
     shm_export=$(mktemp -d /dev/shm/crossfs-bench-peers-export.XXXXXX)
+    chmod 755 "$shm_export" # as the export beside the rest would be (mktemp makes 700)
     export_dir=$shm_export
 fi
 mnt_sshfs=$work/mnt-sshfs
