@@ -2,7 +2,7 @@
 //!
 //! The dependency sets are committed under `crates/bench/npm/`: `full/` (express, webpack,
 //! webpack-cli, babel, eslint: 399 packages, about 9,400 entries in `node_modules`) and, for
-//! `--quick`, `quick/` (express alone: 72 packages, about 780 entries), each a
+//! `--quick --workloads npm`, `quick/` (express alone: 72 packages, about 780 entries), each a
 //! `package.json` and the `package-lock.json` npm made of it. Both are compiled into the
 //! binary, written into the workload's pool and replicated into each run.
 //!
@@ -18,13 +18,13 @@
 //!
 //! Each run is one timed `npm ci --offline` in the run's fresh directory through the
 //! target: npm reads the lockfile, unpacks every tarball from the cache (creates, writes,
-//! mkdirs, chmods) and links the `.bin` entries. Scripts are not run (`--ignore-scripts`:
-//! the sets need none, and a build script would time node, not the file system); audit,
-//! fund, progress and the update check are off, and the user's `.npmrc` is not read, so
-//! nothing but the flags below shapes the install. npm's cache keys include the registry
-//! URL, so every run names the registry the cache was filled from. Afterwards (untimed)
-//! each package of the lockfile must have its `package.json` in place, so a target that
-//! loses files fails instead of looking fast.
+//! mkdirs, chmods) and links the `.bin` entries. Scripts are not run (`--ignore-scripts`: no
+//! package of either set has an install script, and one would time node, not the file
+//! system); audit, fund, progress and the update check are off, and the user's `.npmrc` is
+//! not read, so nothing but the flags below shapes the install. npm's cache keys include the
+//! registry URL, so every run names the registry the cache was filled from. Afterwards
+//! (untimed) each package of the lockfile must have its `package.json` in place, so a target
+//! that loses files fails instead of looking fast.
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
@@ -429,6 +429,8 @@ mod tests {
             );
             // The sets name no registry: npm takes the one the cache was filled from.
             assert!(!set.lock.contains("\"resolved\""), "{}", set.name);
+            // --ignore-scripts skips nothing (the module doc says so).
+            assert!(!set.lock.contains("hasInstallScript"), "{}", set.name);
         }
         const { assert!(FULL.packages >= 300) };
     }
