@@ -56,8 +56,8 @@ pub struct BenchArgs {
     /// ~/.cache/crossfs/npm].
     #[arg(long, value_name = "DIR")]
     pub npm_cache: Option<PathBuf>,
-    /// The registry that fills the npm cache when it is not filled yet [default:
-    /// $CROSSFS_BENCH_NPM_REGISTRY, else npm's configuration].
+    /// The registry that fills the npm cache when it is not filled yet, or was filled from
+    /// another registry [default: $CROSSFS_BENCH_NPM_REGISTRY, else npm's configuration].
     #[arg(long, value_name = "URL")]
     pub npm_registry: Option<String>,
     /// Multiply every workload size (tests use a small value to check the plumbing fast).
