@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Run `crossfs bench` with sshfs and bindfs beside crossfs and native, on one export.
 #
-#   sudo scripts/bench-peers.sh [BENCH OPTIONS]      e.g. --quick, --json out.json
+#   sudo scripts/bench-peers.sh [--tmpfs] [BENCH OPTIONS]      e.g. --quick, --json out.json
+#
+#   --tmpfs   put EXPORT on tmpfs (a new directory in /dev/shm, removed on exit) instead of
+#             beside the rest in $TMPDIR: every target then works on memory, so the figures
+#             show each layer's own cost without the disk's (ext4's journal, writeback).
+#             The mount points, keys and sshd stay in $TMPDIR.
 #
 # Sets up, all under one temporary directory and all undone on exit:
 #   - EXPORT, the directory every target works on (crossfs serves it, native is it);
@@ -50,7 +55,19 @@ install_missing() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# --tmpfs is ours; everything else goes to crossfs bench.
+tmpfs=0
+bench_args=()
+for arg in "$@"; do
+    if [[ $arg == --tmpfs ]]; then
+        tmpfs=1
+    else
+        bench_args+=("$arg")
+    fi
+done
+
 work=""
+shm_export=""
 sshd_pid=""
 mounted=()
 made_privsep=0
@@ -69,14 +86,15 @@ cleanup() {
     if ((made_privsep)); then
         rmdir /run/sshd 2>/dev/null
     fi
-    if [[ -n $work ]]; then
-        # Only if nothing is still mounted below it: never delete through a mount.
-        if ! grep -qF " $work/" /proc/self/mounts; then
-            rm -rf "$work"
+    # Only if nothing is still mounted below it: never delete through a mount.
+    for dir in "$work" "$shm_export"; do
+        [[ -n $dir ]] || continue
+        if ! grep -qF " $dir/" /proc/self/mounts; then
+            rm -rf "$dir"
         else
-            note "left $work: something is still mounted there"
+            note "left $dir: something is still mounted there"
         fi
-    fi
+    done
     exit "$status"
 }
 trap cleanup EXIT
@@ -88,6 +106,12 @@ install_missing
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/crossfs-bench-peers.XXXXXX")
 export_dir=$work/export
+if ((tmpfs)); then
+    [[ $(stat -f -c %T /dev/shm 2>/dev/null) == tmpfs ]] || die "--tmpfs: /dev/shm is not a tmpfs here"
+    shm_export=$(mktemp -d /dev/shm/crossfs-bench-peers-export.XXXXXX)
+    chmod 755 "$shm_export" # as the export beside the rest would be (mktemp makes 700)
+    export_dir=$shm_export
+fi
 mnt_sshfs=$work/mnt-sshfs
 mnt_bindfs=$work/mnt-bindfs
 mkdir -p "$export_dir" "$mnt_sshfs" "$mnt_bindfs" "$work/ssh"
@@ -162,5 +186,6 @@ fi
 sshfs -o "$sshfs_opts" "$user@127.0.0.1:$export_dir" "$mnt_sshfs"
 mounted+=("$mnt_sshfs")
 
-note "export $export_dir; sshfs on $mnt_sshfs (sshd on 127.0.0.1:$port); bindfs on $mnt_bindfs"
-"$crossfs" bench --dir "$export_dir" --compare "sshfs=$mnt_sshfs" --compare "bindfs=$mnt_bindfs" "$@"
+note "export $export_dir$( ((tmpfs)) && echo ' (tmpfs)'); sshfs on $mnt_sshfs (sshd on 127.0.0.1:$port); bindfs on $mnt_bindfs"
+"$crossfs" bench --dir "$export_dir" --compare "sshfs=$mnt_sshfs" --compare "bindfs=$mnt_bindfs" \
+    ${bench_args[@]+"${bench_args[@]}"}

@@ -1,6 +1,8 @@
-//! `crossfs bench --quick --json` end to end: every workload ran on every target it applies to
-//! (all of them, except the watcher cost, which runs natively only and says so), and the JSON
-//! has the documented shape. Speed is never asserted here; figures live in docs/bench.md.
+//! `crossfs bench --quick --json` end to end: every workload of --quick ran on every target it
+//! applies to (all of them, except the watcher cost, which runs natively only and says so), and
+//! the JSON has the documented shape; npm, which --quick runs only when named, is skipped with
+//! its reason when it has no cache and no registry (a closed local port: no test touches the
+//! network). Speed is never asserted here; figures live in docs/bench.md.
 
 mod common;
 
@@ -149,6 +151,43 @@ fn quick_bench_runs_every_workload_on_every_target() {
     for name in targets {
         assert!(table.contains(name), "table names target {name}");
     }
+}
+
+/// npm with no filled cache and no registry (a closed local port, set through the
+/// environment the CLI documents): skipped on every target with the reason, exit 0, and
+/// nothing downloaded or written to the cache directory.
+#[test]
+fn npm_without_a_cache_or_a_registry_is_skipped_not_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("bench.json");
+    let cache = dir.path().join("npm-cache");
+    let out = run_ok(
+        Command::new(crossfs_bin())
+            .args([
+                "bench",
+                "--quick",
+                "--default-only",
+                "--workloads",
+                "npm",
+                "--json",
+            ])
+            .arg(&json)
+            .env("CROSSFS_BENCH_NPM_CACHE", &cache)
+            .env("CROSSFS_BENCH_NPM_REGISTRY", "http://127.0.0.1:9"),
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let npm = &report["workloads"][0];
+    assert_eq!(npm["id"], "npm");
+    for r in npm["results"].as_array().unwrap() {
+        let reason = r["not_applicable"].as_str().unwrap_or_default();
+        assert!(reason.starts_with("skipped: "), "{r}");
+        assert!(r["ok"].as_bool().unwrap() && r["runs"].as_array().unwrap().is_empty());
+        assert!(table.contains(&format!("n/a = {reason}")), "{table}");
+        assert!(stderr.contains(reason), "progress says it too: {stderr}");
+    }
+    assert!(!cache.join("crossfs-bench-filled").exists());
 }
 
 /// A bench stopped with SIGTERM (or Ctrl-C) unmounts what it mounted, stops its servers and

@@ -51,6 +51,15 @@ pub struct BenchArgs {
     /// Write a bar chart per workload as SVG to FILE.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+    /// The npm workload's cache, kept between benches: filled once from the registry, then
+    /// only read [default: $CROSSFS_BENCH_NPM_CACHE, else $XDG_CACHE_HOME/crossfs/npm or
+    /// ~/.cache/crossfs/npm].
+    #[arg(long, value_name = "DIR")]
+    pub npm_cache: Option<PathBuf>,
+    /// The registry that fills the npm cache when it is not filled yet, or was filled from
+    /// another registry [default: $CROSSFS_BENCH_NPM_REGISTRY, else npm's configuration].
+    #[arg(long, value_name = "URL")]
+    pub npm_registry: Option<String>,
     /// Multiply every workload size (tests use a small value to check the plumbing fast).
     #[arg(long, hide = true, default_value_t = 1.0)]
     pub scale: f64,
@@ -72,11 +81,15 @@ fn workloads_help() -> String {
          metadata on {} entries ({}); include probing {} dirs x {} headers, {} passes ({});\n\
          symlinks {} + {} x {} ({} + {} x {}); build {} .c files ({}); git {} files ({});\n\
          watcher cost {} files, {} rounds with events off and {} on ({} and {}), natively only;\n\
-         untar {} entries ({}); tree {} entries ({}).\n\
+         untar {} entries ({}); tree {} entries ({}); npm {} packages ({}).\n\
          Each figure that loops stops at a time cap of {} s ({} s) and is then the rate over\n\
-         what it did, marked \"capped\" with the amount. Build, git, watcher, untar and tree\n\
-         run to completion; a workload whose first run on a target takes over {} s ({} s) is\n\
-         not repeated there.\n\
+         what it did, marked \"capped\" with the amount. Build, git, watcher, untar, tree and\n\
+         npm run to completion; a workload whose first run on a target takes over {} s ({} s)\n\
+         is not repeated there.\n\
+         npm installs a lockfile committed with crossfs (crates/bench/npm/) offline, from an\n\
+         npm cache (--npm-cache) filled natively the first time the registry answers; with\n\
+         no filled cache and no registry, or no npm, it is skipped and the table says why.\n\
+         --quick leaves npm out unless --workloads names it (its time is mostly node's).\n\
          --quick (one run per figure) takes about 80 s on 2 cores; a full run (three\n\
          runs, median) is meant to stay under 15 minutes.\n",
         full.seq_bytes >> 20,
@@ -108,6 +121,8 @@ fn workloads_help() -> String {
         quick.untar_entries,
         full.tree_entries,
         quick.tree_entries,
+        full.npm_set.packages(),
+        quick.npm_set.packages(),
         full.time_cap_ms as f64 / 1000.0,
         quick.time_cap_ms as f64 / 1000.0,
         full.repeat_budget_ms / 1000,
@@ -209,6 +224,8 @@ fn run_in(args: &BenchArgs, work: &tempfile::TempDir, interruption: &Interruptio
             .map_or(if args.quick { QUICK_RUNS } else { FULL_RUNS }, usize::from),
         workloads: args.workloads.clone(),
         scale: args.scale,
+        npm_cache: args.npm_cache.clone(),
+        npm_registry: args.npm_registry.clone(),
         ..BenchConfig::default()
     };
     let mut progress = Checkpoints(TerminalProgress::new(), interruption);

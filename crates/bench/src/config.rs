@@ -1,13 +1,14 @@
 //! What to run: [`BenchConfig`], the [`WorkloadId`]s, and the [`Sizes`] they imply.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::str::FromStr;
 
 use serde::Serialize;
 
 /// The workloads, in the order the issue lists them and the report shows them; the
 /// ninth, watcher cost, is brief lesson 5 (change events must never slow the producer);
-/// untar and tree are issue #11's metadata in bulk.
+/// untar and tree are issue #11's metadata in bulk; npm is an install from a filled cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(into = "&'static str")]
 pub enum WorkloadId {
@@ -22,10 +23,11 @@ pub enum WorkloadId {
     Watcher,
     Untar,
     Tree,
+    Npm,
 }
 
 impl WorkloadId {
-    pub const ALL: [WorkloadId; 11] = [
+    pub const ALL: [WorkloadId; 12] = [
         Self::SeqRead,
         Self::SeqWrite,
         Self::Random,
@@ -37,7 +39,15 @@ impl WorkloadId {
         Self::Watcher,
         Self::Untar,
         Self::Tree,
+        Self::Npm,
     ];
+
+    /// Not in `--quick` unless named in `--workloads`: `npm ci` of even 72 packages took
+    /// 4.4 s natively here (node's own start and CPU, the same on every target), about 26 s
+    /// over the five targets at load 7-11, a third more than the rest of `--quick`; and the
+    /// first run on a machine would download its cache (66 MiB) in a check meant to take a
+    /// minute and a half.
+    pub const LEFT_OUT_OF_QUICK: WorkloadId = WorkloadId::Npm;
 
     /// The name used on the command line, in the JSON and in directory names.
     pub fn name(self) -> &'static str {
@@ -65,11 +75,12 @@ impl WorkloadId {
             }
             Self::Untar => "extract a generated tarball of many small files, then syncfs (seconds)",
             Self::Tree => "find over a generated tree, then grep -r of every file (seconds)",
+            Self::Npm => "npm ci --offline of a fixed lockfile from a filled cache (seconds)",
         }
     }
 }
 
-const WORKLOAD_NAMES: [&str; 11] = [
+const WORKLOAD_NAMES: [&str; 12] = [
     "seq-read",
     "seq-write",
     "random",
@@ -81,6 +92,7 @@ const WORKLOAD_NAMES: [&str; 11] = [
     "watcher",
     "untar",
     "tree",
+    "npm",
 ];
 
 /// Workload names in report order, for `--help` and `--workloads` validation.
@@ -100,7 +112,7 @@ impl From<WorkloadId> for &'static str {
     }
 }
 
-/// The string was neither a workload name nor a number 1..=11.
+/// The string was neither a workload name nor a number 1..=12.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown workload {given:?}; expected one of {} or 1..={}", WORKLOAD_NAMES.join(", "), WORKLOAD_NAMES.len())]
 pub struct UnknownWorkload {
@@ -145,6 +157,12 @@ pub struct BenchConfig {
     pub scale: f64,
     /// Parallel jobs of the build workload (`make -jN`).
     pub build_jobs: usize,
+    /// The npm workload's cache directory; `None`: `$CROSSFS_BENCH_NPM_CACHE`, else
+    /// `crossfs/npm` in the XDG cache directory (`~/.cache`).
+    pub npm_cache: Option<PathBuf>,
+    /// The registry an npm cache fill uses; `None`: `$CROSSFS_BENCH_NPM_REGISTRY`, else
+    /// npm's own configuration. Only asked when the cache is not filled.
+    pub npm_registry: Option<String>,
 }
 
 impl Default for BenchConfig {
@@ -155,15 +173,22 @@ impl Default for BenchConfig {
             workloads: Vec::new(),
             scale: 1.0,
             build_jobs: 2,
+            npm_cache: None,
+            npm_registry: None,
         }
     }
 }
 
 impl BenchConfig {
-    /// The workloads this config selects, deduplicated, in report order.
+    /// The workloads this config selects, deduplicated, in report order. With `quick` and
+    /// none named, all but [`WorkloadId::LEFT_OUT_OF_QUICK`].
     pub fn selected_workloads(&self) -> Vec<WorkloadId> {
         if self.workloads.is_empty() {
-            return WorkloadId::ALL.to_vec();
+            let left_out = |id: &WorkloadId| self.quick && WorkloadId::LEFT_OUT_OF_QUICK == *id;
+            return WorkloadId::ALL
+                .into_iter()
+                .filter(|id| !left_out(id))
+                .collect();
         }
         let mut ids = self.workloads.clone();
         ids.sort();
@@ -254,6 +279,25 @@ pub struct Sizes {
     pub untar_entries: usize,
     /// Tree: entries of the generated tree that `find` walks and `grep -r` reads.
     pub tree_entries: usize,
+    /// npm: which committed lockfile is installed (`crates/bench/npm/`). Not scaled.
+    pub npm_set: NpmSet,
+}
+
+/// The npm workload's dependency sets, committed under `crates/bench/npm/`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NpmSet {
+    /// express, webpack, webpack-cli, babel, eslint: 399 packages, about 9,400 entries.
+    Full,
+    /// express alone: 72 packages, about 780 entries.
+    Quick,
+}
+
+impl NpmSet {
+    /// Packages in this set's lockfile.
+    pub fn packages(self) -> usize {
+        crate::workloads::npm::lockfile(self).packages
+    }
 }
 
 impl Sizes {
@@ -308,6 +352,11 @@ impl Sizes {
             // keep the same per-file pattern.
             untar_entries: count(10_000, 1_000, 30),
             tree_entries: count(10_000, 2_000, 30),
+            // npm ci of 399 packages took 6-24 s natively here, 15-33 s through crossfs;
+            // express alone keeps the same per-file pattern (unpack, create, write, chmod)
+            // with a tenth of the files, for `--quick --workloads npm`
+            // ([`WorkloadId::LEFT_OUT_OF_QUICK`]).
+            npm_set: if quick { NpmSet::Quick } else { NpmSet::Full },
         }
     }
 }
@@ -330,7 +379,8 @@ mod tests {
         assert!("0".parse::<WorkloadId>().is_err());
         assert_eq!("9".parse::<WorkloadId>().unwrap(), WorkloadId::Watcher);
         assert_eq!("11".parse::<WorkloadId>().unwrap(), WorkloadId::Tree);
-        assert!("12".parse::<WorkloadId>().is_err());
+        assert_eq!("12".parse::<WorkloadId>().unwrap(), WorkloadId::Npm);
+        assert!("13".parse::<WorkloadId>().is_err());
         let err = "fio".parse::<WorkloadId>().unwrap_err();
         assert!(err.to_string().contains("seq-read"), "{err}");
         assert_eq!(workload_names().len(), WorkloadId::ALL.len());
@@ -346,7 +396,18 @@ mod tests {
             config.selected_workloads(),
             vec![WorkloadId::SeqRead, WorkloadId::Git]
         );
-        assert_eq!(BenchConfig::default().selected_workloads().len(), 11);
+        assert_eq!(BenchConfig::default().selected_workloads().len(), 12);
+        let quick = BenchConfig {
+            quick: true,
+            ..BenchConfig::default()
+        };
+        assert_eq!(quick.selected_workloads().len(), 11);
+        assert!(!quick.selected_workloads().contains(&WorkloadId::Npm));
+        let named = BenchConfig {
+            workloads: vec![WorkloadId::Npm],
+            ..quick
+        };
+        assert_eq!(named.selected_workloads(), vec![WorkloadId::Npm]);
     }
 
     #[test]
@@ -363,6 +424,7 @@ mod tests {
         assert_eq!(quick.build_sources, 12);
         assert_eq!(quick.git_files, 500);
         assert_eq!(quick.watcher_files, 1_000);
+        assert_eq!((full.npm_set, quick.npm_set), (NpmSet::Full, NpmSet::Quick));
         assert!(quick.watcher_rounds < full.watcher_rounds);
         assert!(quick.time_cap_ms < full.time_cap_ms);
         let tiny = Sizes::new(true, 0.001);

@@ -6,7 +6,9 @@
 //!   lookups, symlink resolution, a generated C build, and git; a ninth,
 //!   the watcher cost of the brief's lesson 5, on native targets only; and
 //!   issue #11's metadata in bulk: extracting a tarball, and `find` + `grep -r`
-//!   over a tree;
+//!   over a tree; and `npm ci --offline` of a committed lockfile from an npm
+//!   cache filled once per machine (skipped, with the reason, where there is no
+//!   filled cache and no registry, or no npm);
 //! - the run loop ([`run`]): targets interleaved A B A B for every run, each
 //!   (workload, target, run) in its own fresh directory, removed afterwards;
 //!   only the measured operations are timed and counted;
@@ -29,11 +31,12 @@
 //! | 9 | watcher   | files/s created + deleted, events off and on, and on/off (native only) | 1,000 files, 2 rounds each | 1,000 files, 1 round each |
 //! | 10 | untar    | seconds: tar -xf, then syncfs, and both | 10,000 entries | 1,000 |
 //! | 11 | tree     | seconds: find, grep -r, each first and repeated | 10,000 entries | 2,000 |
+//! | 12 | npm      | seconds: npm ci --offline from a filled cache | 399 packages, ~9,400 entries | only if named in `--workloads`: 72 packages, ~780 entries |
 //! | | runs per figure (`--runs`) | | 3, median | 1 |
 //! | | time cap per looping figure | | 3 s | 0.5 s |
 //! | | no repeats on a target after a first run longer than | | 15 s | 15 s |
 //!
-//! Every figure that loops (all but build, git, watcher, untar and tree) stops at the time cap
+//! Every figure that loops (all but build, git, watcher, untar, tree and npm) stops at the time cap
 //! ([`Sizes::time_cap_ms`]), so a slow target cannot stretch a run: the
 //! figure is then the rate over what was done, the sample says `capped`, and
 //! the table shows the amount. Repeated passes revisit only what the first
@@ -42,8 +45,13 @@
 //! of every figure on every target in under a minute, a full run the figures
 //! to quote.
 //!
-//! [`BenchConfig::scale`] shrinks all of these for tests; [`Sizes`] is the
-//! authority and is recorded in every report.
+//! [`BenchConfig::scale`] shrinks all of these for tests (not npm's lockfiles, which are
+//! fixed); [`Sizes`] is the authority and is recorded in every report.
+//!
+//! npm's cache ([`BenchConfig::npm_cache`], else `$CROSSFS_BENCH_NPM_CACHE`, else
+//! `$XDG_CACHE_HOME/crossfs/npm` or `~/.cache/crossfs/npm`) is the one thing the bench
+//! keeps between runs: filled natively with `npm ci` of both lockfiles the first time the
+//! registry answers (untimed), then only read. Every timed install is offline.
 //!
 //! What it must not touch: serving, mounting, and finding processes. The CLI
 //! creates [`Target`]s (a directory, its kind, a hook reading the server's 9P
@@ -87,8 +95,8 @@ mod target;
 mod workloads;
 
 pub use config::{
-    workload_names, BenchConfig, Sizes, UnknownWorkload, WorkloadId, FULL_RUNS, FULL_TIME_CAP_MS,
-    QUICK_RUNS, QUICK_TIME_CAP_MS,
+    workload_names, BenchConfig, NpmSet, Sizes, UnknownWorkload, WorkloadId, FULL_RUNS,
+    FULL_TIME_CAP_MS, QUICK_RUNS, QUICK_TIME_CAP_MS,
 };
 pub use error::{BenchError, WorkloadError};
 pub use memory::{read_process_memory, ProcessMemory};
@@ -100,4 +108,5 @@ pub use report::{
 pub use runner::run;
 pub use stats::{ratio_to_native, Summary, Unit};
 pub use target::{CounterFn, MessageCounts, Target, TargetKind};
+pub use workloads::npm::{CACHE_ENV as NPM_CACHE_ENV, REGISTRY_ENV as NPM_REGISTRY_ENV};
 pub use workloads::{MetricDef, Sample};

@@ -18,7 +18,9 @@ use crate::workloads::{self, MetricDef, Sample};
 /// 3: workload 9 (watcher, native targets only); results have
 /// `not_applicable`; units `files/s` and `ratio`; sizes `watcher_*`; runs
 /// have `prepare_s`.
-pub const SCHEMA_VERSION: u32 = 3;
+/// 4: workload 12 (npm); `not_applicable` also holds why a workload ran on no target
+/// here ("skipped: ..."); config `npm_cache`, `npm_registry`; sizes `npm_set`.
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Stated in the table header and the JSON, so no reader has to guess.
 pub const RATIO_CONVENTION: &str =
@@ -123,6 +125,8 @@ pub struct RunRecord {
 /// workload `w` on target `t`.
 pub(crate) struct RawResults {
     pub workloads: Vec<WorkloadId>,
+    /// Per workload: why it ran on no target here ("skipped: npm not found"), or `None`.
+    pub skipped: Vec<Option<String>>,
     pub cells: Vec<Vec<Vec<RunRecord>>>,
 }
 
@@ -139,15 +143,17 @@ impl Report {
             .workloads
             .iter()
             .zip(raw.cells)
-            .map(|(&id, per_target)| {
+            .zip(raw.skipped)
+            .map(|((&id, per_target), skipped)| {
                 let defs = workloads::metrics(id);
                 let mut results: Vec<TargetResult> = targets
                     .iter()
                     .zip(per_target)
                     .map(|(t, runs)| {
                         let mut result = summarise(&t.name, defs, runs);
-                        result.not_applicable =
-                            workloads::not_applicable(id, t.kind).map(str::to_owned);
+                        result.not_applicable = workloads::not_applicable(id, t.kind)
+                            .map(str::to_owned)
+                            .or_else(|| skipped.clone());
                         result
                     })
                     .collect();
@@ -318,6 +324,7 @@ pub(crate) mod tests {
         };
         let raw = RawResults {
             workloads: vec![WorkloadId::Negative, WorkloadId::Build],
+            skipped: vec![None, None],
             cells: vec![
                 vec![
                     neg([100.0, 300.0, 200.0], None),
@@ -366,7 +373,7 @@ pub(crate) mod tests {
     #[test]
     fn json_shape() {
         let j = sample_report().to_json();
-        assert_eq!(j["schema_version"], 3);
+        assert_eq!(j["schema_version"], 4);
         assert_eq!(j["config"]["runs"], 3);
         assert_eq!(j["config"]["workloads"][0], "negative");
         assert_eq!(j["targets"][1]["kind"], "mount");

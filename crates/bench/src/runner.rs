@@ -12,7 +12,7 @@ use crate::progress::{Progress, Step};
 use crate::report::{RawResults, Report, RunRecord, TargetReport};
 use crate::target::{Target, TargetKind};
 use crate::workloads::pool::{self, Pools};
-use crate::workloads::{self, cmd, Ctx};
+use crate::workloads::{self, cmd, Ctx, Readiness, Setup};
 
 /// Run the selected workloads on every target and summarise them.
 ///
@@ -34,6 +34,12 @@ pub fn run(
     let started = Instant::now();
     let sizes = config.sizes();
     let ids = config.selected_workloads();
+    if config.quick && config.workloads.is_empty() {
+        progress.note(&format!(
+            "{}: not in --quick unless named in --workloads (its time is node's own, on every target)",
+            WorkloadId::LEFT_OUT_OF_QUICK
+        ));
+    }
     let nonce = nonce();
 
     let prep_dirs: Vec<PathBuf> = targets
@@ -52,11 +58,26 @@ pub fn run(
         })
         .collect();
 
-    // Cells of a workload that does not apply to a target (watcher cost on a
-    // mount) are not steps: the report states why they have no runs.
-    let total: usize = ids
+    // What each workload needs of the machine (npm's cache), found or made before the
+    // first step, so that the step count knows which workloads are skipped.
+    let readiness: Vec<Readiness> = ids
         .iter()
         .map(|&id| {
+            let r = workloads::setup(id, config, progress);
+            if let Readiness::Skip(reason) = &r {
+                progress.note(&format!("{id}: {reason}"));
+            }
+            r
+        })
+        .collect();
+
+    // Cells of a workload that does not apply to a target (watcher cost on a
+    // mount), or is skipped here, are not steps: the report states why they have no runs.
+    let total: usize = ids
+        .iter()
+        .zip(&readiness)
+        .filter(|(_, r)| !matches!(r, Readiness::Skip(_)))
+        .map(|(&id, _)| {
             let applicable = targets
                 .iter()
                 .filter(|t| workloads::not_applicable(id, t.kind).is_none())
@@ -68,12 +89,23 @@ pub fn run(
     let mut cells = Vec::with_capacity(ids.len());
     let mut warnings = Vec::new();
     let mut index = 0;
-    for &id in &ids {
+    let mut skipped = Vec::with_capacity(ids.len());
+    for (&id, readiness) in ids.iter().zip(&readiness) {
+        let mut per_target: Vec<Vec<RunRecord>> = vec![Vec::new(); targets.len()];
+        let (setup, unready) = match readiness {
+            Readiness::Ready(setup) => (setup, None),
+            Readiness::Skip(reason) => {
+                skipped.push(Some(reason.clone()));
+                cells.push(per_target);
+                continue;
+            }
+            Readiness::Fail(why) => (&Setup::Nothing, Some(why)),
+        };
+        skipped.push(None);
         let missing = workloads::required_tools(id)
             .iter()
             .find(|tool| !cmd::on_path(tool));
         let mut pools = Pools::new(id, &nonce);
-        let mut per_target: Vec<Vec<RunRecord>> = vec![Vec::new(); targets.len()];
         // Targets whose first run of this workload took longer than the
         // budget: their other runs are skipped (one real figure, not three).
         let mut too_slow = vec![false; targets.len()];
@@ -95,14 +127,15 @@ pub fn run(
                     runs: config.runs,
                 };
                 progress.step_started(&step);
-                let mut record = match missing {
-                    Some(tool) => failed(
+                let mut record = match (missing, unready) {
+                    (Some(tool), _) => failed(
                         run,
                         WorkloadError::ToolMissing {
                             tool: (*tool).into(),
                         },
                     ),
-                    None => {
+                    (None, Some(why)) => failed(run, WorkloadError::Prepare(why.clone())),
+                    (None, None) => {
                         let cell = Cell {
                             id,
                             target_index: ti,
@@ -110,6 +143,7 @@ pub fn run(
                             target,
                             prep_root: &prep_dirs[ti],
                             sizes: &sizes,
+                            setup,
                             nonce: &nonce,
                         };
                         run_cell(&cell, &mut pools)
@@ -161,6 +195,7 @@ pub fn run(
         .collect();
     let raw = RawResults {
         workloads: ids,
+        skipped,
         cells,
     };
     let mut report = Report::assemble(config, target_reports, raw, started.elapsed().as_secs_f64());
@@ -246,6 +281,7 @@ struct Cell<'a> {
     target: &'a Target,
     prep_root: &'a Path,
     sizes: &'a Sizes,
+    setup: &'a Setup,
     nonce: &'a str,
 }
 
@@ -278,6 +314,7 @@ fn run_cell(cell: &Cell<'_>, pools: &mut Pools) -> RunRecord {
         work: work.clone(),
         prep: prep.clone(),
         sizes: cell.sizes,
+        setup: cell.setup,
         samples: Vec::new(),
         warnings: Vec::new(),
     };

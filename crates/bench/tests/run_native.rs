@@ -6,14 +6,20 @@ use std::sync::Arc;
 
 use crossfs_bench::{run, BenchConfig, MessageCounts, NoProgress, Target, WorkloadId};
 
+/// Never the network: the npm workload gets a cache directory that does not exist and a
+/// registry on a closed local port, so it is skipped (see `npm_is_skipped_...`).
 fn tiny(runs: usize) -> BenchConfig {
     BenchConfig {
         quick: true,
         runs,
         scale: 0.03,
+        npm_cache: Some(std::env::temp_dir().join("crossfs-bench-test-no-npm-cache")),
+        npm_registry: Some(CLOSED_REGISTRY.to_owned()),
         ..BenchConfig::default()
     }
 }
+
+const CLOSED_REGISTRY: &str = "http://127.0.0.1:9";
 
 #[test]
 fn every_workload_gives_a_figure_on_every_target() {
@@ -24,7 +30,10 @@ fn every_workload_gives_a_figure_on_every_target() {
     ];
     let report = run(&tiny(2), &targets, &mut NoProgress).unwrap();
 
-    assert_eq!(report.workloads.len(), WorkloadId::ALL.len());
+    // All but npm, which --quick leaves out unless named (its own test is below).
+    let quick_set = WorkloadId::ALL.len() - 1;
+    assert_eq!(report.workloads.len(), quick_set);
+    assert!(report.workloads.iter().all(|w| w.id != WorkloadId::Npm));
     for w in &report.workloads {
         assert_eq!(w.results.len(), 2, "{}", w.id);
         for r in &w.results {
@@ -53,10 +62,7 @@ fn every_workload_gives_a_figure_on_every_target() {
     }
 
     let json = report.to_json();
-    assert_eq!(
-        json["workloads"].as_array().unwrap().len(),
-        WorkloadId::ALL.len()
-    );
+    assert_eq!(json["workloads"].as_array().unwrap().len(), quick_set);
     assert_eq!(json["targets"][1]["memory"][0]["role"], "self");
     assert!(
         json["targets"][1]["memory"][0]["vm_hwm_kib"]
@@ -65,7 +71,10 @@ fn every_workload_gives_a_figure_on_every_target() {
             > 0
     );
     let table = report.table();
-    for name in crossfs_bench::workload_names() {
+    for name in crossfs_bench::workload_names()
+        .iter()
+        .filter(|n| **n != "npm")
+    {
         assert!(
             table.contains(&format!("] {name}:")),
             "{name} missing in\n{table}"
@@ -187,4 +196,36 @@ fn the_watcher_cost_runs_natively_and_says_why_not_on_mounts() {
     // The hub's control directory and the rounds' directories are gone.
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// No filled npm cache and no registry (a closed local port): the npm workload is skipped on
+/// every target with the reason, the others run, and nothing fails.
+#[test]
+fn npm_is_skipped_without_a_cache_or_a_registry() {
+    let (a, cache) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let targets = [Target::native("native", a.path())];
+    let config = BenchConfig {
+        workloads: vec![WorkloadId::Npm, WorkloadId::Meta],
+        npm_cache: Some(cache.path().join("npm")),
+        ..tiny(1)
+    };
+    let report = run(&config, &targets, &mut NoProgress).unwrap();
+    let meta = &report.workloads[0];
+    assert_eq!(meta.id, WorkloadId::Meta);
+    assert!(meta.results[0].ok && !meta.results[0].runs.is_empty());
+    let npm = &report.workloads[1];
+    assert_eq!(npm.id, WorkloadId::Npm);
+    let r = &npm.results[0];
+    let reason = r.not_applicable.as_deref().unwrap_or_default();
+    assert!(reason.starts_with("skipped: "), "{reason:?}");
+    assert!(r.ok && r.errors.is_empty() && r.runs.is_empty(), "{r:?}");
+    assert!(r.figures.iter().all(|f| f.summary.is_none()));
+    assert!(report.table().contains(&format!("n/a = {reason}")));
+    assert!(!cache
+        .path()
+        .join("npm")
+        .join("crossfs-bench-filled")
+        .exists());
+    // Nothing was created on the target either.
+    assert_eq!(std::fs::read_dir(a.path()).unwrap().count(), 0);
 }

@@ -1,10 +1,14 @@
-//! The eleven workloads and the frame they run in.
+//! The twelve workloads and the frame they run in.
 //!
 //! A workload is a `prepare(pool)` that writes its input (untimed, once) and a
 //! `run(&mut Ctx)` that calls [`Ctx::measure`] once per figure, so that only the measured
 //! operations sit between the two `Instant`s and between the two counter
 //! snapshots. Each module also lists its [`MetricDef`]s (what it reports and
 //! which 9P messages matter for each) and a title stating its sizes.
+//!
+//! A workload that needs something of the machine beyond its tools (npm's filled cache)
+//! finds or makes it once, before its first run ([`setup`]); when it cannot, the workload
+//! is skipped on every target and the report says why.
 //!
 //! Where input is prepared: each workload's `prepare` writes its input once
 //! into a pool (see `pool.rs`), and the runner replicates the pool into every
@@ -22,8 +26,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::config::{Sizes, WorkloadId};
+use crate::config::{BenchConfig, Sizes, WorkloadId};
 use crate::error::WorkloadError;
+use crate::progress::Progress;
 use crate::stats::{counts_delta, Unit};
 use crate::target::{MessageCounts, Target, TargetKind};
 
@@ -33,6 +38,7 @@ pub(crate) mod gentree;
 pub(crate) mod git;
 pub(crate) mod meta;
 pub(crate) mod negative;
+pub(crate) mod npm;
 pub(crate) mod pool;
 pub(crate) mod random;
 pub(crate) mod rng;
@@ -126,6 +132,8 @@ pub(crate) struct Ctx<'a> {
     /// writes; for flushing the host's side of what the target wrote (untar's sync).
     pub prep: PathBuf,
     pub sizes: &'a Sizes,
+    /// What the workload's [`setup`] found before its first run.
+    pub setup: &'a Setup,
     pub samples: Vec<Sample>,
     /// Things worth knowing that did not stop the run (unexpected git status output...).
     pub warnings: Vec<String>,
@@ -226,6 +234,7 @@ pub(crate) fn metrics(id: WorkloadId) -> &'static [MetricDef] {
         WorkloadId::Watcher => watcher::METRICS,
         WorkloadId::Untar => untar::METRICS,
         WorkloadId::Tree => tree::METRICS,
+        WorkloadId::Npm => npm::METRICS,
     }
 }
 
@@ -243,6 +252,7 @@ pub(crate) fn title(id: WorkloadId, sizes: &Sizes) -> String {
         WorkloadId::Watcher => watcher::title(sizes),
         WorkloadId::Untar => untar::title(sizes),
         WorkloadId::Tree => tree::title(sizes),
+        WorkloadId::Npm => npm::title(sizes),
     }
 }
 
@@ -266,6 +276,39 @@ pub(crate) fn not_applicable(id: WorkloadId, kind: TargetKind) -> Option<&'stati
     }
 }
 
+/// What a workload's [`setup`] found, shared by all its runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Setup {
+    /// The workload needs nothing beyond its tools.
+    Nothing,
+    /// npm's cache, filled for the committed lockfiles.
+    Npm(npm::Cache),
+}
+
+/// Whether a workload can run at all here, decided once before its first run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Readiness {
+    Ready(Setup),
+    /// Not run on any target, for this reason ("skipped: ..."): not a failure. The report
+    /// keeps every (workload, target) with no runs and this reason.
+    Skip(String),
+    /// Every run of the workload fails with this (a cache fill that failed).
+    Fail(String),
+}
+
+/// Find or make what `id` needs of the machine (untimed, once per bench run). Only npm
+/// needs anything: its cache, filled once from the registry (see `npm.rs`).
+pub(crate) fn setup(
+    id: WorkloadId,
+    config: &BenchConfig,
+    progress: &mut dyn Progress,
+) -> Readiness {
+    match id {
+        WorkloadId::Npm => npm::setup(config, progress),
+        _ => Readiness::Ready(Setup::Nothing),
+    }
+}
+
 /// Whether `id` has input to prepare (a pool to replicate into each run).
 pub(crate) fn has_input(id: WorkloadId) -> bool {
     !matches!(id, WorkloadId::SeqWrite | WorkloadId::Watcher)
@@ -285,6 +328,7 @@ pub(crate) fn prepare(id: WorkloadId, pool: &Path, sizes: &Sizes) -> Result<(), 
         WorkloadId::Git => git::prepare(pool, sizes),
         WorkloadId::Untar => untar::prepare(pool, sizes),
         WorkloadId::Tree => tree::prepare(pool, sizes),
+        WorkloadId::Npm => npm::prepare(pool, sizes),
     }
 }
 
@@ -321,6 +365,10 @@ pub(crate) fn run(id: WorkloadId, ctx: &mut Ctx<'_>) -> Result<(), WorkloadError
         WorkloadId::Watcher => watcher::run(ctx),
         WorkloadId::Untar => untar::run(ctx),
         WorkloadId::Tree => tree::run(ctx),
+        WorkloadId::Npm => match ctx.setup {
+            Setup::Npm(cache) => npm::run(ctx, cache),
+            Setup::Nothing => Err(WorkloadError::Prepare("no npm cache was set up".into())),
+        },
     }
 }
 
