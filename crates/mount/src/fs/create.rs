@@ -2,6 +2,7 @@
 //! the crossfs extension (Tcreateattr, or Tcreateattrdir with what the creation left of
 //! the directory), else Tlcreate, a walk and a getattr.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crossfs_client::ClientError;
@@ -12,7 +13,7 @@ use super::open::{wire_open_flags, writes};
 use super::reply::{Created, Opened};
 use super::{errno, Caller, MountState};
 use crate::fid::FidRef;
-use crate::known::handle::Reopen;
+use crate::known::handle::{Reopen, Unannounced};
 use crate::known::replica::DirLeft;
 use crate::remote::{clone_fid, expect_reply, resolve_one, ATTR_MASK};
 
@@ -169,11 +170,34 @@ impl MountState {
         self.known.listed.changed([a.qid.path]);
         self.known.replicas.own_created(parent.0, name, &a, left);
         let fa = self.remember((parent, name), node, &a, None);
-        let fh = self.known.handles.insert(fid, Reopen::new(fa.ino.0, wire));
-        if writes(flags) {
-            self.ahead.page_push.write_opened(fh, fa.ino.0);
+        let ino = fa.ino.0;
+        let open_flags = self.fopen_flags(ino, flags);
+        if self.may_leave_opens_unannounced() {
+            // The kernel sends no RELEASE for any handle once it opens files without asking
+            // (not even for one a CREATE answered): the new file's open fid becomes the
+            // node's unannounced handle, and the kernel gets handle 0.
+            self.known
+                .handles
+                .opens_unannounced
+                .store(true, Ordering::Relaxed);
+            let what = match flags & libc::O_ACCMODE {
+                libc::O_RDONLY => Unannounced::Read,
+                _ => self.unannounced_write(flags),
+            };
+            self.ahead.page_push.touched(ino, true);
+            self.known
+                .handles
+                .adopt_unannounced(ino, what, fid, Reopen::new(ino, wire));
+            return Created {
+                attr: fa,
+                ttl: self.entry_ttl(),
+                opened: Opened(FileHandle(0), open_flags),
+            };
         }
-        let open_flags = self.fopen_flags(fa.ino.0, flags);
+        let fh = self.known.handles.insert(fid, Reopen::new(ino, wire));
+        if writes(flags) {
+            self.ahead.page_push.write_opened(fh, ino);
+        }
         Created {
             attr: fa,
             ttl: self.entry_ttl(),

@@ -284,8 +284,8 @@ impl HandleTable {
         lock(&self.open).values().cloned().collect()
     }
 
-    /// The unannounced handle `what` of node `node`, made by `make` (a deferred open:
-    /// [`OpenFile::deferred`] holds the Linux flags to open it with) if there is none.
+    /// The unannounced handle `what` of node `node`; if there is none, a deferred open
+    /// (opened by its first use, with Linux flags `deferred`, see [`OpenFile::deferred`]).
     pub(crate) fn unannounced(
         &self,
         node: u64,
@@ -293,43 +293,64 @@ impl HandleTable {
         deferred: i32,
         reopen: Reopen,
     ) -> Arc<OpenFile> {
-        let now = std::time::Instant::now();
-        let mut kept = lock(&self.unannounced);
-        if let Some(k) = kept.get_mut(&(node, what)) {
-            k.used = now;
+        if let Some(k) = lock(&self.unannounced).get_mut(&(node, what)) {
+            k.used = std::time::Instant::now();
             return k.file.clone();
         }
+        self.keep_unannounced(node, what, OnceLock::new(), Some(deferred), reopen)
+    }
+
+    /// Makes `fid` (a file just created and opened) node `node`'s unannounced handle `what`.
+    pub(crate) fn adopt_unannounced(
+        &self,
+        node: u64,
+        what: Unannounced,
+        fid: Arc<FidRef>,
+        reopen: Reopen,
+    ) {
+        self.keep_unannounced(node, what, OnceLock::from(fid), None, reopen);
+    }
+
+    fn keep_unannounced(
+        &self,
+        node: u64,
+        what: Unannounced,
+        fid: OnceLock<Arc<FidRef>>,
+        deferred: Option<i32>,
+        reopen: Reopen,
+    ) -> Arc<OpenFile> {
         let file = Arc::new(OpenFile {
-            fid: OnceLock::new(),
-            deferred: Some(deferred),
+            fid,
+            deferred,
             reopen,
             stale: AtomicBool::new(false),
             lock_owners: Mutex::default(),
             dir: Mutex::default(),
             listing_only: false,
         });
-        let gone = (kept.len() >= UNANNOUNCED_KEPT).then(|| {
+        let mut kept = lock(&self.unannounced);
+        let mut gone: Vec<Kept> = Vec::new();
+        if kept.len() >= UNANNOUNCED_KEPT {
             // The least recently used half of the unused ones.
-            let mut unused: Vec<_> = kept.iter().filter(|(_, k)| k.unused()).collect();
-            unused.sort_by_key(|(_, k)| k.used);
-            let keys: Vec<_> = unused
+            let mut unused: Vec<_> = kept
                 .iter()
-                .take(UNANNOUNCED_KEPT / 2)
-                .map(|(&key, _)| key)
+                .filter(|(_, k)| k.unused())
+                .map(|(&key, k)| (k.used, key))
                 .collect();
-            keys.iter()
-                .filter_map(|k| kept.remove(k))
-                .collect::<Vec<_>>()
-        });
-        kept.insert(
+            unused.sort_unstable_by_key(|(used, _)| *used);
+            let drop = unused.iter().take(UNANNOUNCED_KEPT / 2);
+            gone.extend(drop.filter_map(|(_, key)| kept.remove(key)));
+        }
+        let used = std::time::Instant::now();
+        let replaced = kept.insert(
             (node, what),
             Kept {
                 file: file.clone(),
-                used: now,
+                used,
             },
         );
         drop(kept);
-        drop(gone); // clunked outside the lock
+        drop((gone, replaced)); // clunked outside the lock
         file
     }
 
