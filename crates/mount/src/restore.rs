@@ -63,7 +63,6 @@ pub(crate) fn restore(shared: &MountState, client: &Client) -> Result<(), Client
     // A node bound after the snapshot (a lookup racing with the restore) is bound on the
     // old connection only: stale like the rest, until looked up again.
     shared.known.inodes.mark_stale_except(&bound);
-    shared.known.handles.drop_unannounced();
     let files = shared.known.handles.all();
     let mut reopen = Vec::new();
     let mut locks_lost = 0;

@@ -213,6 +213,7 @@ impl Filesystem for CrossFs {
         if s.known.inodes.forget(ino.0, nlookup) {
             s.known.replicas.forget(ino.0);
             s.known.idle.forget(ino.0);
+            s.known.handles.forget_unannounced(ino.0);
             s.ahead.page_push.forget(ino.0);
         }
     }

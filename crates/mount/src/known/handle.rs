@@ -279,9 +279,16 @@ impl HandleTable {
             || lock(&self.unannounced).values().any(|k| waits(&k.file))
     }
 
-    /// Every open file, for restoring them on a new connection.
+    /// Every open file, for restoring them on a new connection (the unannounced handles
+    /// too: a request may be on its way with one's fid).
     pub(crate) fn all(&self) -> Vec<Arc<OpenFile>> {
-        lock(&self.open).values().cloned().collect()
+        let unannounced: Vec<_> = lock(&self.unannounced)
+            .values()
+            .map(|k| k.file.clone())
+            .collect();
+        let mut all: Vec<_> = lock(&self.open).values().cloned().collect();
+        all.extend(unannounced);
+        all
     }
 
     /// The unannounced handle `what` of node `node`; if there is none, a deferred open
@@ -294,8 +301,11 @@ impl HandleTable {
         reopen: Reopen,
     ) -> Arc<OpenFile> {
         if let Some(k) = lock(&self.unannounced).get_mut(&(node, what)) {
-            k.used = std::time::Instant::now();
-            return k.file.clone();
+            // One that could not be opened again on a new connection is opened anew.
+            if !k.file.stale.load(Ordering::Relaxed) {
+                k.used = std::time::Instant::now();
+                return k.file.clone();
+            }
         }
         self.keep_unannounced(node, what, OnceLock::new(), Some(deferred), reopen)
     }
@@ -354,6 +364,21 @@ impl HandleTable {
         file
     }
 
+    /// Closes node `node`'s unannounced handles that no request is using: it was removed
+    /// or forgotten, and the server's open of it would keep a removed file's space.
+    pub(crate) fn forget_unannounced(&self, node: u64) {
+        let gone: Vec<Kept> = {
+            let mut kept = lock(&self.unannounced);
+            let keys: Vec<_> = kept
+                .iter()
+                .filter(|(&(n, _), k)| n == node && k.unused())
+                .map(|(&key, _)| key)
+                .collect();
+            keys.iter().filter_map(|k| kept.remove(k)).collect()
+        };
+        drop(gone);
+    }
+
     /// Closes the unannounced handles unused since `before` (all unused ones for `None`);
     /// returns how many.
     pub(crate) fn expire_unannounced(&self, before: Option<std::time::Instant>) -> usize {
@@ -366,13 +391,6 @@ impl HandleTable {
                 .collect();
             keys.iter().filter_map(|k| kept.remove(k)).collect()
         };
-        gone.len()
-    }
-
-    /// Forgets every unannounced handle (a new connection: they are opened anew when next
-    /// used; locks they held are gone with the old connection, as `crate::restore` says).
-    pub(crate) fn drop_unannounced(&self) -> usize {
-        let gone = std::mem::take(&mut *lock(&self.unannounced));
         gone.len()
     }
 }
