@@ -42,6 +42,7 @@ fn quick_bench_runs_every_workload_on_every_target() {
             "crossfs",
             "crossfs --msize 65536 --max-pages 32",
             "crossfs --negative-ttl 0",
+            "crossfs --send-opens",
             "crossfs --cache never"
         ]
     );

@@ -135,6 +135,7 @@ fn workloads_help() -> String {
          and unless --default-only, what each fix is worth:\n\
          \x20 crossfs --msize 65536 --max-pages 32  small messages and FUSE requests\n\
          \x20 crossfs --negative-ttl 0              no negative-lookup cache\n\
+         \x20 crossfs --send-opens                  opens, closes and locks sent as without FUSE's no-open mode\n\
          \x20 crossfs --cache never                 no caching at all\n\
          plus every --compare NAME=PATH.\n\
          \nRatios are \"x native\": the target's performance as a multiple of native's, 1.00 =\n\
@@ -160,6 +161,7 @@ fn crossfs_configs(default_only: bool) -> Vec<(&'static str, &'static [&'static 
                 &["--msize", "65536", "--max-pages", "32"][..],
             ),
             ("crossfs --negative-ttl 0", &["--negative-ttl", "0"][..]),
+            ("crossfs --send-opens", &["--send-opens"][..]),
             ("crossfs --cache never", &["--cache", "never"][..]),
         ]);
     }

@@ -1,5 +1,17 @@
-//! Opening files and directories: open (deferred where it may be), opendir, and the
-//! open fids kept after a close (`crate::known::idle`).
+//! Opening files and directories: open (deferred where it may be, or not sent at all), opendir,
+//! and the open fids kept after a close (`crate::known::idle`).
+//!
+//! While change events are followed in `auto` and `always` modes (and `--send-opens` is not
+//! given), the first OPEN is answered ENOSYS: the kernel then opens and closes files without
+//! asking, keeps their pages across opens (the events drop them when a file changes), keeps
+//! POSIX locks itself, and sends the requests on open files with handle 0, which
+//! [`MountState::open_file_for`] serves through per-node handles of the mount's own
+//! (`crate::known::handle::Unannounced`). They open a file on the server as the deferred
+//! opens below do, so they promise what those promise, with two more differences from a
+//! local file: a file the guest opened, then removed through the mount before its first
+//! read or write is reached only because a removal walks every regular file's node first
+//! (`keep_reachable` in `fs/entry.rs`); and an open for writing the server itself may not
+//! make fails at the first write, not at the open.
 //!
 //! Reads and writes are handed to the client and answered from their completions. A FUSE
 //! write never exceeds one Twrite (max_write is at most msize - 24, in whole pages); a read
