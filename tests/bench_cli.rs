@@ -218,7 +218,8 @@ fn an_interrupted_bench_leaves_no_mount_process_or_directory_behind() {
         std::time::Duration::from_secs(120),
         || std::fs::read_to_string(log.path()).is_ok_and(|l| l.contains("[1/")),
     );
-    assert_eq!(mounted(), 4);
+    // crossfs, small messages, no negative cache, --send-opens, --cache never.
+    assert_eq!(mounted(), 5);
     let pid = rustix::process::Pid::from_child(&bench);
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
     let status = bench.wait().unwrap();

@@ -41,6 +41,23 @@ pub(crate) struct Reopen {
 }
 
 impl OpenFile {
+    fn new(
+        fid: OnceLock<Arc<FidRef>>,
+        reopen: Reopen,
+        deferred: Option<i32>,
+        listing_only: bool,
+    ) -> Arc<OpenFile> {
+        Arc::new(OpenFile {
+            fid,
+            deferred,
+            reopen,
+            stale: AtomicBool::new(false),
+            lock_owners: Mutex::default(),
+            dir: Mutex::default(),
+            listing_only,
+        })
+    }
+
     /// The open fid, unless the open is still deferred.
     pub(crate) fn fid(&self) -> Option<&Arc<FidRef>> {
         self.fid.get()
@@ -244,15 +261,7 @@ impl HandleTable {
         listing_only: bool,
     ) -> u64 {
         let fh = self.next.fetch_add(1, Ordering::Relaxed) + 1;
-        let file = Arc::new(OpenFile {
-            fid,
-            deferred,
-            reopen,
-            stale: AtomicBool::new(false),
-            lock_owners: Mutex::default(),
-            dir: Mutex::default(),
-            listing_only,
-        });
+        let file = OpenFile::new(fid, reopen, deferred, listing_only);
         lock(&self.open).insert(fh, file);
         fh
     }
@@ -329,15 +338,7 @@ impl HandleTable {
         deferred: Option<i32>,
         reopen: Reopen,
     ) -> Arc<OpenFile> {
-        let file = Arc::new(OpenFile {
-            fid,
-            deferred,
-            reopen,
-            stale: AtomicBool::new(false),
-            lock_owners: Mutex::default(),
-            dir: Mutex::default(),
-            listing_only: false,
-        });
+        let file = OpenFile::new(fid, reopen, deferred, false);
         let mut kept = lock(&self.unannounced);
         let mut gone: Vec<Kept> = Vec::new();
         if kept.len() >= UNANNOUNCED_KEPT {
