@@ -311,12 +311,13 @@ impl Mount {
                 return status;
             }
             if start.elapsed() > Duration::from_secs(15) {
+                let state = process_state(self.child.id());
                 let _ = Command::new("umount")
                     .arg("-l")
                     .arg(&self.mountpoint)
                     .status();
                 let _ = self.child.kill();
-                panic!("crossfs mount did not exit within 15 s of SIGTERM");
+                panic!("crossfs mount did not exit within 15 s of SIGTERM; its threads:{state}");
             }
             std::thread::sleep(Duration::from_millis(20));
         }
