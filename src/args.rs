@@ -339,8 +339,8 @@ pub struct MountArgs {
     #[arg(long)]
     pub no_events: bool,
     /// Send every open and close of a file to the mount (FUSE OPEN, FLUSH, RELEASE), and
-    /// POSIX locks (fcntl) on to the server. By default, in auto and always modes with
-    /// change events followed, the kernel opens and closes files without asking the mount
+    /// POSIX locks (fcntl) on to the server. By default, in auto mode with change events
+    /// followed, the kernel opens and closes files without asking the mount
     /// (FUSE's no-open mode: both cost no request, and each file's pages stay cached across
     /// opens until an event says it changed), and keeps POSIX locks itself, as virtiofsd
     /// and sshfs do: exact between the processes of this guest, but not seen by the host

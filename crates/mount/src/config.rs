@@ -24,7 +24,7 @@ pub struct MountConfig {
     /// Mount read-only (`MS_RDONLY`) and refuse every change.
     pub read_only: bool,
     /// Send every open and close of a file to the mount, and POSIX locks to the server.
-    /// Otherwise (the default), in `auto` and `always` modes, the kernel opens and closes
+    /// Otherwise (the default), in `auto` mode, the kernel opens and closes
     /// files without asking while change events are followed (see
     /// `crate::known::handle::Unannounced`), and keeps POSIX locks itself.
     pub send_opens: bool,

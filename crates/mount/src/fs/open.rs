@@ -1,7 +1,7 @@
 //! Opening files and directories: open (deferred where it may be, or not sent at all), opendir,
 //! and the open fids kept after a close (`crate::known::idle`).
 //!
-//! While change events are followed in `auto` and `always` modes (and `--send-opens` is not
+//! While change events are followed in `auto` mode (and `--send-opens` is not
 //! given), the first OPEN is answered ENOSYS: the kernel then opens and closes files without
 //! asking, keeps their pages across opens (the events drop them when a file changes), keeps
 //! POSIX locks itself, and sends the requests on open files with handle 0, which
@@ -326,15 +326,19 @@ impl MountState {
     /// does when it may open and close files without asking the mount: a lock sent to the
     /// server is held by an open there, and the mount would not hear when its opener
     /// closes it. Decided by the config alone, at FUSE's INIT (see `--send-opens`).
+    ///
+    /// Only in `auto`: with the writeback cache (`always`), a write reaches the mount long
+    /// after the program's open, and an unannounced open would then find the file by a
+    /// name another client may have changed meanwhile; an announced open holds the file.
     pub(super) fn kernel_keeps_locks(&self) -> bool {
-        matches!(self.config.cache, CacheMode::Auto | CacheMode::Always) && !self.config.send_opens
+        self.config.cache == CacheMode::Auto && !self.config.send_opens
     }
 
     /// Whether the kernel may open and close files without asking the mount (FUSE's
     /// no-open mode, for good: it keeps every file's pages across opens, and sends the
     /// requests on open files with handle 0, `crate::known::handle::Unannounced`): while
-    /// change events keep what the kernel holds exact, in the modes whose opens keep pages
-    /// anyway (`auto` with events, `always`), with the extension's Twalkread for first reads.
+    /// change events keep what the kernel holds exact, in `auto` mode (see
+    /// [`MountState::kernel_keeps_locks`]), with the extension's Twalkread for first reads.
     pub(super) fn may_leave_opens_unannounced(&self) -> bool {
         self.kernel_keeps_locks()
             && self.client.has_extensions()

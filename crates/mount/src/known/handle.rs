@@ -275,8 +275,9 @@ impl HandleTable {
         lock(&self.open).remove(&fh)
     }
 
+    /// Handles in use: the kernel's, and the mount's own for unannounced opens.
     pub(crate) fn len(&self) -> usize {
-        lock(&self.open).len()
+        lock(&self.open).len() + lock(&self.unannounced).len()
     }
 
     /// Whether an open of node `node` still waits for its first read to reach the server
@@ -368,31 +369,31 @@ impl HandleTable {
     /// Closes node `node`'s unannounced handles that no request is using: it was removed
     /// or forgotten, and the server's open of it would keep a removed file's space.
     pub(crate) fn forget_unannounced(&self, node: u64) {
-        let gone: Vec<Kept> = {
-            let mut kept = lock(&self.unannounced);
-            let keys: Vec<_> = kept
-                .iter()
-                .filter(|(&(n, _), k)| n == node && k.unused())
-                .map(|(&key, _)| key)
-                .collect();
-            keys.iter().filter_map(|k| kept.remove(k)).collect()
-        };
-        drop(gone);
+        self.close_unannounced(|&(n, _), _| n == node);
     }
 
     /// Closes the unannounced handles unused since `before` (all unused ones for `None`);
     /// returns how many.
     pub(crate) fn expire_unannounced(&self, before: Option<std::time::Instant>) -> usize {
+        self.close_unannounced(|_, used| before.is_none_or(|b| used < b))
+    }
+
+    /// Closes the unannounced handles that no request is using and `which` picks (by key
+    /// and time of last use); returns how many.
+    fn close_unannounced(
+        &self,
+        which: impl Fn(&(u64, Unannounced), std::time::Instant) -> bool,
+    ) -> usize {
         let gone: Vec<Kept> = {
             let mut kept = lock(&self.unannounced);
             let keys: Vec<_> = kept
                 .iter()
-                .filter(|(_, k)| k.unused() && before.is_none_or(|b| k.used < b))
+                .filter(|(key, k)| k.unused() && which(key, k.used))
                 .map(|(&key, _)| key)
                 .collect();
             keys.iter().filter_map(|k| kept.remove(k)).collect()
         };
-        gone.len()
+        gone.len() // clunked here, outside the lock
     }
 }
 
@@ -402,6 +403,56 @@ mod tests {
     use crate::known::replica::listing_snapshot;
     use crossfs_wire::Qid;
     use crossfs_wire::{DirEntry, Rgetattr};
+
+    fn reopen(node: u64) -> Reopen {
+        Reopen::new(node, crossfs_wire::open_flags::RDONLY)
+    }
+
+    fn unannounced(t: &HandleTable, node: u64, what: Unannounced) -> Arc<OpenFile> {
+        t.unannounced(node, what, libc::O_RDONLY, reopen(node))
+    }
+
+    fn kept(t: &HandleTable) -> usize {
+        lock(&t.unannounced).len()
+    }
+
+    #[test]
+    fn unannounced_handles_are_shared_per_node_and_use() {
+        let t = HandleTable::default();
+        let a = unannounced(&t, 1, Unannounced::Read);
+        assert!(Arc::ptr_eq(&a, &unannounced(&t, 1, Unannounced::Read)));
+        assert!(!Arc::ptr_eq(&a, &unannounced(&t, 2, Unannounced::Read)));
+        let w = unannounced(&t, 1, Unannounced::Write(1));
+        assert!(!Arc::ptr_eq(&a, &w));
+        assert_eq!(a.deferred, Some(libc::O_RDONLY), "opened by its first use");
+        // One that could not be opened again on a new connection is replaced.
+        a.stale.store(true, Ordering::Relaxed);
+        assert!(!Arc::ptr_eq(&a, &unannounced(&t, 1, Unannounced::Read)));
+    }
+
+    #[test]
+    fn unannounced_handles_in_use_stay_and_the_unused_are_bounded() {
+        let t = HandleTable::default();
+        let held = unannounced(&t, 0, Unannounced::Read);
+        for node in 1..=(3 * UNANNOUNCED_KEPT as u64) {
+            drop(unannounced(&t, node, Unannounced::Read));
+        }
+        assert!(kept(&t) <= UNANNOUNCED_KEPT, "{}", kept(&t));
+        assert!(Arc::ptr_eq(&held, &unannounced(&t, 0, Unannounced::Read)));
+        // Forgetting a node closes its unused handles only.
+        let last = 3 * UNANNOUNCED_KEPT as u64;
+        t.forget_unannounced(last);
+        t.forget_unannounced(0);
+        assert!(Arc::ptr_eq(&held, &unannounced(&t, 0, Unannounced::Read)));
+        assert!(lock(&t.unannounced).keys().all(|&(n, _)| n != last));
+        // Expiry closes every unused one, never one in use.
+        let before = kept(&t);
+        assert_eq!(t.expire_unannounced(None), before - 1);
+        assert_eq!(kept(&t), 1);
+        drop(held);
+        let later = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        assert_eq!(t.expire_unannounced(Some(later)), 1);
+    }
 
     fn entry(offset: u64) -> DirEntry {
         DirEntry {
