@@ -3,7 +3,9 @@
 //! unlink, mkdir, rmdir) on the same 50 names. Once the programs stop, `crossfs sync` on
 //! both mounts must return 0, and then every name, type, size and content seen through
 //! either mount must equal the export. The programs must meet no ESTALE and no EIO, which a
-//! local directory never gives (counted, and reported with the operation that got them).
+//! local directory never gives (counted, and reported with the operation that got them),
+//! but for the ESTALE the README documents for unannounced opens: a write to a file another
+//! client removed between the program's open and its write, on the default mount.
 //!
 //! The short mode (CI) runs the programs for a few seconds against a server with
 //! `--event-queue 16`, so both mounts' rings overflow and each sync has rescans owed to it.
@@ -321,9 +323,13 @@ fn run(seconds: u64, serve_args: &[&str], seed: u64) {
                 }
             }
         }
+        // The default mount's opens go unannounced (README, differences): a write through
+        // a file the other mount removed or renamed between the program's open and its
+        // write meets ESTALE. Any other ESTALE, and every EIO, is a failure.
+        let expected = |op: &str, e: i32| *label == "default" && op == "write" && e == libc::ESTALE;
         let bad: u64 = errors
             .iter()
-            .filter(|((_, e), _)| *e == libc::ESTALE || *e == libc::EIO)
+            .filter(|((op, e), _)| (*e == libc::ESTALE || *e == libc::EIO) && !expected(op, *e))
             .map(|(_, n)| n)
             .sum();
         // A sync may fail only with a clear message, but under this load none should.
