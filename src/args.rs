@@ -338,10 +338,11 @@ pub struct MountArgs {
     /// them, host changes show once the cache timeouts of --cache pass.
     #[arg(long)]
     pub no_events: bool,
-    /// Send every open and close of a file to the mount (FUSE OPEN, FLUSH, RELEASE), and
-    /// POSIX locks (fcntl) on to the server. By default, in auto mode with change events
-    /// followed, the kernel opens and closes files without asking the mount
-    /// (FUSE's no-open mode: both cost no request, and each file's pages stay cached across
+    /// Send every open and close of a file or directory to the mount (FUSE OPEN, FLUSH,
+    /// RELEASE, OPENDIR, RELEASEDIR), and POSIX locks (fcntl) on to the server. By default,
+    /// in auto mode with change events followed, the kernel opens and closes files and
+    /// directories without asking the mount (FUSE's no-open and no-opendir modes: both cost
+    /// no request, and each file's pages and each directory's listing stay cached across
     /// opens until an event says it changed), and keeps POSIX locks itself, as virtiofsd
     /// and sshfs do: exact between the processes of this guest, but not seen by the host
     /// or other mounts. See the README's differences.

@@ -251,16 +251,16 @@ impl MountState {
     /// reply (or answers with the error, which drops the entries added).
     pub(super) fn readdir(
         &self,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         reply: &mut ReplyDirectory,
     ) -> Result<(), Errno> {
-        let file = self.open_file(fh)?;
+        let file = self.listing_for(ino, fh, offset)?;
         let fid = self.file_fid(&file)?.fid();
         let mut s = lock(&file.dir);
         s.seek(offset);
-        loop {
+        'pages: loop {
             self.fill(file.reopen.node, fid, &mut s)?;
             if s.front().is_none() {
                 break;
@@ -271,12 +271,28 @@ impl MountState {
                 let ino = Self::dirent_ino(&by_path, e);
                 let name = OsStr::from_bytes(&e.name);
                 if reply.add(INodeNo(ino), e.offset, kind_of_dtype(e.ty), name) {
-                    return Ok(());
+                    break 'pages;
                 }
                 s.consume();
             }
         }
+        self.listing_read(ino, fh, &file, &s, offset);
         Ok(())
+    }
+
+    /// After a read of listing `file` from `offset`: an unannounced listing (handle 0)
+    /// that had nothing more to give is closed, as the kernel has read it all.
+    fn listing_read(
+        &self,
+        ino: INodeNo,
+        fh: FileHandle,
+        file: &Arc<crate::known::handle::OpenFile>,
+        s: &DirStream,
+        offset: u64,
+    ) {
+        if fh.0 == 0 && s.ended_at(offset) {
+            self.known.handles.end_listing(ino.0, file);
+        }
     }
 
     /// Each entry comes with its attributes and counts as a lookup; a batch of entries
@@ -297,7 +313,7 @@ impl MountState {
         priming: bool,
         reply: &mut ReplyDirectoryPlus,
     ) -> Result<Then<'_, ()>, Errno> {
-        let (file, dir) = match (self.open_file(fh), self.node(ino)) {
+        let (file, dir) = match (self.listing_for(ino, fh, offset), self.node(ino)) {
             (Ok(f), Ok(d)) => (f, d),
             (Err(e), _) | (_, Err(e)) => return Err(e),
         };
@@ -387,6 +403,7 @@ impl MountState {
                 s.consume();
             }
         }
+        self.listing_read(ino, fh, &file, &s, offset);
         drop(s);
         Ok(Then::new((), move || {
             if let Some(tx) = self.ahead.subdirs_to_fetch.get() {

@@ -22,7 +22,7 @@ use super::reply::{answer, Entry, Then};
 use super::{attr, lock, Caller, MountState};
 use crate::changes::SYNC_XATTR;
 use crate::known::cache::CacheMode;
-use crate::known::handle::Unannounced;
+use crate::known::handle::{OpenFile, Reopen, Unannounced};
 use crate::known::listed_attrs::ChangeInFlight;
 use crate::stats::Op;
 
@@ -532,13 +532,20 @@ impl Filesystem for CrossFs {
     fn fsyncdir(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
         let s = self.s(req, Op::Fsyncdir);
-        answer(reply, s.open_file(fh).and_then(|f| s.fsync(f, datasync)));
+        let file = match fh.0 {
+            // No-opendir mode: the directory is opened for the fsync alone.
+            0 => s
+                .node(ino)
+                .map(|fid| OpenFile::listing(fid, Reopen::new(ino.0, 0))),
+            _ => s.open_file(fh),
+        };
+        answer(reply, file.and_then(|f| s.fsync(f, datasync)));
     }
 
     fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {

@@ -6,7 +6,11 @@
 //! asking, keeps their pages across opens (the events drop them when a file changes), keeps
 //! POSIX locks itself, and sends the requests on open files with handle 0, which
 //! [`MountState::open_file_for`] serves through per-node handles of the mount's own
-//! (`crate::known::handle::Unannounced`). They open a file on the server as the deferred
+//! (`crate::known::handle::Unannounced`). The first OPENDIR is answered ENOSYS too: the
+//! kernel keeps every listing it reads until the directory changes, and reads listings
+//! with handle 0, which [`MountState::listing_for`] serves from listings made per read
+//! from offset 0 (the offsets are the server's cookies, so any listing continues after
+//! any of them). They open a file on the server as the deferred
 //! opens below do, so they promise what those promise, with two more differences from a
 //! local file: a file the guest opened, then removed through the mount before its first
 //! read or write is reached only because a removal walks every regular file's node first
@@ -372,6 +376,8 @@ impl MountState {
                 };
                 (linux | libc::O_WRONLY, wire)
             }
+            // Directories are read through `listing_for`.
+            Unannounced::List => return Err(Errno::EBADF),
         };
         let linux = linux | sync_flags(wire);
         Ok(handles.unannounced(ino.0, what, linux, Reopen::new(ino.0, wire)))
@@ -447,10 +453,80 @@ impl MountState {
         }
     }
 
-    /// With the crossfs extension (outside `never` mode) a directory is listed through its
-    /// node's own fid, so opening it sends nothing (and closing it neither). `opening`:
-    /// from [`MountState::opening_dir`].
+    /// Whether the kernel may open and close directories without asking the mount
+    /// (FUSE's no-opendir mode, for good: it then keeps every listing it reads, and reads
+    /// with handle 0, [`MountState::listing_for`]): when it may for files (see
+    /// [`MountState::may_leave_opens_unannounced`]; the listings are the crossfs
+    /// extension's, through the directory's own fid).
+    pub(super) fn may_leave_dirs_unannounced(&self) -> bool {
+        self.kernel_keeps_locks()
+            && self.client.has_extensions()
+            && self.follows_events()
+            && self.client.is_connected()
+    }
+
+    /// OPENDIR. With the crossfs extension (outside `never` mode) a directory is listed
+    /// through its node's own fid, so opening it sends nothing (and closing it neither);
+    /// while [`MountState::may_leave_dirs_unannounced`], the kernel is told not to ask
+    /// (ENOSYS). `opening`: from [`MountState::opening_dir`].
     pub(super) fn opendir(&self, ino: INodeNo, opening: &OpeningDir<'_>) -> Result<Opened, Errno> {
+        if self.may_leave_dirs_unannounced() {
+            if !self
+                .known
+                .handles
+                .dirs_unannounced
+                .swap(true, Ordering::Relaxed)
+            {
+                tracing::debug!("opens and closes of directories no longer reach the mount");
+            }
+            return Err(Errno::ENOSYS);
+        }
+        let fh = self.known.handles.add(self.open_dir(ino, opening)?);
+        // Directory listings may stay in the page cache where names do too; the
+        // kernel drops them when the directory changes through this mount, and
+        // the change events drop them when it changes on the host.
+        let flags = match self.config.cache {
+            CacheMode::Metadata | CacheMode::Always => {
+                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
+            }
+            CacheMode::Auto if self.follows_events() => {
+                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
+            }
+            CacheMode::Never | CacheMode::Auto => FopenFlags::empty(),
+        };
+        Ok(Opened(FileHandle(fh), flags))
+    }
+
+    /// The open directory a READDIR(PLUS) or FSYNCDIR with handle `fh` at `offset` reads:
+    /// the handle's, or for handle 0 (no-opendir mode) the directory's unannounced
+    /// listing (see `crate::known::handle::Unannounced::List`), made anew at offset 0 or
+    /// when there is none: the offsets are the server's cookies, so a listing made anew
+    /// continues after any of them as the old one would.
+    pub(super) fn listing_for(
+        &self,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+    ) -> Result<Arc<OpenFile>, Errno> {
+        if fh.0 != 0 {
+            return self.open_file(fh);
+        }
+        let handles = &self.known.handles;
+        if offset != 0 {
+            if let Some(file) = handles.listing(ino.0) {
+                return Ok(file);
+            }
+        }
+        let opening = self.opening_dir(ino);
+        let file = self.open_dir(ino, &opening)?;
+        handles.keep_listing(ino.0, file.clone());
+        Ok(file)
+    }
+
+    /// A new open of directory `ino`, listed through its node's fid where the extension
+    /// allows (then nothing is sent but the first entries' fetch, if no replica has them),
+    /// its stream answered from the directory's replica where there is one.
+    fn open_dir(&self, ino: INodeNo, opening: &OpeningDir<'_>) -> Result<Arc<OpenFile>, Errno> {
         let flags = libc::O_RDONLY | libc::O_DIRECTORY;
         let OpeningDir {
             listing_only,
@@ -477,40 +553,25 @@ impl MountState {
         };
         let (fid, wire) = opened?;
         let reopen = Reopen::new(ino.0, wire);
-        let fh = if listing_only {
-            self.known.handles.insert_listing(fid, reopen)
+        let file = if listing_only {
+            OpenFile::listing(fid, reopen)
         } else {
-            self.known.handles.insert(fid, reopen)
+            OpenFile::with_fid(fid, reopen)
         };
         if self.replicas_usable() {
             // Taken first: directories listed are anchored with it (their own
             // replicas may then answer), unless the directory changed since.
             let ticket = self.known.replicas.ticket(ino.0);
-            if let (Some((listing, fetched)), Some(file)) = (
-                self.known.replicas.listing(ino.0),
-                self.known.handles.get(fh),
-            ) {
+            if let Some((listing, fetched)) = self.known.replicas.listing(ino.0) {
                 // The listing is answered from the replica, as it is now.
                 *lock(&file.dir) = DirStream::from_replica(listing, ticket, fetched);
                 first = None;
             }
         }
-        if let (Some(listed), Some(file)) = (first, self.known.handles.get(fh)) {
+        if let Some(listed) = first {
             self.take_listed(ino.0, &mut lock(&file.dir), listed, ticket, fetched);
         }
-        // Directory listings may stay in the page cache where names do too; the
-        // kernel drops them when the directory changes through this mount, and
-        // the change events drop them when it changes on the host.
-        let flags = match self.config.cache {
-            CacheMode::Metadata | CacheMode::Always => {
-                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
-            }
-            CacheMode::Auto if self.follows_events() => {
-                FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
-            }
-            CacheMode::Never | CacheMode::Auto => FopenFlags::empty(),
-        };
-        Ok(Opened(FileHandle(fh), flags))
+        Ok(file)
     }
 }
 

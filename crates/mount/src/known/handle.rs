@@ -41,6 +41,17 @@ pub(crate) struct Reopen {
 }
 
 impl OpenFile {
+    /// An open of `fid`, not yet in any table.
+    pub(crate) fn with_fid(fid: Arc<FidRef>, reopen: Reopen) -> Arc<OpenFile> {
+        OpenFile::new(OnceLock::from(fid), reopen, None, false)
+    }
+
+    /// A directory's open that lists through its node's fid (see
+    /// [`OpenFile::listing_only`]), not yet in any table.
+    pub(crate) fn listing(node_fid: Arc<FidRef>, reopen: Reopen) -> Arc<OpenFile> {
+        OpenFile::new(OnceLock::from(node_fid), reopen, None, true)
+    }
+
     fn new(
         fid: OnceLock<Arc<FidRef>>,
         reopen: Reopen,
@@ -143,6 +154,11 @@ impl DirStream {
         }
     }
 
+    /// Whether a read from cookie `offset` found nothing: the listing ends there.
+    pub(crate) fn ended_at(&self, offset: u64) -> bool {
+        self.eof && self.front().is_none() && self.from == offset
+    }
+
     /// The next entry to hand to the kernel, if one is at hand.
     pub(crate) fn front(&self) -> Option<&Listed> {
         match &self.snapshot {
@@ -205,6 +221,8 @@ pub(crate) struct HandleTable {
     unannounced: Mutex<HashMap<(u64, Unannounced), Kept>>,
     /// The kernel sends no OPEN any more (see [`Unannounced`]).
     pub opens_unannounced: AtomicBool,
+    /// The kernel sends no OPENDIR any more (see [`Unannounced::List`]).
+    pub dirs_unannounced: AtomicBool,
 }
 
 /// Once the mount has answered an OPEN with ENOSYS (`fs/open.rs`), the kernel sends no
@@ -220,6 +238,10 @@ pub(crate) enum Unannounced {
     Read,
     /// Writes, opened with these 9P2000.L flags (access, append, sync).
     Write(u32),
+    /// A directory's listing as the kernel reads it from offset 0 to its end, once the
+    /// mount has answered an OPENDIR with ENOSYS (`fs/open.rs`): made anew by each read
+    /// from offset 0, closed by the read that finds nothing more.
+    List,
 }
 
 /// Unused unannounced handles kept at most: each may hold one of the server's
@@ -240,28 +262,17 @@ impl Kept {
 
 impl HandleTable {
     pub(crate) fn insert(&self, fid: Arc<FidRef>, reopen: Reopen) -> u64 {
-        self.insert_handle(OnceLock::from(fid), reopen, None, false)
+        self.add(OpenFile::with_fid(fid, reopen))
     }
 
     /// An open for reading deferred to its first read (see [`OpenFile::deferred`]).
     pub(crate) fn insert_deferred(&self, reopen: Reopen, flags: i32) -> u64 {
-        self.insert_handle(OnceLock::new(), reopen, Some(flags), false)
+        self.add(OpenFile::new(OnceLock::new(), reopen, Some(flags), false))
     }
 
-    /// A directory handle listing through its node's fid (see [`OpenFile::listing_only`]).
-    pub(crate) fn insert_listing(&self, node_fid: Arc<FidRef>, reopen: Reopen) -> u64 {
-        self.insert_handle(OnceLock::from(node_fid), reopen, None, true)
-    }
-
-    fn insert_handle(
-        &self,
-        fid: OnceLock<Arc<FidRef>>,
-        reopen: Reopen,
-        deferred: Option<i32>,
-        listing_only: bool,
-    ) -> u64 {
+    /// Gives `file` a handle (never 0).
+    pub(crate) fn add(&self, file: Arc<OpenFile>) -> u64 {
         let fh = self.next.fetch_add(1, Ordering::Relaxed) + 1;
-        let file = OpenFile::new(fid, reopen, deferred, listing_only);
         lock(&self.open).insert(fh, file);
         fh
     }
@@ -317,7 +328,32 @@ impl HandleTable {
                 return k.file.clone();
             }
         }
-        self.keep_unannounced(node, what, OnceLock::new(), Some(deferred), reopen)
+        let file = OpenFile::new(OnceLock::new(), reopen, Some(deferred), false);
+        self.keep_unannounced(node, what, file.clone());
+        file
+    }
+
+    /// Directory `node`'s unannounced listing (see [`Unannounced::List`]), if one is
+    /// under way.
+    pub(crate) fn listing(&self, node: u64) -> Option<Arc<OpenFile>> {
+        let mut kept = lock(&self.unannounced);
+        let k = kept.get_mut(&(node, Unannounced::List))?;
+        k.used = std::time::Instant::now();
+        Some(k.file.clone()).filter(|f| !f.stale.load(Ordering::Relaxed))
+    }
+
+    /// Makes `file` directory `node`'s unannounced listing, in place of any before.
+    pub(crate) fn keep_listing(&self, node: u64, file: Arc<OpenFile>) {
+        self.keep_unannounced(node, Unannounced::List, file);
+    }
+
+    /// Closes directory `node`'s unannounced listing `file`: the kernel has read it all.
+    pub(crate) fn end_listing(&self, node: u64, file: &Arc<OpenFile>) {
+        let mut kept = lock(&self.unannounced);
+        let key = (node, Unannounced::List);
+        if kept.get(&key).is_some_and(|k| Arc::ptr_eq(&k.file, file)) {
+            kept.remove(&key);
+        }
     }
 
     /// Makes `fid` (a file just created and opened) node `node`'s unannounced handle `what`.
@@ -328,18 +364,10 @@ impl HandleTable {
         fid: Arc<FidRef>,
         reopen: Reopen,
     ) {
-        self.keep_unannounced(node, what, OnceLock::from(fid), None, reopen);
+        self.keep_unannounced(node, what, OpenFile::with_fid(fid, reopen));
     }
 
-    fn keep_unannounced(
-        &self,
-        node: u64,
-        what: Unannounced,
-        fid: OnceLock<Arc<FidRef>>,
-        deferred: Option<i32>,
-        reopen: Reopen,
-    ) -> Arc<OpenFile> {
-        let file = OpenFile::new(fid, reopen, deferred, false);
+    fn keep_unannounced(&self, node: u64, what: Unannounced, file: Arc<OpenFile>) {
         let mut kept = lock(&self.unannounced);
         let mut gone: Vec<Kept> = Vec::new();
         if kept.len() >= UNANNOUNCED_KEPT {
@@ -354,16 +382,9 @@ impl HandleTable {
             gone.extend(drop.filter_map(|(_, key)| kept.remove(key)));
         }
         let used = std::time::Instant::now();
-        let replaced = kept.insert(
-            (node, what),
-            Kept {
-                file: file.clone(),
-                used,
-            },
-        );
+        let replaced = kept.insert((node, what), Kept { file, used });
         drop(kept);
         drop((gone, replaced)); // clunked outside the lock
-        file
     }
 
     /// Closes node `node`'s unannounced handles that no request is using: it was removed
