@@ -35,15 +35,21 @@ pub(crate) struct OpenFile {
     /// A regular file opened without `O_DIRECT`: reads may try the page cache alone (with
     /// `O_DIRECT` even a "no wait" read waits for the disk).
     pub cached_reads: bool,
+    /// A regular file opened without `O_DIRECT`, `O_SYNC` or `O_DSYNC`: a small write only
+    /// copies into the page cache (see `crate::ops::runs_inline`).
+    pub quick_writes: bool,
 }
 
 impl OpenFile {
     /// An open descriptor on an inode of type `kind` (`S_IFMT` bits), opened with `flags`.
     pub(crate) fn new(fd: OpenFd, kind: u32, flags: rustix::fs::OFlags) -> Self {
+        use rustix::fs::OFlags;
+        let cached_reads = kind == libc::S_IFREG && !flags.contains(OFlags::DIRECT);
         OpenFile {
             fd,
             dir_cursor: Mutex::new(()),
-            cached_reads: kind == libc::S_IFREG && !flags.contains(rustix::fs::OFlags::DIRECT),
+            cached_reads,
+            quick_writes: cached_reads && !flags.intersects(OFlags::SYNC | OFlags::DSYNC),
         }
     }
 }

@@ -42,11 +42,11 @@ fn a_connection_past_max_connections_is_closed_and_the_others_carry_on() {
 }
 
 /// The one worker is blocked opening a fifo nobody reads, and Twrites of a regular file
-/// queue behind it. The server must stop reading once `max_buffered_bytes` are queued, long
+/// (too large for the reader to run them itself) queue behind it. The server must stop reading once `max_buffered_bytes` are queued, long
 /// before `max_in_flight` (64) requests are.
 #[test]
 fn the_reader_stops_at_max_buffered_bytes() {
-    const CHUNK: usize = 32 * 1024;
+    const CHUNK: usize = 128 * 1024;
     const SENT: u16 = 64;
     const LIMIT: usize = 2 * CHUNK;
     let h = Harness::with(|c| {

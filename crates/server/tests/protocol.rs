@@ -305,14 +305,15 @@ fn flushed_request_that_had_not_started_is_dropped() {
         }),
     );
     wait_for_blocked_fifo_open();
-    // (A Tlcreate: requests that cannot block for long, a Tmkdir say, run on the reader
-    // and are never queued.)
+    // (A Tlcreate that truncates an existing file: requests that cannot block for long, a
+    // Tmkdir or an exclusive create say, run on the reader and are never queued.)
+    std::fs::write(h.path("kept"), b"kept").unwrap();
     c.send(
         Tag(2),
         &Tmessage::Lcreate(Tlcreate {
             fid: ROOT,
-            name: b"never".to_vec(),
-            flags: open_flags::RDWR,
+            name: b"kept".to_vec(),
+            flags: open_flags::RDWR | open_flags::TRUNC,
             mode: 0o644,
             gid: 0,
         }),
@@ -329,7 +330,11 @@ fn flushed_request_that_had_not_started_is_dropped() {
     }
     assert_eq!(tags[0], Tag(1));
     assert_eq!(tags[1], Tag(3), "Tlcreate was dropped unanswered");
-    assert!(!h.path("never").exists());
+    assert_eq!(
+        std::fs::read(h.path("kept")).unwrap(),
+        b"kept",
+        "and never ran"
+    );
     drop(writer);
     c.close();
 }
@@ -743,4 +748,51 @@ fn memory_per_connection_follows_what_it_holds() {
     other.close();
     let stats = h.server.stats_json();
     assert_eq!(stats["live"]["memory"]["connections"], 0);
+}
+
+/// What a local file system does at once runs on the connection's reader: with the only
+/// worker blocked (opening a fifo nobody writes), a small write, a setattr and an
+/// exclusive create are still answered.
+#[test]
+fn quick_changes_are_answered_while_the_workers_are_busy() {
+    let h = Harness::with(|c| c.workers_per_connection = 1);
+    let fifo = blocking_fifo(&h);
+    let mut c = h.connect();
+    std::fs::write(h.path("f"), b"").unwrap();
+    c.open(Fid(2), "f", open_flags::WRONLY);
+    c.walk_path(Fid(1), "fifo").unwrap();
+    c.send(
+        Tag(1),
+        &Tmessage::Lopen(Tlopen {
+            fid: Fid(1),
+            flags: open_flags::RDONLY,
+        }),
+    );
+    wait_for_blocked_fifo_open();
+    assert_eq!(c.write(Fid(2), 0, b"quick"), Ok(5));
+    c.ok(Tsetattr {
+        fid: Fid(2),
+        valid: setattr::MODE,
+        mode: 0o600,
+        uid: 0,
+        gid: 0,
+        size: 0,
+        atime_sec: 0,
+        atime_nsec: 0,
+        mtime_sec: 0,
+        mtime_nsec: 0,
+    });
+    c.walk(ROOT, Fid(3), &[]).unwrap();
+    c.ok(Tlcreate {
+        fid: Fid(3),
+        name: b"new".to_vec(),
+        flags: open_flags::RDWR | open_flags::EXCL,
+        mode: 0o644,
+        gid: 0,
+    });
+    assert_eq!(std::fs::read(h.path("f")).unwrap(), b"quick");
+    let writer = release_fifo(&fifo);
+    assert_eq!(c.recv().tag, Tag(1));
+    drop(writer);
+    c.close();
 }

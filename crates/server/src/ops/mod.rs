@@ -55,13 +55,17 @@ pub(crate) fn handle(
 
 /// Whether a request cannot block for long, so the connection's reader may execute it itself
 /// rather than hand it to a worker (see the session's concurrency notes). These only look up
-/// names, attributes, directory entries and locks (never waiting for one), or close
-/// descriptors; opening qualifies only for regular files and directories (opening a fifo
-/// waits for its other end, a device for whatever the driver waits for). Reads (but see
-/// [`read_cached`]), writes,
-/// fsync, Tlcreate (which may open an existing fifo), truncation and unlinking (which may
-/// free a large file's blocks) go to workers. Requests that do not decode only get an
-/// error, and run inline too.
+/// names, attributes, directory entries and locks (never waiting for one), close
+/// descriptors, or make changes a local file system makes at once: creating, renaming,
+/// setting attributes, small writes into the page cache ([`quick_write`]). Opening
+/// qualifies only for regular files and directories (opening a fifo waits for its other
+/// end, a device for whatever the driver waits for), and so does creating
+/// ([`quick_create`]). Reads (but see [`read_cached`]), large, direct or synchronous
+/// writes, fsync, allocation, cutting a large file short and unlinking one (which may
+/// free many blocks) go to workers. Requests that do not decode only get an error, and
+/// run inline too. The cost of running on the reader: the connection's next request
+/// waits for this one, which on a busy disk is a journal commit or dirty-page throttling
+/// at worst; what it saves is two thread hand-offs per request, half of a round trip.
 pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> bool {
     use Tmessage as T;
     let Ok(msg) = msg else {
@@ -119,27 +123,108 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
         | T::Unlinkatattr(crossfs_wire::Tunlinkatattr { dirfd, name, .. }) => {
             quick_removal(conn, *dirfd, name)
         }
+        T::Write(crossfs_wire::Twrite { fid, data, .. })
+        | T::Writeattr(crossfs_wire::Twriteattr { fid, data, .. }) => {
+            quick_write(conn, *fid, data.0.len())
+        }
+        T::Lcreate(crossfs_wire::Tlcreate {
+            fid, name, flags, ..
+        })
+        | T::Createattr(crossfs_wire::Tcreateattr {
+            dfid: fid,
+            name,
+            flags,
+            ..
+        })
+        | T::Createattrdir(crossfs_wire::Tcreateattrdir {
+            create:
+                crossfs_wire::Tcreateattr {
+                    dfid: fid,
+                    name,
+                    flags,
+                    ..
+                },
+        }) => quick_create(conn, *fid, name, *flags),
+        T::Setattr(set) | T::Setattrget(crossfs_wire::Tsetattrget { set, .. }) => {
+            quick_setattr(conn, set)
+        }
         T::Read(_)
-        | T::Write(_)
-        | T::Writeattr(_)
-        | T::Lcreate(_)
         | T::Fsync(_)
         // Allocating or zeroing a large range takes as long as the file system needs.
         | T::Fallocate(_)
-        // Creates, as Tlcreate.
+        // Creates, as a Tlcreate that truncates may.
         | T::Tmpfile(_)
-        | T::Setattr(_)
         | T::Remove(_)
         | T::Version(_)
         | T::Flush(_)
-        // Creating and setting attributes go where their plain forms go.
-        | T::Createattr(_)
-        | T::Createattrdir(_)
-        | T::Setattrget(_)
         // Reads, as Tread.
         | T::Walkread(_)
         | T::Readfiles(_) => false,
     }
+}
+
+/// Largest write that runs on the reader (see [`quick_write`]).
+const QUICK_WRITE_MAX: usize = 64 * 1024;
+
+/// Whether a write of `len` bytes to open fid `fid` is quick: a small one to a regular file
+/// opened without `O_DIRECT` or `O_SYNC` (a copy into the page cache). Larger writes go to
+/// workers, so that several run at once. A fid that is not such a file fails at once or
+/// is not quick.
+fn quick_write(conn: &Conn, fid: crossfs_wire::Fid, len: usize) -> bool {
+    let Ok(state) = conn.fids.get(fid) else {
+        return true;
+    };
+    match &*state {
+        FidState::File(f) => {
+            len <= QUICK_WRITE_MAX && f.open.get().is_none_or(|open| open.quick_writes)
+        }
+        // Written into the fid's own buffer.
+        FidState::XattrWrite(_) | FidState::Auth(_) => true,
+        FidState::XattrRead(_) | FidState::Events(_) => true,
+    }
+}
+
+/// Whether creating (and opening) `name` in directory `dfid` is quick: it only opens what it
+/// made (`O_EXCL`, or the name is missing), or a regular file it does not truncate, as
+/// Twalkopen. An existing fifo would wait for its other end.
+fn quick_create(conn: &Conn, dfid: crossfs_wire::Fid, name: &[u8], flags: u32) -> bool {
+    use crossfs_wire::open_flags as of;
+    if flags & of::EXCL != 0 {
+        return true;
+    }
+    let Ok(state) = conn.fids.get(dfid) else {
+        return true;
+    };
+    let (FidState::File(dir), Ok(name)) = (&*state, crossfs_export::names::component(name)) else {
+        return true;
+    };
+    let Ok(fd) = dir.fd() else {
+        return true;
+    };
+    match crossfs_export::sys::stat_at(fd.as_fd(), &name) {
+        Ok(st) => u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFREG && flags & of::TRUNC == 0,
+        Err(_) => true,
+    }
+}
+
+/// Whether a setattr is quick: anything but cutting a regular file of over
+/// [`QUICK_REMOVAL_MAX`] bytes short, whose blocks the file system may take a while to free.
+fn quick_setattr(conn: &Conn, set: &crossfs_wire::Tsetattr) -> bool {
+    if set.valid & crossfs_wire::setattr::SIZE == 0 {
+        return true;
+    }
+    let Ok(state) = conn.fids.get(set.fid) else {
+        return true;
+    };
+    let FidState::File(f) = &*state else {
+        return true;
+    };
+    let Ok(fd) = f.fd() else {
+        return true;
+    };
+    crossfs_export::sys::stat(fd.as_fd()).map_or(true, |st| {
+        st.stx_size <= QUICK_REMOVAL_MAX || set.size >= st.stx_size
+    })
 }
 
 /// Largest file whose removal runs on the reader (see [`quick_removal`]).
