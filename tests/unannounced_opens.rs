@@ -122,6 +122,30 @@ fn a_repeated_grep_costs_no_open_close_or_read_and_nothing_on_the_wire() {
     }
 }
 
+/// A first `grep -r` over a tree the mount has listed reads the small files of the
+/// directories ahead of it: once it has read two directories, the next ones' files are
+/// fetched a directory at a time (Treadfiles) before it opens them, not one by one.
+#[test]
+fn a_first_grep_reads_the_directories_ahead_whole() {
+    let dirs = 40;
+    let s = setup(dirs, &[]);
+    let out = Command::new("find")
+        .arg(&s.mount.mountpoint)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let (_, wire0) = counts(&s.mount);
+    assert_eq!(grep(&s.mount.mountpoint).lines().count(), dirs * 19);
+    let (_, wire1) = counts(&s.mount);
+    let sent = delta(&wire0, &wire1, true);
+    println!("9P requests: {sent:?}");
+    let one_by_one = count(&wire1, "Twalkread") - count(&wire0, "Twalkread");
+    assert!(
+        one_by_one <= dirs as u64 / 4,
+        "{one_by_one} files of {dirs} directories read one by one: {sent:?}"
+    );
+}
+
 #[test]
 fn a_host_change_reaches_the_next_read() {
     let s = setup(2, &[]);

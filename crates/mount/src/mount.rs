@@ -105,6 +105,7 @@ pub fn mount(
     state.start_page_push(notifier.clone());
     state.start_dir_priming(mountpoint.to_path_buf());
     state.start_subdir_fetch();
+    state.start_dirs_read_ahead();
     crate::known::idle::IdleOpens::expire_while(Arc::downgrade(&state.known), |k| {
         // The unannounced handles expire on the same beat (between one and two periods).
         let idle_since = std::time::Instant::now().checked_sub(crate::known::idle::IDLE_FOR);

@@ -34,6 +34,9 @@ pub(crate) struct Ahead {
     /// Shared with the change feed, which settles a push before it drops pages.
     pub page_push: Arc<PagePush>,
     pub pages_to_push: OnceLock<SyncSender<Vec<SmallFile>>>,
+    /// Directories a program reading a tree has reached, for the thread that asks for the
+    /// small files of those it will read next.
+    pub dirs_to_read_ahead: OnceLock<SyncSender<u64>>,
     /// Lookups per directory, for listing directories ahead, by the thread this sends
     /// them to.
     pub dir_priming: DirPriming,

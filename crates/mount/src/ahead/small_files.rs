@@ -35,6 +35,18 @@ pub(crate) const WINDOW: usize = 256;
 /// How close two reads of files not here must come to ask for more.
 const RECENT: Duration = Duration::from_secs(2);
 
+/// Whether a first read makes it time to ask for a directory's small files (see
+/// [`SmallFiles::read_in`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Asking {
+    No,
+    /// A second read in this directory.
+    ThisDirectory,
+    /// The first read in a directory soon after the mount asked in another: a program
+    /// reads a tree, and the directories it reads next may be asked for too.
+    TreeWalk,
+}
+
 /// A file's whole content, its attributes after the read, and when it was asked for.
 #[derive(Clone)]
 pub(crate) struct SmallFile {
@@ -96,11 +108,12 @@ impl SmallFiles {
         }
     }
 
-    /// Notes a first read of a file in directory `dir` that was not here; true when the
+    /// Notes a first read of a file in directory `dir` that was not here; says whether the
     /// files after it should now be asked for: another such read came within [`RECENT`],
     /// in this directory or, if that made the mount ask, in another (a program reading a
-    /// tree), and the last time asking did not find this directory without small files.
-    pub(crate) fn read_in(&self, dir: u64) -> bool {
+    /// tree: [`Asking::TreeWalk`]), and the last time asking did not find this directory
+    /// without small files.
+    pub(crate) fn read_in(&self, dir: u64) -> Asking {
         let now = Instant::now();
         let mut inner = self.lock();
         if inner.dirs.len() >= MAX_DIRS {
@@ -109,14 +122,15 @@ impl SmallFiles {
         let recent = |at: Instant| now.duration_since(at) < RECENT;
         let last = inner.dirs.insert(dir, (now, false));
         let ask = match last {
-            Some((at, barren)) => recent(at) && !barren,
-            None => inner.asked.is_some_and(recent),
+            Some((at, barren)) if recent(at) && !barren => Asking::ThisDirectory,
+            None if inner.asked.is_some_and(recent) => Asking::TreeWalk,
+            _ => Asking::No,
         };
-        if let (Some((at, true)), false) = (last, ask) {
+        if let (Some((at, true)), Asking::No) = (last, ask) {
             // Still without small files: keep that in mind until it is old.
             inner.dirs.insert(dir, (at, true));
         }
-        if ask {
+        if ask != Asking::No {
             inner.asked = Some(now);
         }
         ask
@@ -243,17 +257,18 @@ mod tests {
 
     #[test]
     fn a_second_read_in_a_directory_asks_for_more_unless_it_had_nothing() {
+        use Asking::*;
         let s = SmallFiles::default();
-        assert!(!s.read_in(7), "one read tells nothing");
-        assert!(!s.read_in(8), "nor does one in another directory");
-        assert!(s.read_in(7));
+        assert_eq!(s.read_in(7), No, "one read tells nothing");
+        assert_eq!(s.read_in(8), No, "nor does one in another directory");
+        assert_eq!(s.read_in(7), ThisDirectory);
         s.barren(7);
-        assert!(!s.read_in(7), "nothing to ask for a moment ago");
-        assert!(!s.read_in(7));
+        assert_eq!(s.read_in(7), No, "nothing to ask for a moment ago");
+        assert_eq!(s.read_in(7), No);
         // Reading a tree: having just asked, a first read in another directory asks.
-        assert!(s.read_in(9));
+        assert_eq!(s.read_in(9), TreeWalk);
         s.barren(9);
-        assert!(!s.read_in(9));
+        assert_eq!(s.read_in(9), No);
     }
 
     #[test]

@@ -181,7 +181,7 @@ impl MountState {
         self: &Arc<Self>,
         name: &str,
         slot: &std::sync::OnceLock<std::sync::mpsc::SyncSender<T>>,
-        work: impl Fn(&MountState, T) + Send + 'static,
+        work: impl Fn(&Arc<MountState>, T) + Send + 'static,
     ) {
         let (tx, rx) = std::sync::mpsc::sync_channel::<T>(64);
         if slot.set(tx).is_err() {

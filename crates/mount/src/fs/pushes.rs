@@ -14,7 +14,7 @@ use crossfs_wire::{Rmessage, Tmessage, Treadfiles};
 use fuser::INodeNo;
 
 use super::MountState;
-use crate::ahead::small_files::{SmallFile, Waiter};
+use crate::ahead::small_files::{Asking, SmallFile, Waiter};
 use crate::known::cache::CacheMode;
 
 impl MountState {
@@ -116,33 +116,86 @@ impl MountState {
     }
 
     /// Asks for the small regular files after node `ino` in its directory's listing (see
-    /// `crate::ahead::small_files`), if this read makes it time to, while events are followed.
+    /// `crate::ahead::small_files`), if this read makes it time to, while events are followed;
+    /// in a program's walk of a tree, those of the directories it will read next too, on
+    /// the helper thread (`read_dirs_ahead`).
     pub(super) fn fetch_small_files(self: &Arc<Self>, ino: u64) {
-        use crate::ahead::small_files::{MAX_FILE, WINDOW};
         if self.server.no_readfiles.load(Ordering::Relaxed) || !self.follows_events() {
             return;
         }
         let Some((dir_ino, name)) = self.known.inodes.found_in(ino) else {
             return;
         };
-        if !self.ahead.small_files.read_in(dir_ino) {
+        let asking = self.ahead.small_files.read_in(dir_ino);
+        if asking == Asking::No {
             return;
         }
+        if !self.ask_small_files(dir_ino, Some(&name)) {
+            self.ahead.small_files.barren(dir_ino);
+        }
+        if let (Asking::TreeWalk, Some(tx)) = (asking, self.ahead.dirs_to_read_ahead.get()) {
+            let _ = tx.try_send(dir_ino);
+        }
+    }
+
+    /// Starts the thread that asks for the small files of the directories a program
+    /// reading a tree will read next (see [`MountState::fetch_small_files`]); it ends with
+    /// the mount.
+    pub(crate) fn start_dirs_read_ahead(self: &Arc<Self>) {
+        self.start_helper(
+            "crossfs-read-ahead",
+            &self.ahead.dirs_to_read_ahead,
+            |shared, dir| {
+                for next in shared.dirs_after(dir).into_iter().take(DIRS_AHEAD) {
+                    shared.ask_small_files(next, None);
+                }
+            },
+        );
+    }
+
+    /// The directories a depth-first walk in listing order (`grep -r`, `find`) reads after
+    /// directory `dir`, as far as replicas tell: its subdirectories, then the directories
+    /// after it in its parent's listing.
+    fn dirs_after(&self, dir: u64) -> Vec<u64> {
+        let subdirs = |d: u64, after: Option<&[u8]>| -> Vec<u64> {
+            let Some(names) = self.known.replicas.names(d) else {
+                return Vec::new();
+            };
+            let from = after
+                .and_then(|a| names.iter().position(|(n, _)| n[..] == *a))
+                .map_or(0, |i| i + 1);
+            names[from..]
+                .iter()
+                .filter_map(|(_, a)| a.as_ref().filter(|a| crate::attr::is_dir(a)))
+                .filter_map(|a| self.known.inodes.ino_of(a.qid.path))
+                .filter(|&ino| self.known.replicas.has(ino))
+                .collect()
+        };
+        let mut dirs = subdirs(dir, None);
+        if let Some((parent, name)) = self.known.inodes.found_in(dir) {
+            dirs.extend(subdirs(parent, Some(&name)));
+        }
+        dirs
+    }
+
+    /// Asks for the small regular files of directory `dir_ino` that are neither here nor on
+    /// the way, in its listing order after `after` (then those before it: a small
+    /// directory whole), or from its start; false if there were none.
+    fn ask_small_files(self: &Arc<Self>, dir_ino: u64, after: Option<&[u8]>) -> bool {
+        use crate::ahead::small_files::{MAX_FILE, WINDOW};
         let (Some(names), Ok(dir)) = (
             self.known.replicas.names(dir_ino),
             self.node(INodeNo(dir_ino)),
         ) else {
-            return;
+            return true;
         };
         // Files a deferred open may read, and symbolic links.
         let small = |a: &crossfs_wire::Rgetattr| {
             let link = a.mode & libc::S_IFMT == libc::S_IFLNK;
             (link || crate::attr::stamp(a).readable_by_anyone) && a.size <= u64::from(MAX_FILE)
         };
-        // The files after this one, then those before it: a small directory whole.
-        let at = names
-            .iter()
-            .position(|(n, _)| *n == name)
+        let at = after
+            .and_then(|a| names.iter().position(|(n, _)| n[..] == *a))
             .map_or(0, |i| i + 1);
         let (before, after) = names.split_at(at);
         let candidates: Vec<(&[u8], u64)> = after
@@ -174,7 +227,7 @@ impl MountState {
         let wanted: Vec<&(&[u8], u64)> =
             candidates.iter().filter(|c| fresh.contains(&c.1)).collect();
         if wanted.is_empty() {
-            return self.ahead.small_files.barren(dir_ino);
+            return false;
         }
         for batch in wanted.chunks(crossfs_wire::MAX_WALK_ELEMENTS) {
             let asked: Vec<u64> = batch.iter().map(|c| c.1).collect();
@@ -254,5 +307,11 @@ impl MountState {
                 }),
             );
         }
+        true
     }
 }
+
+/// Directories whose small files are asked for ahead of a program reading a tree, per
+/// first read in a directory not asked for yet: their pages are pushed before it reads
+/// them, so its first reads there reach neither the mount nor the server.
+const DIRS_AHEAD: usize = 16;
