@@ -146,17 +146,19 @@ impl MountState {
             "crossfs-read-ahead",
             &self.ahead.dirs_to_read_ahead,
             |shared, dir| {
-                for next in shared.dirs_after(dir).into_iter().take(DIRS_AHEAD) {
+                for next in shared.dirs_after(dir) {
                     shared.ask_small_files(next, None);
                 }
             },
         );
     }
 
-    /// The directories a depth-first walk in listing order (`grep -r`, `find`) reads after
-    /// directory `dir`, as far as replicas tell: its subdirectories, then the directories
-    /// after it in its parent's listing.
+    /// The next [`DIRS_AHEAD`] directories a depth-first walk in listing order (`grep -r`,
+    /// `find`) reads after directory `dir`, as far as replicas tell: its subtree, then the
+    /// directories after it in its parent's listing with theirs, then those after its
+    /// parent, and so on up.
     fn dirs_after(&self, dir: u64) -> Vec<u64> {
+        // Subdirectories of `d` with replicas, in listing order, after the entry `after`.
         let subdirs = |d: u64, after: Option<&[u8]>| -> Vec<u64> {
             let Some(names) = self.known.replicas.names(d) else {
                 return Vec::new();
@@ -171,9 +173,25 @@ impl MountState {
                 .filter(|&ino| self.known.replicas.has(ino))
                 .collect()
         };
-        let mut dirs = subdirs(dir, None);
-        if let Some((parent, name)) = self.known.inodes.found_in(dir) {
-            dirs.extend(subdirs(parent, Some(&name)));
+        let mut dirs = Vec::new();
+        // Depth-first, in listing order: the stack holds what is left, the next on top.
+        let walk = |mut stack: Vec<u64>, dirs: &mut Vec<u64>| {
+            stack.reverse();
+            while let Some(d) = stack.pop() {
+                if dirs.len() == DIRS_AHEAD {
+                    return;
+                }
+                dirs.push(d);
+                stack.extend(subdirs(d, None).into_iter().rev());
+            }
+        };
+        walk(subdirs(dir, None), &mut dirs);
+        let mut at = dir;
+        while let (true, Some((parent, name))) =
+            (dirs.len() < DIRS_AHEAD, self.known.inodes.found_in(at))
+        {
+            walk(subdirs(parent, Some(&name)), &mut dirs);
+            at = parent;
         }
         dirs
     }
