@@ -771,16 +771,8 @@ fn quick_changes_are_answered_while_the_workers_are_busy() {
     wait_for_blocked_fifo_open();
     assert_eq!(c.write(Fid(2), 0, b"quick"), Ok(5));
     c.ok(Tsetattr {
-        fid: Fid(2),
-        valid: setattr::MODE,
         mode: 0o600,
-        uid: 0,
-        gid: 0,
-        size: 0,
-        atime_sec: 0,
-        atime_nsec: 0,
-        mtime_sec: 0,
-        mtime_nsec: 0,
+        ..common::tsetattr(Fid(2), setattr::MODE)
     });
     c.walk(ROOT, Fid(3), &[]).unwrap();
     c.ok(Tlcreate {

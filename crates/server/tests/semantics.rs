@@ -23,18 +23,7 @@ fn lcreate(c: &mut Client, dir: Fid, name: &str, flags: u32, mode: u32) -> Resul
 }
 
 fn setattr(valid: u32) -> Tsetattr {
-    Tsetattr {
-        fid: ROOT,
-        valid,
-        mode: 0,
-        uid: 0,
-        gid: 0,
-        size: 0,
-        atime_sec: 0,
-        atime_nsec: 0,
-        mtime_sec: 0,
-        mtime_nsec: 0,
-    }
+    common::tsetattr(ROOT, valid)
 }
 
 #[test]
