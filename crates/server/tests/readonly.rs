@@ -16,16 +16,9 @@ fn read_only_refuses_every_mutation() {
     c.walk(ROOT, Fid(3), &[]).unwrap();
     let n = |s: &str| s.as_bytes().to_vec();
     let setattr = |valid| Tsetattr {
-        fid: Fid(1),
-        valid,
         mode: 0o600,
-        uid: 0,
-        gid: 0,
-        size: 0,
-        atime_sec: 0,
-        atime_nsec: 0,
-        mtime_sec: 0,
-        mtime_nsec: 0,
+        valid,
+        ..Tsetattr::unchanged(Fid(1))
     };
     let refused: Vec<Tmessage> = vec![
         Tlcreate {

@@ -23,7 +23,10 @@ fn lcreate(c: &mut Client, dir: Fid, name: &str, flags: u32, mode: u32) -> Resul
 }
 
 fn setattr(valid: u32) -> Tsetattr {
-    common::tsetattr(ROOT, valid)
+    Tsetattr {
+        valid,
+        ..Tsetattr::unchanged(ROOT)
+    }
 }
 
 #[test]

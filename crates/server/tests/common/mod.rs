@@ -13,23 +13,6 @@ use crossfs_wire::*;
 
 pub const ROOT: Fid = Fid(0);
 
-/// A Tsetattr of `fid` changing what `valid` names, every value zero.
-#[allow(dead_code)]
-pub fn tsetattr(fid: Fid, valid: u32) -> Tsetattr {
-    Tsetattr {
-        fid,
-        valid,
-        mode: 0,
-        uid: 0,
-        gid: 0,
-        size: 0,
-        atime_sec: 0,
-        atime_nsec: 0,
-        mtime_sec: 0,
-        mtime_nsec: 0,
-    }
-}
-
 /// The descriptor budget a test's server gets unless the test sets one:
 /// `CROSSFS_TEST_FD_BUDGET=16` runs the tests with a handle cache of 8 descriptors, so that
 /// walks go through the cache's close-and-reopen path (scripts/test runs the confinement
