@@ -8,7 +8,10 @@
 //! host without moving access times), in listing order after the file being read, and
 //! answers their first reads here. A read that arrives while its file is on the way waits
 //! for it. In `auto` mode the files also go into the kernel's page cache as they come
-//! (`crate::ahead::pushed_pages`), and most first reads never reach the mount.
+//! (`crate::ahead::pushed_pages`), and most first reads never reach the mount. When the
+//! read is the first in a directory soon after the mount asked in another
+//! ([`Asking::TreeWalk`]), the small files of the directories the walk reads next are
+//! asked for too (`fetch_small_files` in `fs/pushes.rs` picks them).
 //!
 //! What keeps it exact: a file is kept by `qid.path` with the change clock's stamp taken
 //! before it was asked for (`crate::known::listed_attrs`), and used only while nothing can have

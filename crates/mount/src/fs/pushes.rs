@@ -118,7 +118,7 @@ impl MountState {
     /// Asks for the small regular files after node `ino` in its directory's listing (see
     /// `crate::ahead::small_files`), if this read makes it time to, while events are followed;
     /// in a program's walk of a tree, those of the directories it will read next too, on
-    /// the helper thread (`read_dirs_ahead`).
+    /// the helper thread ([`MountState::start_dirs_read_ahead`]).
     pub(super) fn fetch_small_files(self: &Arc<Self>, ino: u64) {
         if self.server.no_readfiles.load(Ordering::Relaxed) || !self.follows_events() {
             return;
@@ -130,7 +130,7 @@ impl MountState {
         if asking == Asking::No {
             return;
         }
-        if !self.ask_small_files(dir_ino, Some(&name)) {
+        if self.ask_small_files(dir_ino, Some(&name)) == Some(0) {
             self.ahead.small_files.barren(dir_ino);
         }
         if let (Asking::TreeWalk, Some(tx)) = (asking, self.ahead.dirs_to_read_ahead.get()) {
@@ -146,8 +146,12 @@ impl MountState {
             "crossfs-read-ahead",
             &self.ahead.dirs_to_read_ahead,
             |shared, dir| {
+                let mut asked = 0;
                 for next in shared.dirs_after(dir) {
-                    shared.ask_small_files(next, None);
+                    if asked >= BYTES_AHEAD {
+                        break;
+                    }
+                    asked += shared.ask_small_files(next, None).unwrap_or(0);
                 }
             },
         );
@@ -198,14 +202,15 @@ impl MountState {
 
     /// Asks for the small regular files of directory `dir_ino` that are neither here nor on
     /// the way, in its listing order after `after` (then those before it: a small
-    /// directory whole), or from its start; false if there were none.
-    fn ask_small_files(self: &Arc<Self>, dir_ino: u64, after: Option<&[u8]>) -> bool {
+    /// directory whole), or from its start. Returns about how many bytes it asked for
+    /// (their sizes as listed), `None` if the directory has no replica to tell.
+    fn ask_small_files(self: &Arc<Self>, dir_ino: u64, after: Option<&[u8]>) -> Option<u64> {
         use crate::ahead::small_files::{MAX_FILE, WINDOW};
         let (Some(names), Ok(dir)) = (
             self.known.replicas.names(dir_ino),
             self.node(INodeNo(dir_ino)),
         ) else {
-            return true;
+            return None;
         };
         // Files a deferred open may read, and symbolic links.
         let small = |a: &crossfs_wire::Rgetattr| {
@@ -216,21 +221,21 @@ impl MountState {
             .and_then(|a| names.iter().position(|(n, _)| n[..] == *a))
             .map_or(0, |i| i + 1);
         let (before, after) = names.split_at(at);
-        let candidates: Vec<(&[u8], u64)> = after
+        let candidates: Vec<(&[u8], u64, u64)> = after
             .iter()
             .chain(before)
             .filter_map(|(n, a)| {
-                let qid_path = match a {
-                    Some(a) if small(a) => a.qid.path,
+                let (qid_path, size) = match a {
+                    Some(a) if small(a) => (a.qid.path, a.size),
                     Some(_) => return None,
                     // Changed since listed: the file the kernel knows by that name, if a
                     // regular one or a link (the server leaves out what is too large now).
                     None => match self.known.inodes.named(dir_ino, n)? {
-                        (q, libc::S_IFREG | libc::S_IFLNK) => q,
+                        (q, libc::S_IFREG | libc::S_IFLNK) => (q, u64::from(MAX_FILE)),
                         _ => return None,
                     },
                 };
-                Some((&n[..], qid_path))
+                Some((&n[..], qid_path, size))
             })
             .take(WINDOW)
             .collect();
@@ -242,10 +247,10 @@ impl MountState {
             })
             .into_iter()
             .collect();
-        let wanted: Vec<&(&[u8], u64)> =
+        let wanted: Vec<&(&[u8], u64, u64)> =
             candidates.iter().filter(|c| fresh.contains(&c.1)).collect();
         if wanted.is_empty() {
-            return false;
+            return Some(0);
         }
         for batch in wanted.chunks(crossfs_wire::MAX_WALK_ELEMENTS) {
             let asked: Vec<u64> = batch.iter().map(|c| c.1).collect();
@@ -325,7 +330,7 @@ impl MountState {
                 }),
             );
         }
-        true
+        Some(wanted.iter().map(|c| c.2).sum())
     }
 }
 
@@ -333,3 +338,6 @@ impl MountState {
 /// first read in a directory not asked for yet: their pages are pushed before it reads
 /// them, so its first reads there reach neither the mount nor the server.
 const DIRS_AHEAD: usize = 16;
+/// Bytes of files asked for ahead per first read, at most (give or take a directory's):
+/// what the server reads and sends for a program that may stop reading any moment.
+const BYTES_AHEAD: u64 = 16 << 20;
