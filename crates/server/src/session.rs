@@ -2,12 +2,12 @@
 //!
 //! The calling thread reads frames (through a buffer, so a small request costs one `read`).
 //! Tversion and Tflush are handled by the reader itself, and so are requests that cannot
-//! block for long (see [`crate::ops::runs_inline`]: walks, getattr, clunk, opening or
-//! creating a regular file, setattr, small writes into the page cache, readdir, removing
-//! anything but a large file, ...): the reader executes them and writes the reply before
-//! reading on, which spares two thread hand-offs per request, the bulk of a round trip's
-//! cost. Every other request (read, large or synchronous writes, fsync, opening a fifo,
-//! ...) is recorded in the
+//! block for long (see [`crate::ops::runs_inline`]: walks, getattr, clunk, opening a
+//! regular file, setattr, small writes into the page cache, readdir, removing anything but
+//! a large file, ...): the reader executes them and writes the reply before reading on,
+//! which spares two thread hand-offs per request, the bulk of a round trip's cost. Every
+//! other request (read, create, large or synchronous writes, fsync, opening a fifo, ...)
+//! is recorded in the
 //! in-flight table under its tag and queued for the workers, so a request that blocks (a
 //! fifo with no writer, a slow disk) never holds up the connection's other requests. When
 //! `max_in_flight` requests, or `max_buffered_bytes` of them, are queued or running on
