@@ -131,6 +131,15 @@ mod tests {
     use crate::testutil::echo;
     use crate::{connect, ListenOptions, Listener, SocketOptions, Stream};
 
+    /// Runs these tests one at a time. A dropped stream closes its
+    /// descriptor before it gives up the claim on the number, so a test
+    /// that adopts a freshly made socket could otherwise be handed a number
+    /// another test has just closed and still claims (seen once in CI).
+    fn one_at_a_time() -> MutexGuard<'static, ()> {
+        static SERIAL: Mutex<()> = Mutex::new(());
+        SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// A connected pair: one end handed off as a raw number (as if
     /// inherited, without close-on-exec), the other wrapped as a Stream.
     fn inherited_pair() -> (RawFd, Stream) {
@@ -147,6 +156,7 @@ mod tests {
 
     #[test]
     fn connected_fd_listener_yields_one_stream_then_ends() {
+        let _serial = one_at_a_time();
         let (raw, mut other) = inherited_pair();
         let addr = Addr::Fd(raw);
         let listener = Listener::bind(&addr, &ListenOptions::default()).unwrap();
@@ -188,6 +198,7 @@ mod tests {
 
     #[test]
     fn listening_fd_accepts_connections() {
+        let _serial = one_at_a_time();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s");
         let raw = std::os::unix::net::UnixListener::bind(&path)
@@ -211,6 +222,7 @@ mod tests {
 
     #[test]
     fn connect_adopts_connected_fd() {
+        let _serial = one_at_a_time();
         let (raw, mut other) = inherited_pair();
         let mut stream = connect(&Addr::Fd(raw), &SocketOptions::default()).unwrap();
         echo(&mut stream, &mut other);
@@ -222,6 +234,7 @@ mod tests {
 
     #[test]
     fn connect_refuses_listening_fd_and_leaves_it_open() {
+        let _serial = one_at_a_time();
         let listening = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let err = connect(&Addr::Fd(listening.as_raw_fd()), &SocketOptions::default()).unwrap_err();
         assert!(matches!(err, TransportError::FdIsListening { .. }), "{err}");
@@ -233,6 +246,7 @@ mod tests {
 
     #[test]
     fn rejects_non_sockets_without_closing_them() {
+        let _serial = one_at_a_time();
         let file = tempfile::tempfile().unwrap();
         let raw = file.as_raw_fd();
         let err = adopt(raw, true).unwrap_err();
@@ -250,6 +264,7 @@ mod tests {
 
     #[test]
     fn rejects_closed_and_negative_descriptors() {
+        let _serial = one_at_a_time();
         // Far above any open descriptor (closing a real one would race with
         // other tests reusing the number).
         let err = adopt(RawFd::MAX, true).unwrap_err();
@@ -265,6 +280,7 @@ mod tests {
 
     #[test]
     fn rejects_datagram_and_unconnected_sockets() {
+        let _serial = one_at_a_time();
         use rustix::net::{socket_with, AddressFamily, SocketFlags};
         let dgram = socket_with(
             AddressFamily::UNIX,
