@@ -348,6 +348,17 @@ pub struct MountArgs {
     /// or other mounts. See the README's differences.
     #[arg(long)]
     pub send_opens: bool,
+    /// When changes reach the server. exact (default): every change waits for the
+    /// server's answer. behind: a chmod, utimens, chown to the owner a file already has,
+    /// or a write of up to 64 KiB, whose outcome the mount can tell exactly from what it
+    /// holds, is answered at once and sent to the server after, in order (creates,
+    /// removals, renames and truncations still wait). A change the server then refuses
+    /// fails the file's next close or fsync, and the next `crossfs sync`; fsync, `crossfs
+    /// sync` and unmount wait until what was sent behind is on the host. Needs change
+    /// events and a crossfs server; turns on default_permissions. See the README's
+    /// "Changes sent behind".
+    #[arg(long, value_name = "MODE", default_value = "exact")]
+    pub changes: crossfs_mount::ChangeMode,
     /// Hand the connection to the kernel's 9p client (mount -t 9p -o trans=fd) instead of
     /// FUSE, so vsock and unix sockets work with it too. Needs a kernel with 9p.
     #[arg(long)]

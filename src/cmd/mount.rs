@@ -77,6 +77,7 @@ pub fn run(args: MountArgs) -> Result<()> {
         read_only: args.read_only,
         // Without events nothing keeps what the kernel holds across opens exact.
         send_opens: args.send_opens || args.no_events,
+        changes: args.changes,
         allow_other: shared_with_others(&args),
         uid: args.uid,
         gid: args.gid,

@@ -23,6 +23,8 @@ pub struct MountConfig {
     pub max_write: u32,
     /// Mount read-only (`MS_RDONLY`) and refuse every change.
     pub read_only: bool,
+    /// When changes reach the server (see [`ChangeMode`]).
+    pub changes: ChangeMode,
     /// Send every open and close of a file to the mount, and POSIX locks to the server.
     /// Otherwise (the default), in `auto` mode, the kernel opens and closes
     /// files without asking while change events are followed (see
@@ -57,12 +59,43 @@ impl Default for MountConfig {
             max_write: 1 << 20,
             read_only: false,
             send_opens: false,
+            changes: ChangeMode::Exact,
             allow_other: false,
             uid: None,
             gid: None,
             threads: 4,
             fs_name: "crossfs".to_string(),
             replica_entries: crate::known::replica::DEFAULT_REPLICA_ENTRIES,
+        }
+    }
+}
+
+/// When the mount's changes reach the server.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ChangeMode {
+    /// Every change waits for the server's answer (POSIX on a shared directory).
+    #[default]
+    Exact,
+    /// A setattr or a small write the mount can answer exactly from what it holds is
+    /// answered at once and sent behind, in order; errors come at the next close or fsync
+    /// of the file (see `crate::behind` for the whole contract). Needs the crossfs
+    /// extension and change events; otherwise it is the exact mode.
+    Behind,
+}
+
+/// A change mode name that is not `exact` or `behind`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown change mode {0:?} (expected exact or behind)")]
+pub struct UnknownChangeMode(pub String);
+
+impl std::str::FromStr for ChangeMode {
+    type Err = UnknownChangeMode;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "exact" => Ok(ChangeMode::Exact),
+            "behind" => Ok(ChangeMode::Behind),
+            other => Err(UnknownChangeMode(other.to_string())),
         }
     }
 }

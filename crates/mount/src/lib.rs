@@ -118,6 +118,7 @@
 
 mod ahead;
 mod attr;
+mod behind;
 mod changes;
 mod config;
 mod error;
@@ -130,7 +131,7 @@ mod restore;
 mod stats;
 mod sync;
 
-pub use config::MountConfig;
+pub use config::{ChangeMode, MountConfig, UnknownChangeMode};
 pub use error::MountError;
 pub use known::cache::{CacheMode, InvalidNegativeTtl, NegativeTtl, UnknownCacheMode};
 pub use known::replica::DEFAULT_REPLICA_ENTRIES;

@@ -66,6 +66,15 @@ pub fn mount(
             Some(state) => crate::restore::restore(&state, client),
             None => Ok(()),
         });
+    // Then, before anything else uses the new connection, the changes sent behind that
+    // the old one lost, in order.
+    let weak = Arc::downgrade(&state);
+    state
+        .client
+        .on_reconnect(move |client| match weak.upgrade() {
+            Some(state) => state.behind.resend_lost(client),
+            None => Ok(()),
+        });
     let fs = CrossFs {
         state: state.clone(),
     };
@@ -79,9 +88,10 @@ pub fn mount(
     if config.read_only {
         options.push(MountOption::RO);
     }
-    if config.allow_other {
+    if config.allow_other || config.changes == crate::ChangeMode::Behind {
         // Other users reach the files with the server's credentials, so the kernel must
         // check each caller against the modes and owners shown, as on a local file system.
+        // A change answered before the server checks it needs the same check.
         options.push(MountOption::DefaultPermissions);
     }
     let mut fuse_config = fuser::Config::default();
@@ -183,6 +193,9 @@ pub struct MountHandle {
     readahead_kb: Option<u32>,
     feed: Option<Feed>,
 }
+
+/// How long an unmount waits for the server to answer the changes sent behind.
+const UNMOUNT_DRAIN: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl MountHandle {
     /// Where the file system is mounted.
@@ -314,7 +327,14 @@ impl MountHandle {
         let Some(thread) = self.thread.take() else {
             return Ok(());
         };
-        match thread.join() {
+        let ended = thread.join();
+        // Unmounted: what was sent behind reaches the server before this returns.
+        if !self.state.behind.wait_answered(UNMOUNT_DRAIN) {
+            tracing::error!(
+                "unmounted with changes sent behind still unanswered after {UNMOUNT_DRAIN:?}"
+            );
+        }
+        match ended {
             Ok(r) => r.map_err(MountError::Session),
             Err(_) => Err(MountError::Session(io::Error::other(
                 "FUSE session panicked",
@@ -359,6 +379,9 @@ fn stats_json(s: &MountState, mountpoint: &Path, readahead_kb: Option<u32>) -> s
     );
     if let Some(obj) = doc.as_object_mut() {
         obj.insert("changes".into(), s.changes.stats_json());
+        if s.config.changes == crate::ChangeMode::Behind {
+            obj.insert("behind".into(), s.behind.stats_json());
+        }
         obj.insert("replicas".into(), s.known.replicas.stats_json());
         let (files, bytes) = s.ahead.small_files.size();
         obj.insert(

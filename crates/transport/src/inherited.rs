@@ -137,7 +137,9 @@ mod tests {
     /// another test has just closed and still claims (seen once in CI).
     fn one_at_a_time() -> MutexGuard<'static, ()> {
         static SERIAL: Mutex<()> = Mutex::new(());
-        SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        SERIAL
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// A connected pair: one end handed off as a raw number (as if

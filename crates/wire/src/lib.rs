@@ -46,3 +46,10 @@ pub use types::*;
 
 mod protocol_doc;
 pub use protocol_doc::protocol_doc;
+
+/// The crossfs server's order promise (docs/protocol.md, "Order"): it runs a Tsetattr or
+/// Tsetattrget that changes no size, and a Twrite or Twriteattr of at most this many
+/// bytes through a file opened without `O_DIRECT`, `O_SYNC` or `O_DSYNC`, before it reads
+/// the connection's next request. A client may send such changes without waiting for
+/// their answers: every later request on the connection finds them done.
+pub const INLINE_WRITE_MAX: usize = 64 * 1024;

@@ -64,7 +64,7 @@ pub(crate) const SYNC_XATTR: &[u8] = b"user.crossfs.sync";
 
 /// How long a sync waits for the server and the feed (documented in the README and in
 /// `crossfs sync --help`).
-const SYNC_TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) const SYNC_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The first number this mount gives its sync markers. The stream also carries the server's
 /// own sync cookies, `Sync` events numbered 1, 2, ... for every client's sync, which look

@@ -27,7 +27,7 @@ pub(crate) struct Change {
 }
 
 impl Change {
-    fn to_wire(&self, fid: crossfs_wire::Fid) -> Tsetattr {
+    pub(super) fn to_wire(&self, fid: crossfs_wire::Fid) -> Tsetattr {
         let mut m = Tsetattr::unchanged(fid);
         if let Some(mode) = self.mode {
             m.valid |= valid::MODE;
@@ -129,6 +129,10 @@ impl MountState {
         fh: Option<FileHandle>,
     ) -> Result<NowOrLater<'static, Attr, ReplyAttr>, Errno> {
         use NowOrLater::Now;
+        if let Some(a) = self.behind.predicted(ino.0) {
+            // A change sent behind is not answered yet.
+            return Ok(Now(self.predicted_answer(ino.0, &a)));
+        }
         if self.config.cache == CacheMode::Never && fh.is_none() {
             if let Some(fa) = self.known.recent.take(pid, ino.0) {
                 self.stats
@@ -235,7 +239,7 @@ impl MountState {
         }
     }
 
-    /// SETATTR; `in_flight` marks the file changed until the server has answered. It is
+    /// SETATTR from thread `pid`; `in_flight` marks the file changed until the server has answered. It is
     /// taken from the caller when the server's answer ends it; else it ends with the
     /// caller's hold of it, after the kernel has the answer.
     pub(super) fn setattr(
@@ -243,6 +247,7 @@ impl MountState {
         ino: INodeNo,
         fh: Option<FileHandle>,
         change: Change,
+        pid: u32,
         in_flight: &mut Option<ChangeInFlight>,
     ) -> Result<NowOrLater<'static, Attr, ReplyAttr>, Errno> {
         self.writable()?;
@@ -252,6 +257,9 @@ impl MountState {
             self.ahead.page_push.touched(ino.0, true);
         }
         let fid = self.attr_fid(ino, fh)?;
+        if let Some(attr) = self.setattr_behind((ino, pid), &fid, &change, in_flight) {
+            return Ok(NowOrLater::Now(attr));
+        }
         if self.client.has_extensions() {
             // Both in one round trip (Tsetattrget).
             let msg = Tmessage::Setattrget(Tsetattrget {

@@ -14,16 +14,19 @@ use super::reply::{Created, Opened};
 use super::{errno, Caller, MountState};
 use crate::fid::FidRef;
 use crate::known::handle::{Reopen, Unannounced};
+use crate::known::listed_attrs::Fetched;
 use crate::known::replica::DirLeft;
 use crate::remote::{clone_fid, expect_reply, resolve_one, ATTR_MASK};
 
-/// A file created and opened: the open fid, the node's fid, its attributes, and what the
-/// creation left of its directory, if the server said.
+/// A file created and opened: the open fid, the node's fid, its attributes, what the
+/// creation left of its directory, if the server said, and when the creation was asked
+/// for (see `ListedAttrs::created`).
 type NewFile = (
     Arc<FidRef>,
     Arc<FidRef>,
     crossfs_wire::Rgetattr,
     Option<DirLeft>,
+    Option<Fetched>,
 );
 
 impl MountState {
@@ -49,10 +52,7 @@ impl MountState {
             // want of descriptors may be tried again.
             let create = || self.create_in_one((parent.0, &dir), name, wire, mode, caller);
             match self.short_of_descriptors(create) {
-                Ok((fid, node, a, left)) => {
-                    let created = (fid, node, a, left);
-                    return Ok(self.created((parent, name), created, (flags, wire)));
-                }
+                Ok(created) => return Ok(self.created((parent, name), created, (flags, wire))),
                 Err(ClientError::Errno(libc::EEXIST)) if flags & libc::O_EXCL == 0 => {}
                 Err(e) => return Err(errno(&e)),
             }
@@ -84,7 +84,7 @@ impl MountState {
                 None => Ok((node, a)),
             });
         let (node, a) = found.map_err(|e| errno(&e))?;
-        Ok(self.created((parent, name), (fid, node, a, None), (flags, wire)))
+        Ok(self.created((parent, name), (fid, node, a, None, None), (flags, wire)))
     }
 
     /// The crossfs extension's Tcreateattr: the file created and opened, a fid for its
@@ -156,20 +156,27 @@ impl MountState {
             );
         }
         let a = self.give_to(caller, &node, created.attr)?;
-        Ok((fid, node, a, left))
+        Ok((fid, node, a, left, Some(asked)))
     }
 
     /// The answer to a CREATE: the new file's node, and its open handle.
     fn created(
         &self,
         (parent, name): (INodeNo, &[u8]),
-        (fid, node, a, left): NewFile,
+        (fid, node, a, left, asked): NewFile,
         (flags, wire): (i32, u32),
     ) -> Created {
-        // A new file (see `create_entry` in `fs/entry.rs`).
-        self.known.listed.changed([a.qid.path]);
+        // A new file (see `create_entry` in `fs/entry.rs`); its attributes as the creation
+        // answered may answer again (for a change sent behind) while nothing marks it.
+        let fetched = match asked {
+            Some(asked) => self.known.listed.created(a.qid.path, &asked),
+            None => {
+                self.known.listed.changed([a.qid.path]);
+                None
+            }
+        };
         self.known.replicas.own_created(parent.0, name, &a, left);
-        let fa = self.remember((parent, name), node, &a, None);
+        let fa = self.remember((parent, name), node, &a, fetched);
         let ino = fa.ino.0;
         let open_flags = self.fopen_flags(ino, flags);
         if self.may_leave_opens_unannounced() {

@@ -262,7 +262,7 @@ impl Filesystem for CrossFs {
         }
         // Held here until answered unless the server's answer ends it first.
         let mut in_flight = Some(in_flight);
-        answer(reply, s.setattr(ino, fh, change, &mut in_flight));
+        answer(reply, s.setattr(ino, fh, change, req.pid(), &mut in_flight));
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
@@ -416,19 +416,22 @@ impl Filesystem for CrossFs {
         let file = s.open_file_for(ino, fh, s.unannounced_write(flags.0));
         answer(
             reply,
-            file.and_then(|f| s.write(f, offset, data, &mut change)),
+            file.and_then(|f| s.write(f, (offset, data), req.pid(), &mut change)),
         );
     }
 
     fn flush(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        answer(reply, self.s(req, Op::Flush).flush(fh, lock_owner));
+        answer(
+            reply,
+            self.s(req, Op::Flush).flush(ino, fh, req.pid(), lock_owner),
+        );
     }
 
     fn release(

@@ -20,6 +20,7 @@
 //! the worker, pipelining whatever is independent.
 
 mod attr;
+mod behind;
 mod dir;
 mod entry;
 mod face;
@@ -71,6 +72,8 @@ pub(crate) struct MountState {
     pub ahead: Ahead,
     /// Change events from the server: replay recognition, own changes, syncs.
     pub changes: Arc<ChangeState>,
+    /// Changes answered here and sent to the server after (`--changes behind`).
+    pub behind: Arc<crate::behind::ChangesBehind>,
     /// Tells the kernel about changes (set with the FUSE session).
     pub notifier: std::sync::OnceLock<fuser::Notifier>,
     /// No `--negative-ttl` was given: while events are followed, missing names the mount
@@ -121,6 +124,7 @@ impl MountState {
             lock_client: format!("crossfs@{host}"),
             server: ServerSupport::default(),
             changes: Arc::default(),
+            behind: Arc::default(),
             ahead: Ahead::default(),
             notifier: Default::default(),
             negative_by_mode: config.negative_ttl == crate::NegativeTtl::ByCacheMode,

@@ -278,8 +278,8 @@ impl MountState {
     pub(super) fn write<'a>(
         self: &Arc<Self>,
         file: Arc<OpenFile>,
-        offset: u64,
-        data: &'a [u8],
+        (offset, data): (u64, &'a [u8]),
+        pid: u32,
         change: &mut Option<ChangeInFlight>,
     ) -> Result<NowOrLater<'a, Written, ReplyWrite>, Errno> {
         self.writable()?;
@@ -288,7 +288,11 @@ impl MountState {
             // max_write keeps the kernel below this; stay correct if it ever is not.
             return self.write_split(file, offset, data).map(NowOrLater::Now);
         }
-        let fid = self.file_fid(&file)?.fid();
+        let fid = self.file_fid(&file)?;
+        if self.write_behind((&file, pid), &fid, (offset, data), change) {
+            return Ok(NowOrLater::Now(Written(data.len() as u32)));
+        }
+        let fid = fid.fid();
         let change = change.take();
         if self.client.has_extensions() && !self.server.no_writeattr.load(Ordering::Relaxed) {
             let later = self.write_attr(file, fid, (offset, data), change);
@@ -399,9 +403,25 @@ impl MountState {
     /// drops the process's locks on the file: release those the closing owner took. When
     /// the kernel keeps the locks itself, a close has nothing to ask the mount: ENOSYS
     /// tells the kernel to send no FLUSH again.
-    pub(super) fn flush(&self, fh: FileHandle, owner: fuser::LockOwner) -> Result<(), Errno> {
+    ///
+    /// With changes sent behind, a close by thread `pid` returns the error of a change it
+    /// made to the file that the server refused (see `crate::behind`), so the kernel must
+    /// keep sending FLUSH.
+    pub(super) fn flush(
+        &self,
+        ino: INodeNo,
+        fh: FileHandle,
+        pid: u32,
+        owner: fuser::LockOwner,
+    ) -> Result<(), Errno> {
+        if let Some(errno) = self.behind.take_refused_by(ino.0, pid) {
+            return Err(Errno::from_i32(errno));
+        }
         if self.kernel_keeps_locks() {
-            return Err(Errno::ENOSYS);
+            return match self.config.changes {
+                crate::ChangeMode::Exact => Err(Errno::ENOSYS),
+                crate::ChangeMode::Behind => Ok(()),
+            };
         }
         let Ok(file) = self.open_file(fh) else {
             return Ok(());
@@ -428,13 +448,20 @@ impl MountState {
             fid: fid.fid(),
             datasync: u32::from(datasync),
         });
-        let client = self.client.clone();
+        let (client, behind) = (self.client.clone(), self.behind.clone());
         Ok(Later::new(move |reply| {
             client.call_async(
                 msg,
                 Box::new(move |r| {
+                    // Changes sent behind before it were answered before it: one the
+                    // server refused fails the fsync.
+                    let refused = behind.take_refused(file.reopen.node);
                     drop((file, fid));
-                    answer(reply, r.map(|_| ()).map_err(|e| errno(&e)));
+                    let r = r.map(|_| ()).map_err(|e| errno(&e));
+                    answer(
+                        reply,
+                        r.and(refused.map_or(Ok(()), |e| Err(Errno::from_i32(e)))),
+                    );
                 }),
             );
         }))

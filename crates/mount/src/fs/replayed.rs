@@ -50,6 +50,28 @@ impl MountState {
         }))
     }
 
+    /// The part of a sync that concerns changes sent behind: waits until the server has
+    /// answered every one sent before it; fails with EIO if it refused any since the
+    /// last sync (each is logged, and its file's next close or fsync fails too).
+    fn sync_behind(&self) -> Result<(), Errno> {
+        if !self.behind.wait_answered(crate::changes::SYNC_TIMEOUT) {
+            tracing::warn!(
+                "sync: changes sent behind unanswered for {:?}",
+                crate::changes::SYNC_TIMEOUT
+            );
+            return Err(Errno::ETIMEDOUT);
+        }
+        match self.behind.take_refused_unsynced() {
+            0 => Ok(()),
+            n => {
+                tracing::warn!(
+                    "sync: the server refused {n} changes sent behind since the last sync"
+                );
+                Err(Errno::EIO)
+            }
+        }
+    }
+
     /// Reading `user.crossfs.sync` on the mount's root: a sync (see
     /// [`crate::changes::ChangeState::sync`]); the value is the sync's marker, 16 hex
     /// digits.
@@ -72,7 +94,7 @@ impl MountState {
             let spawned = std::thread::Builder::new()
                 .name("crossfs-sync".into())
                 .spawn(move || {
-                    let marker = shared.changes.sync();
+                    let marker = shared.sync_behind().and_then(|()| shared.changes.sync());
                     let value = marker.map(|m| Xattr::Data(format!("{m:016x}").into_bytes()));
                     answer(reply, value);
                 });

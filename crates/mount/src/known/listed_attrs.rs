@@ -71,6 +71,8 @@ pub(crate) struct ChangeInFlight {
     files: Vec<u64>,
     /// The tick of the mark made when the change started.
     started: u64,
+    /// For each of `files`, the tick of its mark before this change's (0: none).
+    marked_before: Vec<u64>,
     /// Also run once the server has answered (the directory replicas' update).
     at_end: Option<Box<dyn FnOnce() + Send>>,
 }
@@ -116,6 +118,22 @@ impl ChangeInFlight {
         alone.then_some(fetched)
     }
 
+    /// Whether attributes of file `qid_path` fetched at `f` are what the server has as
+    /// this change starts: events were followed all the while, and nothing but this
+    /// change marked the file since `f` (a change sent behind starts from them).
+    pub(crate) fn found_unchanged(&self, qid_path: u64, f: &Fetched) -> bool {
+        let Some(i) = self.files.iter().position(|&q| q == qid_path) else {
+            return false;
+        };
+        let l = &self.listed;
+        let changed = crate::sync::lock(&l.changed);
+        f.following
+            && l.is_following()
+            && l.all_changed.load(SeqCst) <= f.tick
+            && self.marked_before[i] <= f.tick
+            && changed.get(&qid_path) == Some(&self.started)
+    }
+
     /// Runs `f` too once the server has answered.
     pub(crate) fn also_at_end(mut self, f: impl FnOnce() + Send + 'static) -> Self {
         self.at_end = Some(Box::new(f));
@@ -145,6 +163,30 @@ impl ListedAttrs {
             self.all_changed.store(tick, SeqCst);
         }
         tick
+    }
+
+    /// Marks a file the mount just created (its `qid.path` may be that of a removed file,
+    /// whose fetched attributes must not answer for it) and returns when the attributes
+    /// the creation answered count as fetched, if nothing marked the file since `asked`
+    /// (taken before the creation was sent): an event of a host change to it would have.
+    pub(crate) fn created(&self, qid_path: u64, asked: &Fetched) -> Option<Fetched> {
+        let mut changed = crate::sync::lock(&self.changed);
+        let untouched = self.all_changed.load(SeqCst) <= asked.tick
+            && changed
+                .get(&qid_path)
+                .is_none_or(|&tick| tick <= asked.tick);
+        let tick = self.clock.fetch_add(1, SeqCst) + 1;
+        changed.insert(qid_path, tick);
+        if changed.len() > CHANGED_LIMIT {
+            changed.clear();
+            self.all_changed.store(tick, SeqCst);
+        }
+        drop(changed);
+        (untouched && asked.following).then(|| Fetched {
+            tick,
+            at: Instant::now(),
+            following: self.is_following(),
+        })
     }
 
     /// Notes that the server is about to read the file with this `qid.path` for the
@@ -185,11 +227,22 @@ impl ListedAttrs {
 
     /// Starts a change through the mount to the files with these `qid.path`s.
     pub(crate) fn change(self: &Arc<Self>, files: Vec<u64>) -> ChangeInFlight {
-        let started = self.changed(files.iter().copied());
+        let started = self.clock.fetch_add(1, SeqCst) + 1;
+        let mut changed = crate::sync::lock(&self.changed);
+        let marked_before = files
+            .iter()
+            .map(|&file| changed.insert(file, started).unwrap_or(0))
+            .collect();
+        if changed.len() > CHANGED_LIMIT {
+            changed.clear();
+            self.all_changed.store(started, SeqCst);
+        }
+        drop(changed);
         ChangeInFlight {
             listed: self.clone(),
             files,
             started,
+            marked_before,
             at_end: None,
         }
     }

@@ -150,9 +150,6 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
     }
 }
 
-/// Largest write that runs on the reader (see [`quick_write`]).
-const QUICK_WRITE_MAX: usize = 64 * 1024;
-
 /// Whether a write of `len` bytes to open fid `fid` is quick: a small one to a regular file
 /// opened without `O_DIRECT` or `O_SYNC` (a copy into the page cache). Larger writes go to
 /// workers, so that several run at once. A fid that is not such a file fails at once or
@@ -163,7 +160,8 @@ fn quick_write(conn: &Conn, fid: crossfs_wire::Fid, len: usize) -> bool {
     };
     match &*state {
         FidState::File(f) => {
-            len <= QUICK_WRITE_MAX && f.open.get().is_none_or(|open| open.quick_writes)
+            len <= crossfs_wire::INLINE_WRITE_MAX
+                && f.open.get().is_none_or(|open| open.quick_writes)
         }
         // Written into the fid's own buffer.
         FidState::XattrWrite(_) | FidState::Auth(_) => true,

@@ -1,0 +1,406 @@
+//! Changes sent behind (`--changes behind`): a setattr or a small write the mount can
+//! answer exactly from what it holds is answered at once, and sent to the server after.
+//!
+//! The contract (also in the README and docs/changes-behind.md):
+//! - **Order.** A change sent behind is written to the connection before the mount
+//!   answers it, and the server runs these requests (Tsetattrget, Twriteattr of at most
+//!   [`crossfs_wire::INLINE_WRITE_MAX`] bytes) on the connection's reader, in the order
+//!   they arrive, before it reads the next request: every later request of this mount,
+//!   sent behind or not, finds them done.
+//! - **What goes behind.** Only what the server will accept, as far as the mount can tell:
+//!   the node's attributes are known exactly (fetched and unchanged since, or a change
+//!   sent behind predicted them), the kernel has checked permissions against them
+//!   (`default_permissions`), and the change keeps set-user-ID and set-group-ID bits out of
+//!   it (which the host's kernel may strip) and ownership as it is (which the host's
+//!   kernel may refuse). Everything else, and every change of names, waits for the
+//!   server as in the exact mode.
+//! - **What the guest sees.** The attributes the change will leave, predicted, given to
+//!   the kernel to be asked again at once (a zero timeout): until the server has
+//!   answered, the prediction; after, the server's own, so that after `crossfs sync` a
+//!   stat shows exactly what the host has.
+//! - **Errors.** A change the server refuses is logged, counted (`crossfs stats`), and
+//!   its errno is returned once, by the next fsync of that file or the next close of it
+//!   by the thread that made the change (whichever comes first), as the page cache
+//!   returns a failed write-back; the next `crossfs sync` fails with EIO too. The kernel
+//!   then drops its attributes and pages of the file and asks the server: the mount
+//!   shows what the host has.
+//! - **Waiting.** fsync, `crossfs sync` and unmount return once every change sent behind
+//!   before them is answered.
+//! - **Memory.** At most [`BYTES_LIMIT`] bytes of changes are unanswered at once (and no
+//!   more requests than the connection has tags); past it, a change waits for room.
+//! - **Faults.** A change whose connection was lost is sent again, in order, on the new
+//!   connection before anything else (setattrs and writes at an offset do the same thing
+//!   twice). One the mount cannot tell the fate of otherwise counts as refused with EIO.
+//!
+//! What this must not do: decide what the kernel is told (the FUSE side does), or send
+//! anything but the changes handed to it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crossfs_client::{Client, ClientError};
+use crossfs_wire::{Rgetattr, Rmessage, Tmessage};
+use serde_json::{json, Value};
+
+use crate::sync::lock;
+
+/// Bytes of changes sent behind and not yet answered, at most (a write counts its data).
+pub(crate) const BYTES_LIMIT: usize = 16 << 20;
+
+/// What a change costs against [`BYTES_LIMIT`] besides its data.
+const OVERHEAD: usize = 128;
+
+/// One change sent and not answered.
+struct Unanswered {
+    ino: u64,
+    /// The process that made the change.
+    process: u32,
+    msg: Tmessage,
+    bytes: usize,
+    sent: Instant,
+    /// Written to a connection (the call returned): an answer or a loss will come.
+    submitted: bool,
+    on_answer: OnAnswer,
+}
+
+#[derive(Default)]
+struct Queue {
+    next_seq: u64,
+    /// Sent, in order, not yet answered.
+    unanswered: BTreeMap<u64, Unanswered>,
+    /// Lost with their connection: sent again first on the next one.
+    lost: BTreeMap<u64, Unanswered>,
+    bytes: usize,
+    /// ino -> the attributes the newest unanswered change predicts, and its sequence.
+    predicted: HashMap<u64, (u64, Rgetattr)>,
+    /// ino -> the errno of a refused change and the process that made it, until an
+    /// fsync, or a close by that process, reports it.
+    refused: HashMap<u64, (i32, u32)>,
+    /// Thread -> its process, for the threads that made changes lately (FUSE names the
+    /// thread; a close is told of its process's refused changes).
+    processes: HashMap<u32, u32>,
+    /// Refused since the last `crossfs sync` reported them.
+    refused_unsynced: u64,
+    /// Work after a refusal still under way (see [`ChangesBehind::hold`]).
+    holds: usize,
+}
+
+/// Counters for `crossfs stats`.
+#[derive(Default)]
+struct Counters {
+    sent: AtomicU64,
+    answered: AtomicU64,
+    refused: AtomicU64,
+    resent: AtomicU64,
+    waited_for_room: AtomicU64,
+}
+
+/// The changes this mount sent behind and has not yet seen answered (see the module doc).
+#[derive(Default)]
+pub(crate) struct ChangesBehind {
+    queue: Mutex<Queue>,
+    /// Signalled whenever a change is answered or lost.
+    answered: Condvar,
+    counters: Counters,
+}
+
+/// What the mount does once a change sent behind is answered: update what it knows of
+/// the node from the server's attributes (`Ok`), or forget them (`Err`).
+pub(crate) type OnAnswer = Box<dyn FnOnce(Result<&Rgetattr, i32>) + Send>;
+
+impl ChangesBehind {
+    /// The attributes the newest unanswered change of `ino` predicts.
+    pub(crate) fn predicted(&self, ino: u64) -> Option<Rgetattr> {
+        lock(&self.queue)
+            .predicted
+            .get(&ino)
+            .map(|(_, a)| a.clone())
+    }
+
+    /// Sends `msg` (a Tsetattrget, or a Twriteattr of at most
+    /// [`crossfs_wire::INLINE_WRITE_MAX`] bytes) for node `ino`, which leaves it with
+    /// attributes `predicted`; `on_answer` runs on the thread reading replies. Waits while
+    /// [`BYTES_LIMIT`] bytes are unanswered.
+    pub(crate) fn send(
+        self: &std::sync::Arc<Self>,
+        client: &Client,
+        (ino, pid): (u64, u32),
+        msg: Tmessage,
+        predicted: Rgetattr,
+        on_answer: OnAnswer,
+    ) {
+        let bytes = OVERHEAD + written(&msg);
+        let seq = {
+            let mut q = lock(&self.queue);
+            if q.bytes + bytes > BYTES_LIMIT && !q.unanswered.is_empty() {
+                self.counters.waited_for_room.fetch_add(1, Relaxed);
+                while q.bytes + bytes > BYTES_LIMIT && !q.unanswered.is_empty() {
+                    q = self
+                        .answered
+                        .wait(q)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                }
+            }
+            let seq = q.next_seq;
+            q.next_seq += 1;
+            let process = q.process_of(pid);
+            q.bytes += bytes;
+            q.predicted.insert(ino, (seq, predicted));
+            q.unanswered.insert(
+                seq,
+                Unanswered {
+                    ino,
+                    process,
+                    msg: msg.clone(),
+                    bytes,
+                    sent: Instant::now(),
+                    submitted: false,
+                    on_answer,
+                },
+            );
+            seq
+        };
+        self.counters.sent.fetch_add(1, Relaxed);
+        let this = self.clone();
+        client.call_async(msg, Box::new(move |r| this.answer(seq, r)));
+        if let Some(change) = lock(&self.queue).unanswered.get_mut(&seq) {
+            change.submitted = true;
+        }
+    }
+
+    /// Records the server's answer to change `seq`.
+    fn answer(&self, seq: u64, r: Result<Rmessage, ClientError>) {
+        let mut q = lock(&self.queue);
+        let Some(change) = q.unanswered.remove(&seq) else {
+            return;
+        };
+        if let Err(ClientError::Disconnected(why)) = &r {
+            // Sent again by `resend_lost`, first on the next connection.
+            tracing::debug!(seq, "a change sent behind lost its connection ({why})");
+            q.lost.insert(seq, change);
+            drop(q);
+            self.answered.notify_all();
+            return;
+        }
+        let attrs = attrs_after(&change.msg, r);
+        self.settle(q, seq, change, attrs);
+    }
+
+    /// Ends change `seq` with the server's attributes after it, or its errno.
+    fn settle(
+        &self,
+        mut q: std::sync::MutexGuard<'_, Queue>,
+        seq: u64,
+        change: Unanswered,
+        attrs: Result<Rgetattr, i32>,
+    ) {
+        q.bytes -= change.bytes;
+        if q.predicted.get(&change.ino).is_some_and(|(s, _)| *s == seq) {
+            q.predicted.remove(&change.ino);
+        }
+        match attrs {
+            Ok(_) => {
+                self.counters.answered.fetch_add(1, Relaxed);
+            }
+            Err(errno) => self.refused(&mut q, &change, errno),
+        }
+        // Before anyone waiting learns of it: what the mount does with the answer is part
+        // of it.
+        q.holds += 1;
+        drop(q);
+        (change.on_answer)(attrs.as_ref().map_err(|e| *e));
+        self.release();
+    }
+
+    /// Keeps waiters waiting until the returned guard is dropped: for work that follows an
+    /// answer (dropping the kernel's pages after a refusal, on a thread of its own).
+    pub(crate) fn hold(self: &std::sync::Arc<Self>) -> Hold {
+        lock(&self.queue).holds += 1;
+        Hold(self.clone())
+    }
+
+    fn release(&self) {
+        lock(&self.queue).holds -= 1;
+        self.answered.notify_all();
+    }
+
+    fn refused(&self, q: &mut Queue, change: &Unanswered, errno: i32) {
+        self.counters.refused.fetch_add(1, Relaxed);
+        q.refused_unsynced += 1;
+        q.refused
+            .entry(change.ino)
+            .or_insert((errno, change.process));
+        // Nothing predicted of the node holds any more: the server says what it has.
+        q.predicted.remove(&change.ino);
+        tracing::warn!(
+            node = change.ino,
+            request = crossfs_wire::message_name(change.msg.msg_type()).unwrap_or("?"),
+            "the server refused a change sent behind: {}",
+            std::io::Error::from_raw_os_error(errno)
+        );
+    }
+
+    /// Sends again, in order and before anything else, the changes lost with the last
+    /// connection: run by the client's reconnect hook, which alone may use the new
+    /// connection. First waits (a moment) for the old connection's requests to fail.
+    pub(crate) fn resend_lost(&self, client: &Client) -> Result<(), ClientError> {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let mut q = lock(&self.queue);
+        // A change still being sent waits for this hook to end (sent after the lost ones, as
+        // it came after them); one sent on the old connection fails as it dies.
+        while q.unanswered.values().any(|c| c.submitted) && Instant::now() < deadline {
+            q = self
+                .answered
+                .wait_timeout(q, Duration::from_millis(20))
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
+        let lost = std::mem::take(&mut q.lost);
+        drop(q);
+        for (seq, change) in lost {
+            self.counters.resent.fetch_add(1, Relaxed);
+            // Lost again, this connection is gone too: refused rather than kept hanging.
+            let attrs = attrs_after(&change.msg, client.call(change.msg.clone()));
+            self.settle(lock(&self.queue), seq, change, attrs);
+        }
+        Ok(())
+    }
+
+    /// The errno of a refused change of `ino` not yet reported, now reported (by an
+    /// fsync).
+    pub(crate) fn take_refused(&self, ino: u64) -> Option<i32> {
+        lock(&self.queue)
+            .refused
+            .remove(&ino)
+            .map(|(errno, _)| errno)
+    }
+
+    /// As [`Self::take_refused`], for a close by thread `pid`: only a thread of the
+    /// process that made the change is told. A close by any other (a child closing what
+    /// it inherited as it runs another program, say) would take the error from the
+    /// writer's own close.
+    pub(crate) fn take_refused_by(&self, ino: u64, pid: u32) -> Option<i32> {
+        let mut q = lock(&self.queue);
+        let (errno, by) = *q.refused.get(&ino)?;
+        if by != q.process_of(pid) {
+            return None;
+        }
+        q.refused.remove(&ino);
+        Some(errno)
+    }
+
+    /// Waits until every change sent before the call is answered, or `timeout` passes.
+    /// Returns whether they all were.
+    pub(crate) fn wait_answered(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut q = lock(&self.queue);
+        let Some(last) = q.next_seq.checked_sub(1) else {
+            return true;
+        };
+        let pending = |q: &Queue| {
+            q.unanswered.range(..=last).next().is_some()
+                || q.lost.range(..=last).next().is_some()
+                || q.holds > 0
+        };
+        while pending(&q) {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            q = self
+                .answered
+                .wait_timeout(q, deadline - now)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
+        true
+    }
+
+    /// Refused changes no `crossfs sync` has reported yet, now reported.
+    pub(crate) fn take_refused_unsynced(&self) -> u64 {
+        std::mem::take(&mut lock(&self.queue).refused_unsynced)
+    }
+
+    /// The queue, for `crossfs stats`.
+    pub(crate) fn stats_json(&self) -> Value {
+        let q = lock(&self.queue);
+        let oldest = q
+            .unanswered
+            .values()
+            .chain(q.lost.values())
+            .map(|c| c.sent)
+            .min()
+            .map_or(0, |t| t.elapsed().as_micros() as u64);
+        let c = &self.counters;
+        json!({
+            "queued": q.unanswered.len() + q.lost.len(),
+            "queued_bytes": q.bytes,
+            "oldest_us": oldest,
+            "sent": c.sent.load(Relaxed),
+            "answered": c.answered.load(Relaxed),
+            "refused": c.refused.load(Relaxed),
+            "resent": c.resent.load(Relaxed),
+            "waited_for_room": c.waited_for_room.load(Relaxed),
+            "unreported_refusals": q.refused.len(),
+        })
+    }
+}
+
+impl Queue {
+    /// The process of thread `tid`, looked up once per thread (a thread that is gone
+    /// counts as its own process).
+    fn process_of(&mut self, tid: u32) -> u32 {
+        if let Some(&p) = self.processes.get(&tid) {
+            return p;
+        }
+        if self.processes.len() >= PROCESSES_KEPT {
+            // Threads come and go: the oldest are not worth telling apart.
+            self.processes.clear();
+        }
+        let p = thread_group(tid).unwrap_or(tid);
+        self.processes.insert(tid, p);
+        p
+    }
+}
+
+/// Threads whose process [`Queue::process_of`] keeps at most.
+const PROCESSES_KEPT: usize = 4096;
+
+/// The process of thread `tid`, while the thread lives (`Tgid` in /proc).
+fn thread_group(tid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("Tgid:"))?;
+    line["Tgid:".len()..].trim().parse().ok()
+}
+
+/// Holds waiters of [`ChangesBehind::wait_answered`] until dropped.
+pub(crate) struct Hold(std::sync::Arc<ChangesBehind>);
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
+/// Bytes a Twriteattr carries (0 for anything else).
+fn written(msg: &Tmessage) -> usize {
+    match msg {
+        Tmessage::Writeattr(w) => w.data.0.len(),
+        _ => 0,
+    }
+}
+
+/// The file's attributes after change `msg`, from the server's answer `r`, or the errno
+/// it is refused with.
+fn attrs_after(msg: &Tmessage, r: Result<Rmessage, ClientError>) -> Result<Rgetattr, i32> {
+    match r {
+        Ok(Rmessage::Setattrget(s)) => Ok(s.attr),
+        Ok(Rmessage::Writeattr(w)) if w.count as usize == written(msg) => Ok(w.attr),
+        // Short: the rest did not reach the host (a full disk, say).
+        Ok(Rmessage::Writeattr(_)) => Err(libc::ENOSPC),
+        Ok(_) => Err(libc::EIO),
+        Err(e) => Err(e.errno()),
+    }
+}

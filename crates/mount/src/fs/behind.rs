@@ -1,0 +1,295 @@
+//! The FUSE side of changes sent behind (`--changes behind`, see `crate::behind`): which
+//! setattrs and writes go behind, and the attributes the kernel is given for them.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crossfs_wire::{Rgetattr, Tmessage, Tsetattrget, Twriteattr};
+use fuser::{INodeNo, TimeOrNow};
+
+use super::attr::Change;
+use super::reply::Attr;
+use super::{wire_time, MountState};
+use crate::behind::OnAnswer;
+use crate::config::ChangeMode;
+use crate::fid::FidRef;
+use crate::known::handle::OpenFile;
+use crate::known::listed_attrs::ChangeInFlight;
+use crate::remote::ATTR_MASK;
+
+/// Bits the host's kernel may take off a file on a change (on a chown or a write by
+/// another user): a file with them, or a change setting them, waits for the server.
+const SET_ID: u32 = libc::S_ISUID | libc::S_ISGID;
+
+impl MountState {
+    /// Whether changes may go behind now: asked for, and the mount's knowledge is exact
+    /// (events followed, the crossfs extension spoken).
+    fn sends_behind(&self) -> bool {
+        self.config.changes == ChangeMode::Behind
+            && self.client.has_extensions()
+            && self.follows_events()
+    }
+
+    /// The attributes of node `ino` exactly as the server has them as `change` starts, or
+    /// will once the changes sent behind are done.
+    fn exact_attrs(&self, ino: u64, change: Option<&ChangeInFlight>) -> Option<Rgetattr> {
+        if let Some(a) = self.behind.predicted(ino) {
+            return Some(a);
+        }
+        let (a, when) = *self.known.inodes.fetched_attrs(ino)?;
+        change
+            .is_some_and(|c| c.found_unchanged(a.qid.path, &when))
+            .then_some(a)
+    }
+
+    /// A SETATTR from thread `pid` sent behind, if it may be (see `crate::behind`): the
+    /// attributes it leaves, to be given to the kernel.
+    pub(super) fn setattr_behind(
+        self: &Arc<Self>,
+        (ino, pid): (INodeNo, u32),
+        fid: &Arc<FidRef>,
+        change: &Change,
+        in_flight: &mut Option<ChangeInFlight>,
+    ) -> Option<Attr> {
+        if !self.sends_behind() {
+            return None;
+        }
+        let old = self.exact_attrs(ino.0, in_flight.as_ref())?;
+        let new = predict_setattr(&old, change, SystemTime::now())?;
+        let msg = Tmessage::Setattrget(Tsetattrget {
+            set: change.to_wire(fid.fid()),
+            request_mask: ATTR_MASK,
+        });
+        let on_answer = self.on_behind_answer(ino.0, fid.clone(), in_flight.take());
+        self.behind
+            .send(&self.client, (ino.0, pid), msg, new.clone(), on_answer);
+        Some(self.predicted_answer(ino.0, &new))
+    }
+
+    /// A WRITE from thread `pid` sent behind, if it may be: `true` if sent. Only a small write
+    /// ([`crossfs_wire::INLINE_WRITE_MAX`]) through an open without `O_DIRECT`, `O_SYNC`,
+    /// `O_DSYNC` or `O_APPEND` (where the server, not the offset, decides where it lands).
+    pub(super) fn write_behind(
+        self: &Arc<Self>,
+        (file, pid): (&Arc<OpenFile>, u32),
+        fid: &Arc<FidRef>,
+        (offset, data): (u64, &[u8]),
+        change: &mut Option<ChangeInFlight>,
+    ) -> bool {
+        const NOT_BEHIND: u32 =
+            (libc::O_DIRECT | libc::O_SYNC | libc::O_DSYNC | libc::O_APPEND) as u32;
+        if !self.sends_behind()
+            || data.len() > crossfs_wire::INLINE_WRITE_MAX
+            || file.reopen.flags & NOT_BEHIND != 0
+        {
+            return false;
+        }
+        let ino = file.reopen.node;
+        let Some(old) = self.exact_attrs(ino, change.as_ref()) else {
+            return false;
+        };
+        if old.mode & SET_ID != 0 || old.mode & libc::S_IFMT != libc::S_IFREG {
+            return false;
+        }
+        let new = predict_write(&old, offset, data.len() as u64, SystemTime::now());
+        let msg = Tmessage::Writeattr(Twriteattr {
+            fid: fid.fid(),
+            offset,
+            data: crossfs_wire::Data(data.to_vec()),
+        });
+        let on_answer = self.on_behind_answer(ino, fid.clone(), change.take());
+        self.behind
+            .send(&self.client, (ino, pid), msg, new, on_answer);
+        true
+    }
+
+    /// Attributes predicted by a change sent behind, for the kernel to ask again at once:
+    /// after the server's answer it gets the server's own.
+    pub(super) fn predicted_answer(&self, ino: u64, a: &Rgetattr) -> Attr {
+        Attr {
+            attr: crate::attr::file_attr(ino, a, self.ids),
+            ttl: Duration::ZERO,
+        }
+    }
+
+    /// What the mount learns from the answer to a change sent behind: the server's
+    /// attributes, fetched as of the change's end. A refusal leaves nothing reusable (the
+    /// change's end marks the file), so the server is asked again.
+    fn on_behind_answer(
+        self: &Arc<Self>,
+        ino: u64,
+        fid: Arc<FidRef>,
+        change: Option<ChangeInFlight>,
+    ) -> OnAnswer {
+        let shared = self.clone();
+        Box::new(move |r| {
+            match r {
+                Ok(a) if a.valid != 0 => {
+                    let fetched = change.and_then(|c| c.end_with_answer(a.qid.path));
+                    shared.known.inodes.observe(ino, a, fetched);
+                }
+                Ok(_) => drop(change),
+                Err(_) => {
+                    drop(change);
+                    shared.forget_refused(ino);
+                }
+            }
+            // The fid stayed bound until the server had used it.
+            drop(fid);
+        })
+    }
+}
+
+impl MountState {
+    /// After a refused change the kernel drops what it holds of the file (attributes
+    /// and pages) and asks the server. The pages go on a thread of their own: dropping
+    /// them waits for reads in progress, which may wait for the thread answering this.
+    fn forget_refused(&self, ino: u64) {
+        let Some(notifier) = self.notifier.get().cloned() else {
+            return;
+        };
+        let _ = notifier.inval_inode(INodeNo(ino), -1, 0);
+        // A sync waits for this too.
+        let hold = self.behind.hold();
+        let spawned = std::thread::Builder::new()
+            .name("crossfs-refused".into())
+            .spawn(move || {
+                let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
+                drop(hold);
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot drop the pages of node {ino} after a refused change: {e}");
+        }
+    }
+}
+
+/// The attributes a setattr leaves a file with attributes `old`, at time `now`, if the
+/// mount can tell them and the server will accept it: no size change (the kernel's pages
+/// and the host's blocks follow it), no set-ID bits, ownership unchanged.
+fn predict_setattr(old: &Rgetattr, change: &Change, now: SystemTime) -> Option<Rgetattr> {
+    if change.size.is_some() || old.mode & SET_ID != 0 {
+        return None;
+    }
+    let mut new = old.clone();
+    if let Some(mode) = change.mode {
+        if mode & SET_ID != 0 {
+            return None;
+        }
+        new.mode = (old.mode & libc::S_IFMT) | (mode & 0o7777);
+    }
+    if change.uid.is_some_and(|uid| uid != old.uid) || change.gid.is_some_and(|gid| gid != old.gid)
+    {
+        return None;
+    }
+    let at = |t: TimeOrNow| match t {
+        TimeOrNow::Now => wire_time(now),
+        TimeOrNow::SpecificTime(t) => wire_time(t),
+    };
+    if let Some(t) = change.atime {
+        (new.atime_sec, new.atime_nsec) = at(t);
+    }
+    if let Some(t) = change.mtime {
+        (new.mtime_sec, new.mtime_nsec) = at(t);
+    }
+    // Every setattr moves the change time, even one that changes nothing.
+    (new.ctime_sec, new.ctime_nsec) = wire_time(now);
+    Some(new)
+}
+
+/// The attributes a write of `len` bytes at `offset` leaves a regular file with
+/// attributes `old`, at time `now` (the block count is a guess the answer corrects).
+fn predict_write(old: &Rgetattr, offset: u64, len: u64, now: SystemTime) -> Rgetattr {
+    let mut new = old.clone();
+    new.size = old.size.max(offset.saturating_add(len));
+    new.blocks = old.blocks.max(new.size.div_ceil(512));
+    (new.mtime_sec, new.mtime_nsec) = wire_time(now);
+    (new.ctime_sec, new.ctime_nsec) = wire_time(now);
+    new
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(mode: u32) -> Rgetattr {
+        Rgetattr {
+            mode: libc::S_IFREG | mode,
+            uid: 1000,
+            gid: 100,
+            size: 10,
+            ..Rgetattr::default()
+        }
+    }
+
+    fn change() -> Change {
+        Change {
+            mode: None,
+            uid: None,
+            gid: None,
+            size: None,
+            atime: None,
+            mtime: None,
+            ctime: false,
+        }
+    }
+
+    #[test]
+    fn chmod_and_utimens_are_predicted_exactly() {
+        let now = SystemTime::UNIX_EPOCH + Duration::new(1_700_000_000, 5);
+        let then = SystemTime::UNIX_EPOCH + Duration::new(1_000, 7);
+        let c = Change {
+            mode: Some(0o640),
+            mtime: Some(TimeOrNow::SpecificTime(then)),
+            atime: Some(TimeOrNow::Now),
+            ..change()
+        };
+        let new = predict_setattr(&file(0o644), &c, now).unwrap();
+        assert_eq!(new.mode, libc::S_IFREG | 0o640);
+        assert_eq!((new.mtime_sec, new.mtime_nsec), (1_000, 7));
+        assert_eq!((new.atime_sec, new.atime_nsec), (1_700_000_000, 5));
+        assert_eq!((new.ctime_sec, new.ctime_nsec), (1_700_000_000, 5));
+        assert_eq!((new.uid, new.gid, new.size), (1000, 100, 10));
+    }
+
+    #[test]
+    fn what_the_host_may_refuse_or_change_is_not_predicted() {
+        let now = SystemTime::now();
+        // Truncation, a new owner or group, set-ID bits set or already there.
+        for c in [
+            Change {
+                size: Some(0),
+                ..change()
+            },
+            Change {
+                uid: Some(0),
+                ..change()
+            },
+            Change {
+                gid: Some(0),
+                ..change()
+            },
+            Change {
+                mode: Some(0o4755),
+                ..change()
+            },
+        ] {
+            assert!(predict_setattr(&file(0o644), &c, now).is_none());
+        }
+        assert!(predict_setattr(&file(0o2755), &change(), now).is_none());
+        // The owner it already has: a chown tar makes after creating the file.
+        let same = Change {
+            uid: Some(1000),
+            gid: Some(100),
+            ..change()
+        };
+        assert!(predict_setattr(&file(0o644), &same, now).is_some());
+    }
+
+    #[test]
+    fn a_write_grows_the_file_to_its_end() {
+        let now = SystemTime::now();
+        assert_eq!(predict_write(&file(0o644), 4096, 100, now).size, 4196);
+        assert_eq!(predict_write(&file(0o644), 0, 5, now).size, 10);
+        assert!(predict_write(&file(0o644), 0, 5000, now).blocks >= 10);
+    }
+}

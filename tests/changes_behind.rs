@@ -1,0 +1,375 @@
+//! Changes sent behind (`crossfs mount --changes behind`), against a real `crossfs serve`
+//! and a real FUSE mount: setattrs and small writes are answered by the mount and reach
+//! the host after, in order with everything else; after `crossfs sync` the host and the
+//! mount agree exactly (attributes to the nanosecond, contents); a change the host refuses
+//! fails the file's next fsync or close and the next sync, and the mount's view goes back
+//! to the host's; changes lost with the connection are sent again on the next one; a
+//! mount killed mid-work leaves on the host everything an fsync covered.
+//!
+//! Runs as root (FUSE, tmpfs). Nothing asserts how fast anything is.
+
+mod common;
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime};
+
+use common::*;
+
+const PATIENCE: Duration = Duration::from_secs(60);
+
+struct Setup {
+    dir: tempfile::TempDir,
+    export: PathBuf,
+    addr: String,
+    serve: Serve,
+    mount: Mount,
+}
+
+/// A server exporting `export` (made here unless given) and a mount of it with changes sent
+/// behind, following events.
+fn setup(export: Option<&Path>) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let export = match export {
+        Some(e) => e.to_path_buf(),
+        None => {
+            let e = dir.path().join("export");
+            fs::create_dir(&e).unwrap();
+            e
+        }
+    };
+    let addr = format!("unix:{}", dir.path().join("s.sock").display());
+    let serve = Serve::start(&export, &addr, &[]);
+    let mount = Mount::start(&addr, &["--changes", "behind"]);
+    mount.wait_following();
+    Setup {
+        dir,
+        export,
+        addr,
+        serve,
+        mount,
+    }
+}
+
+fn sync(mount: &Mount) -> std::process::Output {
+    Command::new(crossfs_bin())
+        .arg("sync")
+        .arg(&mount.mountpoint)
+        .output()
+        .unwrap()
+}
+
+fn behind(mount: &Mount, counter: &str) -> u64 {
+    mount.stats()["behind"][counter].as_u64().unwrap()
+}
+
+/// What a stat shows that the host decides: type and mode, owner, size, times to the
+/// nanosecond.
+fn shown(path: &Path) -> (u32, u32, u32, u64, [(i64, i64); 3]) {
+    let m = fs::metadata(path).unwrap();
+    (
+        m.mode(),
+        m.uid(),
+        m.gid(),
+        m.size(),
+        [
+            (m.atime(), m.atime_nsec()),
+            (m.mtime(), m.mtime_nsec()),
+            (m.ctime(), m.ctime_nsec()),
+        ],
+    )
+}
+
+/// Runs `work` (changes through the mount) with the server stopped (SIGSTOP): what the mount
+/// sends waits unanswered in the socket. A change that waits for the server instead would
+/// hang `work`: after 20 s the server goes on and the test fails.
+fn while_stopped<T: Send + 'static>(serve: &Serve, work: impl FnOnce() -> T + Send + 'static) -> T {
+    let pid = serve.child.id().to_string();
+    run_ok(Command::new("kill").args(["-STOP", &pid]));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(work()));
+    let done = rx.recv_timeout(Duration::from_secs(20));
+    if done.is_err() {
+        run_ok(Command::new("kill").args(["-CONT", &pid]));
+        panic!("a change waited for the stopped server: it was not sent behind");
+    }
+    done.unwrap()
+}
+
+fn resume(serve: &Serve) {
+    run_ok(Command::new("kill").args(["-CONT", &serve.child.id().to_string()]));
+}
+
+fn errno_of(r: std::io::Result<()>) -> Option<i32> {
+    r.err().and_then(|e| e.raw_os_error())
+}
+
+#[test]
+fn changes_sent_behind_reach_the_host_in_order_and_match_it_after_a_sync() {
+    let s = setup(None);
+    let mnt = &s.mount.mountpoint;
+    let long_ago = SystemTime::UNIX_EPOCH + Duration::new(1_000_000_000, 123_456_789);
+    for i in 0..40 {
+        let path = mnt.join(format!("f{i}"));
+        let mut f = File::create(&path).unwrap();
+        // Writes, as tar and npm make them, then what tar does after: owner, mode, times.
+        for chunk in 0..3u8 {
+            f.write_all(&[b'a' + chunk; 1000]).unwrap();
+        }
+        std::os::unix::fs::fchown(&f, Some(0), Some(0)).unwrap();
+        f.set_permissions(fs::Permissions::from_mode(0o600 + i % 8))
+            .unwrap();
+        f.set_times(
+            fs::FileTimes::new()
+                .set_modified(long_ago)
+                .set_accessed(long_ago),
+        )
+        .unwrap();
+    }
+    // Changes that wait for the server come after those sent behind before them: a write
+    // then a truncation, a write then a rename, a write at an offset then a chmod by path.
+    let cut = mnt.join("cut");
+    fs::write(&cut, b"abcdef").unwrap();
+    OpenOptions::new()
+        .write(true)
+        .open(&cut)
+        .unwrap()
+        .set_len(2)
+        .unwrap();
+    let moved = mnt.join("moved");
+    fs::write(mnt.join("before-rename"), b"renamed after it was written").unwrap();
+    fs::rename(mnt.join("before-rename"), &moved).unwrap();
+    let sparse = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(mnt.join("sparse"))
+        .unwrap();
+    sparse.write_all_at(b"end", 100_000).unwrap();
+    fs::set_permissions(mnt.join("sparse"), fs::Permissions::from_mode(0o640)).unwrap();
+    drop(sparse);
+
+    let out = sync(&s.mount);
+    assert!(out.status.success(), "crossfs sync: {out:?}");
+    // Most went behind (one after an echo that showed the file otherwise than the mount
+    // last saw it waits for the server).
+    assert!(
+        behind(&s.mount, "sent") >= 40 * 3,
+        "{}",
+        s.mount.stats()["behind"]
+    );
+    assert_eq!(behind(&s.mount, "refused"), 0);
+    assert_eq!(behind(&s.mount, "queued"), 0);
+
+    // Exactly what the host has, change time included (the mount predicted its own),
+    // before anything here reads the host's files (which moves their access times).
+    for name in ["f0", "f7", "f39", "cut", "moved", "sparse"] {
+        assert_eq!(
+            shown(&mnt.join(name)),
+            shown(&s.export.join(name)),
+            "{name}"
+        );
+    }
+    assert_eq!(fs::read(s.export.join("cut")).unwrap(), b"ab");
+    assert_eq!(
+        fs::read(s.export.join("moved")).unwrap(),
+        b"renamed after it was written"
+    );
+    let host_sparse = fs::read(s.export.join("sparse")).unwrap();
+    assert_eq!(host_sparse.len(), 100_003);
+    assert_eq!(&host_sparse[100_000..], b"end");
+    for i in 0..40 {
+        let name = format!("f{i}");
+        let host = s.export.join(&name);
+        let data = fs::read(&host).unwrap();
+        assert_eq!(data.len(), 3000, "{name}");
+        assert!(data[2000..].iter().all(|&b| b == b'c'), "{name}");
+        let m = fs::metadata(&host).unwrap();
+        assert_eq!(m.mode() & 0o7777, 0o600 + i % 8, "{name}");
+        assert_eq!((m.mtime(), m.mtime_nsec()), (1_000_000_000, 123_456_789));
+    }
+}
+
+/// A tmpfs of `size` bytes, unmounted when dropped.
+struct SmallFs {
+    path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl SmallFs {
+    fn mount(size: u64) -> SmallFs {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fs");
+        fs::create_dir(&path).unwrap();
+        run_ok(
+            Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0755")])
+                .arg("tmpfs")
+                .arg(&path),
+        );
+        SmallFs { path, _dir: dir }
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+    }
+}
+
+#[test]
+fn a_refused_change_fails_the_next_fsync_close_and_sync_and_the_host_wins() {
+    let small = SmallFs::mount(1 << 20);
+    let s = setup(Some(&small.path));
+    let mnt = s.mount.mountpoint.clone();
+    // The host leaves about 64 KiB free.
+    fs::write(s.export.join("filler"), vec![1u8; 960 << 10]).unwrap();
+    let mut f = File::create(mnt.join("big")).unwrap();
+    f.write_all(b"start").unwrap();
+    f.sync_all().unwrap();
+
+    // More than that, each write answered by the mount while the server is stopped.
+    let f = while_stopped(&s.serve, move || {
+        for i in 0..24u64 {
+            f.write_all_at(&[b'x'; 4096], 4096 * i).unwrap();
+        }
+        f
+    });
+    resume(&s.serve);
+    // fsync reports the host's refusal, once, as a failed write-back is.
+    assert_eq!(errno_of(f.sync_all()), Some(libc::ENOSPC));
+    f.sync_all().unwrap();
+    drop(f);
+    assert!(behind(&s.mount, "refused") >= 1);
+    // A sync fails once for the refusals since the last one.
+    let out = sync(&s.mount);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(sync(&s.mount).status.success());
+    // The mount shows what the host has, not what it was told.
+    let on_mount = shown(&mnt.join("big"));
+    let host = fs::read(s.export.join("big")).unwrap();
+    assert!(host.len() < 24 * 4096, "{}", host.len());
+    assert_eq!(on_mount.3, host.len() as u64);
+    assert!(fs::read(mnt.join("big")).unwrap() == host);
+
+    // A close reports a refusal found by then.
+    fs::remove_file(mnt.join("big")).unwrap();
+    let mut f = File::create(mnt.join("second")).unwrap();
+    f.write_all(b"start").unwrap();
+    f.sync_all().unwrap();
+    let refused = behind(&s.mount, "refused");
+    let f = while_stopped(&s.serve, move || {
+        f.write_all_at(&[b'y'; 65536], 0).unwrap();
+        f.write_all_at(&[b'y'; 65536], 65536).unwrap();
+        f
+    });
+    resume(&s.serve);
+    wait_until("the refusal to be counted", PATIENCE, || {
+        behind(&s.mount, "refused") > refused
+    });
+    let fd = std::os::fd::IntoRawFd::into_raw_fd(f);
+    // SAFETY: `fd` was just taken from the File, which no longer owns it.
+    let closed = unsafe { libc::close(fd) };
+    assert_eq!(closed, -1);
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::ENOSPC)
+    );
+}
+
+#[test]
+fn changes_lost_with_the_connection_are_sent_again_in_order() {
+    let mut s = setup(None);
+    let mnt = s.mount.mountpoint.clone();
+    let mut f = File::create(mnt.join("kept")).unwrap();
+    f.write_all(b"first").unwrap();
+    f.sync_all().unwrap();
+    let sent_before = behind(&s.mount, "sent");
+
+    // The server stops reading: what the mount sends behind waits in the socket, unanswered.
+    let f = while_stopped(&s.serve, move || {
+        for i in 0..16u64 {
+            f.write_all_at(&[b'0' + i as u8; 4096], 4096 * i).unwrap();
+        }
+        f.set_permissions(fs::Permissions::from_mode(0o604))
+            .unwrap();
+        f
+    });
+    assert_eq!(behind(&s.mount, "sent"), sent_before + 17);
+    assert!(behind(&s.mount, "queued") >= 17);
+    // It dies with them; another takes its place.
+    s.serve.child.kill().unwrap();
+    s.serve.child.wait().unwrap();
+    s.serve = Serve::start(&s.export, &s.addr, &[]);
+    wait_until("the changes to be sent again", PATIENCE, || {
+        behind(&s.mount, "queued") == 0
+    });
+    assert!(sync(&s.mount).status.success());
+    assert_eq!(behind(&s.mount, "resent"), 17);
+    assert_eq!(behind(&s.mount, "refused"), 0);
+    let host = fs::read(s.export.join("kept")).unwrap();
+    assert_eq!(host.len(), 16 * 4096);
+    for i in 0..16 {
+        assert!(host[i * 4096..(i + 1) * 4096]
+            .iter()
+            .all(|&b| b == b'0' + i as u8));
+    }
+    let mode = fs::metadata(s.export.join("kept")).unwrap().mode();
+    assert_eq!(mode & 0o7777, 0o604);
+    drop(f);
+    let _ = &s.dir;
+}
+
+#[test]
+fn a_killed_mount_leaves_on_the_host_everything_an_fsync_covered() {
+    let mut s = setup(None);
+    let mnt = s.mount.mountpoint.clone();
+    // A writer that reports each file once its fsync returned.
+    let script = r#"
+import os, sys
+d = sys.argv[1]
+for i in range(100000):
+    p = os.path.join(d, "f%d" % i)
+    fd = os.open(p, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    for k in range(4):
+        os.write(fd, bytes([i % 251]) * 4096)
+    os.fchmod(fd, 0o640)
+    os.fsync(fd)
+    os.close(fd)
+    print(i, flush=True)
+"#;
+    let mut writer = Command::new("python3")
+        .args(["-c", script])
+        .arg(&mnt)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(writer.stdout.take().unwrap()).lines();
+    let mut synced = Vec::new();
+    while synced.len() < 40 {
+        synced.push(lines.next().unwrap().unwrap().parse::<u64>().unwrap());
+    }
+    s.mount.child.kill().unwrap();
+    s.mount.child.wait().unwrap();
+    let _ = Command::new("umount").arg("-l").arg(&mnt).status();
+    // The writer fails once the mount is gone; files it reported after those read here
+    // were covered too.
+    synced.extend(
+        lines
+            .map_while(Result::ok)
+            .filter_map(|l| l.parse::<u64>().ok()),
+    );
+    let _ = writer.kill();
+    let _ = writer.wait();
+    for i in synced {
+        let host = s.export.join(format!("f{i}"));
+        let data = fs::read(&host).unwrap();
+        assert_eq!(data.len(), 4 * 4096, "f{i}");
+        assert!(data.iter().all(|&b| b == (i % 251) as u8), "f{i}");
+        assert_eq!(fs::metadata(&host).unwrap().mode() & 0o7777, 0o640, "f{i}");
+    }
+}
