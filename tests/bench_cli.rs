@@ -40,6 +40,7 @@ fn quick_bench_runs_every_workload_on_every_target() {
         [
             "native",
             "crossfs",
+            "crossfs --changes behind",
             "crossfs --msize 65536 --max-pages 32",
             "crossfs --negative-ttl 0",
             "crossfs --send-opens",
@@ -218,8 +219,9 @@ fn an_interrupted_bench_leaves_no_mount_process_or_directory_behind() {
         std::time::Duration::from_secs(120),
         || std::fs::read_to_string(log.path()).is_ok_and(|l| l.contains("[1/")),
     );
-    // crossfs, small messages, no negative cache, --send-opens, --cache never.
-    assert_eq!(mounted(), 5);
+    // crossfs, changes behind, small messages, no negative cache, --send-opens, --cache
+    // never.
+    assert_eq!(mounted(), 6);
     let pid = rustix::process::Pid::from_child(&bench);
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
     let status = bench.wait().unwrap();

@@ -51,6 +51,22 @@ fn crossfs_mount_of_crossfs_serve_matches_local_directory() {
     assert_eq!(stats["total"]["Tversion"]["count"], 2);
 }
 
+/// Changes sent behind answer every call of the script as a local directory does.
+#[test]
+fn crossfs_mount_with_changes_behind_matches_local_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let export = dir.path().join("export");
+    std::fs::create_dir(&export).unwrap();
+    let addr = format!("unix:{}", dir.path().join("s.sock").display());
+    let _serve = Serve::start(&export, &addr, &[]);
+    compare_with_local(
+        &addr,
+        &export,
+        &["--changes", "behind"],
+        "crossfs mount --changes behind",
+    );
+}
+
 /// Both ends time every request: `crossfs stats` of the server and of a mount show latency
 /// per request type, and a request's time on the client (written to answered) holds its
 /// time on the server (read to answered). No absolute timing is asserted.

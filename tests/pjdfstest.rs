@@ -83,10 +83,18 @@ fn pjdfstest_on_crossfs_mount_matches_local_directory() {
     let known = documented_differences();
     // Device nodes are exported only with --allow-devices, and clients' set-id bits kept
     // only with --allow-setuid (README); the rest of the semantics do not depend on them.
-    for mode in ["auto", "never", "always"] {
-        let label = format!("crossfs mount --cache {mode}");
+    // Each cache mode, and changes sent behind (which must not change what any call
+    // answers).
+    let configs: [&[&str]; 4] = [
+        &["--cache", "auto"],
+        &["--cache", "never"],
+        &["--cache", "always"],
+        &["--changes", "behind"],
+    ];
+    for mount_args in configs {
+        let label = format!("crossfs mount {}", mount_args.join(" "));
         let serve = ["--allow-devices", "--allow-setuid"];
-        let mount = on_mount(&serve, &["--cache", mode], &config, &label);
+        let mount = on_mount(&serve, mount_args, &config, &label);
         report(&label, &native, &mount);
         let lost = lost(&native, &mount);
         let new: Vec<_> = lost.difference(&known).collect();

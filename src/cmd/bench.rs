@@ -37,8 +37,9 @@ pub struct BenchArgs {
     /// tree as --dir, input is prepared natively in --dir (see below).
     #[arg(long, value_name = "NAME=PATH")]
     pub compare: Vec<String>,
-    /// Only the native and default crossfs targets, not the configurations that show each
-    /// fix's effect (small messages, no negative cache, no cache).
+    /// Only the native and default crossfs targets (`crossfs`, and `crossfs --changes
+    /// behind`), not the configurations that show each fix's effect (small messages, no
+    /// negative cache, no cache).
     #[arg(long)]
     pub default_only: bool,
     /// Directory to export and to measure natively (default: a new temporary directory).
@@ -132,6 +133,7 @@ fn workloads_help() -> String {
         "\nTargets, run interleaved (each workload on every target in turn, for every run):\n\
          \x20 native                                the directory itself (page cache: the limit)\n\
          \x20 crossfs                               crossfs serve + crossfs mount, defaults\n\
+         \x20 crossfs --changes behind              the same, setattrs and small writes sent behind\n\
          and unless --default-only, what each fix is worth:\n\
          \x20 crossfs --msize 65536 --max-pages 32  small messages and FUSE requests\n\
          \x20 crossfs --negative-ttl 0              no negative-lookup cache\n\
@@ -153,7 +155,10 @@ fn workloads_help() -> String {
 
 /// The crossfs configurations measured, by name and `crossfs mount` options.
 fn crossfs_configs(default_only: bool) -> Vec<(&'static str, &'static [&'static str])> {
-    let mut configs: Vec<(&str, &[&str])> = vec![("crossfs", &[])];
+    let mut configs: Vec<(&str, &[&str])> = vec![
+        ("crossfs", &[]),
+        ("crossfs --changes behind", &["--changes", "behind"]),
+    ];
     if !default_only {
         configs.extend([
             (

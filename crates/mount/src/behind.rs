@@ -197,9 +197,6 @@ impl ChangesBehind {
         attrs: Result<Rgetattr, i32>,
     ) {
         q.bytes -= change.bytes;
-        if q.predicted.get(&change.ino).is_some_and(|(s, _)| *s == seq) {
-            q.predicted.remove(&change.ino);
-        }
         match attrs {
             Ok(_) => {
                 self.counters.answered.fetch_add(1, Relaxed);
@@ -210,8 +207,17 @@ impl ChangesBehind {
         // of it.
         q.holds += 1;
         drop(q);
+        let ino = change.ino;
         (change.on_answer)(attrs.as_ref().map_err(|e| *e));
-        self.release();
+        // The prediction answers until the mount has taken in the server's answer: a
+        // directory replica, say, still shows the file as it was until then.
+        let mut q = lock(&self.queue);
+        if q.predicted.get(&ino).is_some_and(|(s, _)| *s == seq) {
+            q.predicted.remove(&ino);
+        }
+        q.holds -= 1;
+        drop(q);
+        self.answered.notify_all();
     }
 
     /// Keeps waiters waiting until the returned guard is dropped: for work that follows an

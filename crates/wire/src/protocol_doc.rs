@@ -66,6 +66,16 @@ that the server may not open without moving its access time, is left out, silent
 client reads such a file as usual. A name that is not one component fails the request
 (`EINVAL`), as in a walk.
 
+## Order
+9P lets a server answer a connection's requests in any order. A crossfs server promises
+one order, which `crossfs mount --changes behind` relies on to send changes without
+waiting for their answers: it runs a `Tsetattr` or `Tsetattrget` that changes no size, and a
+`Twrite` or `Twriteattr` of at most 65,536 bytes (`INLINE_WRITE_MAX`) through a file
+opened without `O_DIRECT`, `O_SYNC` or `O_DSYNC`, before it reads the connection's next
+request, and answers them in the order they came. Every later request on the connection,
+whatever it is, finds them done. A client must not assume this of any other server, or
+for any other request (creates, reads and fsync may run on worker threads, in parallel).
+
 ## Errors
 Each compound succeeds or fails whole, with `Rlerror` carrying the errno of the step that
 failed, and binds no new fid when it fails: `Twalkgetattr`, `Twalkopen`, `Twalkread` and

@@ -115,6 +115,12 @@ impl Applier<'_> {
                 })
                 .collect();
             for (i, ev) in events.iter().enumerate() {
+                // Stopped (unmounting): the rest of a large batch would only be applied to
+                // a kernel that is gone, one failing notification at a time.
+                if client.is_shut_down() {
+                    following(false);
+                    return;
+                }
                 self.apply(ev, events.get(i + 1));
             }
         }

@@ -60,6 +60,7 @@ impl MountState {
             set: change.to_wire(fid.fid()),
             request_mask: ATTR_MASK,
         });
+        self.changing_behind(ino.0, &new);
         let on_answer = self.on_behind_answer(ino.0, fid.clone(), in_flight.take());
         self.behind
             .send(&self.client, (ino.0, pid), msg, new.clone(), on_answer);
@@ -97,10 +98,35 @@ impl MountState {
             offset,
             data: crossfs_wire::Data(data.to_vec()),
         });
+        self.changing_behind(ino, &new);
         let on_answer = self.on_behind_answer(ino, fid.clone(), change.take());
         self.behind
             .send(&self.client, (ino, pid), msg, new, on_answer);
         true
+    }
+
+    /// As a change sent behind starts: the names of the file in directory replicas are
+    /// asked of the server from now on (which answers after the change, sent first), so
+    /// that nothing read from a replica before the answer outlives the prediction.
+    fn changing_behind(&self, ino: u64, new: &Rgetattr) {
+        self.known.replicas.own_changed(ino, new.qid.path);
+    }
+
+    /// What the kernel is given for node `fa.ino` with attributes `fa` for `ttl`, from a
+    /// lookup or a listing: while a change sent behind is unanswered, its prediction, for
+    /// no time (a replica or the server may still show the file as it was before).
+    pub(super) fn unless_predicted(
+        &self,
+        fa: fuser::FileAttr,
+        ttl: Duration,
+    ) -> (fuser::FileAttr, Duration) {
+        match self.behind.predicted(fa.ino.0) {
+            Some(a) => (
+                crate::attr::file_attr(fa.ino.0, &a, self.ids),
+                Duration::ZERO,
+            ),
+            None => (fa, ttl),
+        }
     }
 
     /// Attributes predicted by a change sent behind, for the kernel to ask again at once:

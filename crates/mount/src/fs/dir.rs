@@ -390,6 +390,7 @@ impl MountState {
                     _ => None,
                 };
                 if let Some((fa, ttl)) = remembered {
+                    let (fa, ttl) = self.unless_predicted(fa, ttl);
                     if reply.add(fa.ino, e.offset, name, &ttl, &fa, Generation(0)) {
                         // Not sent: take back the lookup just counted.
                         self.known.inodes.forget(fa.ino.0, 1);

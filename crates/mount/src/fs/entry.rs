@@ -68,9 +68,10 @@ impl MountState {
         if let (Some(pid), CacheMode::Never) = (looked_up_by, self.config.cache) {
             self.known.recent.record(pid, fa.ino.0, fa);
         }
+        let (fa, attr_ttl) = self.unless_predicted(fa, self.attr_ttl());
         Ok(Entry {
             attr: fa,
-            attr_ttl: self.attr_ttl(),
+            attr_ttl,
             entry_ttl: self.entry_ttl_for(fa.kind),
         })
     }
@@ -169,7 +170,7 @@ impl MountState {
         if attr::is_dir(a) {
             self.known.replicas.anchor(parent.0, name, ino, ticket);
         }
-        let fa = attr::file_attr(ino, a, self.ids);
+        let (fa, attr_ttl) = self.unless_predicted(attr::file_attr(ino, a, self.ids), attr_ttl);
         Entry {
             attr: fa,
             attr_ttl,
