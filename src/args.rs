@@ -353,7 +353,8 @@ pub struct MountArgs {
     /// or a write of up to 64 KiB, whose outcome the mount can tell exactly from what it
     /// holds, is answered at once and sent to the server after, in order (creates,
     /// removals, renames and truncations still wait). A change the server then refuses
-    /// fails the file's next close or fsync, and the next `crossfs sync`; fsync, `crossfs
+    /// fails the file's next fsync (with --send-opens, or its next close by the process
+    /// that made it), and the next `crossfs sync`; fsync, `crossfs
     /// sync` and unmount wait until what was sent behind is on the host. Needs change
     /// events and a crossfs server; turns on default_permissions. See the README's
     /// "Changes sent behind".

@@ -30,8 +30,8 @@ struct Setup {
 }
 
 /// A server exporting `export` (made here unless given) and a mount of it with changes sent
-/// behind, following events.
-fn setup(export: Option<&Path>) -> Setup {
+/// behind, following events, and `extra` options.
+fn setup(export: Option<&Path>, extra: &[&str]) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let export = match export {
         Some(e) => e.to_path_buf(),
@@ -43,7 +43,9 @@ fn setup(export: Option<&Path>) -> Setup {
     };
     let addr = format!("unix:{}", dir.path().join("s.sock").display());
     let serve = Serve::start(&export, &addr, &[]);
-    let mount = Mount::start(&addr, &["--changes", "behind"]);
+    let mut args = vec!["--changes", "behind"];
+    args.extend_from_slice(extra);
+    let mount = Mount::start(&addr, &args);
     mount.wait_following();
     Setup {
         dir,
@@ -109,7 +111,7 @@ fn errno_of(r: std::io::Result<()>) -> Option<i32> {
 
 #[test]
 fn changes_sent_behind_reach_the_host_in_order_and_match_it_after_a_sync() {
-    let s = setup(None);
+    let s = setup(None, &[]);
     let mnt = &s.mount.mountpoint;
     let long_ago = SystemTime::UNIX_EPOCH + Duration::new(1_000_000_000, 123_456_789);
     for i in 0..40 {
@@ -163,6 +165,11 @@ fn changes_sent_behind_reach_the_host_in_order_and_match_it_after_a_sync() {
     );
     assert_eq!(behind(&s.mount, "refused"), 0);
     assert_eq!(behind(&s.mount, "queued"), 0);
+    // How long the host took to see them, by request.
+    let to_host = &s.mount.stats()["behind"]["to_host"];
+    for request in ["Tsetattrget", "Twriteattr"] {
+        assert!(to_host[request]["count"].as_u64().unwrap() > 0, "{to_host}");
+    }
 
     // Exactly what the host has, change time included (the mount predicted its own),
     // before anything here reads the host's files (which moves their access times).
@@ -221,9 +228,21 @@ impl Drop for SmallFs {
 }
 
 #[test]
-fn a_refused_change_fails_the_next_fsync_close_and_sync_and_the_host_wins() {
+fn a_refused_change_fails_the_next_fsync_and_sync_and_the_host_wins() {
+    refused(&[]);
+}
+
+/// With opens sent (`--send-opens`), the kernel sends FLUSH at each close of a file
+/// opened for writing: a close by the process that made a refused change reports it.
+#[test]
+fn a_refused_change_fails_the_next_close_with_opens_sent() {
+    refused(&["--send-opens"]);
+}
+
+fn refused(extra: &[&str]) {
     let small = SmallFs::mount(1 << 20);
-    let s = setup(Some(&small.path));
+    let s = setup(Some(&small.path), extra);
+    let closes_report = extra.contains(&"--send-opens");
     let mnt = s.mount.mountpoint.clone();
     // The host leaves about 64 KiB free.
     fs::write(s.export.join("filler"), vec![1u8; 960 << 10]).unwrap();
@@ -255,6 +274,9 @@ fn a_refused_change_fails_the_next_fsync_close_and_sync_and_the_host_wins() {
     assert_eq!(on_mount.3, host.len() as u64);
     assert!(fs::read(mnt.join("big")).unwrap() == host);
 
+    if !closes_report {
+        return;
+    }
     // A close reports a refusal found by then.
     fs::remove_file(mnt.join("big")).unwrap();
     let mut f = File::create(mnt.join("second")).unwrap();
@@ -282,7 +304,7 @@ fn a_refused_change_fails_the_next_fsync_close_and_sync_and_the_host_wins() {
 
 #[test]
 fn changes_lost_with_the_connection_are_sent_again_in_order() {
-    let mut s = setup(None);
+    let mut s = setup(None, &[]);
     let mnt = s.mount.mountpoint.clone();
     let mut f = File::create(mnt.join("kept")).unwrap();
     f.write_all(b"first").unwrap();
@@ -325,7 +347,7 @@ fn changes_lost_with_the_connection_are_sent_again_in_order() {
 
 #[test]
 fn a_killed_mount_leaves_on_the_host_everything_an_fsync_covered() {
-    let mut s = setup(None);
+    let mut s = setup(None, &[]);
     let mnt = s.mount.mountpoint.clone();
     // A writer that reports each file once its fsync returned.
     let script = r#"
@@ -379,7 +401,7 @@ for i in range(100000):
 /// the change once showed the mode before it (about 1 in 100 in this loop).
 #[test]
 fn a_stat_after_a_change_sent_behind_shows_it() {
-    let s = setup(None);
+    let s = setup(None, &[]);
     let mnt = &s.mount.mountpoint;
     let dir = mnt.join("dir");
     fs::create_dir(&dir).unwrap();

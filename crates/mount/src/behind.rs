@@ -19,9 +19,10 @@
 //!   answered, the prediction; after, the server's own, so that after `crossfs sync` a
 //!   stat shows exactly what the host has.
 //! - **Errors.** A change the server refuses is logged, counted (`crossfs stats`), and
-//!   its errno is returned once, by the next fsync of that file or the next close of it
-//!   by the thread that made the change (whichever comes first), as the page cache
-//!   returns a failed write-back; the next `crossfs sync` fails with EIO too. The kernel
+//!   its errno is returned once, by the next fsync of that file or (where the kernel
+//!   sends FLUSH: `--send-opens`) the next close of it by the process that made the
+//!   change, whichever comes first, as the page cache returns a failed write-back; the
+//!   next `crossfs sync` fails with EIO too. The kernel
 //!   then drops its attributes and pages of the file and asks the server: the mount
 //!   shows what the host has.
 //! - **Waiting.** fsync, `crossfs sync` and unmount return once every change sent behind
@@ -104,6 +105,9 @@ pub(crate) struct ChangesBehind {
     /// Signalled whenever a change is answered or lost.
     answered: Condvar,
     counters: Counters,
+    /// From the mount's answer to the server's, by request type: how long the host took
+    /// to see each change (a resent one counts from its first sending).
+    to_host: crossfs_wire::LatencyHistograms,
 }
 
 /// What the mount does once a change sent behind is answered: update what it knows of
@@ -197,6 +201,8 @@ impl ChangesBehind {
         attrs: Result<Rgetattr, i32>,
     ) {
         q.bytes -= change.bytes;
+        self.to_host
+            .record(change.msg.msg_type(), change.sent.elapsed());
         match attrs {
             Ok(_) => {
                 self.counters.answered.fetch_add(1, Relaxed);
@@ -340,7 +346,24 @@ impl ChangesBehind {
             .min()
             .map_or(0, |t| t.elapsed().as_micros() as u64);
         let c = &self.counters;
+        let to_host: serde_json::Map<String, Value> = self
+            .to_host
+            .snapshot()
+            .types
+            .iter()
+            .map(|(name, h)| {
+                let s = h.summary();
+                let summary = json!({
+                    "count": s.count,
+                    "p50_us": s.p50_us,
+                    "p99_us": s.p99_us,
+                    "max_us": s.max_us,
+                });
+                ((*name).to_string(), summary)
+            })
+            .collect();
         json!({
+            "to_host": to_host,
             "queued": q.unanswered.len() + q.lost.len(),
             "queued_bytes": q.bytes,
             "oldest_us": oldest,

@@ -73,6 +73,9 @@
 //!   and the kernel's cache policy (`cache.rs`). Nothing there sends anything.
 //! - `ahead/`: what the mount fetches ahead (small files, pushed pages, primed
 //!   directories, tree walks). Dropping any of it changes no answer.
+//! - `behind.rs`: changes sent behind (`--changes behind`): the queue of setattrs and
+//!   writes answered here and not yet by the server, their answers and refusals;
+//!   `fs/behind.rs` decides what goes behind and what the kernel is told meanwhile.
 //! - `changes/`: the change feed, which holds only what it must touch
 //!   (`changes::FeedTarget`), not the FUSE side's state.
 //! - `mount.rs` (the session and [`MountHandle`]), `restore.rs` (binding again after a

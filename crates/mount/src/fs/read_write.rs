@@ -404,9 +404,10 @@ impl MountState {
     /// the kernel keeps the locks itself, a close has nothing to ask the mount: ENOSYS
     /// tells the kernel to send no FLUSH again.
     ///
-    /// With changes sent behind, a close by thread `pid` returns the error of a change it
-    /// made to the file that the server refused (see `crate::behind`), so the kernel must
-    /// keep sending FLUSH.
+    /// With changes sent behind, a close by thread `pid` returns the error of a change its
+    /// process made to the file that the server refused (see `crate::behind`); the kernel
+    /// sends FLUSH only while it does not keep the locks itself (`--send-opens`): a
+    /// request on every close of every file would cost more than what it reports.
     pub(super) fn flush(
         &self,
         ino: INodeNo,
@@ -418,10 +419,7 @@ impl MountState {
             return Err(Errno::from_i32(errno));
         }
         if self.kernel_keeps_locks() {
-            return match self.config.changes {
-                crate::ChangeMode::Exact => Err(Errno::ENOSYS),
-                crate::ChangeMode::Behind => Ok(()),
-            };
+            return Err(Errno::ENOSYS);
         }
         let Ok(file) = self.open_file(fh) else {
             return Ok(());
