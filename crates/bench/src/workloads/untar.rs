@@ -13,7 +13,9 @@
 //! host's writeback the sync finds left depends on how long the extraction took (ext4
 //! commits its journal every 5 s), so the sync alone favours a slow extraction. The tree
 //! is then counted (untimed), so a target that loses an entry fails instead of looking
-//! fast.
+//! fast. Behind a crossfs mount the sync also waits for the mount's own sync
+//! (`user.crossfs.sync`), which returns once what `--changes behind` answered before the
+//! server is on the host.
 
 use std::fs;
 use std::path::Path;
@@ -89,8 +91,13 @@ pub(crate) fn run(ctx: &mut Ctx<'_>) -> Result<(), WorkloadError> {
         Ok(Work::Once)
     })?;
     let host_side = (ctx.prep != ctx.work).then(|| ctx.prep.clone());
+    let mount_root =
+        (ctx.target.kind == crate::target::TargetKind::Mount).then(|| ctx.target.dir.clone());
     ctx.measure(&METRICS[1], |_| {
         syncfs(&out)?;
+        if let Some(root) = &mount_root {
+            crossfs_sync(root)?;
+        }
         if let Some(dir) = &host_side {
             syncfs(dir)?;
         }
@@ -137,6 +144,21 @@ fn syncfs(dir: &Path) -> Result<(), WorkloadError> {
     rustix::fs::syncfs(&f)
         .map_err(std::io::Error::from)
         .ctx(|| format!("syncfs on {}", dir.display()))
+}
+
+/// A crossfs mount's own sync (what `crossfs sync` does): returns once every change the
+/// mount answered before the server (`--changes behind`) is on the host, which a FUSE
+/// mount's `syncfs` does not wait for. Other mounts have no such attribute: nothing to
+/// wait for.
+fn crossfs_sync(root: &Path) -> Result<(), WorkloadError> {
+    let mut marker = [0u8; 64];
+    match rustix::fs::getxattr(root, "user.crossfs.sync", &mut marker) {
+        Ok(_) => Ok(()),
+        Err(e) if e == rustix::io::Errno::NODATA || e == rustix::io::Errno::OPNOTSUPP => Ok(()),
+        Err(e) => {
+            Err(std::io::Error::from(e)).ctx(|| format!("crossfs sync of {}", root.display()))
+        }
+    }
 }
 
 /// Entries beneath `dir` (not following symlinks), through the target.
