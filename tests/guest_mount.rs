@@ -88,6 +88,16 @@ grep ' /mnt ' /proc/mounts | cut -d' ' -f1-3
 cat /mnt/watched/from-host; echo
 echo "=== fstab end"
 umount /mnt
+
+# Changes sent behind (fstab's changes=behind): every call answers as locally.
+echo 'tcp:10.0.2.100:564 /mnt crossfs cache=auto,changes=behind,_netdev 0 0' > /etc/fstab
+mount /mnt
+mkdir /mnt/behind
+echo "=== behind begin"
+sh /test/ops.sh /mnt/behind
+echo "=== behind end"
+crossfs sync /mnt > /dev/null
+umount /mnt
 "#;
 
 #[test]
@@ -128,6 +138,12 @@ fn crossfs_mount_in_a_guest() {
         &expected,
         "crossfs mount in the guest",
         section(&stdout, "ops"),
+    );
+    assert_same_output(
+        "local directory",
+        &expected,
+        "crossfs mount --changes behind in the guest",
+        section(&stdout, "behind"),
     );
     let requests = |json: &str| -> u64 {
         let stats: serde_json::Value = serde_json::from_str(json).expect("crossfs stats --json");
