@@ -67,21 +67,24 @@ impl MountState {
         Some(self.predicted_answer(ino.0, &new))
     }
 
-    /// A WRITE from thread `pid` sent behind, if it may be: `true` if sent. Only a small write
-    /// ([`crossfs_wire::INLINE_WRITE_MAX`]) through an open without `O_DIRECT`, `O_SYNC`,
-    /// `O_DSYNC` or `O_APPEND` (where the server, not the offset, decides where it lands).
+    /// A WRITE from thread `pid` through an open with (Linux) `flags` sent behind, if it
+    /// may be: `true` if sent. Only a small write ([`crossfs_wire::INLINE_WRITE_MAX`])
+    /// through an open without `O_SYNC` or `O_DSYNC` (which ask for the server) or
+    /// `O_APPEND` (the server, not the offset, decides where it lands). `O_DIRECT` asks
+    /// to bypass caches, not for the server: its writes go behind too (the kernel sends
+    /// one file's writes in parallel only when they do not extend it, so their
+    /// predictions agree on the size).
     pub(super) fn write_behind(
         self: &Arc<Self>,
-        (file, pid): (&Arc<OpenFile>, u32),
+        (file, pid, flags): (&Arc<OpenFile>, u32, i32),
         fid: &Arc<FidRef>,
         (offset, data): (u64, &[u8]),
         change: &mut Option<ChangeInFlight>,
     ) -> bool {
-        const NOT_BEHIND: u32 =
-            (libc::O_DIRECT | libc::O_SYNC | libc::O_DSYNC | libc::O_APPEND) as u32;
+        const NOT_BEHIND: i32 = libc::O_SYNC | libc::O_DSYNC | libc::O_APPEND;
         if !self.sends_behind()
             || data.len() > crossfs_wire::INLINE_WRITE_MAX
-            || file.reopen.flags & NOT_BEHIND != 0
+            || flags & NOT_BEHIND != 0
         {
             return false;
         }
@@ -121,10 +124,10 @@ impl MountState {
         ttl: Duration,
     ) -> (fuser::FileAttr, Duration) {
         match self.behind.predicted(fa.ino.0) {
-            Some(a) => (
-                crate::attr::file_attr(fa.ino.0, &a, self.ids),
-                Duration::ZERO,
-            ),
+            Some(a) => {
+                let predicted = self.predicted_answer(fa.ino.0, &a);
+                (predicted.attr, predicted.ttl)
+            }
             None => (fa, ttl),
         }
     }

@@ -416,7 +416,7 @@ impl Filesystem for CrossFs {
         let file = s.open_file_for(ino, fh, s.unannounced_write(flags.0));
         answer(
             reply,
-            file.and_then(|f| s.write(f, (offset, data), req.pid(), &mut change)),
+            file.and_then(|f| s.write(f, (offset, data), (req.pid(), flags.0), &mut change)),
         );
     }
 

@@ -279,7 +279,7 @@ impl MountState {
         self: &Arc<Self>,
         file: Arc<OpenFile>,
         (offset, data): (u64, &'a [u8]),
-        pid: u32,
+        (pid, flags): (u32, i32),
         change: &mut Option<ChangeInFlight>,
     ) -> Result<NowOrLater<'a, Written, ReplyWrite>, Errno> {
         self.writable()?;
@@ -289,7 +289,7 @@ impl MountState {
             return self.write_split(file, offset, data).map(NowOrLater::Now);
         }
         let fid = self.file_fid(&file)?;
-        if self.write_behind((&file, pid), &fid, (offset, data), change) {
+        if self.write_behind((&file, pid, flags), &fid, (offset, data), change) {
             return Ok(NowOrLater::Now(Written(data.len() as u32)));
         }
         let fid = fid.fid();
