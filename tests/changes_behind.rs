@@ -428,3 +428,27 @@ fn a_stat_after_a_change_sent_behind_shows_it() {
     );
     assert!(behind(&s.mount, "sent") > 0);
 }
+
+/// Without reconnecting (`--no-reconnect`), changes the lost connection carried are
+/// refused with EIO at once: counted, reported, never left waiting.
+#[test]
+fn changes_lost_without_reconnecting_are_refused_not_kept() {
+    let mut s = setup(None, &["--no-reconnect"]);
+    let mnt = s.mount.mountpoint.clone();
+    let mut f = File::create(mnt.join("lost")).unwrap();
+    f.write_all(b"first").unwrap();
+    f.sync_all().unwrap();
+    let f = while_stopped(&s.serve, move || {
+        for i in 0..4u64 {
+            f.write_all_at(&[b'x'; 4096], 4096 * i).unwrap();
+        }
+        f
+    });
+    s.serve.child.kill().unwrap();
+    s.serve.child.wait().unwrap();
+    wait_until("the lost changes to be refused", PATIENCE, || {
+        behind(&s.mount, "refused") == 4
+    });
+    assert_eq!(behind(&s.mount, "queued"), 0);
+    assert_eq!(errno_of(f.sync_all()), Some(libc::EIO));
+}

@@ -31,7 +31,8 @@
 //!   more requests than the connection has tags); past it, a change waits for room.
 //! - **Faults.** A change whose connection was lost is sent again, in order, on the new
 //!   connection before anything else (setattrs and writes at an offset do the same thing
-//!   twice). One the mount cannot tell the fate of otherwise counts as refused with EIO.
+//!   twice). One the mount cannot tell the fate of otherwise (lost again, or lost by a
+//!   mount that does not reconnect) counts as refused with EIO.
 //!
 //! What this must not do: decide what the kernel is told (the FUSE side does), or send
 //! anything but the changes handed to it.
@@ -168,19 +169,21 @@ impl ChangesBehind {
         };
         self.counters.sent.fetch_add(1, Relaxed);
         let this = self.clone();
-        client.call_async(msg, Box::new(move |r| this.answer(seq, r)));
+        let redials = client.reconnects_enabled();
+        client.call_async(msg, Box::new(move |r| this.answer(seq, r, redials)));
         if let Some(change) = lock(&self.queue).unanswered.get_mut(&seq) {
             change.submitted = true;
         }
     }
 
-    /// Records the server's answer to change `seq`.
-    fn answer(&self, seq: u64, r: Result<Rmessage, ClientError>) {
+    /// Records the server's answer to change `seq`; `redials`: whether a lost connection
+    /// is replaced (else a change it lost is refused with EIO at once).
+    fn answer(&self, seq: u64, r: Result<Rmessage, ClientError>, redials: bool) {
         let mut q = lock(&self.queue);
         let Some(change) = q.unanswered.remove(&seq) else {
             return;
         };
-        if let Err(ClientError::Disconnected(why)) = &r {
+        if let (Err(ClientError::Disconnected(why)), true) = (&r, redials) {
             // Sent again by `resend_lost`, first on the next connection.
             tracing::debug!(seq, "a change sent behind lost its connection ({why})");
             q.lost.insert(seq, change);

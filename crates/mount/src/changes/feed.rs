@@ -295,19 +295,6 @@ impl Applier<'_> {
             files.extend(inodes.qid_path(dir));
             files.extend(self.kernel_entry(dir, path.file_name()));
         }
-        // The echo of the mount's own change showing the file as the mount last saw it
-        // (to the nanosecond of its change time, which any later change on the host
-        // moves): what the mount holds of the file is still what the host has, and stays
-        // reusable (a change sent behind starts from it).
-        let as_left = matches!(
-            ev.kind,
-            EventKind::Created | EventKind::Modified | EventKind::Attrib
-        )
-        .then(|| ev.qid.and_then(|q| inodes.ino_of(q)))
-        .flatten()
-        .filter(|&ino| self.mount.changes.is_own_node(ino) && self.as_seen(ino, ev, true))
-        .and_then(|ino| inodes.qid_path(ino));
-        files.retain(|&f| Some(f) != as_left);
         // In this order: an extended attribute fetched meanwhile is not kept.
         listed.changed(files.iter().copied());
         self.mount.known.missing_xattrs.forget(files);
