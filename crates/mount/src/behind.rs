@@ -359,6 +359,7 @@ impl ChangesBehind {
                 let summary = json!({
                     "count": s.count,
                     "p50_us": s.p50_us,
+                    "p90_us": s.p90_us,
                     "p99_us": s.p99_us,
                     "max_us": s.max_us,
                 });
