@@ -4,10 +4,15 @@
 # server's (read to answered, split into waiting for a worker and the handler).
 #
 #   sudo scripts/latency-steps.sh [N]        N calls of each (default 2000)
+#   sudo SAME_CPU=1 scripts/latency-steps.sh  everything on CPU 0: no wake-up crosses CPUs
 #
 # Serves a temporary directory with `crossfs serve` over a unix socket, mounts it with
 # `crossfs mount --cache never` (every call reaches the server), runs the calls from
 # python, then prints `crossfs stats --json` of both as a table (medians in microseconds).
+# A second mount (the default mode) times a FUSE request the mount answers itself (a
+# `getxattr` of `security.capability` on a file it created: no 9P request), which is the
+# kernel's and the mount's share of every call. First it prints the CPU idle settings that
+# decide what waking an idle CPU costs in a VM (`cpuidle_haltpoll`'s poll time).
 # The crossfs binary: $CROSSFS, else this repository's release build.
 set -euo pipefail
 
@@ -16,28 +21,36 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 crossfs=${CROSSFS:-${CARGO_TARGET_DIR:-$repo/target}/release/crossfs}
 tmp=$(mktemp -d)
 pids=()
+pin=()
+[[ ${SAME_CPU:-0} == 1 ]] && pin=(taskset -c 0)
 cleanup() {
-    umount "$tmp/mnt" 2>/dev/null || true
+    umount "$tmp/mnt" "$tmp/mnt2" 2>/dev/null || true
     for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
     wait 2>/dev/null || true
     rm -rf "$tmp"
 }
 trap cleanup EXIT
 
-mkdir "$tmp/export" "$tmp/mnt"
+echo "cpus: $(nproc); cpuidle driver: $(cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null || echo none);" \
+    "guest_halt_poll_ns: $(cat /sys/module/haltpoll/parameters/guest_halt_poll_ns 2>/dev/null || echo -)" \
+    "${pin[*]:+(everything on CPU 0)}"
+mkdir "$tmp/export" "$tmp/mnt" "$tmp/mnt2"
 head -c 4096 /dev/zero >"$tmp/export/data"
-"$crossfs" serve "$tmp/export" --listen "unix:$tmp/s.sock" --control "$tmp/serve.ctl" \
+"${pin[@]}" "$crossfs" serve "$tmp/export" --listen "unix:$tmp/s.sock" --control "$tmp/serve.ctl" \
     2>"$tmp/serve.log" &
 pids+=($!)
 for _ in $(seq 100); do [[ -S $tmp/serve.ctl ]] && break; sleep 0.05; done
-"$crossfs" mount "unix:$tmp/s.sock" "$tmp/mnt" --cache never --control "$tmp/mount.ctl" \
+"${pin[@]}" "$crossfs" mount "unix:$tmp/s.sock" "$tmp/mnt" --cache never --control "$tmp/mount.ctl" \
     2>"$tmp/mount.log" &
 pids+=($!)
-for _ in $(seq 100); do [[ -S $tmp/mount.ctl ]] && break; sleep 0.05; done
+"${pin[@]}" "$crossfs" mount "unix:$tmp/s.sock" "$tmp/mnt2" --control "$tmp/mount2.ctl" \
+    2>"$tmp/mount2.log" &
+pids+=($!)
+for _ in $(seq 100); do [[ -S $tmp/mount.ctl && -S $tmp/mount2.ctl ]] && break; sleep 0.05; done
 
-python3 - "$tmp/mnt" "$n" <<'EOF'
+"${pin[@]}" python3 - "$tmp/mnt" "$n" "$tmp/mnt2" <<'EOF'
 import os, sys, time
-mnt, n = sys.argv[1], int(sys.argv[2])
+mnt, n, mnt2 = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 data = os.path.join(mnt, "data")
 def per_call(label, f):
     t = time.perf_counter()
@@ -50,7 +63,19 @@ per_call("chmod", lambda i: os.chmod(f"{mnt}/f{i}", 0o600))
 fd = os.open(data, os.O_RDONLY)
 per_call("pread 4 KiB", lambda i: os.pread(fd, 4096, 0))
 os.close(fd)
+created = os.path.join(mnt2, "created")
+os.close(os.open(created, os.O_CREAT | os.O_WRONLY, 0o644))
+def missing_capability(i):
+    try:
+        os.getxattr(created, "security.capability")
+    except OSError:
+        pass
+per_call("FUSE only (getxattr)", missing_capability)
 EOF
+"$crossfs" stats "$tmp/mount2.ctl" --json | python3 -c '
+import json, sys
+sent = json.load(sys.stdin)["9p"].get("Txattrwalk", {}).get("count", 0)
+print(f"(the default mount sent {sent} Txattrwalk for those calls)")'
 
 "$crossfs" stats "$tmp/serve.ctl" --json >"$tmp/serve.json"
 "$crossfs" stats "$tmp/mount.ctl" --json >"$tmp/mount.json"
