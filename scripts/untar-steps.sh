@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Where an untar's time goes: extracts one tarball natively and through a crossfs mount,
+# both on tmpfs (so the disk does not decide), and prints the times, the FUSE requests the
+# mount got and the 9P requests it sent, and the changes it sent behind.
+#
+#   sudo scripts/untar-steps.sh [-- MOUNT-OPTIONS...]
+#   sudo scripts/untar-steps.sh -- --changes behind
+#
+# The tarball: 400 directories of 20 files of 100-800 bytes (8,421 entries), made once in
+# the work directory. Prints the CPU idle settings first: in a VM, waking an idle CPU is
+# most of what a FUSE request costs (docs/bench.md, "Why a FUSE request costs what it
+# does"). The crossfs binary: $CROSSFS, else this repository's release build.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+crossfs=${CROSSFS:-${CARGO_TARGET_DIR:-$repo/target}/release/crossfs}
+[[ ${1:-} == -- ]] && shift
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+    umount "$tmp/mnt" 2>/dev/null || true
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    umount "$tmp/export" "$tmp/native" 2>/dev/null || true
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+echo "cpus: $(nproc); cpuidle driver: $(cat /sys/devices/system/cpu/cpuidle/current_driver 2>/dev/null || echo none);" \
+    "guest_halt_poll_ns: $(cat /sys/module/haltpoll/parameters/guest_halt_poll_ns 2>/dev/null || echo -);" \
+    "mount options: ${*:-none}"
+mkdir "$tmp/export" "$tmp/native" "$tmp/mnt" "$tmp/src"
+mount -t tmpfs tmpfs "$tmp/export"
+mount -t tmpfs tmpfs "$tmp/native"
+python3 - "$tmp/src" <<'EOF'
+import os, sys
+root = sys.argv[1]
+for d in range(400):
+    p = f"{root}/pkg/d{d // 20}/e{d}"
+    os.makedirs(p, exist_ok=True)
+    for f in range(20):
+        with open(f"{p}/f{f}.js", "w") as out:
+            out.write("x" * (100 + 37 * f))
+EOF
+tar -C "$tmp/src" -cf "$tmp/tree.tar" pkg
+
+"$crossfs" serve "$tmp/export" --listen "unix:$tmp/s.sock" --control "$tmp/serve.ctl" \
+    2>"$tmp/serve.log" &
+pids+=($!)
+for _ in $(seq 100); do [[ -S $tmp/serve.ctl ]] && break; sleep 0.05; done
+"$crossfs" mount "unix:$tmp/s.sock" "$tmp/mnt" --control "$tmp/mount.ctl" "$@" \
+    2>"$tmp/mount.log" &
+pids+=($!)
+for _ in $(seq 100); do [[ -S $tmp/mount.ctl ]] && break; sleep 0.05; done
+
+seconds() {
+    local start end
+    start=$(date +%s.%N)
+    "$@"
+    end=$(date +%s.%N)
+    python3 -c "print(f'{$end - $start:.2f}')"
+}
+echo "native untar: $(seconds tar -C "$tmp/native" -xf "$tmp/tree.tar") s"
+echo "crossfs untar: $(seconds tar -C "$tmp/mnt" -xf "$tmp/tree.tar") s" \
+    "(then crossfs sync: $(seconds "$crossfs" sync "$tmp/mnt") s)"
+
+"$crossfs" stats "$tmp/mount.ctl" --json | python3 -c '
+import json, sys
+m = json.load(sys.stdin)
+print("FUSE requests:", {k: v["count"] for k, v in sorted(m["fuse"].items())})
+print("9P requests:", {k: v["count"] for k, v in sorted(m["9p"].items()) if k.startswith("T")})
+b = m.get("behind", {})
+if b.get("sent"):
+    print("sent behind:", b["sent"], "refused:", b["refused"],
+          "to the host p50/p99 us:", {k: (v["p50_us"], v["p99_us"]) for k, v in b["to_host"].items()})'
