@@ -131,8 +131,21 @@ pub struct ServeArgs {
     /// (an inherited socket: a listening one is accepted on, a connected one is served once);
     /// or vhost-user-fs:PATH, a socket a VMM connects to for a virtio-fs device (the guest
     /// then runs `mount -t virtiofs TAG DIR`). Repeat for several transports at once.
-    #[arg(short, long = "listen", value_name = "ADDR", required = true)]
+    #[arg(
+        short,
+        long = "listen",
+        value_name = "ADDR",
+        required_unless_present = "vhost_user_fs_fd"
+    )]
     pub listen: Vec<Addr>,
+    /// Serve a virtio-fs device on the listening unix socket inherited as descriptor N, as
+    /// virtiofsd's --fd (libvirt and Kata make the socket and pass it this way).
+    #[arg(long, value_name = "N")]
+    pub vhost_user_fs_fd: Option<i32>,
+    /// vhost-user-fs: exit once the VMM disconnects, as virtiofsd does, rather than wait
+    /// for it to connect again.
+    #[arg(long)]
+    pub exit_with_vmm: bool,
     /// Largest message the server accepts; clients get min(their request, this). The default
     /// is 1 MiB of data plus a page for headers. Linux's own client caps itself at 1M on
     /// tcp/unix/fd and at 512000 on virtio.
@@ -228,6 +241,14 @@ pub struct ServeArgs {
     /// num-request-queues must not exceed it.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub request_queues: u16,
+    /// vhost-user-fs: answer the guest's extended attribute requests "not supported"
+    /// (ENOSYS), as virtiofsd does without --xattr. The 9P door is not affected.
+    #[arg(long)]
+    pub no_xattr: bool,
+    /// vhost-user-fs: do not offer READDIRPLUS (virtiofsd's --no-readdirplus): the guest
+    /// then lists directories with READDIR and looks each name up.
+    #[arg(long)]
+    pub no_readdirplus: bool,
 }
 
 fn parse_virtiofs_cache(s: &str) -> Result<crossfs_virtiofs::CacheMode, String> {

@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use crossfs_server::{AuthToken, Server, ServerConfig};
-use crossfs_transport::{Addr, ListenOptions, Listener, SocketOptions, TransportError};
+use crossfs_transport::{
+    Addr, InheritedUnixListener, ListenOptions, Listener, SocketOptions, TransportError,
+};
 use tracing::{info, warn};
 
 use crossfs_events::{EventHub, HubConfig};
@@ -91,22 +93,45 @@ pub fn run(args: ServeArgs) -> Result<()> {
         max_pages: args.max_pages,
         negative_ttl: None,
         max_xattr_size: args.max_xattr_size,
+        xattr: !args.no_xattr,
+        readdirplus: !args.no_readdirplus,
     };
-    let virtio: Vec<_> = vhost
+    let mut sockets: Vec<(String, crossfs_virtiofs::Socket)> = vhost
         .iter()
         .filter_map(|addr| match addr {
-            Addr::VhostUserFs(path) => Some(path),
+            Addr::VhostUserFs(path) => Some((addr.to_string(), path.clone().into())),
             _ => None,
         })
-        .map(|path| {
-            Arc::new(crossfs_virtiofs::VirtioFs::new(
+        .collect();
+    // Held while we serve: the descriptor number stays claimed.
+    let inherited = match args.vhost_user_fs_fd {
+        Some(fd) => {
+            // Worded for virtiofsd's --fd too, which comes here.
+            let context = "serving virtio-fs on an inherited socket";
+            let inherited = InheritedUnixListener::adopt(fd).context(context)?;
+            let listener = inherited.listener().try_clone().context(context)?;
+            let name = format!("fd:{fd}");
+            sockets.push((
+                format!("vhost-user-fs:{name}"),
+                crossfs_virtiofs::Socket::Listening(listener, name),
+            ));
+            Some(inherited)
+        }
+        None => None,
+    };
+    let (vhost, virtio): (Vec<String>, Vec<_>) = sockets
+        .into_iter()
+        .map(|(name, socket)| {
+            let dev = crossfs_virtiofs::VirtioFs::new(
                 core.clone(),
-                path.clone(),
+                socket,
                 fs_config.clone(),
                 usize::from(args.request_queues),
-            ))
+            )
+            .exit_with_vmm(args.exit_with_vmm);
+            (name, Arc::new(dev))
         })
-        .collect();
+        .unzip();
     let listen_opts = ListenOptions {
         allow_remote_tcp: args.allow_remote,
         stream: SocketOptions {
@@ -129,7 +154,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             let devices: Vec<_> = virtio
                 .iter()
                 .zip(&vhost)
-                .map(|(dev, addr)| (addr.to_string(), dev.stats()))
+                .map(|(dev, addr)| (addr.clone(), dev.stats()))
                 .collect();
             Some(ControlEndpoint::start(path, move || {
                 let mut stats = server.stats_json();
@@ -148,13 +173,18 @@ pub fn run(args: ServeArgs) -> Result<()> {
         }
         None => None,
     };
+    let serving: Vec<String> = listen
+        .iter()
+        .map(Addr::to_string)
+        .chain(vhost.iter().cloned())
+        .collect();
     info!(
         export = %export.display(),
         msize = args.msize,
         read_only = args.read_only,
         token = args.token_file.is_some(),
         "serving on {}",
-        args.listen.iter().map(Addr::to_string).collect::<Vec<_>>().join(", ")
+        serving.join(", ")
     );
 
     let (done_tx, done_rx) = std::sync::mpsc::channel::<Option<i32>>();
@@ -188,7 +218,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         let _ = signal_tx.send(Some(sig));
     })?;
     drop(done_tx);
-    let mut running = args.listen.len();
+    let mut running = serving.len();
     while running > 0 {
         match done_rx.recv() {
             Ok(Some(sig)) => {
@@ -201,6 +231,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     }
     // Dropping the listeners (in their threads) and the control endpoint removes their socket
     // files; process exit closes client connections.
+    drop(inherited);
     Ok(())
 }
 

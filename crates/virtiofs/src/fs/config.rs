@@ -35,6 +35,12 @@ pub struct FsConfig {
     pub negative_ttl: Option<Duration>,
     /// Largest extended attribute value or list.
     pub max_xattr_size: usize,
+    /// Whether extended attributes are served; without, their requests are answered
+    /// ENOSYS, which the guest takes as "not supported" and stops asking (virtiofsd's
+    /// default without `--xattr`).
+    pub xattr: bool,
+    /// Whether READDIRPLUS is offered (virtiofsd's `--no-readdirplus` turns it off).
+    pub readdirplus: bool,
 }
 
 impl Default for FsConfig {
@@ -44,6 +50,8 @@ impl Default for FsConfig {
             max_pages: 256,
             negative_ttl: None,
             max_xattr_size: 64 * 1024,
+            xattr: true,
+            readdirplus: true,
         }
     }
 }

@@ -215,6 +215,14 @@ impl FuseFs {
                 flags, mode, name, ..
             } => self.create(h, flags, mode, name),
             Op::Tmpfile { flags, mode, .. } => self.tmpfile(h, flags, mode),
+            Op::Getxattr { .. }
+            | Op::Listxattr { .. }
+            | Op::Setxattr { .. }
+            | Op::Removexattr { .. }
+                if !self.config.xattr =>
+            {
+                Err(Errno::NOSYS.into())
+            }
             Op::Getxattr { size, name } => self.getxattr(n, name, size),
             Op::Listxattr { size } => self.listxattr(n, size),
             Op::Setxattr { flags, name, value } => {
@@ -252,10 +260,11 @@ impl FuseFs {
             | init::ATOMIC_O_TRUNC
             | init::PARALLEL_DIROPS
             | init::AUTO_INVAL_DATA
-            | init::DO_READDIRPLUS
-            | init::READDIRPLUS_AUTO
             | init::MAX_PAGES
             | init::CACHE_SYMLINKS;
+        if self.config.readdirplus {
+            offered |= init::DO_READDIRPLUS | init::READDIRPLUS_AUTO;
+        }
         if self.config.cache == CacheMode::Always {
             offered |= init::WRITEBACK_CACHE;
         }
