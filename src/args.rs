@@ -44,11 +44,33 @@ pub enum Command {
     /// within 20 s in all, it fails (exit status 1) and says so, and a later sync waits
     /// again.
     Sync(SyncArgs),
+    /// Serve a directory to a VMM as virtiofsd would, from virtiofsd's command line.
+    ///
+    /// `crossfs virtiofsd ARGS` (or crossfs run under the name `virtiofsd`) takes the
+    /// options libvirt, Kata and podman pass to virtiofsd (--shared-dir or -o source=,
+    /// --socket-path or --fd, --cache, --xattr, --readonly, --log-level, --syslog, ...)
+    /// and serves the directory on crossfs's vhost-user-fs door until the VMM disconnects.
+    /// Options crossfs cannot honour are refused by name, with the reason.
+    /// `crossfs virtiofsd --help` lists them; the README's "Drop-in for virtiofsd" says
+    /// what each maps to.
+    #[command(disable_help_flag = true, disable_version_flag = true)]
+    Virtiofsd(VirtiofsdArgs),
     /// Print a shell completion script: `crossfs completions bash > /etc/bash_completion.d/crossfs`.
     Completions(CompletionsArgs),
     /// Print the manual page (roff), made from these same definitions: `crossfs man | man -l -`;
     /// `crossfs man mount` for a subcommand's page (crossfs-mount(1)).
     Man(ManArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct VirtiofsdArgs {
+    /// virtiofsd's options, as virtiofsd takes them.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "VIRTIOFSD_ARGS"
+    )]
+    pub args: Vec<std::ffi::OsString>,
 }
 
 #[derive(Args, Debug)]
