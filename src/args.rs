@@ -271,6 +271,13 @@ pub struct ServeArgs {
     /// then lists directories with READDIR and looks each name up.
     #[arg(long)]
     pub no_readdirplus: bool,
+    /// vhost-user-fs: tell the guest which directories are the roots of other file systems
+    /// mounted inside the export (another device than their parent's), so that it mounts
+    /// each as a submount with a device number of its own, as virtiofsd's
+    /// --announce-submounts. Without, the guest sees one file system, whose inode numbers
+    /// may then repeat across the host's.
+    #[arg(long)]
+    pub announce_submounts: bool,
 }
 
 fn parse_virtiofs_cache(s: &str) -> Result<crossfs_virtiofs::CacheMode, String> {

@@ -7,8 +7,9 @@
 //! Kata still pass). Each is mapped to what the virtio door does, accepted where crossfs
 //! already does what it asks (the README lists which and why), or refused by name with
 //! the reason: nothing is silently ignored. As virtiofsd, the process serves one VMM and
-//! exits when it disconnects, serves no extended attributes without `--xattr`, and logs
-//! at `--log-level` to stderr or, with `--syslog`, to the system log.
+//! exits when it disconnects, serves no extended attributes without `--xattr`, announces
+//! submounts unless `--no-announce-submounts`, and logs at `--log-level` to stderr or,
+//! with `--syslog`, to the system log.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -62,6 +63,7 @@ struct Plan {
     xattr: bool,
     readonly: bool,
     readdirplus: bool,
+    announce_submounts: bool,
     level: LevelFilter,
     syslog: bool,
     rlimit_nofile: Option<u64>,
@@ -81,6 +83,8 @@ impl Default for Plan {
             xattr: false,
             readonly: false,
             readdirplus: true,
+            // virtiofsd's default.
+            announce_submounts: true,
             level: LevelFilter::INFO,
             syslog: false,
             rlimit_nofile: None,
@@ -229,7 +233,8 @@ fn long_option(plan: &mut Plan, name: &str, value: Option<&str>) -> Result<(), S
             }
             _ => return Err(format!("`{typed}`: use never, prefer or mandatory")),
         },
-        "no-announce-submounts" => {}
+        "announce-submounts" => plan.announce_submounts = true,
+        "no-announce-submounts" => plan.announce_submounts = false,
         // Both are what crossfs does: it passes O_DIRECT and O_NOATIME on as the guest
         // gave them.
         "allow-direct-io" | "preserve-noatime" => {}
@@ -258,10 +263,6 @@ fn refused_long(typed: &str) -> String {
              mmap fails in the guest; use --cache auto or always"
         }
         "--modcaps" => "crossfs keeps the capabilities it was started with",
-        "--announce-submounts" => {
-            "crossfs does not tell the guest which directories are mount points; the \
-             guest sees the shared directory as one file system"
-        }
         "--killpriv-v2" => "crossfs does not offer FUSE_HANDLE_KILLPRIV_V2",
         "--uid-map" | "--gid-map" => "crossfs makes no user namespace",
         "--translate-uid" | "--translate-gid" => "crossfs does not translate ids",
@@ -334,9 +335,7 @@ fn compat_flag(plan: &mut Plan, option: &str, typed: &str) -> Result<(), String>
                 "crossfs passes O_DIRECT on to the host as the guest gave it",
             ))
         }
-        "announce_submounts" => {
-            return Err(refused_long("--announce-submounts").replace("--announce-submounts", typed))
-        }
+        "announce_submounts" => plan.announce_submounts = true,
         "killpriv_v2" => return Err(refused_long("--killpriv-v2").replace("--killpriv-v2", typed)),
         "posix_acl" => return Err(refused_long("--posix-acl").replace("--posix-acl", typed)),
         "security_label" => {
@@ -417,6 +416,9 @@ impl Plan {
         if !self.readdirplus {
             args.push("--no-readdirplus".into());
         }
+        if self.announce_submounts {
+            args.push("--announce-submounts".into());
+        }
         Ok(args)
     }
 }
@@ -435,6 +437,8 @@ usage: virtiofsd --shared-dir DIR (--socket-path PATH | --fd N) [OPTIONS]
   --readonly                          refuse every change (EROFS)
   --xattr, -o xattr                   serve extended attributes (off without it)
   --no-readdirplus                    do not offer READDIRPLUS
+  --announce-submounts (default)      the guest mounts a directory on another device
+  --no-announce-submounts               than its parent's as a submount; or does not
   --writeback                         only with --cache always, which turns it on
   --log-level LEVEL, -d, -o loglevel  error, warn, info (default), debug, trace, off
   --syslog                            log to the system log instead of stderr
@@ -442,7 +446,7 @@ usage: virtiofsd --shared-dir DIR (--socket-path PATH | --fd N) [OPTIONS]
   --print-capabilities                print the vhost-user backend capabilities
   accepted, crossfs already does what they ask: --thread-pool-size, --sandbox,
     --seccomp=none, --inode-file-handles=prefer, --allow-direct-io, --preserve-noatime,
-    --no-announce-submounts, --no-killpriv-v2, -f, -o no_posix_lock, -o no_flock
+    --no-killpriv-v2, -f, -o no_posix_lock, -o no_flock
   every other virtiofsd option is refused by name, with the reason
 
 The process serves one VMM and exits when it disconnects. The README's \"Drop-in for
@@ -560,7 +564,8 @@ mod tests {
                 "--cache",
                 "always",
                 "--vhost-user-fs-fd",
-                "3"
+                "3",
+                "--announce-submounts"
             ])
         );
         // libvirt, separate options.
@@ -585,7 +590,13 @@ mod tests {
         assert_eq!(plan.notes.len(), 2, "{:?}", plan.notes);
         assert_eq!(
             plan.serve_args().unwrap()[5..],
-            args(&["--cache", "never", "--vhost-user-fs-fd", "3"])
+            args(&[
+                "--cache",
+                "never",
+                "--vhost-user-fs-fd",
+                "3",
+                "--announce-submounts"
+            ])
         );
         // Kata.
         let plan = parse(&args(&[
@@ -594,6 +605,7 @@ mod tests {
             "--shared-dir=/run/kata/shared",
             "--fd=3",
             "--thread-pool-size=1",
+            "--announce-submounts",
         ]))
         .unwrap();
         assert!(plan.syslog);
@@ -609,7 +621,8 @@ mod tests {
                 "auto",
                 "--vhost-user-fs-fd",
                 "3",
-                "--no-xattr"
+                "--no-xattr",
+                "--announce-submounts"
             ])
         );
         // Older Kata.
@@ -639,7 +652,8 @@ mod tests {
                 ".",
                 "--seccomp=none",
                 "--readonly",
-                "--no-readdirplus"
+                "--no-readdirplus",
+                "--no-announce-submounts"
             ])
             .unwrap(),
             args(&[
@@ -680,12 +694,6 @@ mod tests {
                 &["--seccomp", "kill"],
                 "`--seccomp=kill` is not supported: crossfs installs no seccomp filter; pass \
                  --seccomp=none",
-            ),
-            (
-                &["--announce-submounts"],
-                "`--announce-submounts` is not supported: crossfs does not tell the guest \
-                 which directories are mount points; the guest sees the shared directory as \
-                 one file system",
             ),
             (
                 &["--tag", "fs0"],

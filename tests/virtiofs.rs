@@ -299,6 +299,66 @@ umount /mnt
     assert!(!log.contains("ERROR"), "{log}");
 }
 
+/// A tmpfs mounted on the host inside the shared directory, unmounted again on drop.
+struct HostTmpfs(std::path::PathBuf);
+
+impl HostTmpfs {
+    fn mount(at: &Path) -> HostTmpfs {
+        std::fs::create_dir(at).unwrap();
+        run_ok(Command::new("mount").args(["-t", "tmpfs", "tmpfs"]).arg(at));
+        HostTmpfs(at.to_path_buf())
+    }
+}
+
+impl Drop for HostTmpfs {
+    fn drop(&mut self) {
+        // Lazily: a server that failed the test may still hold descriptors in it.
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// As virtiofsd by default, crossfs as virtiofsd announces a directory on another file
+/// system than its parent's (a tmpfs mounted inside the shared directory on the host): the
+/// guest mounts it as a submount with a device number of its own, where the rest of the
+/// directory shares the mount's.
+#[test]
+fn crossfs_as_virtiofsd_announces_a_mount_inside_the_directory_as_a_submount() {
+    let work = tempfile::tempdir().unwrap();
+    let export = work.path().join("export");
+    std::fs::create_dir_all(export.join("plain")).unwrap();
+    let tmpfs = HostTmpfs::mount(&export.join("sub"));
+    std::fs::write(export.join("sub/f"), "on tmpfs\n").unwrap();
+    let sock = work.path().join("vfs.sock");
+    let mut child = start_as_libvirt_starts_virtiofsd(work.path(), &export, &sock);
+    // stat(2) does not cross into an automount: the read of sub/f does, and `sub/.` is
+    // then the submount's root.
+    let stdout = run_guest(
+        &sock,
+        r#"
+set -e
+mount -t virtiofs crossfs /mnt
+echo "=== dev begin"
+[ "$(stat -c %d /mnt)" = "$(stat -c %d /mnt/plain)" ] && echo "plain: the mount's device"
+cat /mnt/sub/f
+[ "$(stat -c %d /mnt)" != "$(stat -c %d /mnt/sub/.)" ] && echo "sub: a device of its own"
+grep -c " /mnt/sub virtiofs " /proc/mounts
+echo "=== dev end"
+umount /mnt/sub
+umount /mnt
+"#,
+    );
+    assert_eq!(
+        section(&stdout, "dev"),
+        "plain: the mount's device\non tmpfs\nsub: a device of its own\n1\n"
+    );
+    wait_until(
+        "crossfs as virtiofsd to exit",
+        Duration::from_secs(30),
+        || child.try_wait().unwrap().is_some(),
+    );
+    drop(tmpfs);
+}
+
 #[test]
 fn virtiofs_max_pages_and_negative_entries() {
     let work = tempfile::tempdir().unwrap();

@@ -95,6 +95,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         max_xattr_size: args.max_xattr_size,
         xattr: !args.no_xattr,
         readdirplus: !args.no_readdirplus,
+        announce_submounts: args.announce_submounts,
     };
     let mut sockets: Vec<(String, crossfs_virtiofs::Socket)> = vhost
         .iter()

@@ -1,6 +1,7 @@
 //! What the door's options change, as the guest sees it: without extended attributes every
 //! xattr request is "not supported" (ENOSYS, as virtiofsd answers without `--xattr`), and
-//! without READDIRPLUS the FUSE_INIT reply does not offer it.
+//! without READDIRPLUS the FUSE_INIT reply does not offer it; announcing submounts offers
+//! FUSE_SUBMOUNTS (what the guest then does with it: tests/virtiofs.rs).
 
 use std::sync::Arc;
 
@@ -16,6 +17,7 @@ const REMOVEXATTR: u32 = 24;
 const INIT: u32 = 26;
 const DO_READDIRPLUS: u32 = 1 << 13;
 const READDIRPLUS_AUTO: u32 = 1 << 14;
+const SUBMOUNTS: u32 = 1 << 27;
 
 fn fs(config: FsConfig) -> (tempfile::TempDir, FuseFs) {
     let dir = tempfile::tempdir().unwrap();
@@ -91,4 +93,15 @@ fn without_readdirplus_init_does_not_offer_it() {
         ..FsConfig::default()
     });
     assert_eq!(init(&off) & both, 0);
+}
+
+#[test]
+fn submounts_are_offered_only_when_announced() {
+    let (_dir, quiet) = fs(FsConfig::default());
+    assert_eq!(init(&quiet) & SUBMOUNTS, 0);
+    let (_dir, announcing) = fs(FsConfig {
+        announce_submounts: true,
+        ..FsConfig::default()
+    });
+    assert_eq!(init(&announcing) & SUBMOUNTS, SUBMOUNTS);
 }

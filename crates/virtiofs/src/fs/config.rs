@@ -41,6 +41,11 @@ pub struct FsConfig {
     pub xattr: bool,
     /// Whether READDIRPLUS is offered (virtiofsd's `--no-readdirplus` turns it off).
     pub readdirplus: bool,
+    /// Whether the guest is told which directories are the roots of other file systems
+    /// (another device than their parent's), to mount each as a submount with a device
+    /// number of its own (virtiofsd's `--announce-submounts`). Without, the guest sees one
+    /// file system, whose inode numbers may then repeat across the host's.
+    pub announce_submounts: bool,
 }
 
 impl Default for FsConfig {
@@ -52,6 +57,7 @@ impl Default for FsConfig {
             max_xattr_size: 64 * 1024,
             xattr: true,
             readdirplus: true,
+            announce_submounts: false,
         }
     }
 }
