@@ -84,6 +84,31 @@ fn refusals_name_the_option_as_typed_with_the_reason() {
     );
 }
 
+/// A socket that cannot be made fails the command, as virtiofsd fails (not a warning and
+/// exit status 0, which a VMM manager would take for a clean end).
+#[test]
+fn a_socket_path_that_cannot_be_bound_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("missing/vhost.sock");
+    let out = Command::new(virtiofsd(dir.path()))
+        .arg("--shared-dir")
+        .arg(dir.path())
+        .arg("--socket-path")
+        .arg(&sock)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.ends_with(&format!(
+            "virtiofsd (crossfs): vhost-user-fs on {}: socket error: No such file or \
+             directory (os error 2)\n",
+            sock.display()
+        )),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn capabilities_say_separate_options_and_no_migration() {
     let dir = tempfile::tempdir().unwrap();

@@ -188,7 +188,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
         serving.join(", ")
     );
 
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<Option<i32>>();
+    // Ok(Some(signal)), Ok(None) for a listener that is finished, Err for a device that
+    // could not be served (its socket not bound: a bad address fails the command).
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<Result<Option<i32>, String>>();
     for (addr, listener) in listeners {
         let server = server.clone();
         let done = done_tx.clone();
@@ -198,7 +200,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 accept_loop(&server, &addr, &listener);
                 // An fd: transport serves one client; when every listener is finished, so
                 // are we.
-                let _ = done.send(None);
+                let _ = done.send(Ok(None));
             })
             .context("starting an accept thread")?;
     }
@@ -207,26 +209,24 @@ pub fn run(args: ServeArgs) -> Result<()> {
         std::thread::Builder::new()
             .name(format!("serve {addr}"))
             .spawn(move || {
-                if let Err(err) = dev.serve() {
-                    warn!("{addr}: {err}");
-                }
-                let _ = done.send(None);
+                let _ = done.send(dev.serve().map(|()| None).map_err(|e| e.to_string()));
             })
             .context("starting a vhost-user-fs thread")?;
     }
     let signal_tx = done_tx.clone();
     crate::signals::on_termination(move |sig| {
-        let _ = signal_tx.send(Some(sig));
+        let _ = signal_tx.send(Ok(Some(sig)));
     })?;
     drop(done_tx);
     let mut running = serving.len();
     while running > 0 {
         match done_rx.recv() {
-            Ok(Some(sig)) => {
+            Ok(Ok(Some(sig))) => {
                 info!("signal {sig}: shutting down");
                 break;
             }
-            Ok(None) => running -= 1,
+            Ok(Ok(None)) => running -= 1,
+            Ok(Err(failed)) => anyhow::bail!(failed),
             Err(_) => break,
         }
     }
