@@ -126,7 +126,7 @@ fn capabilities_say_separate_options_and_no_migration() {
 
 /// Handed a listening socket as descriptor 3, as libvirt and Kata hand it, crossfs serves
 /// the first VMM to connect and exits when it goes (here a VMM that connects and leaves
-/// before saying anything).
+/// before saying anything), under the open-file limit `--rlimit-nofile` set.
 #[test]
 fn an_inherited_socket_is_served_until_its_vmm_leaves() {
     let dir = tempfile::tempdir().unwrap();
@@ -136,7 +136,7 @@ fn an_inherited_socket_is_served_until_its_vmm_leaves() {
     let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
     let raw = listener.as_raw_fd();
     let mut cmd = Command::new(virtiofsd(dir.path()));
-    cmd.args(["--fd=3", "-o"])
+    cmd.args(["--fd=3", "--rlimit-nofile=512", "-o"])
         .arg(format!("source={}", export.display()))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -172,5 +172,7 @@ fn an_inherited_socket_is_served_until_its_vmm_leaves() {
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut log).unwrap();
     assert!(status.unwrap().success(), "{log}");
     assert!(log.contains("vhost-user-fs: VMM connected"), "{log}");
+    // --rlimit-nofile set the limit the export's descriptor budget comes from.
+    assert!(log.contains("fd_limit=512 "), "{log}");
     assert!(!log.contains('\x1b'), "no colour in a pipe: {log}");
 }
