@@ -44,11 +44,33 @@ pub enum Command {
     /// within 20 s in all, it fails (exit status 1) and says so, and a later sync waits
     /// again.
     Sync(SyncArgs),
+    /// Serve a directory to a VMM as virtiofsd would, from virtiofsd's command line.
+    ///
+    /// `crossfs virtiofsd ARGS` (or crossfs run under the name `virtiofsd`) takes the
+    /// options libvirt, Kata and podman pass to virtiofsd (--shared-dir or -o source=,
+    /// --socket-path or --fd, --cache, --xattr, --readonly, --log-level, --syslog, ...)
+    /// and serves the directory on crossfs's vhost-user-fs door until the VMM disconnects.
+    /// Options crossfs cannot honour are refused by name, with the reason.
+    /// `crossfs virtiofsd --help` lists them; the README's "Drop-in for virtiofsd" says
+    /// what each maps to.
+    #[command(disable_help_flag = true, disable_version_flag = true)]
+    Virtiofsd(VirtiofsdArgs),
     /// Print a shell completion script: `crossfs completions bash > /etc/bash_completion.d/crossfs`.
     Completions(CompletionsArgs),
     /// Print the manual page (roff), made from these same definitions: `crossfs man | man -l -`;
     /// `crossfs man mount` for a subcommand's page (crossfs-mount(1)).
     Man(ManArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct VirtiofsdArgs {
+    /// virtiofsd's options, as virtiofsd takes them.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "VIRTIOFSD_ARGS"
+    )]
+    pub args: Vec<std::ffi::OsString>,
 }
 
 #[derive(Args, Debug)]
@@ -131,8 +153,21 @@ pub struct ServeArgs {
     /// (an inherited socket: a listening one is accepted on, a connected one is served once);
     /// or vhost-user-fs:PATH, a socket a VMM connects to for a virtio-fs device (the guest
     /// then runs `mount -t virtiofs TAG DIR`). Repeat for several transports at once.
-    #[arg(short, long = "listen", value_name = "ADDR", required = true)]
+    #[arg(
+        short,
+        long = "listen",
+        value_name = "ADDR",
+        required_unless_present = "vhost_user_fs_fd"
+    )]
     pub listen: Vec<Addr>,
+    /// Serve a virtio-fs device on the listening unix socket inherited as descriptor N, as
+    /// virtiofsd's --fd (libvirt and Kata make the socket and pass it this way).
+    #[arg(long, value_name = "N")]
+    pub vhost_user_fs_fd: Option<i32>,
+    /// vhost-user-fs: exit once the VMM disconnects, as virtiofsd does, rather than wait
+    /// for it to connect again.
+    #[arg(long)]
+    pub exit_with_vmm: bool,
     /// Largest message the server accepts; clients get min(their request, this). The default
     /// is 1 MiB of data plus a page for headers. Linux's own client caps itself at 1M on
     /// tcp/unix/fd and at 512000 on virtio.
@@ -228,6 +263,21 @@ pub struct ServeArgs {
     /// num-request-queues must not exceed it.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub request_queues: u16,
+    /// vhost-user-fs: answer the guest's extended attribute requests "not supported"
+    /// (ENOSYS), as virtiofsd does without --xattr. The 9P door is not affected.
+    #[arg(long)]
+    pub no_xattr: bool,
+    /// vhost-user-fs: do not offer READDIRPLUS (virtiofsd's --no-readdirplus): the guest
+    /// then lists directories with READDIR and looks each name up.
+    #[arg(long)]
+    pub no_readdirplus: bool,
+    /// vhost-user-fs: tell the guest which directories are the roots of other file systems
+    /// mounted inside the export (another device than their parent's), so that it mounts
+    /// each as a submount with a device number of its own, as virtiofsd's
+    /// --announce-submounts. Without, the guest sees one file system, whose inode numbers
+    /// may then repeat across the host's.
+    #[arg(long)]
+    pub announce_submounts: bool,
 }
 
 fn parse_virtiofs_cache(s: &str) -> Result<crossfs_virtiofs::CacheMode, String> {

@@ -1,7 +1,8 @@
 //! `crossfs`: share a host directory with a VM or container.
 //!
 //! The binary is glue: it parses arguments into validated configurations (`args`), then hands
-//! them to the library crates (run as `mount.crossfs`, it is mount(8)'s helper: `helper`): `crossfs-server` (serve), `crossfs-client` + `crossfs-mount`
+//! them to the library crates (run as `mount.crossfs`, it is mount(8)'s helper: `helper`;
+//! run as `virtiofsd`, it takes virtiofsd's command line: `virtiofsd`): `crossfs-server` (serve), `crossfs-client` + `crossfs-mount`
 //! (mount), `crossfs-bench` (bench). Errors are reported here, with context, via `anyhow`.
 
 mod args;
@@ -10,7 +11,9 @@ mod control;
 mod helper;
 mod mountinfo;
 mod signals;
+mod syslog;
 mod token;
+mod virtiofsd;
 
 use clap::Parser;
 
@@ -19,7 +22,13 @@ fn main() -> std::process::ExitCode {
     if argv.first().is_some_and(helper::invoked_as_helper) {
         return helper::run(argv);
     }
+    if argv.first().is_some_and(virtiofsd::invoked_as_virtiofsd) {
+        return virtiofsd::run(argv.into_iter().skip(1).collect());
+    }
     let cli = args::Cli::parse_from(argv);
+    if let args::Command::Virtiofsd(args) = cli.command {
+        return virtiofsd::run(args.args);
+    }
     init_logging(cli.verbose, cli.quiet);
     match cmd::run(cli.command) {
         Ok(()) => std::process::ExitCode::SUCCESS,

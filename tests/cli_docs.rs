@@ -12,8 +12,9 @@ fn crossfs(args: &[&str]) -> String {
     String::from_utf8(run_ok(Command::new(crossfs_bin()).args(args)).stdout).unwrap()
 }
 
-const SUBCOMMANDS: [&str; 8] = [
+const SUBCOMMANDS: [&str; 9] = [
     "serve",
+    "virtiofsd",
     "mount",
     "stats",
     "bench",

@@ -7,6 +7,8 @@
 //! once however often it is asked for; a VMM that goes away and comes back is served
 //! again by the same process; and in the guest, fsx finds no corruption and pjdfstest passes
 //! everything it passes on a local directory of the host, but the README's differences.
+//! crossfs started as libvirt starts virtiofsd (`--fd=3` of a listening socket,
+//! `--shared-dir`, ...) serves the ops script the same way.
 //!
 //! Needs the guest image with the virtiofs module (`scripts/guest/build-image.sh`, run by
 //! `scripts/test`); the test fails, not skips, without it.
@@ -198,6 +200,163 @@ umount /mnt
         "READs of 1 MiB for a 64 MiB file: {mib_reads}: {read}"
     );
     assert_eq!(after["malformed"], 0);
+}
+
+/// Starts crossfs as libvirt starts virtiofsd: run under the name `virtiofsd`, handed the
+/// vhost-user socket already listening as descriptor 3 (libvirt makes it where QEMU's
+/// chardev points, and closes its own copy), with `--fd=3`, `--shared-dir` and the
+/// options of a `<filesystem type='mount'><driver type='virtiofs'/>` with a cache mode, a
+/// sandbox, extended attributes and a thread pool.
+fn start_as_libvirt_starts_virtiofsd(
+    work: &Path,
+    export: &Path,
+    sock: &Path,
+) -> std::process::Child {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let bin = work.join("libexec");
+    std::fs::create_dir(&bin).unwrap();
+    let virtiofsd = bin.join("virtiofsd");
+    std::os::unix::fs::symlink(crossfs_bin(), &virtiofsd).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(sock).unwrap();
+    let raw = listener.as_raw_fd();
+    let log = std::fs::File::create(work.join("virtiofsd.log")).unwrap();
+    let mut cmd = Command::new(&virtiofsd);
+    cmd.arg("--fd=3")
+        .arg("--shared-dir")
+        .arg(export)
+        .args(["--cache", "auto", "--sandbox", "chroot", "--xattr"])
+        .arg("--thread-pool-size=16")
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log);
+    // SAFETY: between fork and exec only async-signal-safe calls (dup2, fcntl) on
+    // descriptors this process owns; no memory is touched.
+    unsafe {
+        cmd.pre_exec(move || {
+            // The copy at 3 must survive exec: dup2 makes it without FD_CLOEXEC, and a
+            // listener already at 3 has the flag cleared instead.
+            let ok = if raw == 3 {
+                libc::fcntl(3, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(raw, 3)
+            };
+            if ok == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().expect("starting crossfs as virtiofsd");
+    // As libvirt (VIR_COMMAND_PASS_FD_CLOSE_PARENT): only the child holds the socket now.
+    drop(listener);
+    child
+}
+
+/// crossfs started as libvirt starts virtiofsd serves the guest: the ops script prints what
+/// it prints on a local directory, and, as virtiofsd, the process exits once the VMM has
+/// gone, saying in its log which options it accepted as already met.
+#[test]
+fn crossfs_as_virtiofsd_serves_a_guest_as_libvirt_starts_it() {
+    let work = tempfile::tempdir().unwrap();
+    let (export, local) = (work.path().join("export"), work.path().join("local"));
+    std::fs::create_dir(&export).unwrap();
+    std::fs::create_dir(&local).unwrap();
+    let expected = run_ops_script(&local);
+    let sock = work.path().join("vfs.sock");
+    let mut child = start_as_libvirt_starts_virtiofsd(work.path(), &export, &sock);
+    let stdout = run_guest(
+        &sock,
+        r#"
+set -e
+mount -t virtiofs crossfs /mnt
+echo "=== ops begin"
+sh /test/ops.sh /mnt
+echo "=== ops end"
+umount /mnt
+"#,
+    );
+    let through = section(&stdout, "ops");
+    assert_same_output("local ext4", &expected, "crossfs as virtiofsd", through);
+    // QEMU has exited: so must the backend, by itself and cleanly.
+    let mut status = None;
+    wait_until(
+        "crossfs as virtiofsd to exit after the VMM",
+        Duration::from_secs(30),
+        || {
+            status = child.try_wait().unwrap();
+            status.is_some()
+        },
+    );
+    let log = std::fs::read_to_string(work.path().join("virtiofsd.log")).unwrap();
+    println!("--- crossfs as virtiofsd ---\n{log}");
+    assert!(status.unwrap().success(), "{log}");
+    assert!(
+        log.contains("--sandbox=chroot: crossfs makes no namespace and no chroot"),
+        "{log}"
+    );
+    assert!(log.contains("vhost-user-fs: VMM disconnected"), "{log}");
+    assert!(!log.contains("ERROR"), "{log}");
+}
+
+/// A tmpfs mounted on the host inside the shared directory, unmounted again on drop.
+struct HostTmpfs(std::path::PathBuf);
+
+impl HostTmpfs {
+    fn mount(at: &Path) -> HostTmpfs {
+        std::fs::create_dir(at).unwrap();
+        run_ok(Command::new("mount").args(["-t", "tmpfs", "tmpfs"]).arg(at));
+        HostTmpfs(at.to_path_buf())
+    }
+}
+
+impl Drop for HostTmpfs {
+    fn drop(&mut self) {
+        // Lazily: a server that failed the test may still hold descriptors in it.
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// As virtiofsd by default, crossfs as virtiofsd announces a directory on another file
+/// system than its parent's (a tmpfs mounted inside the shared directory on the host): the
+/// guest mounts it as a submount with a device number of its own, where the rest of the
+/// directory shares the mount's.
+#[test]
+fn crossfs_as_virtiofsd_announces_a_mount_inside_the_directory_as_a_submount() {
+    let work = tempfile::tempdir().unwrap();
+    let export = work.path().join("export");
+    std::fs::create_dir_all(export.join("plain")).unwrap();
+    let tmpfs = HostTmpfs::mount(&export.join("sub"));
+    std::fs::write(export.join("sub/f"), "on tmpfs\n").unwrap();
+    let sock = work.path().join("vfs.sock");
+    let mut child = start_as_libvirt_starts_virtiofsd(work.path(), &export, &sock);
+    // stat(2) does not cross into an automount: the read of sub/f does, and `sub/.` is
+    // then the submount's root.
+    let stdout = run_guest(
+        &sock,
+        r#"
+set -e
+mount -t virtiofs crossfs /mnt
+echo "=== dev begin"
+[ "$(stat -c %d /mnt)" = "$(stat -c %d /mnt/plain)" ] && echo "plain: the mount's device"
+cat /mnt/sub/f
+[ "$(stat -c %d /mnt)" != "$(stat -c %d /mnt/sub/.)" ] && echo "sub: a device of its own"
+grep -c " /mnt/sub virtiofs " /proc/mounts
+echo "=== dev end"
+umount /mnt/sub
+umount /mnt
+"#,
+    );
+    assert_eq!(
+        section(&stdout, "dev"),
+        "plain: the mount's device\non tmpfs\nsub: a device of its own\n1\n"
+    );
+    wait_until(
+        "crossfs as virtiofsd to exit",
+        Duration::from_secs(30),
+        || child.try_wait().unwrap().is_some(),
+    );
+    drop(tmpfs);
 }
 
 #[test]

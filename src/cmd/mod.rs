@@ -18,6 +18,8 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Bench(args) => bench::run(*args),
         Command::Watch(args) => watch::run(args),
         Command::Sync(args) => sync::run(args),
+        // main hands it to crate::virtiofsd before logging is set up.
+        Command::Virtiofsd(_) => anyhow::bail!("`crossfs virtiofsd` is run from main"),
         Command::Completions(args) => {
             let mut cli = <crate::args::Cli as clap::CommandFactory>::command();
             clap_complete::generate(args.shell, &mut cli, "crossfs", &mut std::io::stdout());

@@ -4,7 +4,9 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use crossfs_server::{AuthToken, Server, ServerConfig};
-use crossfs_transport::{Addr, ListenOptions, Listener, SocketOptions, TransportError};
+use crossfs_transport::{
+    Addr, InheritedUnixListener, ListenOptions, Listener, SocketOptions, TransportError,
+};
 use tracing::{info, warn};
 
 use crossfs_events::{EventHub, HubConfig};
@@ -91,22 +93,46 @@ pub fn run(args: ServeArgs) -> Result<()> {
         max_pages: args.max_pages,
         negative_ttl: None,
         max_xattr_size: args.max_xattr_size,
+        xattr: !args.no_xattr,
+        readdirplus: !args.no_readdirplus,
+        announce_submounts: args.announce_submounts,
     };
-    let virtio: Vec<_> = vhost
+    let mut sockets: Vec<(String, crossfs_virtiofs::Socket)> = vhost
         .iter()
         .filter_map(|addr| match addr {
-            Addr::VhostUserFs(path) => Some(path),
+            Addr::VhostUserFs(path) => Some((addr.to_string(), path.clone().into())),
             _ => None,
         })
-        .map(|path| {
-            Arc::new(crossfs_virtiofs::VirtioFs::new(
+        .collect();
+    // Held while we serve: the descriptor number stays claimed.
+    let inherited = match args.vhost_user_fs_fd {
+        Some(fd) => {
+            // Worded for virtiofsd's --fd too, which comes here.
+            let context = "serving virtio-fs on an inherited socket";
+            let inherited = InheritedUnixListener::adopt(fd).context(context)?;
+            let listener = inherited.listener().try_clone().context(context)?;
+            let name = format!("fd:{fd}");
+            sockets.push((
+                format!("vhost-user-fs:{name}"),
+                crossfs_virtiofs::Socket::Listening(listener, name),
+            ));
+            Some(inherited)
+        }
+        None => None,
+    };
+    let (vhost, virtio): (Vec<String>, Vec<_>) = sockets
+        .into_iter()
+        .map(|(name, socket)| {
+            let dev = crossfs_virtiofs::VirtioFs::new(
                 core.clone(),
-                path.clone(),
+                socket,
                 fs_config.clone(),
                 usize::from(args.request_queues),
-            ))
+            )
+            .exit_with_vmm(args.exit_with_vmm);
+            (name, Arc::new(dev))
         })
-        .collect();
+        .unzip();
     let listen_opts = ListenOptions {
         allow_remote_tcp: args.allow_remote,
         stream: SocketOptions {
@@ -129,7 +155,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             let devices: Vec<_> = virtio
                 .iter()
                 .zip(&vhost)
-                .map(|(dev, addr)| (addr.to_string(), dev.stats()))
+                .map(|(dev, addr)| (addr.clone(), dev.stats()))
                 .collect();
             Some(ControlEndpoint::start(path, move || {
                 let mut stats = server.stats_json();
@@ -148,16 +174,23 @@ pub fn run(args: ServeArgs) -> Result<()> {
         }
         None => None,
     };
+    let serving: Vec<String> = listen
+        .iter()
+        .map(Addr::to_string)
+        .chain(vhost.iter().cloned())
+        .collect();
     info!(
         export = %export.display(),
         msize = args.msize,
         read_only = args.read_only,
         token = args.token_file.is_some(),
         "serving on {}",
-        args.listen.iter().map(Addr::to_string).collect::<Vec<_>>().join(", ")
+        serving.join(", ")
     );
 
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<Option<i32>>();
+    // Ok(Some(signal)), Ok(None) for a listener that is finished, Err for a device that
+    // could not be served (its socket not bound: a bad address fails the command).
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<Result<Option<i32>, String>>();
     for (addr, listener) in listeners {
         let server = server.clone();
         let done = done_tx.clone();
@@ -167,7 +200,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 accept_loop(&server, &addr, &listener);
                 // An fd: transport serves one client; when every listener is finished, so
                 // are we.
-                let _ = done.send(None);
+                let _ = done.send(Ok(None));
             })
             .context("starting an accept thread")?;
     }
@@ -176,31 +209,30 @@ pub fn run(args: ServeArgs) -> Result<()> {
         std::thread::Builder::new()
             .name(format!("serve {addr}"))
             .spawn(move || {
-                if let Err(err) = dev.serve() {
-                    warn!("{addr}: {err}");
-                }
-                let _ = done.send(None);
+                let _ = done.send(dev.serve().map(|()| None).map_err(|e| e.to_string()));
             })
             .context("starting a vhost-user-fs thread")?;
     }
     let signal_tx = done_tx.clone();
     crate::signals::on_termination(move |sig| {
-        let _ = signal_tx.send(Some(sig));
+        let _ = signal_tx.send(Ok(Some(sig)));
     })?;
     drop(done_tx);
-    let mut running = args.listen.len();
+    let mut running = serving.len();
     while running > 0 {
         match done_rx.recv() {
-            Ok(Some(sig)) => {
+            Ok(Ok(Some(sig))) => {
                 info!("signal {sig}: shutting down");
                 break;
             }
-            Ok(None) => running -= 1,
+            Ok(Ok(None)) => running -= 1,
+            Ok(Err(failed)) => anyhow::bail!(failed),
             Err(_) => break,
         }
     }
     // Dropping the listeners (in their threads) and the control endpoint removes their socket
     // files; process exit closes client connections.
+    drop(inherited);
     Ok(())
 }
 

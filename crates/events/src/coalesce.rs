@@ -9,6 +9,8 @@
 //!   published: a subscriber may have seen the file meanwhile (looked it up on the server,
 //!   or made it itself). If the create was published by an earlier flush, the snapshot has
 //!   the path and the removal carries its attributes.
+//! - created + renamed → `Removed` of the source (once: the engine remembers that it said
+//!   so when the rename comes) and `Created` of the destination;
 //! - modified × N → one `Modified`;
 //! - a rename keeps its source and destination: it is an entry of its own, and changes to either
 //!   name after it start new entries behind it, so they are applied in the order they happened.

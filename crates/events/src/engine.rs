@@ -28,6 +28,9 @@ const IDLE: Duration = Duration::from_secs(1);
 /// all are forgotten (what is lost: the change time of a link made and removed within one
 /// window).
 const LINKS_MADE_LIMIT: usize = 4096;
+/// Most names remembered in `Engine::told_gone`; past it, all are forgotten (what is lost:
+/// a rename of one of them reports its source's removal a second time).
+const TOLD_GONE_LIMIT: usize = 4096;
 /// The least time between two reads of the watcher (at most a quarter of the quiet
 /// window): a burst of changes is taken in one wakeup every few milliseconds rather than
 /// one per event, which on a small machine is CPU taken from the program making them
@@ -57,6 +60,9 @@ pub(crate) struct Engine {
     /// the file itself): the removal carries the file, so subscribers drop what they know
     /// of it. Filled when the creation is read, emptied when the name is flushed.
     links_made: HashMap<RelPath, crate::Attrs>,
+    /// Names published as removed that subscribers were never told were there (made and
+    /// gone within one window), until a rename from them is flushed or they are made again.
+    told_gone: HashSet<RelPath>,
 }
 
 impl Engine {
@@ -91,6 +97,7 @@ impl Engine {
             last_read: Instant::now(),
             read_gap,
             links_made: HashMap::new(),
+            told_gone: HashSet::new(),
         }
     }
 
@@ -415,7 +422,10 @@ impl Engine {
         match (old, now) {
             // Here and gone within the window: a subscriber may have looked it up meanwhile.
             // A link of a file carries the file (its link count and change time moved).
-            (None, None) => out.push(Change::new(EventKind::Removed, path.clone(), link)),
+            (None, None) => {
+                self.tell_gone(path);
+                out.push(Change::new(EventKind::Removed, path.clone(), link));
+            }
             (Some(o), None) => {
                 self.snapshot.remove_subtree(path);
                 out.push(Change::new(EventKind::Removed, path.clone(), Some(o)));
@@ -437,6 +447,14 @@ impl Engine {
         }
     }
 
+    /// Remembers that `path`'s removal was published though it was never published as there.
+    fn tell_gone(&mut self, path: &RelPath) {
+        if self.told_gone.len() >= TOLD_GONE_LIMIT {
+            self.told_gone.clear();
+        }
+        self.told_gone.insert(path.clone());
+    }
+
     /// Makes sure the parent of `path` is known, publishing its creation first if not.
     fn ensure_parent(&mut self, path: &RelPath, out: &mut Vec<Change>) {
         if let Some(parent) = path.parent() {
@@ -456,9 +474,11 @@ impl Engine {
         let scan = Snapshot::scan_root(&self.root, path, self.control());
         let Some(top) = scan.get(path).copied() else {
             // Gone again: as in `reconcile`, someone may have seen it meanwhile.
+            self.tell_gone(path);
             out.push(Change::new(EventKind::Removed, path.clone(), None));
             return;
         };
+        self.told_gone.remove(path);
         out.push(Change::new(EventKind::Created, path.clone(), Some(top)));
         let mut inside = diff(&self.snapshot.subtree(path), &scan);
         inside.retain(|c| &c.path != path);
@@ -500,7 +520,13 @@ impl Engine {
             }
             _ => {
                 let known = self.snapshot.get(to).is_some();
-                self.reconcile(from, Hints::REMOVED, out);
+                // A source made and renamed within one window was published as removed when
+                // the entry of its making was flushed (before the rename, a barrier):
+                // saying so again would report one removal twice.
+                let told = old.is_none() && self.told_gone.remove(from);
+                if !(told && matches!(self.root.lstat(from), Ok(None))) {
+                    self.reconcile(from, Hints::REMOVED, out);
+                }
                 self.reconcile(to, Hints::CREATED, out);
                 // A directory already published at `to` (a scan found it there) keeps its
                 // inode through `reconcile`, which looks at `to` alone: check what is inside.

@@ -123,6 +123,16 @@ pub enum TransportError {
         addr: String,
     },
 
+    /// `fd:N` names a socket other than the listening unix socket a vhost-user backend
+    /// needs.
+    #[error("{addr}: file descriptor is {what}, not a listening unix socket")]
+    FdNotListeningUnix {
+        /// The address being used.
+        addr: String,
+        /// What it is instead.
+        what: String,
+    },
+
     /// The listener will never yield another connection: it was an inherited
     /// connected socket, and its one [`Stream`](crate::Stream) was accepted.
     #[error("{addr}: no more connections (the inherited connection was already accepted)")]

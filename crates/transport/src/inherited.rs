@@ -5,11 +5,12 @@
 //! naming the same `fd:N` twice fails cleanly instead of closing the
 //! descriptor twice.
 
-use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{BorrowedFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixListener;
 use std::sync::{Mutex, MutexGuard};
 
 use rustix::io::{Errno, FdFlags};
-use rustix::net::{sockopt, SocketType};
+use rustix::net::{sockopt, AddressFamily, SocketType};
 
 use crate::addr::Addr;
 use crate::error::TransportError;
@@ -82,6 +83,70 @@ pub(crate) fn adopt(raw: RawFd, allow_listening: bool) -> Result<Adopted, Transp
     rustix::io::fcntl_setfd(&fd, FdFlags::CLOEXEC)
         .map_err(|e| TransportError::sys(&addr, "fcntl(F_SETFD, FD_CLOEXEC)", e))?;
     Ok(Adopted { fd, claim, state })
+}
+
+/// A listening unix socket adopted from `fd:N`, as a vhost-user backend is handed one
+/// (virtiofsd's `--fd`, from libvirt or Kata). The number stays claimed while it lives.
+#[derive(Debug)]
+pub struct InheritedUnixListener {
+    listener: UnixListener,
+    // Dropped after the listener, so the number is not given up while still open.
+    _claim: FdClaim,
+}
+
+impl InheritedUnixListener {
+    /// Adopts `fd:N` if it is a listening unix socket.
+    ///
+    /// # Errors
+    /// As `fd:N` listeners ([`TransportError::FdNotOpen`], [`TransportError::FdInUse`]),
+    /// and [`TransportError::FdNotListeningUnix`] for anything but a listening unix socket
+    /// (the descriptor is then left open).
+    pub fn adopt(raw: RawFd) -> Result<InheritedUnixListener, TransportError> {
+        let addr = Addr::Fd(raw);
+        let wrong = |what: &str| TransportError::FdNotListeningUnix {
+            addr: addr.to_string(),
+            what: what.to_owned(),
+        };
+        // Checked before adopting, so that a refused descriptor stays open and unowned.
+        let family = sys::with_borrowed(raw, |fd| {
+            rustix::net::getsockname(fd).map(|a| a.address_family())
+        });
+        match family {
+            None => {
+                return Err(TransportError::FdNotOpen {
+                    addr: addr.to_string(),
+                })
+            }
+            Some(Ok(AddressFamily::UNIX)) => {}
+            Some(Ok(_)) => return Err(wrong("a socket of another family")),
+            Some(Err(Errno::NOTSOCK)) => return Err(wrong("not a socket")),
+            Some(Err(e)) => return Err(TransportError::sys(&addr, "getsockname", e)),
+        }
+        let adopted = adopt(raw, true)?;
+        if adopted.state != FdState::Listening {
+            // Handed back open, as the caller passed it.
+            let _ = adopted.fd.into_raw_fd();
+            return Err(wrong("a connected socket"));
+        }
+        let listener = UnixListener::from(adopted.fd);
+        // A parent may have left it non-blocking; the backend waits in accept.
+        listener
+            .set_nonblocking(false)
+            .map_err(|e| TransportError::Sys {
+                addr: addr.to_string(),
+                op: "fcntl(F_SETFL)",
+                source: e,
+            })?;
+        Ok(InheritedUnixListener {
+            listener,
+            _claim: adopted.claim,
+        })
+    }
+
+    /// The listening socket.
+    pub fn listener(&self) -> &UnixListener {
+        &self.listener
+    }
 }
 
 /// Describes the far end of an inherited connected socket, e.g.
@@ -220,6 +285,53 @@ mod tests {
         // Naming the same descriptor twice is refused, not a double close.
         let err = Listener::bind(&Addr::Fd(raw), &ListenOptions::default()).unwrap_err();
         assert!(matches!(err, TransportError::FdInUse { .. }), "{err}");
+    }
+
+    #[test]
+    fn inherited_unix_listener_takes_only_a_listening_unix_socket() {
+        let _serial = one_at_a_time();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vhost.sock");
+        let raw = UnixListener::bind(&path).unwrap().into_raw_fd();
+        let listener = InheritedUnixListener::adopt(raw).unwrap();
+        let _client = std::os::unix::net::UnixStream::connect(&path).unwrap();
+        listener.listener().accept().unwrap();
+        let err = InheritedUnixListener::adopt(raw).unwrap_err();
+        assert!(matches!(err, TransportError::FdInUse { .. }), "{err}");
+        drop(listener);
+
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let err = InheritedUnixListener::adopt(tcp.as_raw_fd()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "fd:{}: file descriptor is a socket of another family, not a listening unix socket",
+                tcp.as_raw_fd()
+            )
+        );
+        let (a, _b) = socketpair(
+            AddressFamily::UNIX,
+            SocketType::STREAM,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .unwrap();
+        let err = InheritedUnixListener::adopt(a.as_raw_fd()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "fd:{}: file descriptor is a connected socket, not a listening unix socket",
+                a.as_raw_fd()
+            )
+        );
+        // Refused, and still open: the caller keeps it.
+        rustix::io::fcntl_getfd(&a).unwrap();
+        let file = tempfile::tempfile().unwrap();
+        let err = InheritedUnixListener::adopt(file.as_raw_fd()).unwrap_err();
+        assert!(
+            err.to_string().contains("is not a socket, not a listening"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! | `unix:/path`     | Unix-domain stream socket. Listening creates the file with mode 0600 (see [`ListenOptions::unix_mode`]), replaces a stale socket file nothing answers on, and removes the file on drop. |
 //! | `tcp:HOST:PORT`  | TCP; `tcp:[::1]:PORT` for IPv6. Listening on a non-loopback address is refused unless [`ListenOptions::allow_remote_tcp`] is set, since 9P2000.L has no authentication or encryption. |
 //! | `vsock:CID:PORT` | `AF_VSOCK`; CID may be a number or `any`, `host` (2), `local` (1); PORT may be `any` when listening. Errors caused by a missing vsock transport are [`TransportError::VsockUnavailable`] and name what is missing. |
-//! | `fd:N`           | A socket inherited from the parent. Listening on a listening socket accepts on it; on a connected socket it yields that one [`Stream`] and then [`TransportError::NoMoreConnections`]. [`connect()`] adopts a connected one. |
+//! | `fd:N`           | A socket inherited from the parent. Listening on a listening socket accepts on it; on a connected socket it yields that one [`Stream`] and then [`TransportError::NoMoreConnections`]. [`connect()`] adopts a connected one; [`InheritedUnixListener`] adopts a listening unix socket for a vhost-user backend. |
 //!
 //! Every socket is close-on-exec; reads, writes, `accept` and `connect`
 //! retry `EINTR`; writes never raise `SIGPIPE`.
@@ -56,6 +56,7 @@ pub use addr::{
 };
 pub use connect::connect;
 pub use error::TransportError;
+pub use inherited::InheritedUnixListener;
 pub use listener::Listener;
 pub use options::{ListenOptions, SocketOptions};
 pub use stream::Stream;

@@ -169,3 +169,21 @@ pub(crate) fn adopt_fd<T, E>(
     let owned = unsafe { OwnedFd::from_raw_fd(raw) };
     Ok(Some((owned, value)))
 }
+
+/// Runs `f` on descriptor `raw` borrowed, if it is open; `None` if it is not.
+///
+/// Soundness as for [`adopt_fd`]: by the `fd:N` contract nothing else in this process
+/// closes `raw` while it is borrowed.
+pub(crate) fn with_borrowed<T>(raw: RawFd, f: impl FnOnce(BorrowedFd<'_>) -> T) -> Option<T> {
+    if raw < 0 {
+        return None;
+    }
+    // SAFETY: F_GETFD only reads the descriptor flags of `raw`; on a number that is not
+    // open it fails with EBADF.
+    if unsafe { libc::fcntl(raw, libc::F_GETFD) } == -1 {
+        return None;
+    }
+    // SAFETY: `raw` is open (checked just above) and, by the `fd:N` contract, closed by
+    // nothing else while borrowed.
+    Some(f(unsafe { BorrowedFd::borrow_raw(raw) }))
+}

@@ -19,14 +19,18 @@
 //!
 //! # Connections
 //! [`VirtioFs::serve`] listens on a unix socket for the VMM (`-chardev socket,path=...`),
-//! serves it until it goes away, then listens again: a guest that reboots sends FUSE_INIT
-//! again and starts afresh; a VMM that exits and comes back reconnects to the same socket.
-//! Each connection gets a fresh node table.
+//! made at a path or handed over already listening ([`Socket`]), serves it until it goes
+//! away, then listens again: a guest that reboots sends FUSE_INIT again and starts afresh;
+//! a VMM that exits and comes back reconnects to the same socket. Each connection gets a
+//! fresh node table. With [`VirtioFs::exit_with_vmm`] it returns instead, as virtiofsd
+//! exits.
 //!
 //! # Caching (FUSE_INIT)
 //! Offered: FUSE_MAX_PAGES with `min(--max-pages, queue size - 4)` pages per request (the
 //! kernel's own cap for virtio-fs), READDIRPLUS (auto), FUSE_CACHE_SYMLINKS, parallel
-//! directory operations, atomic O_TRUNC; writeback caching only with [`CacheMode::Always`].
+//! directory operations, atomic O_TRUNC; writeback caching only with [`CacheMode::Always`];
+//! FUSE_SUBMOUNTS with [`FsConfig::announce_submounts`], a directory on another device than
+//! its parent's then being flagged `FUSE_ATTR_SUBMOUNT` in lookups and listings.
 //! A missing name is answered with a negative entry (node id 0) that the guest keeps for the
 //! negative timeout. What was negotiated is logged and shown by `crossfs stats`.
 #![forbid(unsafe_code)]
@@ -37,6 +41,7 @@ mod fs;
 pub mod fuse;
 mod stats;
 
+use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -54,38 +59,66 @@ pub enum VirtioFsError {
     /// The vhost-user daemon failed (socket, protocol).
     #[error("vhost-user-fs on {socket}: {message}")]
     Daemon {
-        /// The socket.
-        socket: PathBuf,
+        /// The socket: its path, or `fd:N` for an inherited one.
+        socket: String,
         /// What rust-vmm's daemon said.
         message: String,
     },
+}
+
+/// Where the VMM connects.
+#[derive(Debug)]
+pub enum Socket {
+    /// A unix socket made at this path (a stale one there is replaced).
+    Path(PathBuf),
+    /// A listening unix socket made by whoever started us (virtiofsd's `--fd`), with the
+    /// name to log it by.
+    Listening(UnixListener, String),
+}
+
+impl std::fmt::Display for Socket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Socket::Path(path) => write!(f, "{}", path.display()),
+            Socket::Listening(_, name) => f.write_str(name),
+        }
+    }
 }
 
 /// A vhost-user-fs device serving one export on one socket.
 #[derive(Debug)]
 pub struct VirtioFs {
     export: Arc<Export>,
-    socket: PathBuf,
+    socket: Socket,
     config: FsConfig,
     request_queues: usize,
     stats: Arc<Stats>,
+    exit_with_vmm: bool,
 }
 
 impl VirtioFs {
     /// A device for `export` on `socket` with `request_queues` request queues (at least 1).
     pub fn new(
         export: Arc<Export>,
-        socket: PathBuf,
+        socket: impl Into<Socket>,
         config: FsConfig,
         request_queues: usize,
     ) -> VirtioFs {
         VirtioFs {
             export,
-            socket,
+            socket: socket.into(),
             config,
             request_queues: request_queues.max(1),
             stats: Arc::new(Stats::default()),
+            exit_with_vmm: false,
         }
+    }
+
+    /// Makes [`VirtioFs::serve`] return once the first VMM goes away, as virtiofsd does,
+    /// rather than wait for another.
+    pub fn exit_with_vmm(mut self, exit: bool) -> VirtioFs {
+        self.exit_with_vmm = exit;
+        self
     }
 
     /// The device's counters.
@@ -94,19 +127,28 @@ impl VirtioFs {
     }
 
     /// Serves one VMM connection after another, forever (a VMM that goes away is waited for
-    /// again on the same socket).
+    /// again on the same socket), or until the first goes away with
+    /// [`VirtioFs::exit_with_vmm`].
     ///
     /// # Errors
     /// [`VirtioFsError::Daemon`] when the socket cannot be bound or the daemon cannot be
     /// made; a connection that fails is logged and the next one is awaited.
     pub fn serve(&self) -> Result<(), VirtioFsError> {
+        let name = self.socket.to_string();
         let err = |message: String| VirtioFsError::Daemon {
-            socket: self.socket.clone(),
+            socket: name.clone(),
             message,
         };
         // One listening socket for the life of the device: a VMM that comes back finds it.
-        let mut listener =
-            vhost::vhost_user::Listener::new(&self.socket, true).map_err(|e| err(e.to_string()))?;
+        let mut listener = match &self.socket {
+            Socket::Path(path) => {
+                vhost::vhost_user::Listener::new(path, true).map_err(|e| err(e.to_string()))?
+            }
+            Socket::Listening(listener, _) => listener
+                .try_clone()
+                .map(vhost::vhost_user::Listener::from)
+                .map_err(|e| err(e.to_string()))?,
+        };
         loop {
             let fs = FuseFs::new(self.export.clone(), self.config.clone(), self.stats.clone());
             let backend = device::FsBackend::new(fs, self.request_queues);
@@ -116,28 +158,37 @@ impl VirtioFs {
                 GuestMemoryAtomic::new(GuestMemoryMmap::new()),
             )
             .map_err(|e| err(e.to_string()))?;
-            tracing::info!(socket = %self.socket.display(), "vhost-user-fs: waiting for the VMM");
+            tracing::info!(socket = %name, "vhost-user-fs: waiting for the VMM");
             if let Err(e) = daemon.start(&mut listener) {
-                tracing::warn!(socket = %self.socket.display(), "vhost-user-fs: accept: {e}");
+                tracing::warn!(socket = %name, "vhost-user-fs: accept: {e}");
                 std::thread::sleep(std::time::Duration::from_millis(100));
                 continue;
             }
             self.stats.record_connection();
-            tracing::info!(socket = %self.socket.display(), "vhost-user-fs: VMM connected");
+            tracing::info!(socket = %name, "vhost-user-fs: VMM connected");
             match daemon.wait() {
                 Ok(())
                 | Err(vhost_user_backend::Error::HandleRequest(
                     vhost::vhost_user::Error::Disconnected
                     | vhost::vhost_user::Error::PartialMessage,
                 )) => {
-                    tracing::info!(socket = %self.socket.display(), "vhost-user-fs: VMM disconnected")
+                    tracing::info!(socket = %name, "vhost-user-fs: VMM disconnected")
                 }
                 Err(e) => {
-                    tracing::warn!(socket = %self.socket.display(), "vhost-user-fs: connection ended: {e}")
+                    tracing::warn!(socket = %name, "vhost-user-fs: connection ended: {e}")
                 }
             }
             // Dropping the daemon stops its queue threads and closes the guest's node table.
             drop(daemon);
+            if self.exit_with_vmm {
+                return Ok(());
+            }
         }
+    }
+}
+
+impl From<PathBuf> for Socket {
+    fn from(path: PathBuf) -> Socket {
+        Socket::Path(path)
     }
 }

@@ -35,6 +35,17 @@ pub struct FsConfig {
     pub negative_ttl: Option<Duration>,
     /// Largest extended attribute value or list.
     pub max_xattr_size: usize,
+    /// Whether extended attributes are served; without, their requests are answered
+    /// ENOSYS, which the guest takes as "not supported" and stops asking (virtiofsd's
+    /// default without `--xattr`).
+    pub xattr: bool,
+    /// Whether READDIRPLUS is offered (virtiofsd's `--no-readdirplus` turns it off).
+    pub readdirplus: bool,
+    /// Whether the guest is told which directories are the roots of other file systems
+    /// (another device than their parent's), to mount each as a submount with a device
+    /// number of its own (virtiofsd's `--announce-submounts`). Without, the guest sees one
+    /// file system, whose inode numbers may then repeat across the host's.
+    pub announce_submounts: bool,
 }
 
 impl Default for FsConfig {
@@ -44,6 +55,9 @@ impl Default for FsConfig {
             max_pages: 256,
             negative_ttl: None,
             max_xattr_size: 64 * 1024,
+            xattr: true,
+            readdirplus: true,
+            announce_submounts: false,
         }
     }
 }

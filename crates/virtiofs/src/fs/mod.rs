@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use crossfs_export::budget::{FdAccount, OpenFd};
 use crossfs_export::handles::PathHandle;
 use crossfs_export::{lock, sys, Caller, Dir, Export, ExportError, Made, SetAttr, Statx};
-use rustix::fs::OFlags;
+use rustix::fs::{FileType, OFlags};
 use rustix::io::Errno;
 
 use crate::fuse::decode::{InHeader, InitIn, ReadIn, SetattrIn};
@@ -48,6 +48,8 @@ pub struct FuseFs {
     queue_size: AtomicU32,
     /// Whether writeback caching was negotiated.
     writeback: std::sync::atomic::AtomicBool,
+    /// Whether FUSE_SUBMOUNTS was negotiated.
+    submounts: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for FuseFs {
@@ -78,6 +80,7 @@ impl FuseFs {
             files: Mutex::new((HashMap::new(), 1)),
             queue_size: AtomicU32::new(0),
             writeback: false.into(),
+            submounts: false.into(),
         }
     }
 
@@ -215,6 +218,14 @@ impl FuseFs {
                 flags, mode, name, ..
             } => self.create(h, flags, mode, name),
             Op::Tmpfile { flags, mode, .. } => self.tmpfile(h, flags, mode),
+            Op::Getxattr { .. }
+            | Op::Listxattr { .. }
+            | Op::Setxattr { .. }
+            | Op::Removexattr { .. }
+                if !self.config.xattr =>
+            {
+                Err(Errno::NOSYS.into())
+            }
             Op::Getxattr { size, name } => self.getxattr(n, name, size),
             Op::Listxattr { size } => self.listxattr(n, size),
             Op::Setxattr { flags, name, value } => {
@@ -252,16 +263,21 @@ impl FuseFs {
             | init::ATOMIC_O_TRUNC
             | init::PARALLEL_DIROPS
             | init::AUTO_INVAL_DATA
-            | init::DO_READDIRPLUS
-            | init::READDIRPLUS_AUTO
             | init::MAX_PAGES
             | init::CACHE_SYMLINKS;
+        if self.config.readdirplus {
+            offered |= init::DO_READDIRPLUS | init::READDIRPLUS_AUTO;
+        }
+        if self.config.announce_submounts {
+            offered |= init::SUBMOUNTS;
+        }
         if self.config.cache == CacheMode::Always {
             offered |= init::WRITEBACK_CACHE;
         }
         let flags = offered & i.flags;
         self.writeback
             .store(flags & init::WRITEBACK_CACHE != 0, Relaxed);
+        self.submounts.store(flags & init::SUBMOUNTS != 0, Relaxed);
         let queue_size = self.queue_size.load(Relaxed);
         // The kernel's own cap for virtio-fs is the queue size less the header descriptors.
         let mut max_pages = self.config.max_pages.clamp(1, u32::from(u16::MAX));
@@ -316,17 +332,44 @@ impl FuseFs {
     }
 
     fn entry(&self, handle: Arc<PathHandle>, st: &Statx) -> OpResult<Reply> {
+        self.entry_in(handle, st, None)
+    }
+
+    /// An entry found in the directory `parent` (a lookup's, or a listing's): a directory
+    /// on another device than its parent's is announced as a submount, if agreed.
+    fn entry_in(
+        &self,
+        handle: Arc<PathHandle>,
+        st: &Statx,
+        parent: Option<&PathHandle>,
+    ) -> OpResult<Reply> {
+        let mut r = Reply::with_capacity(128);
+        self.push_entry(&mut r, handle, st, parent);
+        Ok(r)
+    }
+
+    fn push_entry(
+        &self,
+        r: &mut Reply,
+        handle: Arc<PathHandle>,
+        st: &Statx,
+        parent: Option<&PathHandle>,
+    ) {
+        let flags = match parent {
+            Some(dir) if self.submounts.load(Relaxed) && is_submount(dir, st) => {
+                fuse::ATTR_SUBMOUNT
+            }
+            _ => 0,
+        };
         let id = self.nodes.remember(handle, st);
         let ttl = self.config.ttl();
-        let mut r = Reply::with_capacity(128);
-        r.entry(id, Some(st), ttl, ttl);
-        Ok(r)
+        r.entry_with_flags(id, Some(st), ttl, ttl, flags);
     }
 
     fn lookup(&self, parent: u64, name: &[u8]) -> OpResult<Reply> {
         let dir = self.nodes.get(parent)?;
         match self.export.lookup(Self::dir(parent, &dir), name) {
-            Ok((fd, st)) => self.entry(fd, &st),
+            Ok((fd, st)) => self.entry_in(fd, &st, Some(&dir)),
             Err(ExportError::Os(Errno::NOENT)) if self.config.negative_ttl() != Ttl::ZERO => {
                 // A negative entry: the guest answers this name itself until it times out.
                 let mut r = Reply::with_capacity(128);
@@ -626,7 +669,6 @@ impl FuseFs {
         let _listing = lock(&file.dir);
         let size = r.size as usize;
         let mut reply = Reply::with_capacity(size.min(1 << 20));
-        let ttl = self.config.ttl();
         let handle = self.nodes.get(node)?;
         let dir = Self::dir(node, &handle);
         let fd = file.fd.as_fd();
@@ -649,8 +691,7 @@ impl FuseFs {
                     };
                     match found {
                         Some((found, st)) => {
-                            let id = self.nodes.remember(found, &st);
-                            reply.entry(id, Some(&st), ttl, ttl);
+                            self.push_entry(&mut reply, found, &st, Some(&handle));
                         }
                         None => {
                             reply.entry(0, None, Ttl::ZERO, Ttl::ZERO);
@@ -696,4 +737,12 @@ impl FuseFs {
 pub fn opcode_of(request: &[u8]) -> Option<Opcode> {
     let b = request.get(4..8)?;
     Opcode::from_u32(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// Whether `st` is a directory on another device than `parent`: the root of a file system
+/// mounted inside the export. (virtiofsd compares mount ids, and so also announces a bind
+/// mount of the same file system; its inode numbers cannot repeat those around it.)
+fn is_submount(parent: &PathHandle, st: &Statx) -> bool {
+    let dev = rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor);
+    FileType::from_raw_mode(u32::from(st.stx_mode)) == FileType::Directory && dev != parent.key().0
 }

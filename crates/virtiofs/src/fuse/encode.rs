@@ -68,6 +68,11 @@ impl Reply {
 
     /// Appends a `fuse_attr` (88 bytes).
     pub fn attr(&mut self, st: &Statx) -> &mut Self {
+        self.attr_with_flags(st, 0)
+    }
+
+    /// Appends a `fuse_attr` whose `flags` are `flags` ([`super::ATTR_SUBMOUNT`]).
+    pub fn attr_with_flags(&mut self, st: &Statx, flags: u32) -> &mut Self {
         let blksize = st.stx_blksize;
         let rdev = (rustix::fs::makedev(st.stx_rdev_major, st.stx_rdev_minor) & 0xffff_ffff) as u32;
         self.u64(st.stx_ino)
@@ -85,7 +90,7 @@ impl Reply {
             .u32(st.stx_gid)
             .u32(rdev)
             .u32(blksize)
-            .u32(0)
+            .u32(flags)
     }
 
     /// Appends a `fuse_entry_out` (128 bytes): `nodeid` 0 with no attributes is a negative
@@ -97,6 +102,18 @@ impl Reply {
         entry_valid: Ttl,
         attr_valid: Ttl,
     ) -> &mut Self {
+        self.entry_with_flags(nodeid, st, entry_valid, attr_valid, 0)
+    }
+
+    /// As [`Reply::entry`], the attributes carrying `attr_flags`.
+    pub fn entry_with_flags(
+        &mut self,
+        nodeid: u64,
+        st: Option<&Statx>,
+        entry_valid: Ttl,
+        attr_valid: Ttl,
+        attr_flags: u32,
+    ) -> &mut Self {
         self.u64(nodeid)
             .u64(0)
             .u64(entry_valid.secs)
@@ -104,7 +121,7 @@ impl Reply {
             .u32(entry_valid.nanos)
             .u32(attr_valid.nanos);
         match st {
-            Some(st) => self.attr(st),
+            Some(st) => self.attr_with_flags(st, attr_flags),
             None => self.bytes(&[0; 88]),
         }
     }

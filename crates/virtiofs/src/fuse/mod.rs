@@ -74,7 +74,13 @@ pub mod init {
     pub const HANDLE_KILLPRIV: u32 = 1 << 19;
     pub const MAX_PAGES: u32 = 1 << 22;
     pub const CACHE_SYMLINKS: u32 = 1 << 23;
+    pub const SUBMOUNTS: u32 = 1 << 27;
 }
+
+/// `fuse_attr.flags`: the directory is the root of another file system, which the guest
+/// mounts as a submount of its own (with its own device number). Linux reads it whenever
+/// FUSE_SUBMOUNTS was agreed.
+pub const ATTR_SUBMOUNT: u32 = 1 << 0;
 
 /// `fuse_setattr_in.valid` bits.
 #[allow(missing_docs)]
