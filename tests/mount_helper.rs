@@ -69,6 +69,23 @@ fn the_helper_returns_once_mounted_and_the_client_carries_on() {
         b"from the guest"
     );
     unmount(&mnt);
+    // The client logged to the file the README names, without colour codes, through to
+    // its unmount.
+    let canonical = std::fs::canonicalize(&mnt).unwrap();
+    let name = canonical.to_str().unwrap()[1..].replace('/', "-");
+    let log = PathBuf::from(format!("/var/log/crossfs/{name}.log"));
+    wait_until(
+        "the client's last log line",
+        Duration::from_secs(10),
+        || std::fs::read_to_string(&log).is_ok_and(|t| t.contains("unmounted ")),
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_file(&log);
+    assert!(
+        text.contains(&format!("mounted {addr} on {}", canonical.display())),
+        "{text}"
+    );
+    assert!(!text.contains('\u{1b}'), "{text}");
 }
 
 #[test]
