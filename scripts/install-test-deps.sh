@@ -7,7 +7,7 @@
 # Idempotent.
 set -euo pipefail
 
-packages=(qemu-system-x86 busybox-static cpio kmod diod inotify-tools python3-venv git gcc libc6-dev make fuse3 socat fio stress-ng)
+packages=(qemu-system-x86 busybox-static cpio kmod diod inotify-tools python3-venv git gcc libc6-dev make fuse3 socat fio stress-ng man-db)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
