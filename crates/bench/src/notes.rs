@@ -16,44 +16,78 @@ const CONTROL_MARGIN: f64 = 1.2;
 const ABOVE_NATIVE: f64 = 1.1;
 
 /// What the bench cannot explain: said rather than left out.
-const UNEXPLAINED: &str = "not explained by the bench: compare the spreads [min .. max] \
-                           and the requests before drawing a conclusion";
+const UNEXPLAINED: &str = "the bench has no explanation for this; rerun with more --runs to \
+                           tell it from noise";
 
-/// The notes to print under workload `w`'s figures.
-pub(crate) fn notes(report: &Report, w: &WorkloadReport) -> Vec<String> {
-    let mut notes = Vec::new();
+/// The notes to print under workload `w`'s figures, each a heading (what contradicts what,
+/// and why) and the figures it is about, one per line. Figures with the same explanation
+/// share one note.
+pub(crate) fn notes(report: &Report, w: &WorkloadReport) -> Vec<Note> {
+    let mut notes: Vec<Note> = Vec::new();
+    let mut add =
+        |heading: String, figure: String| match notes.iter_mut().find(|n| n.heading == heading) {
+            Some(note) => note.figures.push(figure),
+            None => notes.push(Note {
+                heading,
+                figures: vec![figure],
+            }),
+        };
     for (m, def) in w.metrics.iter().enumerate() {
-        notes.extend(controls_ahead(report, w, m, def));
-        notes.extend(above_native(report, w, m, def));
+        for (why, figure) in controls_ahead(report, w, m, def) {
+            add(
+                format!("a control ahead of the target it controls: {why}"),
+                figure,
+            );
+        }
+        if let Some((why, figure)) = above_native(report, w, m, def) {
+            add(format!("above native: {why}"), figure);
+        }
     }
     notes
 }
 
-/// Controls that beat the target they control on metric `m`.
-fn controls_ahead(report: &Report, w: &WorkloadReport, m: usize, def: &MetricDef) -> Vec<String> {
-    let median = |name: &str| {
+/// A note under a workload: what is surprising and why, then the figures concerned.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Note {
+    pub heading: String,
+    pub figures: Vec<String>,
+}
+
+/// Controls that beat the target they control on metric `m`, in every run, by
+/// [`CONTROL_MARGIN`] or more at the median: each with its explanation.
+fn controls_ahead(
+    report: &Report,
+    w: &WorkloadReport,
+    m: usize,
+    def: &MetricDef,
+) -> Vec<(String, String)> {
+    let summary = |name: &str| {
         w.results
             .iter()
             .find(|r| r.target == name && r.not_applicable.is_none())
             .and_then(|r| r.figures.get(m))
             .and_then(|f| f.summary)
-            .map(|s| s.median)
     };
-    let mut notes = Vec::new();
+    let higher = def.unit.higher_is_better();
+    // How many times better `a` is than `b`.
+    let better = |a: f64, b: f64| if higher { a / b } else { b / a };
+    let mut ahead = Vec::new();
     for target in &report.targets {
         let Some(of) = &target.control_of else {
             continue;
         };
-        let (Some(control), Some(default)) = (median(&target.name), median(of)) else {
+        let (Some(control), Some(default)) = (summary(&target.name), summary(of)) else {
             continue;
         };
-        let better = if def.unit.higher_is_better() {
-            control / default
+        // The control's worst run against the default's best, so that run-to-run noise
+        // does not make a contradiction; a NaN (a zero figure) is none either.
+        let (worst, best) = if higher {
+            (control.min, default.max)
         } else {
-            default / control
+            (control.max, default.min)
         };
-        // A NaN (a zero figure) is no contradiction either.
-        if better.is_nan() || better < CONTROL_MARGIN {
+        let median = better(control.median, default.median);
+        if median.is_nan() || median < CONTROL_MARGIN || better(worst, best) <= 1.0 {
             continue;
         }
         let why = target
@@ -61,20 +95,28 @@ fn controls_ahead(report: &Report, w: &WorkloadReport, m: usize, def: &MetricDef
             .iter()
             .find(|e| e.workload == w.id && e.metric == def.id)
             .map_or(UNEXPLAINED, |e| e.why.as_str());
-        notes.push(format!(
-            "{}: `{}` beats `{of}` ({} against {} {}): {why}",
-            def.label,
-            target.name,
-            format_value(control),
-            format_value(default),
-            def.unit.label()
+        ahead.push((
+            why.to_owned(),
+            format!(
+                "{}: `{}` {} against `{of}` {} {}",
+                def.label,
+                target.name,
+                format_value(control.median),
+                format_value(default.median),
+                def.unit.label()
+            ),
         ));
     }
-    notes
+    ahead
 }
 
-/// One note for the mounts above native on metric `m`, if any.
-fn above_native(report: &Report, w: &WorkloadReport, m: usize, def: &MetricDef) -> Option<String> {
+/// The mounts above native on metric `m`, if any: the explanation and the figure.
+fn above_native(
+    report: &Report,
+    w: &WorkloadReport,
+    m: usize,
+    def: &MetricDef,
+) -> Option<(String, String)> {
     let native = report.native_reference.as_deref()?;
     let above: Vec<String> = w
         .results
@@ -89,10 +131,9 @@ fn above_native(report: &Report, w: &WorkloadReport, m: usize, def: &MetricDef) 
         return None;
     }
     let why = above_native_reason(w.id, def.id).unwrap_or(UNEXPLAINED);
-    Some(format!(
-        "{}: {} above native: {why}",
-        def.label,
-        above.join(", ")
+    Some((
+        why.to_owned(),
+        format!("{}: {}", def.label, above.join(", ")),
     ))
 }
 
@@ -114,18 +155,31 @@ mod tests {
     use super::*;
     use crate::report::tests::sample_report;
 
+    fn note_lines(t: &str) -> Vec<&str> {
+        t.lines()
+            .skip_while(|l| !l.starts_with("  note: "))
+            .take_while(|l| l.starts_with("  note: ") || l.starts_with("    "))
+            .collect()
+    }
+
     #[test]
     fn a_control_ahead_of_its_target_gets_a_note_with_its_explanation() {
         let mut r = sample_report();
-        // The negative workload: crossfs's probe-first median is 20 lookups/s. Make the
-        // native row a "control" of crossfs, 200 against 20: far ahead.
+        // The negative workload: crossfs's figures are 10..30 lookups/s, native's
+        // 100..300. Make the native row a "control" of crossfs: ahead in every run.
         r.targets[0].control_of = Some("crossfs".into());
         let t = r.table();
-        assert!(
-            t.contains(&format!(
-                "note: include probing, first pass: `native` beats `crossfs` (200.0 against \
-                 20.00 lookups/s): {UNEXPLAINED}"
-            )),
+        assert_eq!(
+            note_lines(&t),
+            [
+                format!("  note: a control ahead of the target it controls: {UNEXPLAINED}"),
+                "    include probing, first pass: `native` 200.0 against `crossfs` 20.00 \
+                 lookups/s"
+                    .to_owned(),
+                "    include probing, repeated passes: `native` 400.0 against `crossfs` 40.00 \
+                 lookups/s"
+                    .to_owned(),
+            ],
             "{t}"
         );
         r.targets[0].explanations.push(crate::Explanation {
@@ -135,26 +189,45 @@ mod tests {
         });
         let t = r.table();
         assert!(
-            t.contains("(200.0 against 20.00 lookups/s): it caches"),
+            t.contains(
+                "  note: a control ahead of the target it controls: it caches\n    include \
+                 probing, first pass: `native` 200.0"
+            ),
             "{t}"
         );
         // The target it controls does not beat it: no note the other way round.
-        assert!(!t.contains("`crossfs` beats"), "{t}");
+        assert!(!t.contains("`crossfs` 20.00 against"), "{t}");
     }
 
     #[test]
-    fn a_mount_above_native_gets_one_note_per_figure() {
+    fn a_control_within_the_defaults_spread_is_noise_not_a_note() {
+        let mut r = sample_report();
+        r.targets[0].control_of = Some("crossfs".into());
+        // Native's worst run (100) below crossfs's best (300): the spreads overlap.
+        r.workloads[0].results[1].figures[0]
+            .summary
+            .as_mut()
+            .unwrap()
+            .max = 300.0;
+        let t = r.table();
+        assert!(!t.contains("first pass: `native`"), "{t}");
+    }
+
+    #[test]
+    fn mounts_above_native_share_one_note_per_explanation() {
         let mut r = sample_report();
         assert!(!r.table().contains("above native"));
         r.workloads[0].results[1].figures[0].ratio_to_native = Some(2.97);
+        r.workloads[0].results[1].figures[1].ratio_to_native = Some(1.5);
         let t = r.table();
-        let notes: Vec<&str> = t.lines().filter(|l| l.contains("above native")).collect();
         assert_eq!(
-            notes,
-            [format!(
-                "  note: include probing, first pass: `crossfs` 2.97x above native: \
-                 {UNEXPLAINED}"
-            )]
+            note_lines(&t),
+            [
+                format!("  note: above native: {UNEXPLAINED}"),
+                "    include probing, first pass: `crossfs` 2.97x".to_owned(),
+                "    include probing, repeated passes: `crossfs` 1.50x".to_owned(),
+            ],
+            "{t}"
         );
     }
 }

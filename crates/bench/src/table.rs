@@ -89,7 +89,10 @@ impl Report {
                 }
             }
             for note in crate::notes::notes(self, w) {
-                let _ = writeln!(out, "  note: {note}");
+                let _ = writeln!(out, "  note: {}", note.heading);
+                for figure in &note.figures {
+                    let _ = writeln!(out, "    {figure}");
+                }
             }
         }
         if self.targets.iter().any(|t| t.counters) {
