@@ -1,5 +1,5 @@
-//! Transport failures as the user reads them: the address once, what went wrong, and the
-//! flag or the step that fixes it.
+//! Transport and attach failures as the user reads them: the address once, what went
+//! wrong, and the flag or the step that fixes it.
 //!
 //! `crossfs-transport`'s errors name the address and the system call for any caller; the
 //! binary adds its own context ("connecting to ADDR"), and the two together would say the
@@ -52,6 +52,28 @@ fn address_in_use(addr: &Addr) -> anyhow::Error {
         "listening on {addr}: the address is in use (another `crossfs serve` or another \
          program listens there); stop it or choose another --listen"
     )
+}
+
+/// The message for a failed Tattach to `addr`, `with_token` if the command was given
+/// `--token-file`: a refusal (EACCES) is most often a missing or wrong token.
+pub fn attach_failed(
+    addr: &Addr,
+    err: crossfs_client::ClientError,
+    with_token: bool,
+) -> anyhow::Error {
+    let refused =
+        err == crossfs_client::ClientError::Errno(rustix::io::Errno::ACCESS.raw_os_error());
+    match (refused, with_token) {
+        (true, false) => anyhow::anyhow!(
+            "attaching to {addr}: the server refused (permission denied); if it was started \
+             with --token-file, give the same secret with --token-file PATH"
+        ),
+        (true, true) => anyhow::anyhow!(
+            "attaching to {addr}: the server refused the token (permission denied); \
+             --token-file must hold the secret of the server's --token-file"
+        ),
+        (false, _) => anyhow::Error::new(err).context(format!("attaching to {addr}")),
+    }
 }
 
 /// The operating-system error behind `err`, if a system call is what failed.

@@ -37,11 +37,19 @@ fn run_bounded(cmd: &mut Command) -> Output {
     child.wait_with_output().unwrap()
 }
 
-/// Runs `crossfs ARGS`, expecting it to fail with exactly `message` (one line) on stderr.
-fn fails_saying(args: &[&str], message: &str) {
+/// Runs `crossfs ARGS`, expecting it to fail with `message` as the last line of stderr
+/// (after any log lines), said once; returns stderr.
+fn fails_saying(args: &[&str], message: &str) -> String {
     let out = run_bounded(Command::new(crossfs_bin()).args(args));
     assert!(!out.status.success(), "crossfs {args:?} succeeded");
-    assert_eq!(stderr(&out), format!("{message}\n"), "crossfs {args:?}");
+    let text = stderr(&out);
+    assert_eq!(
+        text.lines().last(),
+        Some(message),
+        "crossfs {args:?}: {text}"
+    );
+    assert_eq!(text.matches(message).count(), 1, "{text}");
+    text
 }
 
 #[test]
@@ -92,15 +100,17 @@ fn a_busy_address_is_reported_before_any_watch_is_set_up() {
     common::make_source_tree(export.path(), 20);
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = format!("tcp:{}", taken.local_addr().unwrap());
+    let message = format!(
+        "crossfs: listening on {addr}: the address is in use (another `crossfs serve` or \
+         another program listens there); stop it or choose another --listen"
+    );
+    let text = fails_saying(
+        &["serve", export.path().to_str().unwrap(), "--listen", &addr],
+        &message,
+    );
     // Nothing else on stderr: no line of the watcher (which logs once its watches are set)
     // nor of the export, which both come after the listeners now.
-    fails_saying(
-        &["serve", export.path().to_str().unwrap(), "--listen", &addr],
-        &format!(
-            "crossfs: listening on {addr}: the address is in use (another `crossfs serve` or \
-             another program listens there); stop it or choose another --listen"
-        ),
-    );
+    assert_eq!(text, format!("{message}\n"));
 }
 
 #[test]
@@ -287,5 +297,37 @@ fn logs_to_files_and_pipes_carry_no_colour_codes() {
             &addr,
         ],
         "crossfs: --log-file /nonexistent-dir/x.log: No such file or directory (os error 2)",
+    );
+}
+
+#[test]
+fn a_refused_attach_points_at_the_token() {
+    use std::os::unix::fs::PermissionsExt;
+    let work = tempfile::tempdir().unwrap();
+    let export = work.path().join("export");
+    let mnt = work.path().join("mnt");
+    std::fs::create_dir(&export).unwrap();
+    std::fs::create_dir(&mnt).unwrap();
+    let token = work.path().join("token");
+    let wrong = work.path().join("wrong");
+    for (path, secret) in [(&token, "right\n"), (&wrong, "wrong\n")] {
+        std::fs::write(path, secret).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let addr = format!("unix:{}", work.path().join("s.sock").display());
+    let _serve = Serve::start(&export, &addr, &["--token-file", token.to_str().unwrap()]);
+    let mnt = mnt.to_str().unwrap();
+    let no_token = format!(
+        "crossfs: attaching to {addr}: the server refused (permission denied); if it was \
+         started with --token-file, give the same secret with --token-file PATH"
+    );
+    fails_saying(&["mount", &addr, mnt], &no_token);
+    fails_saying(&["watch", &addr], &no_token);
+    fails_saying(
+        &["mount", &addr, mnt, "--token-file", wrong.to_str().unwrap()],
+        &format!(
+            "crossfs: attaching to {addr}: the server refused the token (permission denied); \
+             --token-file must hold the secret of the server's --token-file"
+        ),
     );
 }

@@ -105,8 +105,16 @@ pub(crate) fn connect_events(
         Some(token) => client.attach_with_token(b"", aname.as_bytes(), uid, token),
         None => client.attach(b"", aname.as_bytes(), uid),
     };
-    let (fid, _) = attached
-        .with_context(|| format!("{addr} serves no change events (crossfs serve --events)"))?;
+    let (fid, _) = attached.map_err(|e| match e {
+        crossfs_client::ClientError::Errno(code)
+            if code == rustix::io::Errno::ACCESS.raw_os_error() =>
+        {
+            crate::explain::attach_failed(addr, e, token.is_some())
+        }
+        e => anyhow::Error::new(e).context(format!(
+            "{addr} serves no change events (crossfs serve --events)"
+        )),
+    })?;
     Ok((client, fid))
 }
 

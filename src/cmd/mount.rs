@@ -55,7 +55,7 @@ pub fn run(args: MountArgs) -> Result<()> {
         Some(token) => client.attach_with_token(b"", &aname, current_uid(), token),
         None => client.attach(b"", &aname, current_uid()),
     }
-    .with_context(|| format!("attaching to {}", args.addr))?;
+    .map_err(|e| crate::explain::attach_failed(&args.addr, e, token.is_some()))?;
     let reconnect = reconnect_wait(&args);
     if let Some(wait) = reconnect {
         // The root first: the mount's own hook (added by `mount`) walks from it.
