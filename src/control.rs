@@ -27,7 +27,8 @@ impl ControlEndpoint {
         if path.exists() {
             if UnixStream::connect(path).is_ok() {
                 bail!(
-                    "control socket {} is in use by another process",
+                    "control socket {} is in use by another process (stop it, or choose \
+                     another --control PATH)",
                     path.display()
                 );
             }
