@@ -3,7 +3,8 @@
 # tools the tests start for real — QEMU and busybox for the kernel-client guest, diod as a
 # second 9P server, inotify-tools, the py9p client from PyPI, and the conformance and
 # data-integrity suites (pjdfstest and fsx from crates.io, fio and stress-ng from Debian), and
-# cargo-fuzz for scripts/fuzz (which also needs the nightly toolchain: it says so if missing).
+# cargo-fuzz for scripts/fuzz (which also needs the nightly toolchain: it says so if missing),
+# and man-db, whose man -w tests/install.rs asks where the package put its pages.
 # Idempotent.
 set -euo pipefail
 
