@@ -321,7 +321,7 @@ fn the_debian_package_installs_mounts_and_purges() {
         || std::os::unix::net::UnixStream::connect(&control).is_ok(),
     );
     let out = run_ok(
-        Command::new("crossfs")
+        Command::new("/usr/bin/crossfs")
             .arg("stats")
             .arg(&control)
             .arg("--json"),
