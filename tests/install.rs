@@ -237,6 +237,13 @@ fn the_debian_package_installs_mounts_and_purges() {
         "a crossfs package is installed on this machine; this test installs and purges its \
          own, so remove that one first (dpkg --purge crossfs)"
     );
+    assert!(
+        Path::new("/usr/sbin/mount.crossfs")
+            .symlink_metadata()
+            .is_err(),
+        "/usr/sbin/mount.crossfs exists (scripts/install?); this test installs and purges \
+         the package, which would replace it and then remove it: uninstall it first"
+    );
     let out = run_ok(
         Command::new(repo_root().join("scripts/build-deb"))
             .arg("--bin")
