@@ -3,11 +3,12 @@
 # tools the tests start for real — QEMU and busybox for the kernel-client guest, diod as a
 # second 9P server, inotify-tools, the py9p client from PyPI, and the conformance and
 # data-integrity suites (pjdfstest and fsx from crates.io, fio and stress-ng from Debian), and
-# cargo-fuzz for scripts/fuzz (which also needs the nightly toolchain: it says so if missing).
+# cargo-fuzz for scripts/fuzz (which also needs the nightly toolchain: it says so if missing),
+# and man-db, whose man -w tests/install.rs asks where the package put its pages.
 # Idempotent.
 set -euo pipefail
 
-packages=(qemu-system-x86 busybox-static cpio kmod diod inotify-tools python3-venv git gcc libc6-dev make fuse3 socat fio stress-ng)
+packages=(qemu-system-x86 busybox-static cpio kmod diod inotify-tools python3-venv git gcc libc6-dev make fuse3 socat fio stress-ng man-db)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -20,6 +20,10 @@ pub struct Cli {
     /// Only warnings and errors.
     #[arg(short, long, global = true)]
     pub quiet: bool,
+    /// Append the log to this file instead of stderr (errors that end the command still go
+    /// to stderr too).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub log_file: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -431,7 +435,9 @@ pub struct MountArgs {
 
 #[derive(Args, Debug)]
 pub struct StatsArgs {
-    /// The control socket given to `crossfs serve --control` or `crossfs mount --control`.
+    /// The control socket given to `crossfs serve --control` or `crossfs mount --control`,
+    /// or the mount point of a `crossfs mount` (every mount serves its counters there too).
+    #[arg(value_name = "CONTROL|MOUNTPOINT")]
     pub control: PathBuf,
     /// Print one JSON object instead of a table.
     #[arg(long)]

@@ -27,7 +27,8 @@ impl ControlEndpoint {
         if path.exists() {
             if UnixStream::connect(path).is_ok() {
                 bail!(
-                    "control socket {} is in use by another process",
+                    "control socket {} is in use by another process (stop it, or choose \
+                     another --control PATH)",
                     path.display()
                 );
             }
@@ -63,18 +64,74 @@ impl Drop for ControlEndpoint {
     }
 }
 
+/// How long a control endpoint may take to start answering: it answers at once, so a
+/// socket silent for this long is something else (a 9P socket waits for its client).
+const FIRST_BYTE_WAIT: Duration = Duration::from_secs(1);
+
+/// The control socket every `crossfs mount` serves besides any `--control`, so that
+/// `crossfs stats MOUNTPOINT` finds it: named by the mount's device number (unique among
+/// live mounts, whatever path reaches them), under /run/crossfs/mounts for root and
+/// $XDG_RUNTIME_DIR/crossfs/mounts for other users (`None` without either).
+pub fn mount_socket(device: u64) -> Option<PathBuf> {
+    let dir = if rustix::process::geteuid().is_root() {
+        PathBuf::from("/run/crossfs/mounts")
+    } else {
+        PathBuf::from(std::env::var_os("XDG_RUNTIME_DIR")?).join("crossfs/mounts")
+    };
+    let (major, minor) = (rustix::fs::major(device), rustix::fs::minor(device));
+    Some(dir.join(format!("{major}:{minor}.ctl")))
+}
+
 /// Reads the JSON document a control endpoint serves.
 pub fn query(path: &Path) -> Result<serde_json::Value> {
+    let meta =
+        std::fs::metadata(path).with_context(|| format!("control socket {}", path.display()))?;
+    if !std::os::unix::fs::FileTypeExt::is_socket(&meta.file_type()) {
+        bail!(
+            "{} is not a control socket (give the --control PATH of `crossfs serve` or \
+             `crossfs mount`, or a mount point of `crossfs mount`)",
+            path.display()
+        );
+    }
     let mut conn = UnixStream::connect(path).with_context(|| {
         format!(
-            "connecting to control socket {} (is `crossfs serve --control` or `crossfs mount --control` running?)",
+            "connecting to control socket {} (is the `crossfs serve --control` or \
+             `crossfs mount` that made it still running?)",
             path.display()
         )
     })?;
+    conn.set_read_timeout(Some(FIRST_BYTE_WAIT))?;
+    let mut first = [0u8; 1];
+    match conn.read(&mut first) {
+        Ok(1) => {}
+        Ok(_) => bail!("control socket {} closed without an answer", path.display()),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            bail!(
+                "{} said nothing within {} s: it is not a control socket (a 9P --listen \
+                 socket waits for its client to speak first); give the --control PATH of \
+                 `crossfs serve` or `crossfs mount`, or a mount point",
+                path.display(),
+                FIRST_BYTE_WAIT.as_secs()
+            )
+        }
+        Err(e) => {
+            return Err(e)
+                .with_context(|| format!("reading from control socket {}", path.display()))
+        }
+    }
+    // The rest follows at once; the longer wait only guards against a stuck peer.
     conn.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut text = String::new();
-    conn.read_to_string(&mut text)
+    let mut rest = Vec::new();
+    conn.read_to_end(&mut rest)
         .with_context(|| format!("reading from control socket {}", path.display()))?;
+    let mut bytes = first.to_vec();
+    bytes.extend(rest);
+    let text = String::from_utf8_lossy(&bytes);
     serde_json::from_str(&text).with_context(|| {
         format!(
             "control socket {} sent something that is not JSON",

@@ -11,7 +11,8 @@
 //! `users`, `nofail`, `_netdev`, `x-*`, `comment=*`, ...) are accepted and left alone. The
 //! helper starts `crossfs mount` detached, returns 0 once the mount is in place, and
 //! otherwise returns 32 (mount(8)'s "mount failure") with the client's error; a bad
-//! invocation or an unknown option returns 1.
+//! invocation, an unknown option or a bad value returns 1. The client logs to
+//! /var/log/crossfs/NAME.log ([`log_path`]).
 
 use std::ffi::OsString;
 use std::io::Read;
@@ -144,13 +145,42 @@ fn translate(options: &[String], sloppy: bool) -> Result<Vec<String>, String> {
         };
         let takes_value = arg.get_action().takes_values();
         match (takes_value, value) {
-            (true, Some(v)) => flags.extend([format!("--{long}"), v.to_owned()]),
+            (true, Some(v)) => {
+                // Checked here, so that a bad value is reported as the option the user
+                // wrote (`cache=`), not as the flag it maps to.
+                check_value(arg, v).map_err(|why| format!("option `{option}`: {why}"))?;
+                flags.extend([format!("--{long}"), v.to_owned()])
+            }
             (false, None) => flags.push(format!("--{long}")),
             (true, None) => return Err(format!("option `{name}` needs a value: {name}=...")),
             (false, Some(_)) => return Err(format!("option `{name}` takes no value")),
         }
     }
     Ok(flags)
+}
+
+/// Whether `value` is one the mount command's `arg` takes; if not, what is wrong with it,
+/// without clap's framing (which names the `--flag <VALUE>` the option maps to, not the
+/// option the user wrote). The argument is parsed alone, its ties to others cut.
+fn check_value(arg: &clap::Arg, value: &str) -> Result<(), String> {
+    use clap::builder::Resettable;
+    let alone = arg
+        .clone()
+        .required(false)
+        .requires(Resettable::Reset)
+        .conflicts_with(Resettable::Reset);
+    let long = alone.get_long().unwrap_or_default().to_owned();
+    let parsed = clap::Command::new(HELPER_NAME)
+        .no_binary_name(true)
+        .arg(alone)
+        .try_get_matches_from([format!("--{long}"), value.to_owned()]);
+    match parsed {
+        Ok(_) => Ok(()),
+        Err(e) => Err(match std::error::Error::source(&e) {
+            Some(reason) => reason.to_string(),
+            None => e.kind().to_string(),
+        }),
+    }
 }
 
 /// Runs the helper; returns mount(8)'s exit status.
@@ -205,11 +235,52 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
     }
 }
 
-/// Starts `crossfs mount` in its own session, its log in an unlinked file, and waits until
-/// the mount is in place or the client gives up.
+/// Where the clients that the helper starts log: one file per mount point, appended to.
+const LOG_DIR: &str = "/var/log/crossfs";
+
+/// The log file of the client mounted at `dir` (canonical): the path with `/` as `-`
+/// (`/src`: src.log, `/mnt/src`: mnt-src.log, `/`: -.log).
+pub fn log_path(dir: &Path) -> PathBuf {
+    let path = dir.to_string_lossy();
+    let name = match path.trim_start_matches('/') {
+        "" => "-".to_owned(),
+        p => p.replace('/', "-"),
+    };
+    Path::new(LOG_DIR).join(format!("{name}.log"))
+}
+
+/// The client's log: [`log_path`], or, where that cannot be written (a read-only /var, a
+/// user mount), an unlinked file that shows the client's error if it fails to mount.
+/// Returns the file and where this client's lines begin in it.
+fn open_log(dir: &Path) -> Result<(std::fs::File, u64), String> {
+    let path = log_path(dir);
+    let opened = std::fs::create_dir_all(LOG_DIR).and_then(|()| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+    });
+    match opened {
+        Ok(file) => {
+            let start = file.metadata().map(|m| m.len()).unwrap_or(0);
+            Ok((file, start))
+        }
+        Err(e) => {
+            eprintln!(
+                "{HELPER_NAME}: cannot write {} ({e}); the client's later log lines are lost",
+                path.display()
+            );
+            let file = tempfile::tempfile().map_err(|e| format!("a log file: {e}"))?;
+            Ok((file, 0))
+        }
+    }
+}
+
+/// Starts `crossfs mount` in its own session, logging to [`log_path`], and waits until the
+/// mount is in place or the client gives up.
 fn mount_detached(req: &Request, flags: &[String]) -> Result<(), String> {
     let dir = std::fs::canonicalize(&req.dir).map_err(|e| e.to_string())?;
-    let mut log = tempfile::tempfile().map_err(|e| format!("a log file: {e}"))?;
+    let (mut log, start) = open_log(&dir)?;
     let exe = std::env::current_exe().map_err(|e| format!("finding crossfs: {e}"))?;
     let mut cmd = Command::new(exe);
     cmd.arg("mount")
@@ -230,7 +301,7 @@ fn mount_detached(req: &Request, flags: &[String]) -> Result<(), String> {
         }
         if let Ok(Some(status)) = child.try_wait() {
             let mut text = String::new();
-            let _ = std::io::Seek::rewind(&mut log);
+            let _ = std::io::Seek::seek(&mut log, std::io::SeekFrom::Start(start));
             let _ = log.read_to_string(&mut text);
             return Err(format!(
                 "crossfs mount exited ({status}):\n{}",

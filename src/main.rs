@@ -8,6 +8,7 @@
 mod args;
 mod cmd;
 mod control;
+mod explain;
 mod helper;
 mod mountinfo;
 mod signals;
@@ -29,7 +30,10 @@ fn main() -> std::process::ExitCode {
     if let args::Command::Virtiofsd(args) = cli.command {
         return virtiofsd::run(args.args);
     }
-    init_logging(cli.verbose, cli.quiet);
+    if let Err(err) = init_logging(cli.verbose, cli.quiet, cli.log_file.as_deref()) {
+        eprintln!("crossfs: {err:#}");
+        return std::process::ExitCode::FAILURE;
+    }
     match cmd::run(cli.command) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
@@ -39,8 +43,15 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-/// Logs go to stderr; `RUST_LOG` overrides the level chosen by -v / -q.
-fn init_logging(verbose: u8, quiet: bool) {
+/// Logs go to stderr, or to `log_file` (appended); `RUST_LOG` overrides the level chosen by
+/// -v / -q. Colours only on a terminal: a file or a pipe gets plain text.
+fn init_logging(
+    verbose: u8,
+    quiet: bool,
+    log_file: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    use tracing_subscriber::fmt::writer::BoxMakeWriter;
     let default = match (quiet, verbose) {
         (true, _) => "warn",
         (false, 0) => "info",
@@ -51,9 +62,25 @@ fn init_logging(verbose: u8, quiet: bool) {
     // clean `umount` or signal ends a session: not worth a warning to the user.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default},fuser=error")));
+    let (writer, ansi) = match log_file {
+        Some(path) => {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| anyhow::anyhow!("--log-file {}: {e}", path.display()))?;
+            (BoxMakeWriter::new(std::sync::Arc::new(file)), false)
+        }
+        None => (
+            BoxMakeWriter::new(std::io::stderr),
+            std::io::stderr().is_terminal(),
+        ),
+    };
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
+        .with_ansi(ansi)
         .with_target(false)
         .init();
+    Ok(())
 }

@@ -149,6 +149,7 @@ fn quick_bench_runs_every_workload_on_every_target() {
         "{notes:?}"
     );
     assert!(table.contains("n/a = native only"), "{table}");
+    assert!(table.contains("last column: the requests"), "{table}");
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
     for name in targets {
         assert!(table.contains(name), "table names target {name}");

@@ -33,6 +33,14 @@ fn unmount(dir: &Path) {
     wait_until("the unmount", Duration::from_secs(10), || !is_mounted(dir));
 }
 
+/// The log the helper gives the client mounted at `dir` (the README's
+/// /var/log/crossfs/NAME.log).
+fn client_log(dir: &Path) -> PathBuf {
+    let canonical = std::fs::canonicalize(dir).unwrap();
+    let name = canonical.to_str().unwrap()[1..].replace('/', "-");
+    PathBuf::from(format!("/var/log/crossfs/{name}.log"))
+}
+
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -69,6 +77,22 @@ fn the_helper_returns_once_mounted_and_the_client_carries_on() {
         b"from the guest"
     );
     unmount(&mnt);
+    // The client logged to the file the README names, without colour codes, through to
+    // its unmount.
+    let canonical = std::fs::canonicalize(&mnt).unwrap();
+    let log = client_log(&mnt);
+    wait_until(
+        "the client's last log line",
+        Duration::from_secs(10),
+        || std::fs::read_to_string(&log).is_ok_and(|t| t.contains("unmounted ")),
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_file(&log);
+    assert!(
+        text.contains(&format!("mounted {addr} on {}", canonical.display())),
+        "{text}"
+    );
+    assert!(!text.contains('\u{1b}'), "{text}");
 }
 
 #[test]
@@ -106,6 +130,7 @@ fn bad_options_and_absent_servers_fail_and_mount_nothing() {
         stderr(&out)
     );
     assert!(!is_mounted(&mnt));
+    let _ = std::fs::remove_file(client_log(&mnt));
 
     // -f: everything but the mount.
     let out = Command::new(&helper)
@@ -131,7 +156,7 @@ impl Drop for SbinLink {
 fn mount_t_crossfs_from_an_fstab_line() {
     let sbin = PathBuf::from("/sbin/mount.crossfs");
     let _link = if sbin.symlink_metadata().is_ok() {
-        // Installed already (scripts/install-mount-helper): mount(8) runs that one.
+        // Installed already (scripts/install, or the package): mount(8) runs that one.
         SbinLink(None)
     } else {
         std::os::unix::fs::symlink(crossfs_bin(), &sbin).unwrap();
@@ -159,4 +184,5 @@ fn mount_t_crossfs_from_an_fstab_line() {
     assert!(is_mounted(&mnt));
     assert_eq!(std::fs::read(mnt.join("f")).unwrap(), b"fstab");
     unmount(&mnt);
+    let _ = std::fs::remove_file(client_log(&mnt));
 }

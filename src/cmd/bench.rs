@@ -153,10 +153,43 @@ fn workloads_help() -> String {
     s
 }
 
+/// The target every crossfs configuration is compared with.
+const DEFAULT_TARGET: &str = "crossfs";
+
+/// Whether configuration `name` is a control: the default with one fix taken away (the
+/// rows after `--default-only`'s), which should not beat the default.
+fn is_control(name: &str) -> bool {
+    !crossfs_configs(true).iter().any(|(n, _)| *n == name)
+}
+
+/// Why a control may beat the default on a figure, where the bench knows.
+fn explanations(name: &str) -> Vec<(WorkloadId, &'static str, &'static str)> {
+    // Opens sent to the mount (not FUSE's no-open mode) let the kernel run O_DIRECT writes
+    // of several threads to one file in parallel (README, "differences").
+    const PARALLEL_DIRECT_WRITES: &str = "with opens sent to the mount, the kernel lets \
+        several threads' O_DIRECT writes to one file run at once; in the default's no-open \
+        mode it runs them one at a time (the README's differences, `--send-opens`)";
+    match name {
+        "crossfs --send-opens" => vec![(WorkloadId::Random, "write-8t", PARALLEL_DIRECT_WRITES)],
+        "crossfs --cache never" => vec![
+            (
+                WorkloadId::SeqRead,
+                "read",
+                "a mount that caches nothing reads with direct I/O, each block copied \
+                 once, into the program's buffer; the default also fills the guest's page \
+                 cache (a copy more), which pays off when a file is read again, not in this \
+                 one cold read",
+            ),
+            (WorkloadId::Random, "write-8t", PARALLEL_DIRECT_WRITES),
+        ],
+        _ => Vec::new(),
+    }
+}
+
 /// The crossfs configurations measured, by name and `crossfs mount` options.
 fn crossfs_configs(default_only: bool) -> Vec<(&'static str, &'static [&'static str])> {
     let mut configs: Vec<(&str, &[&str])> = vec![
-        ("crossfs", &[]),
+        (DEFAULT_TARGET, &[]),
         ("crossfs --changes behind", &["--changes", "behind"]),
     ];
     if !default_only {
@@ -205,12 +238,17 @@ fn run_in(args: &BenchArgs, work: &tempfile::TempDir, interruption: &Interruptio
             .with_context(|| format!("setting up target `{name}`"))?;
         interruption.checkpoint().note(&mount);
         let server_control = mount.server_control.clone();
-        targets.push(
-            Target::mount(name, &mount.mountpoint)
-                .with_counters(move || server_message_counts(&server_control))
-                .with_pid("server", mount.server.id())
-                .with_pid("client", mount.client.id()),
-        );
+        let mut target = Target::mount(name, &mount.mountpoint)
+            .with_counters(move || server_message_counts(&server_control))
+            .with_pid("server", mount.server.id())
+            .with_pid("client", mount.client.id());
+        if is_control(name) {
+            target = target.control_of(DEFAULT_TARGET);
+        }
+        for (workload, metric, why) in explanations(name) {
+            target = target.explain(workload, metric, why);
+        }
+        targets.push(target);
         mounts.push(mount);
     }
     for spec in &args.compare {

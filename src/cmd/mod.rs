@@ -49,6 +49,21 @@ pub(crate) fn dial(
     opts: &crossfs_transport::SocketOptions,
 ) -> std::io::Result<crossfs_client::Transport> {
     let stream = crossfs_transport::connect(addr, opts).map_err(std::io::Error::other)?;
+    transport(stream)
+}
+
+/// As [`dial`], for a command's first connection: a failure is the command's error, in
+/// words that name the address once and hint at what to check.
+pub(crate) fn dial_first(
+    addr: &crossfs_transport::Addr,
+    opts: &crossfs_transport::SocketOptions,
+) -> anyhow::Result<crossfs_client::Transport> {
+    let stream = crossfs_transport::connect(addr, opts)
+        .map_err(|e| crate::explain::connect_failed(addr, e))?;
+    Ok(transport(stream)?)
+}
+
+fn transport(stream: crossfs_transport::Stream) -> std::io::Result<crossfs_client::Transport> {
     let reader = stream.try_clone()?;
     let closer = stream.try_clone()?;
     let hangup = std::os::fd::OwnedFd::from(stream.try_clone()?);
@@ -82,8 +97,7 @@ pub(crate) fn connect_events(
     token: Option<&[u8]>,
 ) -> anyhow::Result<(std::sync::Arc<crossfs_client::Client>, crossfs_client::Fid)> {
     use anyhow::Context;
-    let t = dial(addr, &crossfs_transport::SocketOptions::default())
-        .with_context(|| format!("connecting to {addr}"))?;
+    let t = dial_first(addr, &crossfs_transport::SocketOptions::default())?;
     let client =
         crossfs_client::Client::connect_transport(t, &crossfs_client::ClientConfig::default())
             .with_context(|| format!("negotiating 9P2000.L with {addr}"))?;
@@ -93,8 +107,16 @@ pub(crate) fn connect_events(
         Some(token) => client.attach_with_token(b"", aname.as_bytes(), uid, token),
         None => client.attach(b"", aname.as_bytes(), uid),
     };
-    let (fid, _) = attached
-        .with_context(|| format!("{addr} serves no change events (crossfs serve --events)"))?;
+    let (fid, _) = attached.map_err(|e| match e {
+        crossfs_client::ClientError::Errno(code)
+            if code == rustix::io::Errno::ACCESS.raw_os_error() =>
+        {
+            crate::explain::attach_failed(addr, e, token.is_some())
+        }
+        e => anyhow::Error::new(e).context(format!(
+            "{addr} serves no change events (crossfs serve --events)"
+        )),
+    })?;
     Ok((client, fid))
 }
 

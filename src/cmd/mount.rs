@@ -33,12 +33,11 @@ pub fn run(args: MountArgs) -> Result<()> {
     };
     if args.kernel {
         let stream = crossfs_transport::connect(&args.addr, &socket_opts)
-            .with_context(|| format!("connecting to {}", args.addr))?;
+            .map_err(|e| crate::explain::connect_failed(&args.addr, e))?;
         return mount_kernel(&args, &mountpoint, stream);
     }
 
-    let t = super::dial(&args.addr, &socket_opts)
-        .with_context(|| format!("connecting to {}", args.addr))?;
+    let t = super::dial_first(&args.addr, &socket_opts)?;
     let client = Client::connect_transport(
         t,
         &ClientConfig {
@@ -56,7 +55,7 @@ pub fn run(args: MountArgs) -> Result<()> {
         Some(token) => client.attach_with_token(b"", &aname, current_uid(), token),
         None => client.attach(b"", &aname, current_uid()),
     }
-    .with_context(|| format!("attaching to {}", args.addr))?;
+    .map_err(|e| crate::explain::attach_failed(&args.addr, e, token.is_some()))?;
     let reconnect = reconnect_wait(&args);
     if let Some(wait) = reconnect {
         // The root first: the mount's own hook (added by `mount`) walks from it.
@@ -88,11 +87,19 @@ pub fn run(args: MountArgs) -> Result<()> {
     };
     let mut handle = crossfs_mount::mount(client, root, &mountpoint, &config)
         .with_context(|| format!("mounting on {}", mountpoint.display()))?;
+    // What `crossfs sync` tells the user when the mount follows no events (see
+    // `sync::why`): they were turned off here, or the server has none.
+    let mut change_events = if args.no_events {
+        "off"
+    } else {
+        "none from the server"
+    };
     if !args.no_events {
         // Another server (diod, ...) or one serving without events: the mount works, its
         // caches just follow their timeouts.
         match super::connect_events(&args.addr, None, token.as_deref()) {
             Ok((events, fid)) => {
+                change_events = "followed";
                 handle
                     .follow_changes(events.clone(), fid)
                     .context("following change events")?;
@@ -105,10 +112,22 @@ pub fn run(args: MountArgs) -> Result<()> {
             Err(e) => warn!("no change events: {e:#}; host changes show as --cache timeouts allow"),
         }
     }
+    let report = {
+        let stats = handle.stats_reporter();
+        std::sync::Arc::new(move || {
+            let mut doc = stats();
+            doc["change_events"] = change_events.into();
+            doc
+        })
+    };
     let _control = match &args.control {
-        Some(path) => Some(ControlEndpoint::start(path, handle.stats_reporter())?),
+        Some(path) => {
+            let report = report.clone();
+            Some(ControlEndpoint::start(path, move || report())?)
+        }
         None => None,
     };
+    let _found_by_mount_point = mount_point_control(&mountpoint, move || report());
     info!("mounted {} on {}", args.addr, mountpoint.display());
     let target = mountpoint.clone();
     crate::signals::on_termination(move |sig| {
@@ -123,6 +142,39 @@ pub fn run(args: MountArgs) -> Result<()> {
     handle.wait().context("FUSE session")?;
     info!("unmounted {}", mountpoint.display());
     Ok(())
+}
+
+/// Serves the mount's counters where `crossfs stats MOUNTPOINT` looks
+/// ([`crate::control::mount_socket`]). Without it the mount works as before, so a failure
+/// is only logged.
+fn mount_point_control(
+    mountpoint: &std::path::Path,
+    report: impl Fn() -> serde_json::Value + Send + 'static,
+) -> Option<ControlEndpoint> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let device = std::fs::metadata(mountpoint).ok()?.dev();
+    let path = crate::control::mount_socket(device)?;
+    let started = path
+        .parent()
+        .map(|dir| {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+        })
+        .transpose()
+        .map_err(anyhow::Error::from)
+        .and_then(|_| ControlEndpoint::start(&path, report));
+    match started {
+        Ok(endpoint) => Some(endpoint),
+        Err(e) => {
+            warn!(
+                "no control socket for `crossfs stats {}`: {e:#}",
+                mountpoint.display()
+            );
+            None
+        }
+    }
 }
 
 /// How long calls wait for a lost connection to come back, if reconnecting at all: not with

@@ -42,6 +42,30 @@ pub fn run(args: ServeArgs) -> Result<()> {
             None => None,
         },
     };
+    // vhost-user-fs listeners are served by the virtio door; the others carry 9P.
+    let (vhost, listen): (Vec<Addr>, Vec<Addr>) = args
+        .listen
+        .iter()
+        .cloned()
+        .partition(|a| matches!(a, Addr::VhostUserFs(_)));
+    let listen_opts = ListenOptions {
+        allow_remote_tcp: args.allow_remote,
+        stream: SocketOptions {
+            send_buffer: args.socket_buffer,
+            recv_buffer: args.socket_buffer,
+            nodelay: true,
+        },
+        ..ListenOptions::default()
+    };
+    // Bind everything before serving anything, and before the watcher sets up its watches
+    // (thousands of inotify watches on a large export), so a bad or busy address fails the
+    // command at once.
+    let mut listeners = Vec::new();
+    for addr in &listen {
+        let listener = Listener::bind(addr, &listen_opts)
+            .map_err(|e| crate::explain::listen_failed(addr, e))?;
+        listeners.push((addr.clone(), listener));
+    }
     let events = match args.events {
         EventsChoice::Off => None,
         EventsChoice::On(backend) => {
@@ -80,12 +104,6 @@ pub fn run(args: ServeArgs) -> Result<()> {
         "export opened"
     );
     let core = Arc::new(core);
-    // vhost-user-fs listeners are served by the virtio door; the others carry 9P.
-    let (vhost, listen): (Vec<Addr>, Vec<Addr>) = args
-        .listen
-        .iter()
-        .cloned()
-        .partition(|a| matches!(a, Addr::VhostUserFs(_)));
     let server = Server::with_export(config, core.clone(), events)
         .with_context(|| format!("exporting {}", export.display()))?;
     let fs_config = crossfs_virtiofs::FsConfig {
@@ -133,22 +151,6 @@ pub fn run(args: ServeArgs) -> Result<()> {
             (name, Arc::new(dev))
         })
         .unzip();
-    let listen_opts = ListenOptions {
-        allow_remote_tcp: args.allow_remote,
-        stream: SocketOptions {
-            send_buffer: args.socket_buffer,
-            recv_buffer: args.socket_buffer,
-            nodelay: true,
-        },
-        ..ListenOptions::default()
-    };
-    // Bind everything before serving anything, so a bad address fails the command at once.
-    let mut listeners = Vec::new();
-    for addr in &listen {
-        let listener =
-            Listener::bind(addr, &listen_opts).with_context(|| format!("listening on {addr}"))?;
-        listeners.push((addr.clone(), listener));
-    }
     let _control = match &args.control {
         Some(path) => {
             let server = server.clone();

@@ -1,19 +1,57 @@
 //! `crossfs stats`: read a control endpoint and print its counters.
 
-use anyhow::Result;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 use crate::args::StatsArgs;
 use crate::control;
 
 pub fn run(args: StatsArgs) -> Result<()> {
-    let doc = control::query(&args.control)?;
+    let socket = if args.control.is_dir() {
+        mount_control(&args.control)?
+    } else {
+        args.control.clone()
+    };
+    let doc = control::query(&socket)?;
     if args.json {
         println!("{doc}");
     } else {
         print!("{}", render(&doc));
     }
     Ok(())
+}
+
+/// The control socket of the `crossfs mount` at `dir` (see [`control::mount_socket`]).
+fn mount_control(dir: &Path) -> Result<PathBuf> {
+    let dir = dir
+        .canonicalize()
+        .with_context(|| format!("mount point {}", dir.display()))?;
+    let mounts = crate::mountinfo::mounts().context("reading /proc/self/mountinfo")?;
+    let crossfs = crate::mountinfo::at(&mounts, &dir).is_some_and(|m| m.crossfs_addr().is_some());
+    if !crossfs {
+        bail!(
+            "{} is not a crossfs mount (give a mount point of `crossfs mount`, or a \
+             --control PATH)",
+            dir.display()
+        );
+    }
+    let device = std::fs::metadata(&dir)
+        .with_context(|| format!("mount point {}", dir.display()))?
+        .dev();
+    let socket = control::mount_socket(device)
+        .context("no runtime directory for control sockets ($XDG_RUNTIME_DIR is not set)")?;
+    if !socket.exists() {
+        bail!(
+            "the crossfs mount at {} serves no control socket at {} (mounted by another \
+             user, or by an older crossfs: give its --control PATH)",
+            dir.display(),
+            socket.display()
+        );
+    }
+    Ok(socket)
 }
 
 /// A message-count table: one row per message type with count, bytes and errors.

@@ -17,11 +17,11 @@ pub fn run(args: SyncArgs) -> Result<()> {
     let root = mount_root(&args.path)?;
     let mut value = [0u8; 64];
     let n = rustix::fs::getxattr(&root, SYNC_XATTR, &mut value).map_err(|e| {
-        anyhow::Error::new(e).context(format!(
+        anyhow::anyhow!(
             "syncing the crossfs mount at {}: {}",
             root.display(),
-            why(e)
-        ))
+            why(e, &root)
+        )
     })?;
     tracing::debug!("synced (marker {})", String::from_utf8_lossy(&value[..n]));
     Ok(())
@@ -29,7 +29,7 @@ pub fn run(args: SyncArgs) -> Result<()> {
 
 /// What a failed sync means, in words: the errno alone misleads ("Connection timed out"
 /// when the server is there and the mount has only not caught up yet).
-fn why(e: rustix::io::Errno) -> String {
+fn why(e: rustix::io::Errno, root: &Path) -> String {
     use rustix::io::Errno;
     match e {
         Errno::TIMEDOUT => format!(
@@ -39,11 +39,29 @@ fn why(e: rustix::io::Errno) -> String {
              sync may not show yet. Try again"
         ),
         Errno::AGAIN => "too many syncs are waiting in this mount already; try again".into(),
-        Errno::NOTSUP | Errno::NODATA => "the mount does not follow change events (its \
-             server streams none, or it was mounted with --no-events)"
-            .into(),
-        _ => "the mount or its server failed the sync".into(),
+        Errno::NOTSUP | Errno::NODATA => match change_events(root).as_deref() {
+            Some("off") => "the mount does not follow change events: it was mounted with \
+                 --no-events (fstab: no-events), so there is nothing to wait for; host \
+                 changes show as its --cache timeouts allow"
+                .into(),
+            Some("none from the server") => "the mount does not follow change events: its \
+                 server streams none (not a crossfs server, or `crossfs serve --events off`)"
+                .into(),
+            _ => "the mount does not follow change events (mounted with --no-events, or its \
+                 server streams none)"
+                .into(),
+        },
+        _ => format!("the mount or its server failed the sync: {e}"),
     }
+}
+
+/// Why the mount at `root` follows no change events, as its control socket reports it
+/// (`change_events`: "off" or "none from the server"); `None` if it cannot be asked.
+fn change_events(root: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let socket = crate::control::mount_socket(std::fs::metadata(root).ok()?.dev())?;
+    let doc = crate::control::query(&socket).ok()?;
+    doc["change_events"].as_str().map(str::to_owned)
 }
 
 /// The mount point of the crossfs mount `path` is in. The path need not exist yet (a file the

@@ -85,6 +85,7 @@
 mod config;
 mod error;
 mod memory;
+mod notes;
 mod progress;
 mod report;
 mod runner;
@@ -107,6 +108,6 @@ pub use report::{
 };
 pub use runner::run;
 pub use stats::{ratio_to_native, Summary, Unit};
-pub use target::{CounterFn, MessageCounts, Target, TargetKind};
+pub use target::{CounterFn, Explanation, MessageCounts, Target, TargetKind};
 pub use workloads::npm::{CACHE_ENV as NPM_CACHE_ENV, REGISTRY_ENV as NPM_REGISTRY_ENV};
 pub use workloads::{MetricDef, Sample};

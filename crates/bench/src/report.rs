@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::config::{BenchConfig, Sizes, WorkloadId};
 use crate::memory::ProcessMemory;
 use crate::stats::{median_counts, ratio_to_native, Summary, Unit};
-use crate::target::{MessageCounts, TargetKind};
+use crate::target::{Explanation, MessageCounts, TargetKind};
 use crate::workloads::{self, MetricDef, Sample};
 
 /// Bumped when the JSON changes shape, so scripts reading it can tell.
@@ -55,6 +55,10 @@ pub struct TargetReport {
     pub counters: bool,
     /// Memory of the processes behind the target, read after the last workload.
     pub memory: Vec<ProcessMemory>,
+    /// The target this one is a control of ([`crate::Target::control_of`]).
+    pub control_of: Option<String>,
+    /// Why some of its figures are what they are ([`crate::Target::explain`]).
+    pub explanations: Vec<Explanation>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -273,6 +277,8 @@ pub(crate) mod tests {
             prepared_in: PathBuf::from("/x"),
             counters: kind == TargetKind::Mount,
             memory: vec![],
+            control_of: None,
+            explanations: vec![],
         }
     }
 

@@ -191,6 +191,8 @@ pub fn run(
                 .iter()
                 .map(|(role, pid)| read_process_memory(role, *pid))
                 .collect(),
+            control_of: t.control_of.clone(),
+            explanations: t.explanations.clone(),
         })
         .collect();
     let raw = RawResults {

@@ -88,6 +88,16 @@ impl Report {
                     let _ = writeln!(out, "    {}: note: {warning}", result.target);
                 }
             }
+            for note in crate::notes::notes(self, w) {
+                let _ = writeln!(out, "  note: {}", note.heading);
+                for figure in &note.figures {
+                    let _ = writeln!(out, "    {figure}");
+                }
+            }
+        }
+        if self.targets.iter().any(|t| t.counters) {
+            out.push('\n');
+            out.push_str(REQUESTS_LEGEND);
         }
 
         self.memory_section(&mut out, width);
@@ -127,6 +137,15 @@ impl Report {
         }
     }
 }
+
+/// What the last column of a figure's line means, printed under the table.
+const REQUESTS_LEGEND: &str = "\
+last column: the requests the target's server received for the figure (median over
+  runs): `all N` counts every 9P request; then those that matter to the workload, by
+  type, with crossfs's compound requests that stand in for them (docs/protocol.md), so
+  `all 64: Tread 63 Twalkread 1` is 64 requests, 63 reads and one walk, open and read in
+  one; `-`: no counters (native, other file systems)
+";
 
 fn figure_line(result: &TargetResult, fig: &Figure, def: &MetricDef) -> String {
     if result.not_applicable.is_some() {
@@ -252,6 +271,9 @@ mod tests {
         assert!(t.contains("error: not run: gcc not found"), "{t}");
         // Probe-repeat had zero walks: shown as such, not hidden.
         assert!(t.contains("Twalk 0"), "{t}");
+        // The last column is explained under the table, once.
+        assert_eq!(t.matches("last column: the requests").count(), 1, "{t}");
+        assert!(t.contains("`all N` counts every 9P request"), "{t}");
     }
 
     #[test]

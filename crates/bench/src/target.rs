@@ -7,6 +7,8 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use crate::config::WorkloadId;
+
 /// 9P message counts of a server, keyed by message name as the protocol spells
 /// it (`"Twalk"`, `"Tread"`, `"Treadlink"`, ...). The closure in
 /// [`Target::counters`] returns monotonic totals; the bench computes deltas.
@@ -47,6 +49,22 @@ pub struct Target {
     pub counters: Option<CounterFn>,
     /// Processes whose memory to report, e.g. `("server", pid)`, `("client", pid)`.
     pub pids: Vec<(String, u32)>,
+    /// The target this one is a control of: the same setup with one fix taken away
+    /// (`crossfs --cache never` of `crossfs`). Where it beats that target, the table
+    /// says so under the figure.
+    pub control_of: Option<String>,
+    /// What explains a figure of this target that contradicts another (a control that
+    /// beats its target), printed with the note.
+    pub explanations: Vec<Explanation>,
+}
+
+/// Why one figure of a target is what it is, where it looks wrong.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Explanation {
+    pub workload: WorkloadId,
+    /// The metric's id (`MetricDef::id`), e.g. `"read"`.
+    pub metric: &'static str,
+    pub why: String,
 }
 
 impl Target {
@@ -58,6 +76,8 @@ impl Target {
             kind: TargetKind::Native,
             counters: None,
             pids: Vec::new(),
+            control_of: None,
+            explanations: Vec::new(),
         }
     }
 
@@ -78,6 +98,28 @@ impl Target {
         self
     }
 
+    /// Marks this target as a control of the target named `of` (see
+    /// [`Target::control_of`](field@Target::control_of)).
+    pub fn control_of(mut self, of: impl Into<String>) -> Self {
+        self.control_of = Some(of.into());
+        self
+    }
+
+    /// Says why this target's `metric` of `workload` may beat the target it controls.
+    pub fn explain(
+        mut self,
+        workload: WorkloadId,
+        metric: &'static str,
+        why: impl Into<String>,
+    ) -> Self {
+        self.explanations.push(Explanation {
+            workload,
+            metric,
+            why: why.into(),
+        });
+        self
+    }
+
     /// Report the memory of process `pid` under `role` ("server", "client").
     pub fn with_pid(mut self, role: impl Into<String>, pid: u32) -> Self {
         self.pids.push((role.into(), pid));
@@ -93,6 +135,8 @@ impl fmt::Debug for Target {
             .field("kind", &self.kind)
             .field("counters", &self.counters.as_ref().map(|_| "<fn>"))
             .field("pids", &self.pids)
+            .field("control_of", &self.control_of)
+            .field("explanations", &self.explanations)
             .finish()
     }
 }
