@@ -9,6 +9,7 @@ mod cmd;
 mod control;
 mod helper;
 mod mountinfo;
+mod options;
 mod signals;
 mod token;
 
@@ -19,7 +20,21 @@ fn main() -> std::process::ExitCode {
     if argv.first().is_some_and(helper::invoked_as_helper) {
         return helper::run(argv);
     }
-    let cli = args::Cli::parse_from(argv);
+    let mut cli = args::Cli::parse_from(&argv);
+    if let args::Command::Mount(m) = &cli.command {
+        if !m.options.is_empty() {
+            // `-o` options stand for flags: parsed again with those, so that a flag given
+            // either way is checked the same way.
+            let expanded = match options::expand_mount_argv(&argv, &m.options) {
+                Ok(a) => a,
+                Err(msg) => {
+                    eprintln!("crossfs mount: {msg}");
+                    return std::process::ExitCode::from(2);
+                }
+            };
+            cli = args::Cli::parse_from(expanded);
+        }
+    }
     init_logging(cli.verbose, cli.quiet);
     match cmd::run(cli.command) {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -26,6 +26,9 @@ pub fn run(args: MountArgs) -> Result<()> {
         "{} is not a directory",
         mountpoint.display()
     );
+    if !args.allow_stacked {
+        refuse_stacking(&mountpoint)?;
+    }
     let socket_opts = SocketOptions {
         send_buffer: args.socket_buffer,
         recv_buffer: args.socket_buffer,
@@ -75,6 +78,9 @@ pub fn run(args: MountArgs) -> Result<()> {
         negative_ttl: negative_ttl(args.negative_ttl)?,
         max_pages: args.max_pages,
         read_only: args.read_only,
+        no_exec: args.noexec,
+        no_atime: args.noatime,
+        default_permissions: args.default_permissions,
         // Without events nothing keeps what the kernel holds across opens exact.
         send_opens: args.send_opens || args.no_events,
         changes: args.changes,
@@ -82,7 +88,8 @@ pub fn run(args: MountArgs) -> Result<()> {
         uid: args.uid,
         gid: args.gid,
         threads: args.threads.max(1),
-        fs_name: format!("crossfs:{}", args.addr),
+        // As given, so that mount(8) finds an fstab line's source in the table.
+        fs_name: args.addr.given.clone(),
         replica_entries: args.replica_entries,
         ..MountConfig::default()
     };
@@ -110,13 +117,31 @@ pub fn run(args: MountArgs) -> Result<()> {
         None => None,
     };
     info!("mounted {} on {}", args.addr, mountpoint.display());
-    let target = mountpoint.clone();
+    let (target, unmounter) = (mountpoint.clone(), handle.unmounter());
     crate::signals::on_termination(move |sig| {
         info!("signal {sig}: unmounting {}", target.display());
-        // A busy mount is detached rather than left in place: the session then ends when
-        // its last user lets go, and `wait` below returns.
-        if rustix::mount::unmount(&target, rustix::mount::UnmountFlags::empty()).is_err() {
-            let _ = rustix::mount::unmount(&target, rustix::mount::UnmountFlags::DETACH);
+        // Only this mount: a busy one is detached (the session then ends when its last
+        // user lets go, and `wait` below returns); one with another mount over it waits
+        // for that one to go, since unmounting the path would take the other.
+        let mut said = false;
+        loop {
+            match unmounter.unmount() {
+                Ok(crossfs_mount::Unmounted::Covered) => {
+                    if !std::mem::replace(&mut said, true) {
+                        warn!(
+                            "another mount was made over {}: unmounting this one once that \
+                             one is gone",
+                            target.display()
+                        );
+                    }
+                    std::thread::sleep(COVERED_POLL);
+                }
+                Ok(_) => break,
+                Err(e) => {
+                    warn!("{e}");
+                    break;
+                }
+            }
         }
     })?;
     // Blocks until the file system is unmounted, by us on a signal or by `umount`.
@@ -125,13 +150,33 @@ pub fn run(args: MountArgs) -> Result<()> {
     Ok(())
 }
 
+/// How often a mount asked to unmount, with another mount over it, looks whether that one
+/// is gone.
+const COVERED_POLL: Duration = Duration::from_millis(100);
+
+/// Refuses a mount point that already has a mount, but autofs (whose mount points exist to
+/// be mounted over: systemd's `x-systemd.automount`).
+fn refuse_stacking(mountpoint: &std::path::Path) -> Result<()> {
+    let mounts = crate::mountinfo::mounts().context("reading /proc/self/mountinfo")?;
+    match crate::mountinfo::at(&mounts, mountpoint) {
+        Some(m) if m.fstype != "autofs" => bail!(
+            "{} is already a mount point ({} from {}); pass --allow-stacked (fstab: \
+             allow_stacked) to mount over it",
+            mountpoint.display(),
+            m.fstype,
+            m.source
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// How long calls wait for a lost connection to come back, if reconnecting at all: not with
 /// `--no-reconnect`, and not for an inherited descriptor, which cannot be dialed again.
 fn reconnect_wait(args: &MountArgs) -> Option<Duration> {
     if args.no_reconnect {
         return None;
     }
-    if matches!(args.addr, crossfs_transport::Addr::Fd(_)) {
+    if matches!(*args.addr, crossfs_transport::Addr::Fd(_)) {
         info!("{} cannot be dialed again: no reconnecting", args.addr);
         return None;
     }
