@@ -428,7 +428,8 @@ pub struct MountArgs {
     /// When the connection to the server is lost (say the server was restarted), calls in
     /// flight fail with EIO and crossfs dials again, re-attaches, and binds the mount's
     /// files and open files again; calls made meanwhile wait for that up to this many
-    /// seconds after the loss, then fail with EIO until the server is back.
+    /// seconds after the loss, then fail with EIO until the server is back. A waiting call
+    /// whose process gets a signal returns EINTR (within about 50 ms), whatever this says.
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     pub reconnect_wait: u64,
     /// Do not reconnect: once the connection is lost, every call fails with EIO.
