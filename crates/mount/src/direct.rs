@@ -31,13 +31,18 @@ pub(crate) struct Request<'a> {
 
 /// Mounts a FUSE file system of type `fuse.crossfs` at `mountpoint`, whose source is
 /// `config.fs_name`, and returns its `/dev/fuse` descriptor; `None` if this process may
-/// not mount (EPERM).
+/// not open `/dev/fuse` or not mount (EACCES, EPERM).
 ///
 /// # Errors
 /// Opening `/dev/fuse`, or mount(2) failing otherwise than with EPERM.
 pub(crate) fn mount(mountpoint: &Path, req: &Request<'_>) -> io::Result<Option<OwnedFd>> {
     let root_mode = rustix::fs::stat(mountpoint)?.st_mode;
-    let dev = rustix::fs::open("/dev/fuse", OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())?;
+    let dev = match rustix::fs::open("/dev/fuse", OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()) {
+        Ok(dev) => dev,
+        // fusermount3, set-user-ID root, opens it for users who may not.
+        Err(rustix::io::Errno::ACCESS | rustix::io::Errno::PERM) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
     let mut data = format!(
         "fd={},rootmode={root_mode:o},user_id={},group_id={}",
         dev.as_raw_fd(),

@@ -258,6 +258,11 @@ impl Unmounter {
                 // Unmounted by someone else since the table was read.
                 Ok(Unmounted::AlreadyGone)
             }
+            // A user who may not unmount (the mount was made through fusermount3) asks
+            // fusermount3, which checks that the mount is theirs (lazily, as `umount -l`).
+            Err(rustix::io::Errno::PERM) => fusermount_unmount(&self.mountpoint)
+                .map(|()| Unmounted::Detached)
+                .map_err(failed),
             Err(e) => {
                 tracing::info!(
                     "unmount of {} failed ({e}); detaching",
@@ -268,6 +273,27 @@ impl Unmounter {
             }
         }
     }
+}
+
+/// `fusermount3 -u -z MOUNTPOINT` (or fusermount's).
+fn fusermount_unmount(mountpoint: &Path) -> io::Result<()> {
+    let mut last = io::Error::from(io::ErrorKind::NotFound);
+    for program in ["fusermount3", "fusermount"] {
+        match std::process::Command::new(program)
+            .args(["-u", "-z", "--"])
+            .arg(mountpoint)
+            .stdin(std::process::Stdio::null())
+            .output()
+        {
+            Ok(out) if out.status.success() => return Ok(()),
+            Ok(out) => {
+                let why = String::from_utf8_lossy(&out.stderr);
+                return Err(io::Error::other(format!("{program}: {}", why.trim_end())));
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
 }
 
 /// A live mount. Dropping it unmounts (as [`MountHandle::unmount`], errors ignored).
