@@ -219,12 +219,20 @@ fn mount_kernel(
     if args.read_only {
         data.push_str(",ro");
     }
-    let mut flags = rustix::mount::MountFlags::empty();
-    if args.read_only {
-        flags |= rustix::mount::MountFlags::RDONLY;
+    use rustix::mount::MountFlags;
+    let mut flags = MountFlags::empty();
+    for (on, flag) in [
+        (args.read_only, MountFlags::RDONLY),
+        (args.noexec, MountFlags::NOEXEC),
+        (args.noatime, MountFlags::NOATIME),
+    ] {
+        if on {
+            flags |= flag;
+        }
     }
     rustix::mount::mount(
-        format!("crossfs:{}", args.addr).as_str(),
+        // As given, as for a FUSE mount.
+        args.addr.given.as_str(),
         mountpoint,
         "9p",
         flags,
