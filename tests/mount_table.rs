@@ -130,7 +130,7 @@ fn findmnt_shows_fuse_crossfs_and_the_source_as_given() {
 
 #[test]
 fn a_second_mount_on_a_point_is_refused_unless_asked_for() {
-    let (_work, addr, mnt, _serve) = host();
+    let (work, addr, mnt, _serve) = host();
     let mut cleanup = Cleanup(&mnt, vec![]);
     cleanup.1.push(spawn_mount(&addr, &mnt, &[]));
     wait_entries(&mnt, 1);
@@ -161,6 +161,26 @@ fn a_second_mount_on_a_point_is_refused_unless_asked_for() {
         b"from the host",
         "the mount on top serves"
     );
+
+    // mount(8)'s helper: refused the same way (mount(8)'s "mount failure"), or, with
+    // allow_stacked, returns once its own mount is there (not at the sight of another).
+    let helper = work.path().join("mount.crossfs");
+    std::os::unix::fs::symlink(crossfs_bin(), &helper).unwrap();
+    let out = Command::new(&helper).arg(&addr).arg(&mnt).output().unwrap();
+    assert_eq!(out.status.code(), Some(32), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is already a mount point"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(entries_at(&mnt).len(), 2);
+    run_ok(
+        Command::new(&helper)
+            .arg(&addr)
+            .arg(&mnt)
+            .args(["-o", "allow_stacked"]),
+    );
+    assert_eq!(entries_at(&mnt).len(), 3);
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! `crossfs mount`: connect to an export and mount it through FUSE (or the kernel's 9p client).
 
 use std::os::fd::AsRawFd;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -40,6 +41,25 @@ pub fn run(args: MountArgs) -> Result<()> {
         return mount_kernel(&args, &mountpoint, stream);
     }
 
+    // Before anything is mounted, so that no signal finds a mount it cannot undo.
+    let stage = Arc::new(Mutex::new(Stage::Starting));
+    let on_signal = stage.clone();
+    crate::signals::on_termination(move |sig| {
+        let unmounter = match &mut *lock(&on_signal) {
+            // Nothing mounted: as the signal's default action would.
+            Stage::Starting => std::process::exit(128 + sig),
+            Stage::Mounting { requested } => {
+                *requested = true;
+                return;
+            }
+            Stage::Mounted(unmounter) => unmounter.clone(),
+        };
+        info!(
+            "signal {sig}: unmounting {}",
+            unmounter.mountpoint().display()
+        );
+        unmount_own(&unmounter);
+    })?;
     let t = super::dial(&args.addr, &socket_opts)
         .with_context(|| format!("connecting to {}", args.addr))?;
     let client = Client::connect_transport(
@@ -93,8 +113,21 @@ pub fn run(args: MountArgs) -> Result<()> {
         replica_entries: args.replica_entries,
         ..MountConfig::default()
     };
+    *lock(&stage) = Stage::Mounting { requested: false };
     let mut handle = crossfs_mount::mount(client, root, &mountpoint, &config)
         .with_context(|| format!("mounting on {}", mountpoint.display()))?;
+    let requested = {
+        let mut stage = lock(&stage);
+        let requested = matches!(*stage, Stage::Mounting { requested: true });
+        *stage = Stage::Mounted(handle.unmounter());
+        requested
+    };
+    if requested {
+        info!("a signal came while mounting: unmounting");
+        unmount_own(&handle.unmounter());
+        handle.wait().context("FUSE session")?;
+        return Ok(());
+    }
     if !args.no_events {
         // Another server (diod, ...) or one serving without events: the mount works, its
         // caches just follow their timeouts.
@@ -117,33 +150,6 @@ pub fn run(args: MountArgs) -> Result<()> {
         None => None,
     };
     info!("mounted {} on {}", args.addr, mountpoint.display());
-    let (target, unmounter) = (mountpoint.clone(), handle.unmounter());
-    crate::signals::on_termination(move |sig| {
-        info!("signal {sig}: unmounting {}", target.display());
-        // Only this mount: a busy one is detached (the session then ends when its last
-        // user lets go, and `wait` below returns); one with another mount over it waits
-        // for that one to go, since unmounting the path would take the other.
-        let mut said = false;
-        loop {
-            match unmounter.unmount() {
-                Ok(crossfs_mount::Unmounted::Covered) => {
-                    if !std::mem::replace(&mut said, true) {
-                        warn!(
-                            "another mount was made over {}: unmounting this one once that \
-                             one is gone",
-                            target.display()
-                        );
-                    }
-                    std::thread::sleep(COVERED_POLL);
-                }
-                Ok(_) => break,
-                Err(e) => {
-                    warn!("{e}");
-                    break;
-                }
-            }
-        }
-    })?;
     // Blocks until the file system is unmounted, by us on a signal or by `umount`.
     handle.wait().context("FUSE session")?;
     info!("unmounted {}", mountpoint.display());
@@ -153,6 +159,48 @@ pub fn run(args: MountArgs) -> Result<()> {
 /// How often a mount asked to unmount, with another mount over it, looks whether that one
 /// is gone.
 const COVERED_POLL: Duration = Duration::from_millis(100);
+
+/// Where the client is, for SIGINT and SIGTERM.
+enum Stage {
+    /// Nothing mounted yet: a signal ends the process.
+    Starting,
+    /// The mount is being made: a signal asks for it to be unmounted once it stands.
+    Mounting { requested: bool },
+    /// Mounted: a signal unmounts it.
+    Mounted(crossfs_mount::Unmounter),
+}
+
+fn lock(stage: &Mutex<Stage>) -> std::sync::MutexGuard<'_, Stage> {
+    stage
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Unmounts this client's mount, and only it: a busy one is detached (the session then
+/// ends when its last user lets go); one with another mount over it waits for that one
+/// to go, since unmounting the path would take the other.
+fn unmount_own(unmounter: &crossfs_mount::Unmounter) {
+    let mut said = false;
+    loop {
+        match unmounter.unmount() {
+            Ok(crossfs_mount::Unmounted::Covered) => {
+                if !std::mem::replace(&mut said, true) {
+                    warn!(
+                        "another mount was made over {}: unmounting this one once that one \
+                         is gone",
+                        unmounter.mountpoint().display()
+                    );
+                }
+                std::thread::sleep(COVERED_POLL);
+            }
+            Ok(_) => return,
+            Err(e) => {
+                warn!("{e}");
+                return;
+            }
+        }
+    }
+}
 
 /// Refuses a mount point that already has a mount, but autofs (whose mount points exist to
 /// be mounted over: systemd's `x-systemd.automount`).

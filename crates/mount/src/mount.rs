@@ -233,6 +233,11 @@ pub enum Unmounted {
 }
 
 impl Unmounter {
+    /// The mount point.
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
     /// Unmounts the mount if it is the last one at its point.
     ///
     /// # Errors
