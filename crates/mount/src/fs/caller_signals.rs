@@ -41,14 +41,33 @@ pub(crate) fn give_up_for(pid: u32) -> Option<crossfs_client::GiveUp> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustix::process::{kill_process, Pid, Signal};
 
     #[test]
-    fn a_pending_unblocked_signal_is_seen() {
-        let tid = rustix::thread::gettid().as_raw_nonzero().get() as u32;
-        assert!(!signal_pending(tid), "nothing pending here");
-        // A thread that blocks SIGUSR1 and raises it has it pending, and blocked: not seen.
-        // The test cannot unblock it without taking it, so a gone thread stands for "seen".
-        assert!(signal_pending(u32::MAX - 1), "a gone thread is given up on");
-        assert!(give_up_for(0).is_none());
+    fn a_pending_signal_is_seen_and_a_gone_caller_given_up_on() {
+        // A stopped process keeps what it is sent pending (but SIGKILL and SIGCONT).
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = Pid::from_raw(child.id() as i32).unwrap();
+        kill_process(pid, Signal::STOP).unwrap();
+        let stopped = || {
+            std::fs::read_to_string(format!("/proc/{}/stat", child.id()))
+                .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('T')))
+        };
+        while !stopped() {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!signal_pending(child.id()), "nothing pending yet");
+        kill_process(pid, Signal::USR1).unwrap();
+        assert!(signal_pending(child.id()), "SIGUSR1 pending");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(signal_pending(child.id()), "a gone caller is given up on");
+        assert!(
+            give_up_for(0).is_none(),
+            "pid 0: a caller /proc cannot name"
+        );
     }
 }
