@@ -318,12 +318,58 @@ pub struct SyncArgs {
     pub path: PathBuf,
 }
 
+/// A server address as the user wrote it, and what it means. The mount table shows it as
+/// written (the source of an fstab line), so that mount(8) and findmnt recognise the mount.
+#[derive(Clone, Debug)]
+pub struct GivenAddr {
+    pub given: String,
+    pub addr: Addr,
+}
+
+impl std::str::FromStr for GivenAddr {
+    type Err = crossfs_transport::AddrParseError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(GivenAddr {
+            given: s.to_owned(),
+            addr: s.parse()?,
+        })
+    }
+}
+
+impl std::ops::Deref for GivenAddr {
+    type Target = Addr;
+
+    fn deref(&self) -> &Addr {
+        &self.addr
+    }
+}
+
+impl std::fmt::Display for GivenAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.given)
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct MountArgs {
-    /// The export: unix:PATH, tcp:HOST:PORT, vsock:CID:PORT or fd:N.
-    pub addr: Addr,
+    /// The export: unix:PATH, tcp:HOST:PORT, vsock:CID:PORT or fd:N. The mount table shows
+    /// it, as written, as the mount's source (type fuse.crossfs).
+    pub addr: GivenAddr,
     /// Where to mount it (an existing directory).
     pub mountpoint: PathBuf,
+    /// Options as mount(8) and sshfs take them, comma-separated: each flag below without
+    /// its dashes (`cache=always`, `negative_ttl=0`, `no-events`), `ro`, and sshfs's
+    /// `default_permissions`, `allow_other`, `reconnect`, `uid=N`, `gid=N`; mount(8)'s own
+    /// (`defaults`, `nofail`, `_netdev`, `x-*`, ...) are accepted. The same words as in
+    /// fstab (mount.crossfs); an option crossfs cannot honour is refused by name.
+    #[arg(short = 'o', value_name = "OPTIONS")]
+    pub options: Vec<String>,
+    /// Mount even when MOUNTPOINT already has a mount (of crossfs or anything else but
+    /// autofs), over it. Refused by default: a second mount there is most often a mistake
+    /// (`mount -a` again, a unit started twice), and hides the first.
+    #[arg(long)]
+    pub allow_stacked: bool,
     /// Export name sent in Tattach (diod wants the exported path; crossfs ignores it).
     #[arg(long, default_value = "")]
     pub aname: String,
@@ -361,6 +407,12 @@ pub struct MountArgs {
     /// Mount read-only.
     #[arg(long)]
     pub read_only: bool,
+    /// Do not let programs on the mount be executed (mount(8)'s `noexec`).
+    #[arg(long)]
+    pub noexec: bool,
+    /// Do not update access times on the mount (mount(8)'s `noatime`).
+    #[arg(long)]
+    pub noatime: bool,
     /// Let users other than the one mounting access the mount (the kernel then checks each
     /// user's permissions against the modes and owners shown, FUSE `default_permissions`,
     /// as on a local file system). The default for a mount made by root, as at boot; a
@@ -368,6 +420,11 @@ pub struct MountArgs {
     /// has `user_allow_other`).
     #[arg(long, conflicts_with = "private")]
     pub allow_other: bool,
+    /// Have the kernel check every caller's permissions against the modes and owners
+    /// shown, as on a local file system (FUSE `default_permissions`), also on a private
+    /// mount. On whenever other users may use the mount, and with --changes behind.
+    #[arg(long)]
+    pub default_permissions: bool,
     /// Only the user who mounts may use the mount, even when that is root (FUSE without
     /// `allow_other`: the kernel refuses every other user, whatever the modes say).
     #[arg(long)]
@@ -425,7 +482,8 @@ pub struct MountArgs {
     /// When the connection to the server is lost (say the server was restarted), calls in
     /// flight fail with EIO and crossfs dials again, re-attaches, and binds the mount's
     /// files and open files again; calls made meanwhile wait for that up to this many
-    /// seconds after the loss, then fail with EIO until the server is back.
+    /// seconds after the loss, then fail with EIO until the server is back. A waiting call
+    /// whose process gets a signal returns EINTR (within about 50 ms), whatever this says.
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     pub reconnect_wait: u64,
     /// Do not reconnect: once the connection is lost, every call fails with EIO.

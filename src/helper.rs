@@ -5,13 +5,11 @@
 //! mount.crossfs ADDR DIR [-o OPTIONS] [-s] [-f] [-n] [-v]
 //! ```
 //!
-//! Each `-o` option is a `crossfs mount` flag without its dashes (`cache=auto`,
-//! `negative-ttl=0` or `negative_ttl=0`, `no-events`, `private`, ...; `ro` is
-//! `--read-only`); mount(8)'s own options (`defaults`, `rw`, `auto`, `noauto`, `user`,
-//! `users`, `nofail`, `_netdev`, `x-*`, `comment=*`, ...) are accepted and left alone. The
-//! helper starts `crossfs mount` detached, returns 0 once the mount is in place, and
-//! otherwise returns 32 (mount(8)'s "mount failure") with the client's error; a bad
-//! invocation, an unknown option or a bad value returns 1. The client logs to
+//! The `-o` options are those of `crossfs mount -o`, read by one parser (`crate::options`).
+//! The helper starts `crossfs mount` detached, with ADDR as given (the mount table shows
+//! it as the source, so mount(8) knows the fstab line is mounted), returns 0 once the mount
+//! is in place, and otherwise returns 32 (mount(8)'s "mount failure") with the client's
+//! error; a bad invocation, an unknown option or a bad value returns 1. The client logs to
 //! /var/log/crossfs/NAME.log ([`log_path`]).
 
 use std::ffi::OsString;
@@ -20,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use clap::CommandFactory;
+use clap::Parser;
 
 /// The name mount(8) runs for `-t crossfs`.
 pub const HELPER_NAME: &str = "mount.crossfs";
@@ -58,14 +56,14 @@ fn parse_request(args: &[String]) -> Result<Request, String> {
         match arg.as_str() {
             "-o" => {
                 let opts = it.next().ok_or("-o needs a list of options")?;
-                req.options.extend(split_options(opts));
+                req.options.extend(crate::options::split([opts.as_str()]));
             }
             "-s" => req.sloppy = true,
             "-f" => req.fake = true,
             "-n" => {} // no /etc/mtab to write
             "-v" => req.verbose = true,
             "-h" | "--help" => return Err(String::new()),
-            o if o.starts_with("-o") => req.options.extend(split_options(&o[2..])),
+            o if o.starts_with("-o") => req.options.extend(crate::options::split([&o[2..]])),
             o if o.starts_with('-') && o.len() > 1 => return Err(format!("unknown flag {o}")),
             p => positional.push(p.to_owned()),
         }
@@ -77,109 +75,6 @@ fn parse_request(args: &[String]) -> Result<Request, String> {
             Ok(req)
         }
         Err(_) => Err("expected the export's address and a mount point".into()),
-    }
-}
-
-fn split_options(list: &str) -> impl Iterator<Item = String> + '_ {
-    list.split(',').filter(|o| !o.is_empty()).map(str::to_owned)
-}
-
-/// Options mount(8) itself interprets (or keeps for userspace tools); not for the client.
-fn is_mount_option(name: &str) -> bool {
-    matches!(
-        name,
-        "defaults"
-            | "rw"
-            | "auto"
-            | "noauto"
-            | "user"
-            | "nouser"
-            | "users"
-            | "owner"
-            | "group"
-            | "nofail"
-            | "_netdev"
-            | "exec"
-            | "noexec"
-            | "suid"
-            | "nosuid"
-            | "dev"
-            | "nodev"
-            | "atime"
-            | "noatime"
-            | "relatime"
-            | "loud"
-            | "comment"
-    ) || name.starts_with("x-")
-}
-
-/// `crossfs mount` flags for `-o` options, checked against the mount command's own
-/// arguments (so every flag maps, and no list is kept twice).
-fn translate(options: &[String], sloppy: bool) -> Result<Vec<String>, String> {
-    let cli = crate::args::Cli::command();
-    let mount = cli.find_subcommand("mount").ok_or("no mount subcommand")?;
-    let mut flags = Vec::new();
-    for option in options {
-        let (name, value) = match option.split_once('=') {
-            Some((n, v)) => (n, Some(v)),
-            None => (option.as_str(), None),
-        };
-        if is_mount_option(name) {
-            continue;
-        }
-        let long = match name {
-            "ro" => "read-only".to_owned(),
-            n => n.replace('_', "-"),
-        };
-        let arg = mount
-            .get_arguments()
-            .find(|a| a.get_long() == Some(long.as_str()) && !a.is_positional());
-        let Some(arg) = arg else {
-            if sloppy {
-                continue;
-            }
-            return Err(format!(
-                "unknown option `{option}` (see `crossfs mount --help`; mount options are \
-                 its flags without the dashes)"
-            ));
-        };
-        let takes_value = arg.get_action().takes_values();
-        match (takes_value, value) {
-            (true, Some(v)) => {
-                // Checked here, so that a bad value is reported as the option the user
-                // wrote (`cache=`), not as the flag it maps to.
-                check_value(arg, v).map_err(|why| format!("option `{option}`: {why}"))?;
-                flags.extend([format!("--{long}"), v.to_owned()])
-            }
-            (false, None) => flags.push(format!("--{long}")),
-            (true, None) => return Err(format!("option `{name}` needs a value: {name}=...")),
-            (false, Some(_)) => return Err(format!("option `{name}` takes no value")),
-        }
-    }
-    Ok(flags)
-}
-
-/// Whether `value` is one the mount command's `arg` takes; if not, what is wrong with it,
-/// without clap's framing (which names the `--flag <VALUE>` the option maps to, not the
-/// option the user wrote). The argument is parsed alone, its ties to others cut.
-fn check_value(arg: &clap::Arg, value: &str) -> Result<(), String> {
-    use clap::builder::Resettable;
-    let alone = arg
-        .clone()
-        .required(false)
-        .requires(Resettable::Reset)
-        .conflicts_with(Resettable::Reset);
-    let long = alone.get_long().unwrap_or_default().to_owned();
-    let parsed = clap::Command::new(HELPER_NAME)
-        .no_binary_name(true)
-        .arg(alone)
-        .try_get_matches_from([format!("--{long}"), value.to_owned()]);
-    match parsed {
-        Ok(_) => Ok(()),
-        Err(e) => Err(match std::error::Error::source(&e) {
-            Some(reason) => reason.to_string(),
-            None => e.kind().to_string(),
-        }),
     }
 }
 
@@ -204,13 +99,21 @@ pub fn run(args: Vec<OsString>) -> ExitCode {
         Ok(r) => r,
         Err(msg) => return usage(&msg),
     };
-    let flags = match translate(&req.options, req.sloppy) {
+    let flags = match crate::options::translate(&req.options, req.sloppy) {
         Ok(f) => f,
         Err(msg) => {
             eprintln!("{HELPER_NAME}: {msg}");
             return ExitCode::from(USAGE);
         }
     };
+    // A bad value (`cache=sometimes`) is a usage error too, found before the client starts.
+    let mut argv = vec!["crossfs".to_owned(), "mount".to_owned()];
+    argv.extend(flags.iter().cloned());
+    argv.extend([req.addr.clone(), req.dir.display().to_string()]);
+    if let Err(e) = crate::args::Cli::try_parse_from(&argv) {
+        eprintln!("{HELPER_NAME}: {}", e.render().to_string().trim_end());
+        return ExitCode::from(USAGE);
+    }
     if req.verbose {
         eprintln!(
             "{HELPER_NAME}: crossfs mount {} {} {}",
@@ -291,12 +194,14 @@ fn mount_detached(req: &Request, flags: &[String]) -> Result<(), String> {
         .stdout(Stdio::null())
         .stderr(log.try_clone().map_err(|e| e.to_string())?);
     detach(&mut cmd);
+    // With allow_stacked a crossfs mount may be there already: wait for a new one.
+    let before = mount_ids_at(&dir);
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("starting crossfs mount: {e}"))?;
     let started = Instant::now();
     loop {
-        if is_crossfs_mount(&dir) {
+        if has_new_crossfs_mount(&dir, &before) {
             return Ok(());
         }
         if let Ok(Some(status)) = child.try_wait() {
@@ -329,11 +234,21 @@ fn detach(cmd: &mut Command) {
     }
 }
 
-/// Whether a crossfs FUSE mount is at `dir` (the last mount there: a FUSE file system whose
-/// source is `crossfs:ADDR`).
-fn is_crossfs_mount(dir: &Path) -> bool {
+/// The ids of the mounts at `dir`.
+fn mount_ids_at(dir: &Path) -> Vec<u64> {
+    let mounts = crate::mountinfo::mounts().unwrap_or_default();
+    mounts
+        .iter()
+        .filter(|m| m.mountpoint == dir)
+        .map(|m| m.id)
+        .collect()
+}
+
+/// Whether the last mount at `dir` is a crossfs mount not among `before`.
+fn has_new_crossfs_mount(dir: &Path, before: &[u64]) -> bool {
     crate::mountinfo::mounts().is_ok_and(|mounts| {
-        crate::mountinfo::at(&mounts, dir).is_some_and(|m| m.crossfs_addr().is_some())
+        crate::mountinfo::at(&mounts, dir)
+            .is_some_and(|m| m.is_crossfs() && !before.contains(&m.id))
     })
 }
 
@@ -366,47 +281,5 @@ mod tests {
         assert!(r.sloppy && r.fake);
         assert_eq!(r.options, ["ro"]);
         assert!(parse_request(&strings(&["only-one"])).is_err());
-    }
-
-    #[test]
-    fn options_map_to_the_mount_command_flags() {
-        let opts = strings(&[
-            "defaults",
-            "rw",
-            "_netdev",
-            "x-systemd.automount",
-            "cache=always",
-            "negative_ttl=0",
-            "negative-ttl=5",
-            "ro",
-            "private",
-            "no-events",
-        ]);
-        assert_eq!(
-            translate(&opts, false).unwrap(),
-            [
-                "--cache",
-                "always",
-                "--negative-ttl",
-                "0",
-                "--negative-ttl",
-                "5",
-                "--read-only",
-                "--private",
-                "--no-events"
-            ]
-        );
-        let err = translate(&strings(&["cache=auto", "bogus=1"]), false).unwrap_err();
-        assert!(err.contains("`bogus=1`"), "{err}");
-        assert_eq!(
-            translate(&strings(&["bogus"]), true).unwrap(),
-            Vec::<String>::new()
-        );
-        assert!(translate(&strings(&["cache"]), false)
-            .unwrap_err()
-            .contains("needs a value"));
-        assert!(translate(&strings(&["private=1"]), false)
-            .unwrap_err()
-            .contains("no value"));
     }
 }

@@ -11,6 +11,7 @@ mod control;
 mod explain;
 mod helper;
 mod mountinfo;
+mod options;
 mod signals;
 mod syslog;
 mod token;
@@ -26,7 +27,21 @@ fn main() -> std::process::ExitCode {
     if argv.first().is_some_and(virtiofsd::invoked_as_virtiofsd) {
         return virtiofsd::run(argv.into_iter().skip(1).collect());
     }
-    let cli = args::Cli::parse_from(argv);
+    let mut cli = args::Cli::parse_from(&argv);
+    if let args::Command::Mount(m) = &cli.command {
+        if !m.options.is_empty() {
+            // `-o` options stand for flags: parsed again with those, so that a flag given
+            // either way is checked the same way.
+            let expanded = match options::expand_mount_argv(&argv, &m.options) {
+                Ok(a) => a,
+                Err(msg) => {
+                    eprintln!("crossfs mount: {msg}");
+                    return std::process::ExitCode::from(2);
+                }
+            };
+            cli = args::Cli::parse_from(expanded);
+        }
+    }
     if let args::Command::Virtiofsd(args) = cli.command {
         return virtiofsd::run(args.args);
     }
@@ -59,9 +74,14 @@ fn init_logging(
         (false, _) => "trace",
     };
     // fuser warns when its own unmount finds the mount already gone, which is how every
-    // clean `umount` or signal ends a session: not worth a warning to the user.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("{default},fuser=error")));
+    // clean `umount` or signal ends a session: not worth a warning to the user. Its one
+    // error about replies, "Failed to send FUSE reply", comes when the kernel no longer
+    // waits for the answer: ENOENT for a request whose caller was interrupted (fuser's
+    // ENOSYS to an INTERRUPT that arrives after its request was answered), ENODEV once
+    // unmounted. Neither is an error of the mount's.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!("{default},fuser=error,fuser::reply=off"))
+    });
     let (writer, ansi) = match log_file {
         Some(path) => {
             let file = std::fs::OpenOptions::new()

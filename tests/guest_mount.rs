@@ -181,7 +181,7 @@ fn crossfs_mount_in_a_guest() {
     );
     assert_eq!(
         section(&stdout, "fstab"),
-        "crossfs:tcp:10.0.2.100:564 /mnt fuse\nmade on the host\n",
+        "tcp:10.0.2.100:564 /mnt fuse.crossfs\nmade on the host\n",
         "mount /mnt from the fstab line"
     );
     let made = std::fs::metadata(export.join("shared/byuser")).unwrap();

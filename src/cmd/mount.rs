@@ -1,6 +1,7 @@
 //! `crossfs mount`: connect to an export and mount it through FUSE (or the kernel's 9p client).
 
 use std::os::fd::AsRawFd;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -26,6 +27,9 @@ pub fn run(args: MountArgs) -> Result<()> {
         "{} is not a directory",
         mountpoint.display()
     );
+    if !args.allow_stacked {
+        refuse_stacking(&mountpoint)?;
+    }
     let socket_opts = SocketOptions {
         send_buffer: args.socket_buffer,
         recv_buffer: args.socket_buffer,
@@ -37,6 +41,25 @@ pub fn run(args: MountArgs) -> Result<()> {
         return mount_kernel(&args, &mountpoint, stream);
     }
 
+    // Before anything is mounted, so that no signal finds a mount it cannot undo.
+    let stage = Arc::new(Mutex::new(Stage::Starting));
+    let on_signal = stage.clone();
+    crate::signals::on_termination(move |sig| {
+        let unmounter = match &mut *lock(&on_signal) {
+            // Nothing mounted: as the signal's default action would.
+            Stage::Starting => std::process::exit(128 + sig),
+            Stage::Mounting { requested } => {
+                *requested = true;
+                return;
+            }
+            Stage::Mounted(unmounter) => unmounter.clone(),
+        };
+        info!(
+            "signal {sig}: unmounting {}",
+            unmounter.mountpoint().display()
+        );
+        unmount_own(&unmounter);
+    })?;
     let t = super::dial_first(&args.addr, &socket_opts)?;
     let client = Client::connect_transport(
         t,
@@ -74,6 +97,9 @@ pub fn run(args: MountArgs) -> Result<()> {
         negative_ttl: negative_ttl(args.negative_ttl)?,
         max_pages: args.max_pages,
         read_only: args.read_only,
+        no_exec: args.noexec,
+        no_atime: args.noatime,
+        default_permissions: args.default_permissions,
         // Without events nothing keeps what the kernel holds across opens exact.
         send_opens: args.send_opens || args.no_events,
         changes: args.changes,
@@ -81,12 +107,26 @@ pub fn run(args: MountArgs) -> Result<()> {
         uid: args.uid,
         gid: args.gid,
         threads: args.threads.max(1),
-        fs_name: format!("crossfs:{}", args.addr),
+        // As given, so that mount(8) finds an fstab line's source in the table.
+        fs_name: args.addr.given.clone(),
         replica_entries: args.replica_entries,
         ..MountConfig::default()
     };
+    *lock(&stage) = Stage::Mounting { requested: false };
     let mut handle = crossfs_mount::mount(client, root, &mountpoint, &config)
         .with_context(|| format!("mounting on {}", mountpoint.display()))?;
+    let requested = {
+        let mut stage = lock(&stage);
+        let requested = matches!(*stage, Stage::Mounting { requested: true });
+        *stage = Stage::Mounted(handle.unmounter());
+        requested
+    };
+    if requested {
+        info!("a signal came while mounting: unmounting");
+        unmount_own(&handle.unmounter());
+        handle.wait().context("FUSE session")?;
+        return Ok(());
+    }
     // What `crossfs sync` tells the user when the mount follows no events (see
     // `sync::why`): they were turned off here, or the server has none.
     let mut change_events = if args.no_events {
@@ -129,15 +169,6 @@ pub fn run(args: MountArgs) -> Result<()> {
     };
     let _found_by_mount_point = mount_point_control(&mountpoint, move || report());
     info!("mounted {} on {}", args.addr, mountpoint.display());
-    let target = mountpoint.clone();
-    crate::signals::on_termination(move |sig| {
-        info!("signal {sig}: unmounting {}", target.display());
-        // A busy mount is detached rather than left in place: the session then ends when
-        // its last user lets go, and `wait` below returns.
-        if rustix::mount::unmount(&target, rustix::mount::UnmountFlags::empty()).is_err() {
-            let _ = rustix::mount::unmount(&target, rustix::mount::UnmountFlags::DETACH);
-        }
-    })?;
     // Blocks until the file system is unmounted, by us on a signal or by `umount`.
     handle.wait().context("FUSE session")?;
     info!("unmounted {}", mountpoint.display());
@@ -177,13 +208,75 @@ fn mount_point_control(
     }
 }
 
+/// How often a mount asked to unmount, with another mount over it, looks whether that one
+/// is gone.
+const COVERED_POLL: Duration = Duration::from_millis(100);
+
+/// Where the client is, for SIGINT and SIGTERM.
+enum Stage {
+    /// Nothing mounted yet: a signal ends the process.
+    Starting,
+    /// The mount is being made: a signal asks for it to be unmounted once it stands.
+    Mounting { requested: bool },
+    /// Mounted: a signal unmounts it.
+    Mounted(crossfs_mount::Unmounter),
+}
+
+fn lock(stage: &Mutex<Stage>) -> std::sync::MutexGuard<'_, Stage> {
+    stage
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Unmounts this client's mount, and only it: a busy one is detached (the session then
+/// ends when its last user lets go); one with another mount over it waits for that one
+/// to go, since unmounting the path would take the other.
+fn unmount_own(unmounter: &crossfs_mount::Unmounter) {
+    let mut said = false;
+    loop {
+        match unmounter.unmount() {
+            Ok(crossfs_mount::Unmounted::Covered) => {
+                if !std::mem::replace(&mut said, true) {
+                    warn!(
+                        "another mount was made over {}: unmounting this one once that one \
+                         is gone",
+                        unmounter.mountpoint().display()
+                    );
+                }
+                std::thread::sleep(COVERED_POLL);
+            }
+            Ok(_) => return,
+            Err(e) => {
+                warn!("{e}");
+                return;
+            }
+        }
+    }
+}
+
+/// Refuses a mount point that already has a mount, but autofs (whose mount points exist to
+/// be mounted over: systemd's `x-systemd.automount`).
+fn refuse_stacking(mountpoint: &std::path::Path) -> Result<()> {
+    let mounts = crate::mountinfo::mounts().context("reading /proc/self/mountinfo")?;
+    match crate::mountinfo::at(&mounts, mountpoint) {
+        Some(m) if m.fstype != "autofs" => bail!(
+            "{} is already a mount point ({} from {}); pass --allow-stacked (fstab: \
+             allow_stacked) to mount over it",
+            mountpoint.display(),
+            m.fstype,
+            m.source
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// How long calls wait for a lost connection to come back, if reconnecting at all: not with
 /// `--no-reconnect`, and not for an inherited descriptor, which cannot be dialed again.
 fn reconnect_wait(args: &MountArgs) -> Option<Duration> {
     if args.no_reconnect {
         return None;
     }
-    if matches!(args.addr, crossfs_transport::Addr::Fd(_)) {
+    if matches!(*args.addr, crossfs_transport::Addr::Fd(_)) {
         info!("{} cannot be dialed again: no reconnecting", args.addr);
         return None;
     }
@@ -226,12 +319,20 @@ fn mount_kernel(
     if args.read_only {
         data.push_str(",ro");
     }
-    let mut flags = rustix::mount::MountFlags::empty();
-    if args.read_only {
-        flags |= rustix::mount::MountFlags::RDONLY;
+    use rustix::mount::MountFlags;
+    let mut flags = MountFlags::empty();
+    for (on, flag) in [
+        (args.read_only, MountFlags::RDONLY),
+        (args.noexec, MountFlags::NOEXEC),
+        (args.noatime, MountFlags::NOATIME),
+    ] {
+        if on {
+            flags |= flag;
+        }
     }
     rustix::mount::mount(
-        format!("crossfs:{}", args.addr).as_str(),
+        // As given, as for a FUSE mount.
+        args.addr.given.as_str(),
         mountpoint,
         "9p",
         flags,

@@ -77,7 +77,8 @@ pub fn run(args: WatchArgs) -> Result<()> {
 }
 
 /// An address as given, or the server of the `crossfs mount` at a mount point (its
-/// mount source is `crossfs:ADDR`, see /proc/self/mountinfo).
+/// mount is of type `fuse.crossfs` with the address as its source, see
+/// /proc/self/mountinfo).
 fn target_addr(target: &str) -> Result<Addr> {
     if !Path::new(target).is_dir() {
         return target
@@ -91,7 +92,7 @@ fn target_addr(target: &str) -> Result<Addr> {
     if let Some(addr) = crate::mountinfo::at(&mounts, &dir).and_then(|m| m.crossfs_addr()) {
         return addr
             .parse()
-            .map_err(|e| anyhow::anyhow!("mount source `crossfs:{addr}`: {e}"));
+            .map_err(|e| anyhow::anyhow!("mount source `{addr}`: {e}"));
     }
     bail!("{} is not a crossfs mount", dir.display())
 }

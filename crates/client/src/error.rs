@@ -37,6 +37,10 @@ pub enum ClientError {
     /// hanging.
     #[error("blocking 9P call from the client's reader thread would deadlock")]
     BlockingOnReaderThread,
+    /// The call waited for a lost connection to be replaced, and its caller gave up (see
+    /// [`crate::give_up_when`]): for a FUSE request, its process got a signal.
+    #[error("interrupted while waiting for the server to come back")]
+    Interrupted,
 }
 
 impl ClientError {
@@ -50,6 +54,7 @@ impl ClientError {
             ClientError::TooLarge { .. } => libc::EIO,
             ClientError::InvalidConfig(_) => libc::EINVAL,
             ClientError::BlockingOnReaderThread => libc::EDEADLK,
+            ClientError::Interrupted => libc::EINTR,
         }
     }
 }

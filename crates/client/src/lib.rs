@@ -17,7 +17,8 @@
 //! retrying of requests: when the connection dies, every pending request fails with
 //! [`ClientError::Disconnected`]. Later requests fail too, unless the caller enabled
 //! reconnecting ([`Client::enable_reconnect`]): then they wait for a new connection, on
-//! which the caller's restore hooks have bound its fid numbers again.
+//! which the caller's restore hooks have bound its fid numbers again, unless the caller
+//! gives up first ([`give_up_when`]: a FUSE request whose process got a signal).
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -37,6 +38,7 @@ mod config;
 mod conn;
 mod error;
 mod fids;
+mod give_up;
 mod ops;
 mod redial;
 mod request;
@@ -56,4 +58,5 @@ pub use crossfs_wire::{
     CounterSnapshot, DirEntry, DirEntryAttr, Fid, Qid, Rgetattr, Rmessage, Tmessage,
 };
 pub use error::ClientError;
+pub use give_up::{give_up_when, GiveUp, GIVE_UP_POLL};
 pub use redial::{Dial, RestoreHook, Transport};

@@ -13,7 +13,8 @@
 //! the client cannot know whether the server acted on them. Calls made while the
 //! connection is down wait for the new one, for at most the configured wait counted from
 //! the loss; after that they fail at once until the server is back. A completion callback
-//! (running on a thread that reads replies) never waits: it fails at once.
+//! (running on a thread that reads replies) never waits: it fails at once. A waiting call
+//! whose caller gives up (`give_up.rs`) fails with [`ClientError::Interrupted`].
 
 use crate::lock;
 use std::io::{self, BufReader, Read, Write};
@@ -123,11 +124,19 @@ impl Link {
             let Some(left) = (lost_at + slot.wait).checked_duration_since(Instant::now()) else {
                 return Err(reconnecting(lost_at));
             };
+            let give_up = crate::give_up::current();
+            let step = match give_up {
+                Some(_) => left.min(crate::GIVE_UP_POLL),
+                None => left,
+            };
             slot = self
                 .changed
-                .wait_timeout(slot, left)
+                .wait_timeout(slot, step)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
+            if give_up.is_some_and(|g| (g.check)(g.arg)) {
+                return Err(ClientError::Interrupted);
+            }
         }
     }
 

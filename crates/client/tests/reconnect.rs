@@ -187,6 +187,56 @@ fn calls_wait_for_the_server_then_give_up_until_it_is_back() {
     assert_eq!(client.reconnects(), 1);
 }
 
+/// Whether the caller gave up: set by the test, read by the client's check.
+static GAVE_UP: AtomicBool = AtomicBool::new(false);
+
+fn gave_up(_: u32) -> bool {
+    GAVE_UP.load(Ordering::SeqCst)
+}
+
+#[test]
+fn a_waiting_call_ends_when_its_caller_gives_up() {
+    let host = Host::new();
+    let (client, root) = host.client(PATIENCE, |_, _| Ok(()));
+    host.up.store(false, Ordering::SeqCst);
+    host.crash();
+    // The first connection has no hang-up watcher: the call that finds it dead fails (it
+    // was in flight). Once the client has seen the loss, calls wait.
+    let _ = client.getattr(root, getattr::BASIC);
+    let deadline = Instant::now() + PATIENCE;
+    while client.is_connected() {
+        assert!(Instant::now() < deadline, "the loss went unseen");
+        thread::sleep(Duration::from_millis(10));
+    }
+
+    let waiting = {
+        let client = client.clone();
+        thread::spawn(move || {
+            crossfs_client::give_up_when(Some(crossfs_client::GiveUp {
+                check: gave_up,
+                arg: 0,
+            }));
+            client.getattr(root, getattr::BASIC)
+        })
+    };
+    thread::sleep(Duration::from_millis(300));
+    assert!(!waiting.is_finished(), "the call waits for the server");
+    GAVE_UP.store(true, Ordering::SeqCst);
+    let r = waiting.join().unwrap();
+    assert_eq!(r.map(drop), Err(ClientError::Interrupted));
+    assert_eq!(ClientError::Interrupted.errno(), libc::EINTR);
+
+    // A thread that set nothing still waits for the server, and gets it back.
+    let waiting = {
+        let client = client.clone();
+        thread::spawn(move || client.getattr(root, getattr::BASIC))
+    };
+    thread::sleep(Duration::from_millis(300));
+    assert!(!waiting.is_finished(), "the call waits for the server");
+    host.up.store(true, Ordering::SeqCst);
+    assert!(waiting.join().unwrap().is_ok());
+}
+
 #[test]
 fn a_failing_restore_is_retried_on_a_new_connection() {
     let host = Host::new();

@@ -23,6 +23,10 @@ pub struct MountConfig {
     pub max_write: u32,
     /// Mount read-only (`MS_RDONLY`) and refuse every change.
     pub read_only: bool,
+    /// Mount `noexec`: the kernel refuses to execute programs from it.
+    pub no_exec: bool,
+    /// Mount `noatime`: the kernel does not update access times.
+    pub no_atime: bool,
     /// When changes reach the server (see [`ChangeMode`]).
     pub changes: ChangeMode,
     /// Send every open and close of a file to the mount, and POSIX locks to the server.
@@ -34,6 +38,10 @@ pub struct MountConfig {
     /// kernel then checks every caller's permissions against the modes and owners shown
     /// (`default_permissions`) before the server checks its own.
     pub allow_other: bool,
+    /// Have the kernel check each caller against the modes and owners shown (FUSE
+    /// `default_permissions`) on a private mount too; always so with `allow_other` and
+    /// with [`ChangeMode::Behind`].
+    pub default_permissions: bool,
     /// Report every file as owned by this uid (as sshfs's `idmap=user`). Ownership on the
     /// server is unchanged; `chown` through the mount still sets the server's owner.
     pub uid: Option<u32>,
@@ -58,9 +66,12 @@ impl Default for MountConfig {
             max_pages: None,
             max_write: 1 << 20,
             read_only: false,
+            no_exec: false,
+            no_atime: false,
             send_opens: false,
             changes: ChangeMode::Exact,
             allow_other: false,
+            default_permissions: false,
             uid: None,
             gid: None,
             threads: 4,

@@ -78,7 +78,9 @@
 //!   `fs/behind.rs` decides what goes behind and what the kernel is told meanwhile.
 //! - `changes/`: the change feed, which holds only what it must touch
 //!   (`changes::FeedTarget`), not the FUSE side's state.
-//! - `mount.rs` (the session and [`MountHandle`]), `restore.rs` (binding again after a
+//! - `mount.rs` (the session and [`MountHandle`]), `direct.rs` (mount(2) itself, so that the
+//!   table says `fuse.crossfs` and only this mount is ever unmounted), `table.rs` (the mount table: which mount
+//!   at a point is this one), `restore.rs` (binding again after a
 //!   reconnect), `config.rs`, `stats.rs`, `attr.rs` (attributes as the kernel wants them),
 //!   `fid.rs`, `sync.rs` (the one way a mutex is taken).
 //!
@@ -124,6 +126,7 @@ mod attr;
 mod behind;
 mod changes;
 mod config;
+mod direct;
 mod error;
 mod fid;
 mod fs;
@@ -133,9 +136,10 @@ mod remote;
 mod restore;
 mod stats;
 mod sync;
+pub mod table;
 
 pub use config::{ChangeMode, MountConfig, UnknownChangeMode};
 pub use error::MountError;
 pub use known::cache::{CacheMode, InvalidNegativeTtl, NegativeTtl, UnknownCacheMode};
 pub use known::replica::DEFAULT_REPLICA_ENTRIES;
-pub use mount::{mount, MountHandle};
+pub use mount::{mount, MountHandle, Unmounted, Unmounter};

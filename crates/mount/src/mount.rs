@@ -9,13 +9,14 @@ use std::time::{Duration, Instant};
 
 use crossfs_client::Client;
 use crossfs_wire::{Fid, Qid};
-use fuser::{MountOption, Notifier, Session, SessionACL, SessionUnmounter};
+use fuser::{MountOption, Notifier, Session, SessionACL};
 
 use crate::changes::Feed;
 use crate::config::{MountConfig, RequestSize, PAGE};
 use crate::error::MountError;
 use crate::fs::{CrossFs, MountState};
 use crate::stats::StatsContext;
+use crate::table::Standing;
 
 /// `fs.fuse.max_pages_limit`: the most pages one FUSE request may carry (Linux 6.18+; 256
 /// before, which is also the default).
@@ -79,28 +80,19 @@ pub fn mount(
         state: state.clone(),
     };
 
-    let mut options = vec![
-        MountOption::FSName(config.fs_name.clone()),
-        MountOption::Subtype("crossfs".into()),
-        MountOption::NoDev,
-        MountOption::NoSuid,
-    ];
-    if config.read_only {
-        options.push(MountOption::RO);
-    }
-    if config.allow_other || config.changes == crate::ChangeMode::Behind {
-        // Other users reach the files with the server's credentials, so the kernel must
-        // check each caller against the modes and owners shown, as on a local file system.
-        // A change answered before the server checks it needs the same check.
-        options.push(MountOption::DefaultPermissions);
-    }
-    let mut fuse_config = fuser::Config::default();
-    fuse_config.mount_options = options;
-    fuse_config.acl = if config.allow_other {
+    // Other users reach the files with the server's credentials, so the kernel must check
+    // each caller against the modes and owners shown, as on a local file system. A change
+    // answered before the server checks it needs the same check.
+    let default_permissions = config.allow_other
+        || config.default_permissions
+        || config.changes == crate::ChangeMode::Behind;
+    let acl = if config.allow_other {
         SessionACL::All
     } else {
         SessionACL::Owner
     };
+    let mut fuse_config = fuser::Config::default();
+    fuse_config.acl = acl;
     fuse_config.n_threads = Some(config.threads);
     fuse_config.clone_fd = true;
 
@@ -108,8 +100,22 @@ pub fn mount(
         mountpoint: mountpoint.display().to_string(),
         source,
     };
-    let mut session = Session::new(fs, mountpoint, &fuse_config).map_err(mount_err)?;
-    let unmounter = session.unmount_callable();
+    let request = crate::direct::Request {
+        config,
+        default_permissions,
+        allow_other: config.allow_other,
+    };
+    let session = match crate::direct::mount(mountpoint, &request).map_err(mount_err)? {
+        Some(dev) => Session::from_fd(fs, dev, acl, fuse_config).map_err(|e| {
+            // Mounted just now, so on top: the path is this mount.
+            let _ = rustix::mount::unmount(mountpoint, rustix::mount::UnmountFlags::DETACH);
+            mount_err(e)
+        })?,
+        None => {
+            fuse_config.mount_options = fuser_options(config, default_permissions);
+            Session::new(fs, mountpoint, &fuse_config).map_err(mount_err)?
+        }
+    };
     let notifier = session.notifier();
     let _ = state.notifier.set(notifier.clone());
     state.start_page_push(notifier.clone());
@@ -133,7 +139,6 @@ pub fn mount(
     let mut handle = MountHandle {
         mountpoint: mountpoint.to_path_buf(),
         state,
-        unmounter: Some(unmounter),
         thread: Some(thread),
         notifier,
         dev: None,
@@ -159,6 +164,27 @@ pub fn mount(
     Ok(handle)
 }
 
+/// The options for fuser's own mount, through fusermount3 (for a user who may not mount).
+fn fuser_options(config: &MountConfig, default_permissions: bool) -> Vec<MountOption> {
+    let mut options = vec![
+        MountOption::FSName(config.fs_name.clone()),
+        MountOption::Subtype("crossfs".into()),
+        MountOption::NoDev,
+        MountOption::NoSuid,
+    ];
+    for (on, option) in [
+        (config.read_only, MountOption::RO),
+        (config.no_exec, MountOption::NoExec),
+        (config.no_atime, MountOption::NoAtime),
+        (default_permissions, MountOption::DefaultPermissions),
+    ] {
+        if on {
+            options.push(option);
+        }
+    }
+    options
+}
+
 /// Buffered reads are capped by the mount's readahead (128 KiB by default), whatever
 /// FUSE_MAX_PAGES allows; raise it to the request size so a sequential read is one
 /// max-size request after another. Returns the value in force.
@@ -182,11 +208,103 @@ fn finishes_within<T>(thread: &JoinHandle<T>, limit: Duration) -> bool {
     thread.is_finished()
 }
 
+/// Unmounts one mount (see [`MountHandle::unmounter`]), found in the mount table by its
+/// device number, so that a mount made over it, or under it, at the same point is left alone.
+#[derive(Clone, Debug)]
+pub struct Unmounter {
+    mountpoint: PathBuf,
+    /// The mount's device; `None` if it could not be learned, and then the path is
+    /// unmounted as it stands.
+    dev: Option<(u32, u32)>,
+}
+
+/// What [`Unmounter::unmount`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unmounted {
+    /// Unmounted.
+    Done,
+    /// It was busy: detached from the tree (as `umount -l`); it ends with its last user.
+    Detached,
+    /// Not mounted any more (someone ran `umount`).
+    AlreadyGone,
+    /// Another mount was made over it at the same point: nothing was done, since unmounting
+    /// the path would remove that one. Call again once it is gone.
+    Covered,
+}
+
+impl Unmounter {
+    /// The mount point.
+    pub fn mountpoint(&self) -> &Path {
+        &self.mountpoint
+    }
+
+    /// Unmounts the mount if it is the last one at its point.
+    ///
+    /// # Errors
+    /// [`MountError::Unmount`] if the mount table cannot be read, or the kernel refuses
+    /// even a lazy unmount.
+    pub fn unmount(&self) -> Result<Unmounted, MountError> {
+        let failed = |source: io::Error| MountError::Unmount {
+            mountpoint: self.mountpoint.display().to_string(),
+            source,
+        };
+        if let Some(dev) = self.dev {
+            let mounts = crate::table::mounts().map_err(failed)?;
+            match crate::table::standing(&mounts, &self.mountpoint, dev) {
+                Standing::OnTop => {}
+                Standing::Covered => return Ok(Unmounted::Covered),
+                Standing::Gone => return Ok(Unmounted::AlreadyGone),
+            }
+        }
+        use rustix::mount::{unmount, UnmountFlags};
+        match unmount(&self.mountpoint, UnmountFlags::empty()) {
+            Ok(()) => Ok(Unmounted::Done),
+            Err(e) if e == rustix::io::Errno::INVAL && self.dev.is_some() => {
+                // Unmounted by someone else since the table was read.
+                Ok(Unmounted::AlreadyGone)
+            }
+            // A user who may not unmount (the mount was made through fusermount3) asks
+            // fusermount3, which checks that the mount is theirs (lazily, as `umount -l`).
+            Err(rustix::io::Errno::PERM) => fusermount_unmount(&self.mountpoint)
+                .map(|()| Unmounted::Detached)
+                .map_err(failed),
+            Err(e) => {
+                tracing::info!(
+                    "unmount of {} failed ({e}); detaching",
+                    self.mountpoint.display()
+                );
+                unmount(&self.mountpoint, UnmountFlags::DETACH).map_err(|e| failed(e.into()))?;
+                Ok(Unmounted::Detached)
+            }
+        }
+    }
+}
+
+/// `fusermount3 -u -z MOUNTPOINT` (or fusermount's).
+fn fusermount_unmount(mountpoint: &Path) -> io::Result<()> {
+    let mut last = io::Error::from(io::ErrorKind::NotFound);
+    for program in ["fusermount3", "fusermount"] {
+        match std::process::Command::new(program)
+            .args(["-u", "-z", "--"])
+            .arg(mountpoint)
+            .stdin(std::process::Stdio::null())
+            .output()
+        {
+            Ok(out) if out.status.success() => return Ok(()),
+            Ok(out) => {
+                let why = String::from_utf8_lossy(&out.stderr);
+                return Err(io::Error::other(format!("{program}: {}", why.trim_end())));
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
 /// A live mount. Dropping it unmounts (as [`MountHandle::unmount`], errors ignored).
 pub struct MountHandle {
     mountpoint: PathBuf,
     state: Arc<MountState>,
-    unmounter: Option<SessionUnmounter>,
     thread: Option<JoinHandle<io::Result<()>>>,
     notifier: Notifier,
     dev: Option<(u32, u32)>,
@@ -266,7 +384,9 @@ impl MountHandle {
     /// once, and programs still using it carry on until they close it. If it is still in
     /// use after two seconds, its FUSE connection is aborted through fusectl when that is
     /// mounted (users then get ENOTCONN); otherwise the session is left to end with its
-    /// last user, or with this process. Either way this returns without hanging.
+    /// last user, or with this process. Either way this returns without hanging. Only this
+    /// mount is unmounted: when another was made over it at the same point, this one is
+    /// left mounted, with a warning (see [`Unmounter`]).
     ///
     /// # Errors
     /// [`MountError::Unmount`] if the kernel refuses even a lazy unmount.
@@ -280,21 +400,17 @@ impl MountHandle {
         let Some(thread) = self.thread.take() else {
             return Ok(());
         };
-        let plain = match self.unmounter.as_mut() {
-            Some(u) => u.unmount(),
-            None => Ok(()),
-        };
-        if let Err(e) = plain {
-            tracing::info!(
-                "unmount of {} failed ({e}); detaching",
+        // Not fuser's own unmount: it unmounts the path, whichever mount is last there.
+        let unmounted = self.unmounter().unmount()?;
+        if unmounted == Unmounted::Covered {
+            tracing::warn!(
+                "{} has another mount over it: leaving this one mounted (unmounting the path \
+                 would remove the other)",
                 self.mountpoint.display()
             );
-            rustix::mount::unmount(&self.mountpoint, rustix::mount::UnmountFlags::DETACH).map_err(
-                |e| MountError::Unmount {
-                    mountpoint: self.mountpoint.display().to_string(),
-                    source: e.into(),
-                },
-            )?;
+            return Ok(());
+        }
+        if unmounted == Unmounted::Detached {
             if !finishes_within(&thread, DETACH_GRACE) {
                 self.abort_connection();
             }
@@ -308,6 +424,15 @@ impl MountHandle {
         }
         self.thread = Some(thread);
         self.join()
+    }
+
+    /// What unmounts this mount, and no other made at the same point; usable from another
+    /// thread (a signal handler's) while this one is in [`MountHandle::wait`].
+    pub fn unmounter(&self) -> Unmounter {
+        Unmounter {
+            mountpoint: self.mountpoint.clone(),
+            dev: self.dev,
+        }
     }
 
     /// Ends the FUSE connection through fusectl (/sys/fs/fuse/connections, named by the

@@ -85,8 +85,11 @@ impl CrossFs {
         }
     }
 
-    /// Counts request `op` of `req` and hands over the shared state.
+    /// Counts request `op` of `req` and hands over the shared state. Every request passes
+    /// here first: a wait for the server on this thread from now on is for `req`'s caller,
+    /// and ends with EINTR if that caller gets a signal (`caller_signals.rs`).
     fn s(&self, req: &Request, op: Op) -> &Arc<MountState> {
+        crossfs_client::give_up_when(super::caller_signals::give_up_for(req.pid()));
         let s = &self.state;
         s.stats.count(op);
         if s.config.cache == CacheMode::Never && !matches!(op, Op::Getattr | Op::Forget) {

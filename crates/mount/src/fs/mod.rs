@@ -21,6 +21,7 @@
 
 mod attr;
 mod behind;
+mod caller_signals;
 mod dir;
 mod entry;
 mod face;
