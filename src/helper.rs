@@ -158,9 +158,11 @@ pub fn log_path(dir: &Path) -> PathBuf {
 fn open_log(dir: &Path) -> Result<(std::fs::File, u64), String> {
     let path = log_path(dir);
     let opened = std::fs::create_dir_all(LOG_DIR).and_then(|()| {
+        // Read too: a client that fails is reported with what it wrote.
         std::fs::OpenOptions::new()
             .create(true)
             .append(true)
+            .read(true)
             .open(&path)
     });
     match opened {
