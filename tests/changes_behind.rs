@@ -452,3 +452,50 @@ fn changes_lost_without_reconnecting_are_refused_not_kept() {
     assert_eq!(behind(&s.mount, "queued"), 0);
     assert_eq!(errno_of(f.sync_all()), Some(libc::EIO));
 }
+
+/// A getxattr(2) of the mount's sync name that the process's own SIGALRM, with a handler,
+/// interrupts after 0.3 s: the errno it got and how long it took. (Straight from libc:
+/// Python's os.getxattr would retry after EINTR.)
+const SYNC_ALARMED: &str = r#"
+import ctypes, errno, signal, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+signal.signal(signal.SIGALRM, lambda *a: None)
+signal.setitimer(signal.ITIMER_REAL, 0.3)
+buf = ctypes.create_string_buffer(64)
+start = time.monotonic()
+r = libc.getxattr(sys.argv[1].encode(), b"user.crossfs.sync", buf, 64)
+took = time.monotonic() - start
+print("ok" if r >= 0 else errno.errorcode[ctypes.get_errno()], f"{took:.2f}")
+"#;
+
+#[test]
+fn a_sync_waiting_for_changes_sent_behind_is_interrupted_by_a_signal() {
+    let s = setup(None, &[]);
+    let mnt = s.mount.mountpoint.clone();
+    let f = File::create(mnt.join("f")).unwrap();
+    f.sync_all().unwrap();
+    let sent_before = behind(&s.mount, "sent");
+    // The server stops reading: the chmod is sent behind and stays unanswered, so a sync
+    // waits for it (20 s at most).
+    let f = while_stopped(&s.serve, move || {
+        f.set_permissions(fs::Permissions::from_mode(0o640))
+            .unwrap();
+        f
+    });
+    let pid = s.serve.child.id().to_string();
+    run_ok(Command::new("kill").args(["-STOP", &pid]));
+    assert_eq!(behind(&s.mount, "sent"), sent_before + 1);
+    let out = run_ok(Command::new("python3").args(["-c", SYNC_ALARMED]).arg(&mnt));
+    resume(&s.serve);
+    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (errno, took) = out.trim().split_once(' ').unwrap();
+    assert_eq!(errno, "EINTR", "{out}");
+    assert!(took.parse::<f64>().unwrap() < 5.0, "{out}");
+    // The change itself is not lost: a sync after the server goes on finds it answered.
+    assert!(sync(&s.mount).status.success());
+    assert_eq!(
+        fs::metadata(s.export.join("f")).unwrap().mode() & 0o7777,
+        0o640
+    );
+    drop(f);
+}

@@ -34,7 +34,14 @@ pub fn give_up_when(give_up: Option<GiveUp>) {
     GIVE_UP.with(|g| g.set(give_up));
 }
 
-/// What this thread's calls check.
-pub(crate) fn current() -> Option<GiveUp> {
+/// What this thread's calls check (to carry it to a thread that waits for the same
+/// caller).
+pub fn current() -> Option<GiveUp> {
     GIVE_UP.with(Cell::get)
+}
+
+/// Whether this thread's caller gave up (see [`give_up_when`]): for waits of the caller's
+/// own outside this client that should end the same way (checked every [`GIVE_UP_POLL`]).
+pub fn caller_gave_up() -> bool {
+    current().is_some_and(|g| (g.check)(g.arg))
 }

@@ -58,5 +58,5 @@ pub use crossfs_wire::{
     CounterSnapshot, DirEntry, DirEntryAttr, Fid, Qid, Rgetattr, Rmessage, Tmessage,
 };
 pub use error::ClientError;
-pub use give_up::{give_up_when, GiveUp, GIVE_UP_POLL};
+pub use give_up::{caller_gave_up, current as give_up_now, give_up_when, GiveUp, GIVE_UP_POLL};
 pub use redial::{Dial, RestoreHook, Transport};

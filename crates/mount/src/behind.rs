@@ -54,6 +54,14 @@ pub(crate) const BYTES_LIMIT: usize = 16 << 20;
 /// What a change costs against [`BYTES_LIMIT`] besides its data.
 const OVERHEAD: usize = 128;
 
+/// Why [`ChangesBehind::wait_answered`] returned before the answers came.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NotAnswered {
+    TimedOut,
+    /// The caller (the process behind a FUSE request) got a signal.
+    Interrupted,
+}
+
 /// One change sent and not answered.
 struct Unanswered {
     ino: u64,
@@ -308,11 +316,11 @@ impl ChangesBehind {
 
     /// Waits until every change sent before the call is answered, or `timeout` passes.
     /// Returns whether they all were.
-    pub(crate) fn wait_answered(&self, timeout: Duration) -> bool {
+    pub(crate) fn wait_answered(&self, timeout: Duration) -> Result<(), NotAnswered> {
         let deadline = Instant::now() + timeout;
         let mut q = lock(&self.queue);
         let Some(last) = q.next_seq.checked_sub(1) else {
-            return true;
+            return Ok(());
         };
         let pending = |q: &Queue| {
             q.unanswered.range(..=last).next().is_some()
@@ -322,15 +330,20 @@ impl ChangesBehind {
         while pending(&q) {
             let now = Instant::now();
             if now >= deadline {
-                return false;
+                return Err(NotAnswered::TimedOut);
+            }
+            // A caller that gets a signal stops waiting, as its calls to a server that is
+            // away do.
+            if crossfs_client::caller_gave_up() {
+                return Err(NotAnswered::Interrupted);
             }
             q = self
                 .answered
-                .wait_timeout(q, deadline - now)
+                .wait_timeout(q, (deadline - now).min(crossfs_client::GIVE_UP_POLL))
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .0;
         }
-        true
+        Ok(())
     }
 
     /// Refused changes no `crossfs sync` has reported yet, now reported.

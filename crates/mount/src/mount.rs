@@ -454,7 +454,7 @@ impl MountHandle {
         };
         let ended = thread.join();
         // Unmounted: what was sent behind reaches the server before this returns.
-        if !self.state.behind.wait_answered(UNMOUNT_DRAIN) {
+        if self.state.behind.wait_answered(UNMOUNT_DRAIN).is_err() {
             tracing::error!(
                 "unmounted with changes sent behind still unanswered after {UNMOUNT_DRAIN:?}"
             );

@@ -384,9 +384,12 @@ impl ChangeState {
                 );
                 return Err(Errno::ETIMEDOUT);
             }
+            if crossfs_client::caller_gave_up() {
+                return Err(Errno::EINTR);
+            }
             synced = self
                 .synced_cv
-                .wait_timeout(synced, deadline - now)
+                .wait_timeout(synced, (deadline - now).min(crossfs_client::GIVE_UP_POLL))
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }

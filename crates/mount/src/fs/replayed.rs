@@ -54,12 +54,16 @@ impl MountState {
     /// answered every one sent before it; fails with EIO if it refused any since the
     /// last sync (each is logged, and its file's next close or fsync fails too).
     fn sync_behind(&self) -> Result<(), Errno> {
-        if !self.behind.wait_answered(crate::changes::SYNC_TIMEOUT) {
-            tracing::warn!(
-                "sync: changes sent behind unanswered for {:?}",
-                crate::changes::SYNC_TIMEOUT
-            );
-            return Err(Errno::ETIMEDOUT);
+        match self.behind.wait_answered(crate::changes::SYNC_TIMEOUT) {
+            Ok(()) => {}
+            Err(crate::behind::NotAnswered::TimedOut) => {
+                tracing::warn!(
+                    "sync: changes sent behind unanswered for {:?}",
+                    crate::changes::SYNC_TIMEOUT
+                );
+                return Err(Errno::ETIMEDOUT);
+            }
+            Err(crate::behind::NotAnswered::Interrupted) => return Err(Errno::EINTR),
         }
         match self.behind.take_refused_unsynced() {
             0 => Ok(()),
@@ -90,10 +94,13 @@ impl MountState {
             return Err(Errno::ERANGE);
         }
         let shared = self.clone();
+        // The caller's signals end the wait, on the sync's thread too.
+        let give_up = crossfs_client::give_up_now();
         Ok(NowOrLater::Later(Later::new(move |reply: ReplyXattr| {
             let spawned = std::thread::Builder::new()
                 .name("crossfs-sync".into())
                 .spawn(move || {
+                    crossfs_client::give_up_when(give_up);
                     let marker = shared.sync_behind().and_then(|()| shared.changes.sync());
                     let value = marker.map(|m| Xattr::Data(format!("{m:016x}").into_bytes()));
                     answer(reply, value);
