@@ -20,22 +20,12 @@ use common::*;
 /// Subcommands whose pages and completions an install must carry.
 const PAGES: [&str; 6] = ["serve", "mount", "stats", "watch", "sync", "bench"];
 
-fn is_mounted(dir: &Path) -> bool {
-    let dir = std::fs::canonicalize(dir).unwrap();
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .any(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()))
-}
-
 /// Unmounts `dir`, waits for its client to let go, and removes the log that mount(8)'s
 /// helper gave the client (/var/log/crossfs/NAME.log).
 fn unmount(dir: &Path) {
     run_ok(Command::new("umount").arg(dir));
     wait_until("the unmount", Duration::from_secs(10), || !is_mounted(dir));
-    let canonical = std::fs::canonicalize(dir).unwrap();
-    let name = canonical.to_str().unwrap()[1..].replace('/', "-");
-    let _ = std::fs::remove_file(format!("/var/log/crossfs/{name}.log"));
+    let _ = std::fs::remove_file(helper_client_log(dir));
 }
 
 /// `systemd-analyze verify` on a unit file, where systemd's tools are installed.

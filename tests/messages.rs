@@ -14,10 +14,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
 /// Runs `cmd` to its end, failing the test instead of hanging if it runs past 20 s.
 fn run_bounded(cmd: &mut Command) -> Output {
     let mut child = cmd
@@ -42,7 +38,7 @@ fn run_bounded(cmd: &mut Command) -> Output {
 fn fails_saying(args: &[&str], message: &str) -> String {
     let out = run_bounded(Command::new(crossfs_bin()).args(args));
     assert!(!out.status.success(), "crossfs {args:?} succeeded");
-    let text = stderr(&out);
+    let text = stderr_of(&out);
     assert_eq!(
         text.lines().last(),
         Some(message),
@@ -225,9 +221,9 @@ fn a_bad_fstab_value_is_reported_as_the_option_typed() {
                 .arg(&mnt)
                 .args(["-o", &format!("_netdev,{option}")]),
         );
-        assert_eq!(out.status.code(), Some(1), "{option}: {}", stderr(&out));
+        assert_eq!(out.status.code(), Some(1), "{option}: {}", stderr_of(&out));
         assert_eq!(
-            stderr(&out),
+            stderr_of(&out),
             format!("mount.crossfs: option `{option}`: {why}\n")
         );
     }

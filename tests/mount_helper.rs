@@ -6,7 +6,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -19,30 +19,10 @@ fn helper_dir() -> (tempfile::TempDir, PathBuf) {
     (dir, helper)
 }
 
-fn is_mounted(dir: &Path) -> bool {
-    let dir = std::fs::canonicalize(dir).unwrap();
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .any(|l| l.split(' ').nth(4) == Some(dir.to_str().unwrap()))
-}
-
 /// Unmounts `dir` and waits for the client to let go of it.
 fn unmount(dir: &Path) {
     run_ok(Command::new("umount").arg(dir));
     wait_until("the unmount", Duration::from_secs(10), || !is_mounted(dir));
-}
-
-/// The log the helper gives the client mounted at `dir` (the README's
-/// /var/log/crossfs/NAME.log).
-fn client_log(dir: &Path) -> PathBuf {
-    let canonical = std::fs::canonicalize(dir).unwrap();
-    let name = canonical.to_str().unwrap()[1..].replace('/', "-");
-    PathBuf::from(format!("/var/log/crossfs/{name}.log"))
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 #[test]
@@ -67,7 +47,7 @@ fn the_helper_returns_once_mounted_and_the_client_carries_on() {
         ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}: {}", out.status, stderr(&out));
+    assert!(out.status.success(), "{}: {}", out.status, stderr_of(&out));
     // The helper has exited; the mount is there and served.
     assert!(is_mounted(&mnt));
     assert_eq!(std::fs::read(mnt.join("hello")).unwrap(), b"from the host");
@@ -80,7 +60,7 @@ fn the_helper_returns_once_mounted_and_the_client_carries_on() {
     // The client logged to the file the README names, without colour codes, through to
     // its unmount.
     let canonical = std::fs::canonicalize(&mnt).unwrap();
-    let log = client_log(&mnt);
+    let log = helper_client_log(&mnt);
     wait_until(
         "the client's last log line",
         Duration::from_secs(10),
@@ -107,11 +87,16 @@ fn bad_options_and_absent_servers_fail_and_mount_nothing() {
         .args([&addr, mnt.to_str().unwrap(), "-o", "cache=auto,colour=blue"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1), "usage error: {}", stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "usage error: {}",
+        stderr_of(&out)
+    );
     assert!(
-        stderr(&out).contains("unknown option `colour=blue`"),
+        stderr_of(&out).contains("unknown option `colour=blue`"),
         "{}",
-        stderr(&out)
+        stderr_of(&out)
     );
 
     let out = Command::new(&helper)
@@ -122,22 +107,22 @@ fn bad_options_and_absent_servers_fail_and_mount_nothing() {
         out.status.code(),
         Some(32),
         "mount failure: {}",
-        stderr(&out)
+        stderr_of(&out)
     );
     assert!(
-        stderr(&out).contains("nobody-listens.sock"),
+        stderr_of(&out).contains("nobody-listens.sock"),
         "the client's error is shown: {}",
-        stderr(&out)
+        stderr_of(&out)
     );
     assert!(!is_mounted(&mnt));
-    let _ = std::fs::remove_file(client_log(&mnt));
+    let _ = std::fs::remove_file(helper_client_log(&mnt));
 
     // -f: everything but the mount.
     let out = Command::new(&helper)
         .args([&addr, mnt.to_str().unwrap(), "-f", "-o", "cache=never"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(out.status.success(), "{}", stderr_of(&out));
     assert!(!is_mounted(&mnt));
 }
 
@@ -184,5 +169,5 @@ fn mount_t_crossfs_from_an_fstab_line() {
     assert!(is_mounted(&mnt));
     assert_eq!(std::fs::read(mnt.join("f")).unwrap(), b"fstab");
     unmount(&mnt);
-    let _ = std::fs::remove_file(client_log(&mnt));
+    let _ = std::fs::remove_file(helper_client_log(&mnt));
 }

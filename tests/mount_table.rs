@@ -6,7 +6,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::*;
@@ -100,10 +100,6 @@ impl Drop for Cleanup<'_> {
     }
 }
 
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
 #[test]
 fn findmnt_shows_fuse_crossfs_and_the_source_as_given() {
     let (_work, addr, _mnt, _serve) = host();
@@ -141,9 +137,9 @@ fn a_second_mount_on_a_point_is_refused_unless_asked_for() {
         .arg(&mnt)
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out));
     assert_eq!(
-        stderr(&out),
+        stderr_of(&out),
         format!(
             "crossfs: {} is already a mount point (fuse.crossfs from {addr}); pass \
              --allow-stacked (fstab: allow_stacked) to mount over it\n",
@@ -167,11 +163,11 @@ fn a_second_mount_on_a_point_is_refused_unless_asked_for() {
     let helper = work.path().join("mount.crossfs");
     std::os::unix::fs::symlink(crossfs_bin(), &helper).unwrap();
     let out = Command::new(&helper).arg(&addr).arg(&mnt).output().unwrap();
-    assert_eq!(out.status.code(), Some(32), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(32), "{}", stderr_of(&out));
     assert!(
-        stderr(&out).contains("is already a mount point"),
+        stderr_of(&out).contains("is already a mount point"),
         "{}",
-        stderr(&out)
+        stderr_of(&out)
     );
     assert_eq!(entries_at(&mnt).len(), 2);
     run_ok(
@@ -309,17 +305,17 @@ fn mount_dash_o_takes_the_options_of_mount_crossfs() {
             .args(["mount", &addr, "/nonexistent", "-o", bad])
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-        assert_eq!(stderr(&out), format!("crossfs mount: {message}\n"));
+        assert_eq!(out.status.code(), Some(2), "{}", stderr_of(&out));
+        assert_eq!(stderr_of(&out), format!("crossfs mount: {message}\n"));
         let out = Command::new(&helper)
             .args([&addr, "/nonexistent", "-o", bad])
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out));
         assert!(
-            stderr(&out).starts_with(&format!("mount.crossfs: {message}\n")),
+            stderr_of(&out).starts_with(&format!("mount.crossfs: {message}\n")),
             "{}",
-            stderr(&out)
+            stderr_of(&out)
         );
     }
 }

@@ -350,8 +350,22 @@ impl Drop for Mount {
 /// Whether `path` is a mount point right now (per /proc/self/mountinfo).
 pub fn is_mounted(path: &Path) -> bool {
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     let target = path.to_str().unwrap();
     info.lines().any(|l| l.split(' ').nth(4) == Some(target))
+}
+
+/// The log mount(8)'s helper gives the client it starts for mount point `dir` (the
+/// README's /var/log/crossfs/NAME.log).
+pub fn helper_client_log(dir: &Path) -> PathBuf {
+    let canonical = std::fs::canonicalize(dir).unwrap();
+    let name = canonical.to_str().unwrap()[1..].replace('/', "-");
+    PathBuf::from(format!("/var/log/crossfs/{name}.log"))
+}
+
+/// A finished command's standard error, as text.
+pub fn stderr_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// A small deterministic generator (xorshift), so a failure can be replayed by its seed.
