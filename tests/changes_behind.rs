@@ -68,23 +68,6 @@ fn behind(mount: &Mount, counter: &str) -> u64 {
     mount.stats()["behind"][counter].as_u64().unwrap()
 }
 
-/// What a stat shows that the host decides: type and mode, owner, size, times to the
-/// nanosecond.
-fn shown(path: &Path) -> (u32, u32, u32, u64, [(i64, i64); 3]) {
-    let m = fs::metadata(path).unwrap();
-    (
-        m.mode(),
-        m.uid(),
-        m.gid(),
-        m.size(),
-        [
-            (m.atime(), m.atime_nsec()),
-            (m.mtime(), m.mtime_nsec()),
-            (m.ctime(), m.ctime_nsec()),
-        ],
-    )
-}
-
 /// Runs `work` (changes through the mount) with the server stopped (SIGSTOP): what the mount
 /// sends waits unanswered in the socket. A change that waits for the server instead would
 /// hang `work`: after 20 s the server goes on and the test fails.

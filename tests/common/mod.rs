@@ -363,6 +363,24 @@ pub fn helper_client_log(dir: &Path) -> PathBuf {
     PathBuf::from(format!("/var/log/crossfs/{name}.log"))
 }
 
+/// What a stat shows that the host decides: type and mode, owner, size, times to the
+/// nanosecond.
+pub fn shown(path: &Path) -> (u32, u32, u32, u64, [(i64, i64); 3]) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).unwrap();
+    (
+        m.mode(),
+        m.uid(),
+        m.gid(),
+        m.size(),
+        [
+            (m.atime(), m.atime_nsec()),
+            (m.mtime(), m.mtime_nsec()),
+            (m.ctime(), m.ctime_nsec()),
+        ],
+    )
+}
+
 /// A finished command's standard error, as text.
 pub fn stderr_of(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
