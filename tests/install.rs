@@ -113,14 +113,8 @@ fn install_and_uninstall_into_a_temporary_prefix() {
     verify_unit(&unit_path);
 
     // mount(8)'s helper, as installed, mounts.
-    let work = tempfile::tempdir().unwrap();
-    let export = work.path().join("export");
-    let mnt = work.path().join("mnt");
-    std::fs::create_dir(&export).unwrap();
-    std::fs::create_dir(&mnt).unwrap();
-    std::fs::write(export.join("f"), b"installed").unwrap();
-    let addr = format!("unix:{}", work.path().join("s.sock").display());
-    let _serve = Serve::start(&export, &addr, &[]);
+    let host = serve_one_file("f", b"installed");
+    let (mnt, addr) = (host.mnt.clone(), host.addr.clone());
     run_ok(
         Command::new(sbin.join("mount.crossfs"))
             .arg(&addr)

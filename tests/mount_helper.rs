@@ -28,14 +28,8 @@ fn unmount(dir: &Path) {
 #[test]
 fn the_helper_returns_once_mounted_and_the_client_carries_on() {
     let (_bin, helper) = helper_dir();
-    let work = tempfile::tempdir().unwrap();
-    let export = work.path().join("export");
-    let mnt = work.path().join("mnt");
-    std::fs::create_dir(&export).unwrap();
-    std::fs::create_dir(&mnt).unwrap();
-    std::fs::write(export.join("hello"), b"from the host").unwrap();
-    let addr = format!("unix:{}", work.path().join("s.sock").display());
-    let _serve = Serve::start(&export, &addr, &[]);
+    let host = serve_one_file("hello", b"from the host");
+    let (export, mnt, addr) = (host.export.clone(), host.mnt.clone(), host.addr.clone());
 
     let out = Command::new(&helper)
         .arg(&addr)
@@ -147,14 +141,8 @@ fn mount_t_crossfs_from_an_fstab_line() {
         std::os::unix::fs::symlink(crossfs_bin(), &sbin).unwrap();
         SbinLink(Some(sbin))
     };
-    let work = tempfile::tempdir().unwrap();
-    let export = work.path().join("export");
-    let mnt = work.path().join("mnt");
-    std::fs::create_dir(&export).unwrap();
-    std::fs::create_dir(&mnt).unwrap();
-    std::fs::write(export.join("f"), b"fstab").unwrap();
-    let addr = format!("unix:{}", work.path().join("s.sock").display());
-    let _serve = Serve::start(&export, &addr, &[]);
+    let host = serve_one_file("f", b"fstab");
+    let (work, mnt, addr) = (&host.work, host.mnt.clone(), host.addr.clone());
     let fstab = work.path().join("fstab");
     std::fs::write(
         &fstab,

@@ -33,15 +33,8 @@ fn entries_at(mountpoint: &Path) -> Vec<(String, String, String)> {
 
 /// An export with one file, served on a unix socket; the work directory holds `mnt`.
 fn host() -> (tempfile::TempDir, String, PathBuf, Serve) {
-    let work = tempfile::tempdir().unwrap();
-    let export = work.path().join("export");
-    let mnt = work.path().join("mnt");
-    std::fs::create_dir(&export).unwrap();
-    std::fs::create_dir(&mnt).unwrap();
-    std::fs::write(export.join("hello"), b"from the host").unwrap();
-    let addr = format!("unix:{}", work.path().join("s.sock").display());
-    let serve = Serve::start(&export, &addr, &[]);
-    (work, addr, mnt, serve)
+    let h = serve_one_file("hello", b"from the host");
+    (h.work, h.addr, h.mnt, h.serve)
 }
 
 fn spawn_mount(addr: &str, mnt: &Path, extra: &[&str]) -> Child {

@@ -213,7 +213,6 @@ fn start_as_libvirt_starts_virtiofsd(
     sock: &Path,
 ) -> std::process::Child {
     use std::os::fd::AsRawFd;
-    use std::os::unix::process::CommandExt;
     let bin = work.join("libexec");
     std::fs::create_dir(&bin).unwrap();
     let virtiofsd = bin.join("virtiofsd");
@@ -230,23 +229,7 @@ fn start_as_libvirt_starts_virtiofsd(
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone().unwrap())
         .stderr(log);
-    // SAFETY: between fork and exec only async-signal-safe calls (dup2, fcntl) on
-    // descriptors this process owns; no memory is touched.
-    unsafe {
-        cmd.pre_exec(move || {
-            // The copy at 3 must survive exec: dup2 makes it without FD_CLOEXEC, and a
-            // listener already at 3 has the flag cleared instead.
-            let ok = if raw == 3 {
-                libc::fcntl(3, libc::F_SETFD, 0)
-            } else {
-                libc::dup2(raw, 3)
-            };
-            if ok == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    pass_as_fd3(&mut cmd, raw);
     let child = cmd.spawn().expect("starting crossfs as virtiofsd");
     // As libvirt (VIR_COMMAND_PASS_FD_CLOSE_PARENT): only the child holds the socket now.
     drop(listener);

@@ -6,7 +6,6 @@
 mod common;
 
 use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -141,21 +140,7 @@ fn an_inherited_socket_is_served_until_its_vmm_leaves() {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    // SAFETY: between fork and exec only async-signal-safe calls on descriptors this
-    // process owns.
-    unsafe {
-        cmd.pre_exec(move || {
-            let ok = if raw == 3 {
-                libc::fcntl(3, libc::F_SETFD, 0)
-            } else {
-                libc::dup2(raw, 3)
-            };
-            if ok == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    pass_as_fd3(&mut cmd, raw);
     let mut child = cmd.spawn().unwrap();
     drop(listener);
     drop(std::os::unix::net::UnixStream::connect(&sock).unwrap());

@@ -381,6 +381,58 @@ pub fn shown(path: &Path) -> (u32, u32, u32, u64, [(i64, i64); 3]) {
     )
 }
 
+/// An export holding one file, served on a unix socket, beside an empty mount point.
+pub struct OneFileExport {
+    pub serve: Serve,
+    pub addr: String,
+    pub export: PathBuf,
+    pub mnt: PathBuf,
+    /// Holds `export`, `mnt` and the socket; removed last.
+    pub work: tempfile::TempDir,
+}
+
+/// Serves a new directory holding file `name` with `content`, with `mnt` made beside it.
+pub fn serve_one_file(name: &str, content: &[u8]) -> OneFileExport {
+    let work = tempfile::tempdir().unwrap();
+    let export = work.path().join("export");
+    let mnt = work.path().join("mnt");
+    std::fs::create_dir(&export).unwrap();
+    std::fs::create_dir(&mnt).unwrap();
+    std::fs::write(export.join(name), content).unwrap();
+    let addr = format!("unix:{}", work.path().join("s.sock").display());
+    let serve = Serve::start(&export, &addr, &[]);
+    OneFileExport {
+        serve,
+        addr,
+        export,
+        mnt,
+        work,
+    }
+}
+
+/// Makes `cmd`'s child inherit descriptor `raw` as descriptor 3 (as libvirt and Kata hand
+/// virtiofsd its listening socket).
+pub fn pass_as_fd3(cmd: &mut Command, raw: std::os::fd::RawFd) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec only async-signal-safe calls (dup2, fcntl) on
+    // descriptors this process owns; no memory is touched.
+    unsafe {
+        cmd.pre_exec(move || {
+            // The copy at 3 must survive exec: dup2 makes it without FD_CLOEXEC, and a
+            // descriptor already at 3 has the flag cleared instead.
+            let ok = if raw == 3 {
+                libc::fcntl(3, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(raw, 3)
+            };
+            if ok == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// A finished command's standard error, as text.
 pub fn stderr_of(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
