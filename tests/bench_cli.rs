@@ -1,6 +1,6 @@
 //! `crossfs bench --quick --json` end to end: every workload of --quick ran on every target it
 //! applies to (all of them, except the watcher cost, which runs natively only and says so), and
-//! the JSON has the documented shape; npm, which --quick runs only when named, is skipped with
+//! the JSON has the documented shape; every target's watcher saw every host change; npm, which --quick runs only when named, is skipped with
 //! its reason when it has no cache and no registry (a closed local port: no test touches the
 //! network). Speed is never asserted here; figures live in docs/bench.md.
 
@@ -65,7 +65,8 @@ fn quick_bench_runs_every_workload_on_every_target() {
             "git",
             "watcher",
             "untar",
-            "tree"
+            "tree",
+            "latency"
         ]
     );
     for w in workloads {
@@ -107,8 +108,9 @@ fn quick_bench_runs_every_workload_on_every_target() {
             for fig in r["figures"].as_array().unwrap() {
                 assert!(fig["summary"]["median"].as_f64().is_some(), "{fig}");
             }
-            // Mount targets report the 9P messages each figure cost.
-            if !native {
+            // Mount targets report the 9P messages each figure cost (the watch latency
+            // times events, not requests).
+            if !native && w["id"] != "latency" {
                 assert!(
                     r["figures"]
                         .as_array()
@@ -148,6 +150,23 @@ fn quick_bench_runs_every_workload_on_every_target() {
             .any(|n| n.as_str().unwrap().contains("watcher;")),
         "{notes:?}"
     );
+    // Every target passes every host change on to a watcher on it: the share seen is 1.
+    let latency = workloads.iter().find(|w| w["id"] == "latency").unwrap();
+    for r in latency["results"].as_array().unwrap() {
+        let seen = r["figures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["metric"] == "seen")
+            .unwrap_or_else(|| panic!("no share seen on {}", r["target"]));
+        assert_eq!(
+            seen["summary"]["median"].as_f64(),
+            Some(1.0),
+            "{}: {}",
+            r["target"],
+            r["warnings"]
+        );
+    }
     assert!(table.contains("n/a = native only"), "{table}");
     assert!(table.contains("last column: the requests"), "{table}");
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));

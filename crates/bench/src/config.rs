@@ -24,10 +24,11 @@ pub enum WorkloadId {
     Untar,
     Tree,
     Npm,
+    Latency,
 }
 
 impl WorkloadId {
-    pub const ALL: [WorkloadId; 12] = [
+    pub const ALL: [WorkloadId; 13] = [
         Self::SeqRead,
         Self::SeqWrite,
         Self::Random,
@@ -40,6 +41,7 @@ impl WorkloadId {
         Self::Untar,
         Self::Tree,
         Self::Npm,
+        Self::Latency,
     ];
 
     /// Not in `--quick` unless named in `--workloads`: `npm ci` of even 72 packages took
@@ -76,11 +78,12 @@ impl WorkloadId {
             Self::Untar => "extract a generated tarball of many small files, then syncfs (seconds)",
             Self::Tree => "find over a generated tree, then grep -r of every file (seconds)",
             Self::Npm => "npm ci --offline of a fixed lockfile from a filled cache (seconds)",
+            Self::Latency => "a change made on the host until a watcher on the target sees it (ms)",
         }
     }
 }
 
-const WORKLOAD_NAMES: [&str; 12] = [
+const WORKLOAD_NAMES: [&str; 13] = [
     "seq-read",
     "seq-write",
     "random",
@@ -93,6 +96,7 @@ const WORKLOAD_NAMES: [&str; 12] = [
     "untar",
     "tree",
     "npm",
+    "latency",
 ];
 
 /// Workload names in report order, for `--help` and `--workloads` validation.
@@ -112,7 +116,7 @@ impl From<WorkloadId> for &'static str {
     }
 }
 
-/// The string was neither a workload name nor a number 1..=12.
+/// The string was neither a workload name nor a number 1..=13.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown workload {given:?}; expected one of {} or 1..={}", WORKLOAD_NAMES.join(", "), WORKLOAD_NAMES.len())]
 pub struct UnknownWorkload {
@@ -281,6 +285,8 @@ pub struct Sizes {
     pub tree_entries: usize,
     /// npm: which committed lockfile is installed (`crates/bench/npm/`). Not scaled.
     pub npm_set: NpmSet,
+    /// Watch latency: host changes made one at a time, each awaited on the target.
+    pub latency_changes: usize,
 }
 
 /// The npm workload's dependency sets, committed under `crates/bench/npm/`.
@@ -357,6 +363,8 @@ impl Sizes {
             // with a tenth of the files, for `--quick --workloads npm`
             // ([`WorkloadId::LEFT_OUT_OF_QUICK`]).
             npm_set: if quick { NpmSet::Quick } else { NpmSet::Full },
+            // Each change costs its 30 ms pause: 100 take about 3.5 s a target and run.
+            latency_changes: count(98, 28, 7),
         }
     }
 }
@@ -380,7 +388,8 @@ mod tests {
         assert_eq!("9".parse::<WorkloadId>().unwrap(), WorkloadId::Watcher);
         assert_eq!("11".parse::<WorkloadId>().unwrap(), WorkloadId::Tree);
         assert_eq!("12".parse::<WorkloadId>().unwrap(), WorkloadId::Npm);
-        assert!("13".parse::<WorkloadId>().is_err());
+        assert_eq!("13".parse::<WorkloadId>().unwrap(), WorkloadId::Latency);
+        assert!("14".parse::<WorkloadId>().is_err());
         let err = "fio".parse::<WorkloadId>().unwrap_err();
         assert!(err.to_string().contains("seq-read"), "{err}");
         assert_eq!(workload_names().len(), WorkloadId::ALL.len());
@@ -396,12 +405,12 @@ mod tests {
             config.selected_workloads(),
             vec![WorkloadId::SeqRead, WorkloadId::Git]
         );
-        assert_eq!(BenchConfig::default().selected_workloads().len(), 12);
+        assert_eq!(BenchConfig::default().selected_workloads().len(), 13);
         let quick = BenchConfig {
             quick: true,
             ..BenchConfig::default()
         };
-        assert_eq!(quick.selected_workloads().len(), 11);
+        assert_eq!(quick.selected_workloads().len(), 12);
         assert!(!quick.selected_workloads().contains(&WorkloadId::Npm));
         let named = BenchConfig {
             workloads: vec![WorkloadId::Npm],

@@ -30,6 +30,8 @@ pub enum Unit {
     Ratio,
     #[serde(rename = "s")]
     Seconds,
+    #[serde(rename = "ms")]
+    Milliseconds,
 }
 
 impl Unit {
@@ -43,11 +45,12 @@ impl Unit {
             Self::FilesPerSec => "files/s",
             Self::Ratio => "ratio",
             Self::Seconds => "s",
+            Self::Milliseconds => "ms",
         }
     }
 
     pub fn higher_is_better(self) -> bool {
-        !matches!(self, Self::Seconds)
+        !matches!(self, Self::Seconds | Self::Milliseconds)
     }
 }
 

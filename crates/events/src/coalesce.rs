@@ -1,6 +1,13 @@
 //! Coalescing: raw changes gathered per path until the path has been quiet for `quiet`
 //! (20 ms) or pending for `max_delay` (200 ms), whichever comes first.
 //!
+//! The first change after a quiet period (nothing pushed for `quiet`) is due after only
+//! `settle` (1 ms; `HubConfig::first_at_once`): a single change, the common case for an
+//! editor's save seen by a guest's watcher, is not held for a window that has nothing to
+//! merge it with. The engine reads the kernel queue once more before it flushes such a
+//! change, so that one program's create, write and close still make one event. Only what
+//! follows within the window is coalesced as before (a burst pays one early flush).
+//!
 //! The coalescer only merges *hints* (created / removed / modified / attrib); the engine turns
 //! a flushed path into at most one event by comparing what subscribers were last told (the
 //! snapshot) with what is on disk now. That comparison realises the rules:
@@ -74,6 +81,8 @@ struct Entry {
     item: Item,
     first: Instant,
     last: Instant,
+    /// The first change after a quiet period: due `settle` after it came.
+    leading: bool,
 }
 
 #[derive(Debug)]
@@ -89,6 +98,9 @@ struct Collapsed {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Window {
     pub(crate) quiet: Duration,
+    /// How long the first change after a quiet period waits for what comes with it
+    /// (`None`: it waits for the quiet window like any other).
+    pub(crate) settle: Option<Duration>,
     pub(crate) max_delay: Duration,
     pub(crate) limit: usize,
 }
@@ -101,6 +113,8 @@ pub(crate) struct Coalescer {
     entries: BTreeMap<u64, Entry>,
     index: HashMap<RelPath, u64>,
     collapsed: Option<Collapsed>,
+    /// When the last change was pushed (`None`: never), to tell a quiet period's end.
+    last_push: Option<Instant>,
 }
 
 fn dir_of(path: &RelPath) -> RelPath {
@@ -115,6 +129,7 @@ impl Coalescer {
             entries: BTreeMap::new(),
             index: HashMap::new(),
             collapsed: None,
+            last_push: None,
         }
     }
 
@@ -137,8 +152,21 @@ impl Coalescer {
         }
     }
 
+    /// Whether a change pushed at `now` ends a quiet period (and records the push).
+    fn ends_quiet(&mut self, now: Instant) -> bool {
+        let quiet = self.window.settle.is_some()
+            && self.entries.is_empty()
+            && self.collapsed.is_none()
+            && self
+                .last_push
+                .is_none_or(|t| now.saturating_duration_since(t) >= self.window.quiet);
+        self.last_push = Some(now);
+        quiet
+    }
+
     /// Records `hints` for `path`.
     pub(crate) fn push(&mut self, path: RelPath, hints: Hints, now: Instant) {
+        let leading = self.ends_quiet(now);
         if self.widen(&path, now) {
             return;
         }
@@ -159,6 +187,7 @@ impl Coalescer {
                 hints,
             },
             now,
+            leading,
         );
         self.index.insert(path, id);
         self.check_limit(now);
@@ -166,6 +195,7 @@ impl Coalescer {
 
     /// Records a rename.
     pub(crate) fn push_rename(&mut self, from: RelPath, to: RelPath, now: Instant) {
+        let leading = self.ends_quiet(now);
         if self.widen(&from, now) {
             self.widen(&to, now);
             return;
@@ -173,7 +203,7 @@ impl Coalescer {
         // Later changes to either name happened after the rename: they get new entries.
         self.index.remove(&from);
         self.index.remove(&to);
-        self.add(Item::Rename { from, to }, now);
+        self.add(Item::Rename { from, to }, now, leading);
         self.check_limit(now);
     }
 
@@ -210,7 +240,7 @@ impl Coalescer {
         }
     }
 
-    fn add(&mut self, item: Item, now: Instant) -> u64 {
+    fn add(&mut self, item: Item, now: Instant, leading: bool) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         self.entries.insert(
@@ -219,6 +249,7 @@ impl Coalescer {
                 item,
                 first: now,
                 last: now,
+                leading,
             },
         );
         id
@@ -239,17 +270,27 @@ impl Coalescer {
         (last + self.window.quiet).min(first + self.window.max_delay)
     }
 
+    fn entry_due_at(&self, e: &Entry) -> Instant {
+        match self.window.settle {
+            Some(settle) if e.leading => e.first + settle,
+            _ => self.due_at(e.first, e.last),
+        }
+    }
+
+    /// Whether a quiet period's first change is due at `now`.
+    pub(crate) fn first_change_due(&self, now: Instant) -> bool {
+        self.entries
+            .values()
+            .any(|e| e.leading && self.entry_due_at(e) <= now)
+    }
+
     /// When the next entry becomes due, if anything is pending.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
         let c = self
             .collapsed
             .as_ref()
             .map(|c| self.due_at(c.first, c.last));
-        let e = self
-            .entries
-            .values()
-            .map(|e| self.due_at(e.first, e.last))
-            .min();
+        let e = self.entries.values().map(|e| self.entry_due_at(e)).min();
         match (c, e) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -274,7 +315,7 @@ impl Coalescer {
         let mut taken = Vec::new();
         let mut held_back = false;
         for (&id, e) in &self.entries {
-            let due = force || self.due_at(e.first, e.last) <= now;
+            let due = force || self.entry_due_at(e) <= now;
             match &e.item {
                 Item::Path { .. } if due => taken.push(id),
                 Item::Path { .. } => held_back = true,
@@ -311,15 +352,74 @@ mod tests {
     fn window(limit: usize) -> Window {
         Window {
             quiet: Duration::from_millis(20),
+            settle: Some(Duration::from_millis(3)),
             max_delay: Duration::from_millis(200),
             limit,
         }
     }
 
+    /// A coalescer in the middle of a busy period (a change was pushed at `t0`), so that
+    /// the next change is not the first after a quiet one.
+    fn busy(limit: usize, t0: Instant) -> Coalescer {
+        let mut c = Coalescer::new(window(limit));
+        c.last_push = Some(t0);
+        c
+    }
+
+    #[test]
+    fn the_first_change_after_a_quiet_period_waits_only_to_settle() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut c = Coalescer::new(window(100));
+        c.push(p("a"), Hints::CREATED, ms(0));
+        assert_eq!(c.next_deadline(), Some(ms(3)));
+        // The write that came with the create joins it.
+        c.push(p("a"), Hints::MODIFIED, ms(2));
+        assert!(c.take_due(ms(2), false).is_empty());
+        assert_eq!(
+            c.take_due(ms(3), false),
+            vec![Flushed::Path {
+                path: p("a"),
+                hints: Hints::CREATED | Hints::MODIFIED
+            }]
+        );
+        // What follows within the window is coalesced as before.
+        c.push(p("a"), Hints::MODIFIED, ms(4));
+        c.push(p("a"), Hints::MODIFIED, ms(8));
+        assert!(c.take_due(ms(27), false).is_empty());
+        assert_eq!(c.take_due(ms(28), false).len(), 1);
+        // Quiet again for a whole window: the next change goes after the settle.
+        c.push(p("b"), Hints::REMOVED, ms(48));
+        assert_eq!(c.take_due(ms(51), false).len(), 1);
+        // A rename after a quiet period too.
+        c.push_rename(p("b"), p("c"), ms(100));
+        assert_eq!(
+            c.take_due(ms(103), false),
+            vec![Flushed::Rename {
+                from: p("b"),
+                to: p("c")
+            }]
+        );
+    }
+
+    #[test]
+    fn a_change_while_others_are_pending_waits_for_the_window() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut c = Coalescer::new(window(100));
+        c.push(p("a"), Hints::MODIFIED, ms(0));
+        // Quiet for longer than the window, but `a` has not been taken yet: `b` joins the
+        // pending changes rather than starting a quiet period's first.
+        c.push(p("b"), Hints::MODIFIED, ms(30));
+        assert_eq!(c.take_due(ms(30), false).len(), 1, "a is due");
+        assert!(c.take_due(ms(49), false).is_empty());
+        assert_eq!(c.take_due(ms(50), false).len(), 1);
+    }
+
     #[test]
     fn writes_merge_until_quiet() {
         let t0 = Instant::now();
-        let mut c = Coalescer::new(window(100));
+        let mut c = busy(100, t0);
         for i in 0..10 {
             c.push(p("f"), Hints::MODIFIED, t0 + Duration::from_millis(i));
         }
@@ -340,7 +440,7 @@ mod tests {
     #[test]
     fn a_hot_path_is_flushed_by_the_max_delay() {
         let t0 = Instant::now();
-        let mut c = Coalescer::new(window(100));
+        let mut c = busy(100, t0);
         for i in 0..=300 {
             c.push(p("hot"), Hints::MODIFIED, t0 + Duration::from_millis(i));
             let out = c.take_due(t0 + Duration::from_millis(i), false);
@@ -356,7 +456,7 @@ mod tests {
     fn rename_is_ordered_and_a_barrier() {
         let t0 = Instant::now();
         let ms = |n| t0 + Duration::from_millis(n);
-        let mut c = Coalescer::new(window(100));
+        let mut c = busy(100, t0);
         c.push(p("b"), Hints::MODIFIED, ms(0));
         c.push_rename(p("a"), p("b"), ms(1));
         c.push(p("b"), Hints::MODIFIED, ms(2));
@@ -388,7 +488,7 @@ mod tests {
     #[test]
     fn burst_collapses_to_deepest_common_directory() {
         let t0 = Instant::now();
-        let mut c = Coalescer::new(window(4));
+        let mut c = busy(4, t0);
         for i in 0..6 {
             c.push(p(&format!("src/gen/f{i}")), Hints::CREATED, t0);
         }

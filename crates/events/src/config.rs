@@ -28,6 +28,10 @@ pub struct HubConfig {
     pub quiet: Duration,
     /// ... or at the latest this long after its first pending change (200 ms).
     pub max_delay: Duration,
+    /// The first change after a quiet period is published after one more read of the
+    /// kernel queue (1 ms) rather than the quiet window (true): a lone change reaches
+    /// watchers at once, and only what follows it is coalesced.
+    pub first_at_once: bool,
     /// More pending paths than this collapse into one rescan of their deepest common directory;
     /// a rescan with more differences than this publishes one `Rescan` instead (2048).
     pub burst_limit: usize,
@@ -60,6 +64,7 @@ impl Default for HubConfig {
             backend: BackendKind::Auto,
             quiet: Duration::from_millis(20),
             max_delay: Duration::from_millis(200),
+            first_at_once: true,
             burst_limit: 2048,
             ring_capacity: 4096,
             history: 4096,

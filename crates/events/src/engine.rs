@@ -36,6 +36,9 @@ const TOLD_GONE_LIMIT: usize = 4096;
 /// one per event, which on a small machine is CPU taken from the program making them
 /// (about 19 us of this thread's CPU per event before, most of it waking up and sleeping).
 const READ_GAP: Duration = Duration::from_millis(2);
+/// How long the first change after a quiet period waits for what comes with it; the
+/// kernel queue is read once more just before it goes (see `Engine::run`).
+const FIRST_CHANGE_SETTLE: Duration = Duration::from_millis(1);
 
 pub(crate) struct Engine {
     shared: Arc<HubState>,
@@ -74,13 +77,14 @@ impl Engine {
         wake_r: OwnedFd,
     ) -> Self {
         let c = &shared.config;
+        let read_gap = READ_GAP.min(c.quiet / 4);
         let window = Window {
             quiet: c.quiet,
+            settle: c.first_at_once.then(|| FIRST_CHANGE_SETTLE.min(c.quiet)),
             max_delay: c.max_delay,
             limit: c.burst_limit,
         };
         let next_poll = Instant::now() + c.poll_interval;
-        let read_gap = READ_GAP.min(c.quiet / 4);
         Self {
             coalescer: Coalescer::new(window),
             shared,
@@ -123,7 +127,12 @@ impl Engine {
         while !self.shared.stop.load(Ordering::SeqCst) {
             let readable = self.wait();
             let now = Instant::now();
-            if readable {
+            // A quiet period's first change is about to go: read what came with it (the
+            // write after a create), whatever the gap between reads.
+            let settling = self.coalescer.first_change_due(now)
+                && !self.shared.paused.load(Ordering::SeqCst)
+                && self.kernel_active();
+            if readable || settling {
                 self.last_read = now;
                 if let Err(e) = self.watcher.read_into(&self.root, &mut self.raws) {
                     tracing::warn!("reading {:?} events: {e}", self.watcher.kind());

@@ -82,6 +82,8 @@ fn config(backend: BackendKind) -> HubConfig {
         // The poller would eventually find anything; a long interval makes each step's
         // events the kernel watcher's (or the sync's rescan of what it does not watch).
         poll_interval: std::time::Duration::from_secs(3600),
+        // Exact event lists: every change coalesced for the window (see common::config).
+        first_at_once: false,
         ..HubConfig::default()
     }
 }

@@ -649,3 +649,32 @@ fn scanning_a_new_directory_leaves_its_access_time_alone() {
         "the watcher's listing moved the access time"
     );
 }
+
+/// A quiet period's first change is published without waiting for the quiet window (made
+/// ten seconds here, longer than the test waits); what follows it within the window is
+/// still held for it.
+#[test]
+fn a_lone_change_is_not_held_for_the_quiet_window() {
+    let t = tempdir();
+    let root = t.path();
+    let config = HubConfig {
+        quiet: Duration::from_secs(10),
+        max_delay: Duration::from_secs(20),
+        first_at_once: true,
+        ..HubConfig::default()
+    };
+    let hub = EventHub::start(root, config).unwrap();
+    let sub = hub.subscribe();
+    fs::create_dir(root.join("d")).unwrap();
+    let ev = sub
+        .next_timeout(Duration::from_secs(5))
+        .expect("the first change after a quiet period arrives before the window ends");
+    assert_eq!(summary(&[ev]), pairs(&[("created", "d")]));
+    fs::create_dir(root.join("e")).unwrap();
+    assert!(
+        sub.next_timeout(Duration::from_secs(1)).is_none(),
+        "a change right after it waits for the window"
+    );
+    let evs = until_sync(&hub, &sub);
+    assert_eq!(summary(&evs), pairs(&[("created", "e")]));
+}

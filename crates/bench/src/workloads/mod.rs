@@ -36,6 +36,7 @@ pub(crate) mod build;
 pub(crate) mod cmd;
 pub(crate) mod gentree;
 pub(crate) mod git;
+pub(crate) mod latency;
 pub(crate) mod meta;
 pub(crate) mod negative;
 pub(crate) mod npm;
@@ -235,6 +236,7 @@ pub(crate) fn metrics(id: WorkloadId) -> &'static [MetricDef] {
         WorkloadId::Untar => untar::METRICS,
         WorkloadId::Tree => tree::METRICS,
         WorkloadId::Npm => npm::METRICS,
+        WorkloadId::Latency => latency::METRICS,
     }
 }
 
@@ -253,6 +255,7 @@ pub(crate) fn title(id: WorkloadId, sizes: &Sizes) -> String {
         WorkloadId::Untar => untar::title(sizes),
         WorkloadId::Tree => tree::title(sizes),
         WorkloadId::Npm => npm::title(sizes),
+        WorkloadId::Latency => latency::title(sizes),
     }
 }
 
@@ -311,7 +314,10 @@ pub(crate) fn setup(
 
 /// Whether `id` has input to prepare (a pool to replicate into each run).
 pub(crate) fn has_input(id: WorkloadId) -> bool {
-    !matches!(id, WorkloadId::SeqWrite | WorkloadId::Watcher)
+    !matches!(
+        id,
+        WorkloadId::SeqWrite | WorkloadId::Watcher | WorkloadId::Latency
+    )
 }
 
 /// Write `id`'s input into `pool`, an existing empty directory. Untimed, once
@@ -319,7 +325,7 @@ pub(crate) fn has_input(id: WorkloadId) -> bool {
 pub(crate) fn prepare(id: WorkloadId, pool: &Path, sizes: &Sizes) -> Result<(), WorkloadError> {
     match id {
         WorkloadId::SeqRead => seq::prepare_read(pool, sizes),
-        WorkloadId::SeqWrite | WorkloadId::Watcher => Ok(()),
+        WorkloadId::SeqWrite | WorkloadId::Watcher | WorkloadId::Latency => Ok(()),
         WorkloadId::Random => random::prepare(pool, sizes),
         WorkloadId::Meta => meta::prepare(pool, sizes),
         WorkloadId::Negative => negative::prepare(pool, sizes),
@@ -369,6 +375,7 @@ pub(crate) fn run(id: WorkloadId, ctx: &mut Ctx<'_>) -> Result<(), WorkloadError
             Setup::Npm(cache) => npm::run(ctx, cache),
             Setup::Nothing => Err(WorkloadError::Prepare("no npm cache was set up".into())),
         },
+        WorkloadId::Latency => latency::run(ctx),
     }
 }
 
