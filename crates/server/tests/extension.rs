@@ -892,6 +892,11 @@ fn createbehind_never_opens_a_taken_name_and_keeps_the_file_beside_it() {
         panic!("{r:?}")
     };
     assert_eq!(made.name, b"free");
+    assert_eq!(
+        made.dir.mode & libc::S_IFMT,
+        libc::S_IFDIR,
+        "the directory after it"
+    );
     assert_eq!(made.created.attr.mode, libc::S_IFREG | 0o640);
     assert_eq!(c.write(Fid(2), 0, b"guest").unwrap(), 5);
     assert_eq!(std::fs::read(h.path("free")).unwrap(), b"guest");

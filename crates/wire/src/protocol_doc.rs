@@ -86,7 +86,7 @@ cut to what msize leaves room for, as Tread's is, and reading at or past the end
 no data, successfully. `Twalkreaddirattr` fails like Treaddirattr (a file: `ENOTDIR`),
 and its entries are cut to what msize leaves room for besides the qids walked.
 `Tcreateattr` fails like Tlcreate (`EEXIST`, `EACCES`, ...) and binds neither
-fid. `Tcreatebehind` fails like Tcreateattr, but never with `EEXIST` for a taken name:
+fid. `Tcreatebehind` fails like Tcreateattrdir, but never with `EEXIST` for a taken name:
 it makes the file beside it as `NAME.crossfs-conflict-N` instead (the lowest `N` from 1
 that is free; `ENAMETOOLONG` where that name is too long) and answers the name it used;
 without `O_EXCL` in its flags it is `EINVAL`. `Tsetattrget` fails like Tsetattr; the attributes are only sent on success.

@@ -294,7 +294,8 @@ pub(crate) fn createbehind(conn: &Conn, m: Tcreatebehind) -> OpResult<Rmessage> 
         };
         match createattr(conn, attempt) {
             Ok(Rmessage::Createattr(created)) => {
-                return Ok(Rmessage::Createbehind(Rcreatebehind { name, created }));
+                let dir = attr_after_change(conn, create.dfid, create.request_mask);
+                return Ok(Rmessage::Createbehind(Rcreatebehind { name, created, dir }));
             }
             Ok(_) => return Err(OpError::Invalid("Tcreateattr answered something else")),
             Err(OpError::Os(Errno::EXIST)) => {
