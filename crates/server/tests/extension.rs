@@ -866,3 +866,64 @@ fn tmpfile_is_named_only_by_tlink_beneath_the_export_and_read_only_holds() {
     assert_eq!(c.err(tmpfile(ROOT, Fid(1), open_flags::RDWR)), libc::EROFS);
     assert_eq!(std::fs::read_dir(ro.root()).unwrap().count(), 0);
 }
+
+#[test]
+fn createbehind_never_opens_a_taken_name_and_keeps_the_file_beside_it() {
+    let h = Harness::new();
+    std::fs::write(h.path("taken"), b"host").unwrap();
+    std::fs::write(h.path("taken.crossfs-conflict-1"), b"host too").unwrap();
+    let mut c = extended(&h);
+    let create = |name: &str, nodefid: u32, openfid: u32, flags: u32| Tcreatebehind {
+        create: Tcreateattr {
+            dfid: ROOT,
+            nodefid: Fid(nodefid),
+            openfid: Fid(openfid),
+            name: name.as_bytes().to_vec(),
+            flags,
+            mode: 0o640,
+            gid: !0,
+            request_mask: getattr::BASIC,
+        },
+    };
+    let excl = open_flags::RDWR | open_flags::CREATE | open_flags::EXCL;
+    // A free name: made as asked, both fids bound to it.
+    let r = c.ok(create("free", 1, 2, excl));
+    let Rmessage::Createbehind(made) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(made.name, b"free");
+    assert_eq!(
+        made.dir.mode & libc::S_IFMT,
+        libc::S_IFDIR,
+        "the directory after it"
+    );
+    assert_eq!(made.created.attr.mode, libc::S_IFREG | 0o640);
+    assert_eq!(c.write(Fid(2), 0, b"guest").unwrap(), 5);
+    assert_eq!(std::fs::read(h.path("free")).unwrap(), b"guest");
+    // A taken name: the host's files stay as they are, the guest's is made beside them
+    // under the first free conflict name, and the fids write there.
+    let r = c.ok(create("taken", 3, 4, excl));
+    let Rmessage::Createbehind(kept) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(kept.name, b"taken.crossfs-conflict-2");
+    assert_eq!(c.write(Fid(4), 0, b"guest").unwrap(), 5);
+    assert_eq!(std::fs::read(h.path("taken")).unwrap(), b"host");
+    assert_eq!(
+        std::fs::read(h.path("taken.crossfs-conflict-1")).unwrap(),
+        b"host too"
+    );
+    assert_eq!(
+        std::fs::read(h.path("taken.crossfs-conflict-2")).unwrap(),
+        b"guest"
+    );
+    // Without O_EXCL it would open a host file: refused, binding nothing.
+    assert_eq!(c.err(create("other", 5, 6, open_flags::RDWR)), libc::EINVAL);
+    assert_eq!(c.getattr(Fid(5)), Err(libc::EBADF));
+    assert!(!h.path("other").exists());
+    // A conflict name too long for the host is refused, not cut.
+    let long = "n".repeat(250);
+    std::fs::write(h.path(&long), b"host").unwrap();
+    assert_eq!(c.err(create(&long, 7, 8, excl)), libc::ENAMETOOLONG);
+    assert_eq!(c.getattr(Fid(7)), Err(libc::EBADF));
+}

@@ -250,6 +250,12 @@ messages! { Tmessage, "request" {
     Tmpfile(Ttmpfile = 176) {
         dfid: Fid, newfid: Fid, flags: u32, mode: u32, gid: u32, request_mask: u64,
     }
+    /// Tcreateattrdir for a create the client answered before sending (changes sent
+    /// behind): run before the connection's next request is read, and never onto a
+    /// file the client did not see. When `name` is taken, the file is made beside it
+    /// as `NAME.crossfs-conflict-N` (the lowest N from 1 that is free), and the fids
+    /// bind that one. `flags` must hold `O_EXCL`.
+    Createbehind(Tcreatebehind = 178) { create: Tcreateattr }
 }}
 
 messages! { Rmessage, "reply" {
@@ -356,6 +362,9 @@ messages! { Rmessage, "reply" {
     /// The new file's advised I/O size (0: msize - 24) and attributes (its qid among them;
     /// `nlink` 0).
     Tmpfile(Rtmpfile = 177) { iounit: u32, attr: Rgetattr }
+    /// What Tcreateattrdir answers, and the name the file was made under: the one asked
+    /// for, or, where that was taken, the conflict name beside it.
+    Createbehind(Rcreatebehind = 179) { name: Vec<u8>, created: Rcreateattr, dir: Rgetattr }
 }}
 
 impl Tsetattr {

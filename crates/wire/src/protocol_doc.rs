@@ -71,8 +71,8 @@ client reads such a file as usual. A name that is not one component fails the re
 one order, which `crossfs mount --changes behind` relies on to send changes without
 waiting for their answers: it runs a `Tsetattr` or `Tsetattrget` that changes no size, and a
 `Twrite` or `Twriteattr` of at most 65,536 bytes (`INLINE_WRITE_MAX`) through a file
-opened without `O_DIRECT`, `O_SYNC` or `O_DSYNC`, before it reads the connection's next
-request, and answers them in the order they came. Every later request on the connection,
+opened without `O_DIRECT`, `O_SYNC` or `O_DSYNC`, and every `Tcreatebehind`, before it
+reads the connection's next request, and answers them in the order they came. Every later request on the connection,
 whatever it is, finds them done. A client must not assume this of any other server, or
 for any other request (creates, reads and fsync may run on worker threads, in parallel).
 
@@ -86,7 +86,10 @@ cut to what msize leaves room for, as Tread's is, and reading at or past the end
 no data, successfully. `Twalkreaddirattr` fails like Treaddirattr (a file: `ENOTDIR`),
 and its entries are cut to what msize leaves room for besides the qids walked.
 `Tcreateattr` fails like Tlcreate (`EEXIST`, `EACCES`, ...) and binds neither
-fid. `Tsetattrget` fails like Tsetattr; the attributes are only sent on success.
+fid. `Tcreatebehind` fails like Tcreateattrdir, but never with `EEXIST` for a taken name:
+it makes the file beside it as `NAME.crossfs-conflict-N` instead (the lowest `N` from 1
+that is free; `ENAMETOOLONG` where that name is too long) and answers the name it used;
+without `O_EXCL` in its flags it is `EINVAL`. `Tsetattrget` fails like Tsetattr; the attributes are only sent on success.
 `Twriteattr` fails like Twrite (a fid not open for writing: `EBADF`; a read-only export:
 `EROFS`); once written, it succeeds, and a file whose attributes could not be read then
 comes with `valid` 0.

@@ -92,7 +92,10 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
         | T::Getlock(_)
         | T::Walkgetattr(_)
         | T::Readdirattr(_)
-        | T::Walkreaddirattr(_) => true,
+        | T::Walkreaddirattr(_)
+        // Its client answered it already and sends what follows it without waiting: the
+        // order promise (docs/protocol.md, "Order") covers it.
+        | T::Createbehind(_) => true,
         T::Lopen(m) => match conn.fids.get(m.fid) {
             Ok(state) => match &*state {
                 FidState::File(f) => matches!(f.kind, libc::S_IFREG | libc::S_IFDIR),
@@ -253,6 +256,7 @@ fn dispatch(conn: &Conn, msg: Tmessage) -> OpResult<Rmessage> {
         T::Setattrget(m) => bulk::setattrget(conn, m),
         T::Unlinkatattr(m) => bulk::unlinkatattr(conn, m),
         T::Createattrdir(m) => bulk::createattrdir(conn, m),
+        T::Createbehind(m) => bulk::createbehind(conn, m),
         T::Renameatattr(m) => bulk::renameatattr(conn, m),
         // Handled by the session before dispatch; never queued.
         T::Read(_) | T::Version(_) | T::Flush(_) => Err(OpError::Invalid("not dispatched")),
