@@ -138,6 +138,7 @@ mod stats;
 mod sync;
 pub mod table;
 
+pub use changes::calls as replay_calls;
 pub use config::{ChangeMode, MountConfig, UnknownChangeMode};
 pub use error::MountError;
 pub use known::cache::{CacheMode, InvalidNegativeTtl, NegativeTtl, UnknownCacheMode};
