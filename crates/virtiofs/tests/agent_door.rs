@@ -395,3 +395,30 @@ fn a_sync_returns_once_the_agent_read_past_its_marker() {
         let _ = g.send(INTERRUPT, 0, 0, 0, &u.to_le_bytes());
     }
 }
+
+#[test]
+fn a_guest_programs_own_changes_are_not_replayed_and_a_failed_one_hides_nothing() {
+    let g = Guest::new(true);
+    std::fs::write(g.root.join("exists"), "x").unwrap();
+    let fh = g.start_agent();
+    g.read_until(fh, "agent started");
+    // Made by a guest program: its kernel raised IN_CREATE already.
+    assert_eq!(g.call(MKNOD, ROOT, 0, OTHER, &mknod_body("mine")).0, 0);
+    // A create that fails notes nothing: the host's removal of the name still goes out.
+    assert_eq!(
+        g.call(MKNOD, ROOT, 0, OTHER, &mknod_body("exists")).0,
+        libc::EEXIST
+    );
+    std::fs::remove_file(g.root.join("exists")).unwrap();
+    std::fs::write(g.root.join("host-made"), "x").unwrap();
+    let mut lines = String::new();
+    while !(lines.contains("host-made")
+        && lines
+            .lines()
+            .any(|l| l.contains("removed") && l.contains("\"exists\"")))
+    {
+        // One batch: any line will do.
+        lines += &g.read_until(fh, "");
+    }
+    assert!(!lines.contains("\"mine\""), "{lines}");
+}

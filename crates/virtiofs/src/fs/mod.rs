@@ -165,7 +165,14 @@ impl FuseFs {
                     self.stats.record(h.opcode, request.len(), 0, false, data);
                     return Handled::Later;
                 }
-                None => self.dispatch(&h, op),
+                None => {
+                    let own = self.own_changes(&h, &op);
+                    let r = self.dispatch(&h, op);
+                    if r.is_ok() {
+                        self.note_own_changes(own);
+                    }
+                    r
+                }
             },
             Err(e) => {
                 tracing::debug!(unique = h.unique, opcode = h.opcode, "virtiofs: {e}");

@@ -18,6 +18,7 @@
 //!
 //! What this module must not do: call any export operation that changes something.
 
+mod echoes;
 mod expected;
 mod stream;
 
@@ -174,6 +175,46 @@ impl FuseFs {
             | Op::Removexattr { .. } => refused(),
             _ => None,
         }
+    }
+
+    /// What a guest program's request (not the agent's) will have changed if it succeeds,
+    /// while an agent follows; to be noted only once it did ([`FuseFs::note_own_changes`]).
+    pub(super) fn own_changes(&self, h: &InHeader, op: &Op<'_>) -> Vec<echoes::Own> {
+        use echoes::Own;
+        match self.agent.agent_pid() {
+            Some(pid) if pid != h.pid => {}
+            _ => return Vec::new(),
+        }
+        let key = |id: u64| self.nodes.get(id).ok().map(|handle| handle.key());
+        let n = h.nodeid;
+        let named = |id: u64, x: &[u8]| key(id).map(|k| (k, x.to_vec()));
+        let changed = match op {
+            Op::Mknod { name, .. }
+            | Op::Mkdir { name, .. }
+            | Op::Symlink { name, .. }
+            | Op::Create { name, .. }
+            | Op::Link { name, .. } => vec![named(n, name).map(|(k, x)| Own::Created(k, x))],
+            Op::Unlink { name } | Op::Rmdir { name } => {
+                vec![named(n, name).map(|(k, x)| Own::Removed(k, x))]
+            }
+            Op::Rename {
+                newdir, old, new, ..
+            } => vec![named(n, old)
+                .zip(named(*newdir, new))
+                .map(|(from, to)| Own::Renamed(from, to))],
+            // A truncate is a content change, a chmod an attribute change: which one this
+            // is shows in the event.
+            Op::Setattr(_) => vec![key(n).map(Own::Modified), key(n).map(Own::Attrib)],
+            Op::Write { .. } | Op::Fallocate { .. } => vec![key(n).map(Own::Modified)],
+            Op::Setxattr { .. } | Op::Removexattr { .. } => vec![key(n).map(Own::Attrib)],
+            _ => Vec::new(),
+        };
+        changed.into_iter().flatten().collect()
+    }
+
+    /// Notes changes a guest program made (see [`FuseFs::own_changes`]).
+    pub(super) fn note_own_changes(&self, changed: Vec<echoes::Own>) {
+        self.agent.note_own(changed);
     }
 
     fn replayed_lookup(&self, found: LookupAnswer) -> OpResult<Reply> {

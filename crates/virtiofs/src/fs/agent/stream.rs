@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use crossfs_events::{Event, EventHub, EventKind, RelPath, Subscriber};
 use crossfs_export::{lock, Dir, Export};
 
+use super::echoes::{Own, OwnChanges};
 use super::expected::{Expected, ExpectedReplays, Key};
 use crate::fuse::encode;
 use crate::stats::Stats;
@@ -70,6 +71,8 @@ pub(crate) struct StreamDoor {
     later: OnceLock<Weak<dyn LaterReplies>>,
     generations: AtomicU64,
     markers: AtomicU64,
+    /// Changes guest programs made through the door (noted only while an agent follows).
+    own: Mutex<OwnChanges>,
 }
 
 /// What a READ of the control file gets.
@@ -95,6 +98,7 @@ impl StreamDoor {
             later: OnceLock::new(),
             generations: AtomicU64::new(1),
             markers: AtomicU64::new(FIRST_MARKER),
+            own: Mutex::new(OwnChanges::default()),
         })
     }
 
@@ -117,6 +121,18 @@ impl StreamDoor {
     /// The agent's pid, while one holds the stream.
     pub(crate) fn agent_pid(&self) -> Option<u32> {
         lock(&self.state).as_ref().map(|s| s.pid)
+    }
+
+    /// Notes changes a guest program (not the agent) made through the door, while an agent
+    /// follows: their events are not handed to it.
+    pub(crate) fn note_own(&self, changed: Vec<Own>) {
+        if changed.is_empty() {
+            return;
+        }
+        let mut own = lock(&self.own);
+        for c in changed {
+            own.note(c);
+        }
     }
 
     /// Whether `pid` may open the control file: no agent holds it, or it is the agent.
@@ -247,6 +263,11 @@ impl StreamDoor {
                 out.extend(s.sub.read_blocking(room, Duration::ZERO));
             }
         }
+        let out = if out.is_empty() {
+            out
+        } else {
+            self.deliver(s, &out)
+        };
         if out.is_empty() {
             if s.sub.is_closed() {
                 return Ok(ReadAnswer::Now(Vec::new()));
@@ -257,7 +278,6 @@ impl StreamDoor {
             self.wake.notify_all();
             return Ok(ReadAnswer::Parked);
         }
-        self.deliver(s, &out);
         Ok(ReadAnswer::Now(out))
     }
 
@@ -373,11 +393,16 @@ impl StreamDoor {
                 return;
             };
             match s.parked.take() {
-                Some((unique, _)) => {
-                    self.deliver(s, &data);
+                Some((unique, size)) => {
+                    let lines = self.deliver(s, &data);
+                    if lines.is_empty() && !data.is_empty() {
+                        // All the guest's own changes: wait on.
+                        s.parked = Some((unique, size));
+                        continue;
+                    }
                     drop(state);
-                    let mut r = encode::Reply::with_capacity(data.len());
-                    r.bytes(&data);
+                    let mut r = encode::Reply::with_capacity(lines.len());
+                    r.bytes(&lines);
                     self.reply_later(unique, r.finish(unique));
                 }
                 None => s.stash.extend_from_slice(&data),
@@ -390,28 +415,51 @@ impl StreamDoor {
         }
     }
 
-    /// Records what the agent is to replay of `batch` (JSON lines), and which syncs it
-    /// carries.
-    fn deliver(&self, s: &mut Stream, batch: &[u8]) {
+    /// What of `batch` (JSON lines) goes to the agent: all but the guest programs' own
+    /// changes. Records what the agent is to replay of it, and which syncs it carries.
+    fn deliver(&self, s: &mut Stream, batch: &[u8]) -> Vec<u8> {
         let mut list = Vec::new();
+        let mut out = Vec::with_capacity(batch.len());
         let mut lines = 0;
+        let own = lock(&self.own);
         for line in batch.split_inclusive(|&b| b == b'\n') {
             let Ok(ev) = Event::from_json_line(line) else {
                 continue;
             };
-            lines += 1;
             if let EventKind::Sync { cookie } = ev.kind {
                 if let Some((u, size)) = s.syncs_waiting.remove(&cookie) {
                     s.syncs_delivered.push((u, size, cookie));
                 }
-                continue;
-            }
-            if let Some(x) = expected_of(&self.export, &ev) {
+            } else if let Some(x) = expected_of(&self.export, &ev) {
+                if own.recent(&echoes_of(&x)) {
+                    continue;
+                }
                 list.push(x);
             }
+            lines += 1;
+            out.extend_from_slice(line);
         }
+        drop(own);
         self.stats.agent().events.fetch_add(lines, Relaxed);
         s.expected.replace(list);
+        out
+    }
+}
+
+/// What a guest program's own change that `x` would replay was noted as.
+fn echoes_of(x: &Expected) -> Own {
+    match x {
+        Expected::Create { dir, name } => Own::Created(*dir, name.clone()),
+        Expected::Remove { dir, name, .. } => Own::Removed(*dir, name.clone()),
+        Expected::Rename {
+            from_dir,
+            from,
+            to_dir,
+            to,
+            ..
+        } => Own::Renamed((*from_dir, from.clone()), (*to_dir, to.clone())),
+        Expected::Modify { node } => Own::Modified(*node),
+        Expected::Attrib { node } => Own::Attrib(*node),
     }
 }
 
