@@ -47,6 +47,16 @@ const GHOST_BASE: u64 = 1 << 62;
 /// The root's extended attribute whose read is a sync (as on a `crossfs mount`).
 const SYNC_XATTR: &[u8] = b"user.crossfs.sync";
 
+/// SETATTR bits that set nothing but times (FATTR_CTIME, 1 << 10, and FATTR_LOCKOWNER,
+/// 1 << 9, included).
+const TIMES_ONLY: u32 = fuse::fattr::ATIME
+    | fuse::fattr::MTIME
+    | fuse::fattr::ATIME_NOW
+    | fuse::fattr::MTIME_NOW
+    | fuse::fattr::FH
+    | (1 << 9)
+    | (1 << 10);
+
 /// `FOPEN_NONSEEKABLE`: the control file is a stream.
 const FOPEN_NONSEEKABLE: u32 = 1 << 2;
 
@@ -159,6 +169,9 @@ impl FuseFs {
                 }
                 Some(self.replayed_open(n))
             }
+            // With writeback caching the kernel writes back the times a replay's truncate
+            // set, on close: answered with the host's attributes, changing nothing.
+            Op::Setattr(s) if s.valid & !TIMES_ONLY == 0 => Some(self.getattr(n)),
             Op::Setattr(_) => {
                 if !self.agent.with_expected(pid, |x| x.take_setattr(key))? {
                     return refused();
