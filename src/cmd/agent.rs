@@ -72,7 +72,14 @@ fn follow(mountpoint: &Path) -> Result<()> {
         let n = match stream.read(&mut buf) {
             Ok(0) => return Ok(()),
             Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            // EAGAIN: no events for a while (the door answers a waiting read after 1 s, so
+            // that a signalled agent can stop: Linux's virtiofs sends no FUSE_INTERRUPT).
+            Err(e)
+                if e.kind() == std::io::ErrorKind::Interrupted
+                    || e.kind() == std::io::ErrorKind::WouldBlock =>
+            {
+                continue
+            }
             Err(e) => return Err(e).context("reading the change stream"),
         };
         for line in buf[..n].split_inclusive(|&b| b == b'\n') {

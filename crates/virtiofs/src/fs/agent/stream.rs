@@ -35,6 +35,9 @@ const SYNC_APPLY_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long the stream thread waits on the subscriber before looking at its state again.
 const POLL: Duration = Duration::from_millis(500);
 
+/// The longest a READ stays parked without events before it is answered `EAGAIN`.
+const PARK_LIMIT: Duration = Duration::from_secs(1);
+
 /// Sync markers are numbered out of the way of the hub's own cookies (see
 /// `EventHub::sync_subscriber`).
 const FIRST_MARKER: u64 = 1 << 52;
@@ -51,6 +54,8 @@ struct Stream {
     expected: ExpectedReplays,
     /// A READ waiting for events: (unique, size).
     parked: Option<(u64, u32)>,
+    /// Since when the parked READ waits.
+    parked_since: Instant,
     /// Lines read from the subscriber for a READ that was interrupted meanwhile: the next
     /// READ gets them first, so nothing is lost.
     stash: Vec<u8>,
@@ -182,6 +187,7 @@ impl StreamDoor {
             sub,
             expected: ExpectedReplays::default(),
             parked: None,
+            parked_since: Instant::now(),
             stash,
             syncs_waiting: HashMap::new(),
             syncs_delivered: Vec::new(),
@@ -273,6 +279,7 @@ impl StreamDoor {
                 return Ok(ReadAnswer::Now(Vec::new()));
             }
             s.parked = Some((unique, size as u32));
+            s.parked_since = Instant::now();
             self.stats.agent().parked.fetch_add(1, Relaxed);
             drop(state);
             self.wake.notify_all();
@@ -386,6 +393,7 @@ impl StreamDoor {
             let started = Instant::now();
             let data = sub.read_blocking(size as usize, POLL);
             if data.is_empty() && !sub.is_closed() {
+                self.answer_long_wait(generation);
                 continue;
             }
             let mut state = lock(&self.state);
@@ -412,6 +420,23 @@ impl StreamDoor {
                 return;
             }
             tracing::trace!(waited = ?started.elapsed(), "virtiofs agent: parked read answered");
+        }
+    }
+
+    /// Answers a READ parked for [`PARK_LIMIT`] with `EAGAIN` (the agent reads again):
+    /// Linux's virtiofs driver sends no FUSE_INTERRUPT, and a signalled agent waits for
+    /// its READ's answer before it can stop or die.
+    fn answer_long_wait(&self, generation: u64) {
+        let mut state = lock(&self.state);
+        let Some(s) = state.as_mut().filter(|s| s.generation == generation) else {
+            return;
+        };
+        if s.parked_since.elapsed() < PARK_LIMIT {
+            return;
+        }
+        if let Some((unique, _)) = s.parked.take() {
+            drop(state);
+            self.reply_later(unique, encode::error(unique, libc::EAGAIN));
         }
     }
 
