@@ -69,11 +69,20 @@ enum Answer {
 
 impl Guest {
     fn new(events: bool) -> Guest {
+        Guest::with_ring(events, HubConfig::default().ring_capacity)
+    }
+
+    /// With change events, each subscriber's ring holding `ring` events.
+    fn with_ring(events: bool, ring: usize) -> Guest {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("export");
         std::fs::create_dir(&root).unwrap();
         let mut export = Export::open(&root, Policy::default(), Some(1024)).unwrap();
-        let hub = events.then(|| Arc::new(EventHub::start(&root, HubConfig::default()).unwrap()));
+        let config = HubConfig {
+            ring_capacity: ring,
+            ..HubConfig::default()
+        };
+        let hub = events.then(|| Arc::new(EventHub::start(&root, config).unwrap()));
         export.reserved_prefix = hub.as_ref().map(|h| h.cookie_prefix().to_vec());
         let stats = Arc::new(Stats::default());
         let fs = FuseFs::new(Arc::new(export), FsConfig::default(), stats.clone())
@@ -171,12 +180,17 @@ impl Guest {
     /// Reads the control file until one line mentions all of `what`; returns all lines.
     fn read_until_line(&self, fh: u64, what: &[&str]) -> String {
         let mut seen = String::new();
+        let mut waits = 0;
         while !seen.lines().any(|l| what.iter().all(|w| l.contains(w))) {
+            assert!(waits < 20, "no line with {what:?} after {waits} s:\n{seen}");
             let lines = match self.read_control(fh, AGENT).1 {
                 Answer::Now(0, b) => b,
                 Answer::Later(u) => match self.later(u) {
                     // Waited long without events: read again.
-                    (libc::EAGAIN, _) => continue,
+                    (libc::EAGAIN, _) => {
+                        waits += 1;
+                        continue;
+                    }
                     (e, b) => {
                         assert_eq!(e, 0);
                         b
@@ -429,4 +443,29 @@ fn a_guest_programs_own_changes_are_not_replayed_and_a_failed_one_hides_nothing(
         lines += &g.read_until(fh, "");
     }
     assert!(!lines.contains("\"mine\""), "{lines}");
+}
+
+#[test]
+fn an_agent_that_falls_behind_gets_a_rescan_and_nothing_to_replay() {
+    let g = Guest::with_ring(true, 8);
+    let fh = g.start_agent();
+    g.read_until(fh, "agent started");
+    // The agent does not read while the host makes more changes than its ring holds.
+    for i in 0..64 {
+        std::fs::write(g.root.join(format!("f{i}")), "x").unwrap();
+    }
+    let lines = g.read_until_line(fh, &["rescan", "fell behind"]);
+    // Nothing was handed out to replay for a change the rescan absorbed: its create is
+    // refused.
+    let absorbed = (0..64)
+        .map(|i| format!("f{i}"))
+        .find(|name| !lines.contains(&format!("\"{name}\"")))
+        .expect("the rescan absorbed some changes");
+    assert_eq!(
+        g.call(MKNOD, ROOT, 0, AGENT, &mknod_body(&absorbed)).0,
+        libc::EPERM
+    );
+    // The stream goes on after the rescan.
+    std::fs::write(g.root.join("later"), "x").unwrap();
+    g.read_until(fh, "later");
 }
