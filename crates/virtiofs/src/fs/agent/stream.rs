@@ -141,8 +141,10 @@ impl StreamDoor {
     }
 
     /// Whether `pid` may open the control file: no agent holds it, or it is the agent.
+    /// Never pid 0: the guest kernel gives it to every process outside the mount's pid
+    /// namespace, so it names no one.
     pub(crate) fn may_open(&self, pid: u32) -> bool {
-        lock(&self.state).as_ref().is_none_or(|s| s.pid == pid)
+        pid != 0 && lock(&self.state).as_ref().is_none_or(|s| s.pid == pid)
     }
 
     /// Runs `f` on the expected replays when `pid` is the agent's.
@@ -161,7 +163,7 @@ impl StreamDoor {
     pub(crate) fn open(self: &Arc<Self>, pid: u32, fh: u64) -> bool {
         let Some(hub) = &self.hub else { return false };
         let mut state = lock(&self.state);
-        if state.as_ref().is_some_and(|s| s.pid != pid) {
+        if pid == 0 || state.as_ref().is_some_and(|s| s.pid != pid) {
             return false;
         }
         let generation = self.generations.fetch_add(1, Relaxed);
