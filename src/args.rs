@@ -48,6 +48,15 @@ pub enum Command {
     /// within 20 s in all, it fails (exit status 1) and says so, and a later sync waits
     /// again.
     Sync(SyncArgs),
+    /// In a guest: replay the host's changes on a virtiofs mount of `crossfs serve`.
+    ///
+    /// Follows the export's change stream through the virtiofs device itself (a hidden
+    /// file of the mount; no network) and replays each change through the guest kernel, so
+    /// that inotify and fanotify watchers in the guest see host changes, and the guest's
+    /// dentries, attributes and page cache follow the host. `crossfs sync MOUNTPOINT` then
+    /// works on the mount. Run as root, one agent per mount (packaging/crossfs-agent@.service);
+    /// it runs until killed, opening the stream again whenever it ends.
+    Agent(AgentArgs),
     /// Serve a directory to a VMM as virtiofsd would, from virtiofsd's command line.
     ///
     /// `crossfs virtiofsd ARGS` (or crossfs run under the name `virtiofsd`) takes the
@@ -309,6 +318,12 @@ pub struct WatchArgs {
     /// Present the secret in this file to a server started with `--token-file`.
     #[arg(long, value_name = "PATH")]
     pub token_file: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct AgentArgs {
+    /// The guest's mount point of the virtiofs mount (`mount -t virtiofs TAG MOUNTPOINT`).
+    pub mountpoint: PathBuf,
 }
 
 #[derive(Args, Debug)]

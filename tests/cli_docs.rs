@@ -12,7 +12,7 @@ fn crossfs(args: &[&str]) -> String {
     String::from_utf8(run_ok(Command::new(crossfs_bin()).args(args)).stdout).unwrap()
 }
 
-const SUBCOMMANDS: [&str; 9] = [
+const SUBCOMMANDS: [&str; 10] = [
     "serve",
     "virtiofsd",
     "mount",
@@ -20,6 +20,7 @@ const SUBCOMMANDS: [&str; 9] = [
     "bench",
     "watch",
     "sync",
+    "agent",
     "completions",
     "man",
 ];

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+mod agent;
 pub mod bench;
 mod mount;
 mod serve;
@@ -18,6 +19,7 @@ pub fn run(command: Command) -> anyhow::Result<()> {
         Command::Bench(args) => bench::run(*args),
         Command::Watch(args) => watch::run(args),
         Command::Sync(args) => sync::run(args),
+        Command::Agent(args) => agent::run(args),
         // main hands it to crate::virtiofsd before logging is set up.
         Command::Virtiofsd(_) => anyhow::bail!("`crossfs virtiofsd` is run from main"),
         Command::Completions(args) => {

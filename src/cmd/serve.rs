@@ -104,7 +104,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         "export opened"
     );
     let core = Arc::new(core);
-    let server = Server::with_export(config, core.clone(), events)
+    let server = Server::with_export(config, core.clone(), events.clone())
         .with_context(|| format!("exporting {}", export.display()))?;
     let fs_config = crossfs_virtiofs::FsConfig {
         cache: args.cache,
@@ -147,7 +147,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 fs_config.clone(),
                 usize::from(args.request_queues),
             )
-            .exit_with_vmm(args.exit_with_vmm);
+            .exit_with_vmm(args.exit_with_vmm)
+            .with_events(events.clone());
             (name, Arc::new(dev))
         })
         .unzip();

@@ -39,6 +39,13 @@ fn why(e: rustix::io::Errno, root: &Path) -> String {
              sync may not show yet. Try again"
         ),
         Errno::AGAIN => "too many syncs are waiting in this mount already; try again".into(),
+        Errno::NOTSUP | Errno::NODATA if is_virtiofs(root) => "no `crossfs agent` follows \
+             this virtiofs mount (start it: `crossfs agent MOUNTPOINT`, as root), or its \
+             server is not `crossfs serve` with change events on"
+            .into(),
+        Errno::NOTCONN => "the `crossfs agent` of this virtiofs mount stopped during the sync; \
+             try again"
+            .into(),
         Errno::NOTSUP | Errno::NODATA => match change_events(root).as_deref() {
             Some("off") => "the mount does not follow change events: it was mounted with \
                  --no-events (fstab: no-events), so there is nothing to wait for; host \
@@ -57,6 +64,13 @@ fn why(e: rustix::io::Errno, root: &Path) -> String {
 
 /// Why the mount at `root` follows no change events, as its control socket reports it
 /// (`change_events`: "off" or "none from the server"); `None` if it cannot be asked.
+fn is_virtiofs(root: &Path) -> bool {
+    let Ok(mounts) = mountinfo::mounts() else {
+        return false;
+    };
+    mountinfo::containing(&mounts, root).is_some_and(|m| m.fstype == "virtiofs")
+}
+
 fn change_events(root: &Path) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let socket = crate::control::mount_socket(std::fs::metadata(root).ok()?.dev())?;
@@ -76,6 +90,8 @@ fn mount_root(path: &Path) -> Result<PathBuf> {
     let mounts = mountinfo::mounts().context("reading /proc/self/mountinfo")?;
     match mountinfo::containing(&mounts, &canonical) {
         Some(m) if m.crossfs_addr().is_some() => Ok(m.mountpoint.clone()),
+        // Served by `crossfs serve`'s virtio door, with `crossfs agent` following it.
+        Some(m) if m.fstype == "virtiofs" => Ok(m.mountpoint.clone()),
         Some(m) => bail!(
             "{} is not in a crossfs mount (it is on the {} mount at {})",
             path.display(),

@@ -51,9 +51,15 @@ pub struct Export {
     pub root_dev_ino: (u64, u64),
     /// Top-level names with this prefix are not the clients' (the event hub's sync
     /// cookies): looking one up finds nothing, listings skip them, making or removing one
-    /// is `EPERM`.
+    /// is `EPERM`. While it is set (change events are on), [`AGENT_CONTROL_NAME`] is
+    /// reserved as well.
     pub reserved_prefix: Option<Vec<u8>>,
 }
+
+/// The top-level name of the virtio door's control file, through which the guest's agent
+/// reads the change stream (`crates/virtiofs`, `fs/agent`). Reserved like the sync cookies
+/// whenever change events are on: the export's own file of that name, if any, is hidden.
+pub const AGENT_CONTROL_NAME: &[u8] = b".crossfs-agent";
 
 impl Export {
     /// Opens `path` (a directory) and `/proc/self/fd`, raises the open-file limit to its hard
@@ -104,7 +110,7 @@ impl Export {
             && self
                 .reserved_prefix
                 .as_ref()
-                .is_some_and(|p| name.starts_with(p))
+                .is_some_and(|p| name.starts_with(p) || name == AGENT_CONTROL_NAME)
     }
 
     /// Refuses to make, remove or rename a reserved name.

@@ -40,7 +40,7 @@ pub mod policy;
 pub mod sys;
 
 pub use error::{ExportError, ExportResult};
-pub use export::{Export, OpenError};
+pub use export::{Export, OpenError, AGENT_CONTROL_NAME};
 pub use ops::{open_writes, Caller, Created, Dir, Made, SetAttr};
 pub use rustix::fs::Statx;
 

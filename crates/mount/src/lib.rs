@@ -58,7 +58,9 @@
 //!
 //! Change events (`changes/`, started by [`MountHandle::follow_changes`] on a second
 //! connection): the kernel's caches are invalidated as the host changes, and host changes
-//! are replayed on the mount for the guest's file watchers; see that module's doc.
+//! are replayed on the mount for the guest's file watchers; see that module's doc. The
+//! replay system calls themselves are public ([`replay_calls`]): `crossfs agent` makes the
+//! same calls on a virtiofs mount, whose door answers them.
 //!
 //! Layout: the mount's state (`fs::MountState`) is made of parts, each in its folder.
 //! - `fs/`: the FUSE side. `face.rs` implements `fuser::Filesystem` and hands each request
@@ -138,6 +140,7 @@ mod stats;
 mod sync;
 pub mod table;
 
+pub use changes::calls as replay_calls;
 pub use config::{ChangeMode, MountConfig, UnknownChangeMode};
 pub use error::MountError;
 pub use known::cache::{CacheMode, InvalidNegativeTtl, NegativeTtl, UnknownCacheMode};

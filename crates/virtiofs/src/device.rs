@@ -9,9 +9,17 @@
 //! written; a reply that does not fit the chain's writable part is replaced by `ERANGE`
 //! when that fits, else the chain is returned empty. The guest only ever waits; the device
 //! never panics on its input.
+//!
+//! Out of order: a request the file system parks ([`Handled::Later`]: a control-file READ
+//! waiting for events, a sync waiting for the agent) keeps its chain here, keyed by the
+//! request's unique id, and the queue goes on with the next chain; the reply comes through
+//! [`LaterReplies`] from another thread, which writes the chain, puts it in the used ring
+//! and signals the guest (virtio allows used buffers in any order). A reply that comes
+//! before its chain is parked (a race between the two threads) waits for it here.
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost_user_backend::{VhostUserBackend, VringRwLock, VringT};
@@ -23,8 +31,12 @@ use virtio_queue::{DescriptorChain, QueueT, Reader, Writer};
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryLoadGuard, GuestMemoryMmap};
 use vmm_sys_util::epoll::EventSet;
 
-use crate::fs::FuseFs;
+use crate::fs::{FuseFs, Handled, LaterReplies};
 use crate::fuse;
+use crate::stats::Stats;
+
+/// A descriptor chain as popped from a queue.
+type Chain = DescriptorChain<GuestMemoryLoadGuard<GuestMemoryMmap>>;
 
 /// Guest memory as the backend sees it.
 pub(crate) type Memory = GuestMemoryAtomic<GuestMemoryMmap>;
@@ -47,18 +59,29 @@ struct Inner {
     request_queues: usize,
     mem: Mutex<Option<Memory>>,
     event_idx: std::sync::atomic::AtomicBool,
+    parked: Mutex<Parked>,
+}
+
+/// Requests answered later: their chains, and replies that came before their chain.
+#[derive(Default)]
+struct Parked {
+    chains: HashMap<u64, (VringRwLock, Chain)>,
+    early: HashMap<u64, Vec<u8>>,
 }
 
 impl FsBackend {
     pub(crate) fn new(fs: FuseFs, request_queues: usize) -> FsBackend {
-        FsBackend {
-            inner: Arc::new(Inner {
+        let inner = Arc::new_cyclic(|me: &Weak<Inner>| {
+            fs.set_later_replies(me.clone() as Weak<dyn LaterReplies>);
+            Inner {
                 fs,
                 request_queues,
                 mem: Mutex::new(None),
                 event_idx: false.into(),
-            }),
-        }
+                parked: Mutex::new(Parked::default()),
+            }
+        });
+        FsBackend { inner }
     }
 
     fn process(&self, vring: &VringRwLock) -> std::io::Result<()> {
@@ -81,7 +104,13 @@ impl FsBackend {
                 .pop_descriptor_chain(mem.clone());
             let Some(chain) = chain else { break };
             let head = chain.head_index();
-            let written = self.serve_chain(&chain);
+            let written = match self.serve_chain(&chain) {
+                Served::Written(n) => n,
+                Served::Parked(unique) => {
+                    self.inner.park(unique, vring, chain);
+                    continue;
+                }
+            };
             if let Err(e) = vring.add_used(head, written) {
                 tracing::warn!("virtiofs: cannot return descriptor {head}: {e:?}; queue stopped");
                 return Ok(());
@@ -93,32 +122,103 @@ impl FsBackend {
         Ok(())
     }
 
-    /// Answers one chain; returns the bytes written to it.
-    fn serve_chain(&self, chain: &DescriptorChain<GuestMemoryLoadGuard<GuestMemoryMmap>>) -> u32 {
+    /// Answers one chain, or parks it.
+    fn serve_chain(&self, chain: &Chain) -> Served {
         let stats = self.inner.fs.stats();
         let mut reader = match Reader::new(chain.memory(), chain.clone()) {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!("virtiofs: unreadable descriptor chain: {e:?}");
                 stats.record_malformed();
-                return 0;
+                return Served::Written(0);
             }
         };
         let len = reader.available_bytes();
         if len > MAX_REQUEST {
             tracing::warn!("virtiofs: request of {len} bytes refused");
             stats.record_malformed();
-            return 0;
+            return Served::Written(0);
         }
         let mut request = vec![0u8; len];
         if let Err(e) = reader.read_exact(&mut request) {
             tracing::warn!("virtiofs: reading a request: {e}");
             stats.record_malformed();
-            return 0;
+            return Served::Written(0);
         }
-        let Some(reply) = self.inner.fs.handle(&request) else {
-            return 0;
-        };
+        match self.inner.fs.handle_request(&request) {
+            Handled::Reply(reply) => {
+                let opcode = crate::fs::opcode_of(&request);
+                Served::Written(write_reply(chain, reply, stats, opcode))
+            }
+            Handled::Nothing => Served::Written(0),
+            Handled::Later => Served::Parked(unique_of(&request)),
+        }
+    }
+}
+
+/// What became of a chain.
+enum Served {
+    /// Answered with this many bytes.
+    Written(u32),
+    /// Parked, for the request with this unique id.
+    Parked(u64),
+}
+
+fn unique_of(request: &[u8]) -> u64 {
+    request
+        .get(8..16)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+impl Inner {
+    /// Keeps `chain` until its reply comes, or answers it now if the reply came first.
+    fn park(&self, unique: u64, vring: &VringRwLock, chain: Chain) {
+        let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+        match parked.early.remove(&unique) {
+            Some(reply) => {
+                drop(parked);
+                self.complete(vring, &chain, reply);
+            }
+            None => {
+                parked.chains.insert(unique, (vring.clone(), chain));
+            }
+        }
+    }
+
+    /// Writes `reply` into a parked chain, returns it to the guest and signals it.
+    fn complete(&self, vring: &VringRwLock, chain: &Chain, reply: Vec<u8>) {
+        let written = write_reply(chain, reply, self.fs.stats(), None);
+        if let Err(e) = vring.add_used(chain.head_index(), written) {
+            tracing::warn!("virtiofs: cannot return a parked descriptor: {e:?}");
+            return;
+        }
+        if vring.needs_notification().unwrap_or(true) {
+            if let Err(e) = vring.signal_used_queue() {
+                tracing::warn!("virtiofs: cannot signal the guest: {e}");
+            }
+        }
+    }
+}
+
+impl LaterReplies for Inner {
+    fn reply_later(&self, unique: u64, reply: Vec<u8>) {
+        let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+        match parked.chains.remove(&unique) {
+            Some((vring, chain)) => {
+                drop(parked);
+                self.complete(&vring, &chain, reply);
+            }
+            None => {
+                parked.early.insert(unique, reply);
+            }
+        }
+    }
+}
+
+/// Writes `reply` into `chain`'s writable part; returns the bytes written.
+fn write_reply(chain: &Chain, reply: Vec<u8>, stats: &Stats, opcode: Option<fuse::Opcode>) -> u32 {
+    {
         let mut writer = match Writer::new(chain.memory(), chain.clone()) {
             Ok(w) => w,
             Err(e) => {
@@ -132,7 +232,7 @@ impl FsBackend {
             reply
         } else {
             tracing::warn!(
-                opcode = ?crate::fs::opcode_of(&request),
+                ?opcode,
                 "virtiofs: reply of {} bytes does not fit the guest's {room}",
                 reply.len()
             );

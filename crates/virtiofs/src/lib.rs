@@ -13,9 +13,14 @@
 //! - `device`: the vhost-user-fs device on rust-vmm's `vhost-user-backend`: the hiprio
 //!   queue and `request_queues` request queues, one thread each; it moves buffers between
 //!   descriptor chains and the file system, checking every chain against guest memory.
-//! - [`Stats`]: counters per FUSE opcode, with READ and WRITE sizes.
+//! - `fs/agent`: the guest agent's door: the hidden control file through which it reads
+//!   the export's change events (reads wait for events, parked off their queue), and its
+//!   replays of them, answered without touching the export (docs/virtiofs-agent.md).
+//! - [`Stats`]: counters per FUSE opcode, with READ and WRITE sizes; the agent's replays
+//!   apart.
 //!
-//! It does not parse command lines, serve 9P, or watch the export.
+//! It does not parse command lines, serve 9P, or watch the export (it subscribes to the
+//! event hub it is given).
 //!
 //! # Connections
 //! [`VirtioFs::serve`] listens on a unix socket for the VMM (`-chardev socket,path=...`),
@@ -50,7 +55,8 @@ use vhost_user_backend::VhostUserDaemon;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 
 pub use device::MAX_QUEUE_SIZE;
-pub use fs::{CacheMode, FsConfig, FuseFs};
+pub use fs::{CacheMode, FsConfig, FuseFs, Handled, LaterReplies};
+pub use stats::AgentCounters;
 pub use stats::{Negotiated, Stats};
 
 /// Why the device could not be served.
@@ -94,6 +100,7 @@ pub struct VirtioFs {
     request_queues: usize,
     stats: Arc<Stats>,
     exit_with_vmm: bool,
+    events: Option<Arc<crossfs_events::EventHub>>,
 }
 
 impl VirtioFs {
@@ -111,7 +118,16 @@ impl VirtioFs {
             request_queues: request_queues.max(1),
             stats: Arc::new(Stats::default()),
             exit_with_vmm: false,
+            events: None,
         }
+    }
+
+    /// Streams the export's change events (`hub` watches the same export) to a guest
+    /// agent through the hidden control file, and answers its replays
+    /// (docs/virtiofs-agent.md). The export's reserved names must include the hub's.
+    pub fn with_events(mut self, hub: Option<Arc<crossfs_events::EventHub>>) -> VirtioFs {
+        self.events = hub;
+        self
     }
 
     /// Makes [`VirtioFs::serve`] return once the first VMM goes away, as virtiofsd does,
@@ -150,7 +166,8 @@ impl VirtioFs {
                 .map_err(|e| err(e.to_string()))?,
         };
         loop {
-            let fs = FuseFs::new(self.export.clone(), self.config.clone(), self.stats.clone());
+            let fs = FuseFs::new(self.export.clone(), self.config.clone(), self.stats.clone())
+                .with_events(self.events.clone());
             let backend = device::FsBackend::new(fs, self.request_queues);
             let mut daemon = VhostUserDaemon::new(
                 "crossfs-virtiofs".into(),

@@ -61,10 +61,44 @@ pub struct Negotiated {
     pub max_readahead: u32,
 }
 
+/// The guest agent's counters (`fs/agent`): its requests are in the opcode counters too;
+/// these say which of them were replays, answered by the door without touching the export.
+#[derive(Default, Debug)]
+pub struct AgentCounters {
+    /// Agent streams opened (an agent started, or restarted).
+    pub streams: AtomicU64,
+    /// Event lines handed to the agent.
+    pub events: AtomicU64,
+    /// Control-file READs parked to wait for events.
+    pub parked: AtomicU64,
+    /// Parked READs or syncs answered `EINTR` after a FUSE_INTERRUPT.
+    pub interrupted: AtomicU64,
+    /// The agent's requests answered as replays: LOOKUPs of names under replay, and the
+    /// creates, removals, renames, opens for writing and SETATTRs that replay a change.
+    pub replays: AtomicU64,
+    /// The agent's requests that would have changed the export without replaying a change
+    /// handed to it: refused (`EPERM`), never passed on.
+    pub refused: AtomicU64,
+}
+
+impl AgentCounters {
+    fn to_json(&self) -> Value {
+        json!({
+            "streams": self.streams.load(Relaxed),
+            "events": self.events.load(Relaxed),
+            "parked_reads": self.parked.load(Relaxed),
+            "interrupted": self.interrupted.load(Relaxed),
+            "replays": self.replays.load(Relaxed),
+            "refused": self.refused.load(Relaxed),
+        })
+    }
+}
+
 /// Counters of one virtio-fs device, over every guest connection it served.
 #[derive(Default)]
 pub struct Stats {
     slots: Slots,
+    agent: AgentCounters,
     /// Requests whose header could not be decoded, or chains that could not be read.
     malformed: AtomicU64,
     connections: AtomicU64,
@@ -117,6 +151,11 @@ impl Stats {
         *self.negotiated.lock().unwrap_or_else(|e| e.into_inner()) = Some(n);
     }
 
+    /// The guest agent's counters.
+    pub fn agent(&self) -> &AgentCounters {
+        &self.agent
+    }
+
     /// Requests of `opcode` so far.
     pub fn count(&self, opcode: Opcode) -> u64 {
         self.slots[slot(opcode as u32)].count.load(Relaxed)
@@ -124,7 +163,7 @@ impl Stats {
 
     /// `{"FUSE_LOOKUP":{"count","errors","bytes_in","bytes_out"[,"data","max_data",
     /// "sizes":{"1048576":N,...}]},...,
-    /// "unknown":{...},"malformed":N,"connections":N,"init":{...}}`; opcodes never seen are
+    /// "unknown":{...},"malformed":N,"connections":N,"init":{...},"agent":{...}}`; opcodes never seen are
     /// left out.
     pub fn to_json(&self) -> Value {
         let mut ops = Map::new();
@@ -169,6 +208,7 @@ impl Stats {
             "malformed": self.malformed.load(Relaxed),
             "connections": self.connections.load(Relaxed),
             "init": init,
+            "agent": self.agent.to_json(),
         })
     }
 }

@@ -36,6 +36,7 @@
 //! What this module must not do: send anything on the main connection but lookups and
 //! getattrs, or act on a path outside the mount.
 
+pub mod calls;
 mod feed;
 mod replay;
 mod watchers;

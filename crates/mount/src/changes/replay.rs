@@ -2,57 +2,36 @@
 //! issued by the feed thread so that the FUSE handlers answer it locally (see the module
 //! doc of `changes`) and the guest kernel raises the matching inotify events.
 //!
-//! Every call is made relative to a directory opened on the mount with `O_PATH`, and never
-//! follows a symlink in the last component, so a replay acts on the mount's own names only.
+//! The calls themselves are `calls.rs`'s (shared with `crossfs agent`); this module sets
+//! what the feed thread's requests are answered with around each.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 
 use crossfs_events::{Attrs, RelPath};
-use rustix::fs::{AtFlags, FileType as RawType, Mode, OFlags};
+use rustix::fs::OFlags;
 
+pub(crate) use super::calls::DirOnMount;
+use super::calls::{self, open_on_mount};
 use super::{FeedTarget, Intent, Present};
 use crate::attr;
-
-/// A directory of the mount, opened `O_PATH`, and its node id (its `st_ino` on the mount).
-pub(crate) struct DirOnMount {
-    fd: OwnedFd,
-    pub ino: u64,
-}
 
 pub(crate) struct Replayer<'a> {
     pub mount: &'a FeedTarget,
     pub mountpoint: PathBuf,
 }
 
-/// What a replayed symlink points to: never read (the kernel asks the server when it needs
-/// the target), it only has to be valid.
-const PLACEHOLDER_TARGET: &str = "crossfs-replay";
-
 impl Replayer<'_> {
-    fn open(&self, path: &RelPath, flags: OFlags) -> io::Result<OwnedFd> {
-        let flags = flags | OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        Ok(rustix::fs::open(
-            path.to_path(&self.mountpoint),
-            flags,
-            Mode::empty(),
-        )?)
-    }
-
     /// The node id of `path` on the mount, if it can be reached there.
     pub(super) fn node_of(&self, path: &RelPath) -> Option<u64> {
-        let fd = self.open(path, OFlags::empty()).ok()?;
+        let fd = open_on_mount(&self.mountpoint, path, OFlags::empty()).ok()?;
         Some(rustix::fs::fstat(&fd).ok()?.st_ino)
     }
 
     /// The directory holding `path`, opened on the mount; `None` for the root, or when the
     /// directory is not there (then the kernel holds nothing beneath it either).
     pub(super) fn parent_of(&self, path: &RelPath) -> Option<DirOnMount> {
-        let parent = path.parent()?;
-        let fd = self.open(&parent, OFlags::DIRECTORY).ok()?;
-        let ino = rustix::fs::fstat(&fd).ok()?.st_ino;
-        Some(DirOnMount { fd, ino })
+        DirOnMount::open(&self.mountpoint, &path.parent()?).ok()
     }
 
     /// Runs `call` with `intent` in force for the feed thread's LOOKUPs.
@@ -71,15 +50,7 @@ impl Replayer<'_> {
             missing: Some((dir.ino, name.to_vec())),
             present: None,
         };
-        self.with_intent(intent, || {
-            let perm = Mode::from_raw_mode(0o644);
-            match mode & libc::S_IFMT {
-                libc::S_IFDIR => rustix::fs::mkdirat(&dir.fd, name, Mode::from_raw_mode(0o755))?,
-                libc::S_IFLNK => rustix::fs::symlinkat(PLACEHOLDER_TARGET, &dir.fd, name)?,
-                fmt => rustix::fs::mknodat(&dir.fd, name, RawType::from_raw_mode(fmt), perm, 0)?,
-            }
-            Ok(())
-        })
+        self.with_intent(intent, || calls::create(dir, name, mode))
     }
 
     /// What the kernel should be told `name` in `dir` is, for a replay that removes or
@@ -126,12 +97,7 @@ impl Replayer<'_> {
             missing: None,
             present: Some((dir.ino, name.to_vec(), self.present(dir, name, None, mode))),
         };
-        let flags = if is_dir {
-            AtFlags::REMOVEDIR
-        } else {
-            AtFlags::empty()
-        };
-        self.with_intent(intent, || Ok(rustix::fs::unlinkat(&dir.fd, name, flags)?))
+        self.with_intent(intent, || calls::remove(dir, name, is_dir))
     }
 
     /// A rename: the old name is answered with the file, the new one "missing", the
@@ -149,12 +115,7 @@ impl Replayer<'_> {
             present: Some((from_dir.ino, from_name.to_vec(), present)),
         };
         self.with_intent(intent, || {
-            Ok(rustix::fs::renameat(
-                &from_dir.fd,
-                from_name,
-                &to_dir.fd,
-                to_name,
-            )?)
+            calls::rename((from_dir, from_name), (to_dir, to_name))
         })
     }
 
@@ -163,27 +124,6 @@ impl Replayer<'_> {
     /// mode: IN_ATTRIB). The attribute change is answered with the server's attributes.
     /// Symlinks are left alone (they cannot be chmod'ed, and their content never changes).
     pub(super) fn touch(&self, dir: &DirOnMount, name: &[u8], modified: bool) -> io::Result<()> {
-        let fd = rustix::fs::openat(
-            &dir.fd,
-            name,
-            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
-        let st = rustix::fs::fstat(&fd)?;
-        // The magic link lands on the inode itself and follows nothing further.
-        let inode = format!("/proc/self/fd/{}", fd.as_raw_fd());
-        match (st.st_mode & libc::S_IFMT, modified) {
-            (libc::S_IFLNK, _) | (libc::S_IFDIR, true) => Ok(()),
-            (libc::S_IFREG, true) => {
-                let file =
-                    rustix::fs::open(&inode, OFlags::WRONLY | OFlags::CLOEXEC, Mode::empty())?;
-                rustix::fs::ftruncate(&file, st.st_size as u64)?;
-                Ok(())
-            }
-            _ => Ok(rustix::fs::chmod(
-                &inode,
-                Mode::from_raw_mode(st.st_mode & 0o7777),
-            )?),
-        }
+        calls::touch(dir, name, modified)
     }
 }

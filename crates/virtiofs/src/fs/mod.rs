@@ -21,8 +21,11 @@ use crate::fuse::encode::{self, Reply, Ttl};
 use crate::fuse::{self, fattr, fopen, init, Op, Opcode};
 use crate::stats::{Negotiated, Stats};
 
+mod agent;
 mod config;
 mod nodes;
+
+pub use agent::LaterReplies;
 
 pub use config::{CacheMode, FsConfig};
 use nodes::NodeTable;
@@ -50,6 +53,22 @@ pub struct FuseFs {
     writeback: std::sync::atomic::AtomicBool,
     /// Whether FUSE_SUBMOUNTS was negotiated.
     submounts: std::sync::atomic::AtomicBool,
+    /// The guest agent's stream and replays (`agent/`).
+    agent: Arc<agent::StreamDoor>,
+}
+
+/// What became of one request.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Handled {
+    /// Its reply, to be written now.
+    Reply(Vec<u8>),
+    /// No reply is due (FORGET, BATCH_FORGET, INTERRUPT), or the header could not be
+    /// decoded.
+    Nothing,
+    /// Parked: the reply comes later, through the [`LaterReplies`] given to
+    /// [`FuseFs::set_later_replies`] (a control-file READ waiting for events, a sync
+    /// waiting for the agent).
+    Later,
 }
 
 impl std::fmt::Debug for FuseFs {
@@ -71,7 +90,9 @@ impl FuseFs {
     pub fn new(export: Arc<Export>, config: FsConfig, stats: Arc<Stats>) -> FuseFs {
         let fds = FdAccount::new(export.fds.clone());
         let nodes = NodeTable::new(export.root.clone());
+        let agent = agent::StreamDoor::new(export.clone(), None, stats.clone());
         FuseFs {
+            agent,
             export,
             config,
             fds,
@@ -82,6 +103,18 @@ impl FuseFs {
             writeback: false.into(),
             submounts: false.into(),
         }
+    }
+
+    /// Streams `hub`'s events (the same export's) to a guest agent through the control
+    /// file, and answers its replays (see docs/virtiofs-agent.md).
+    pub fn with_events(mut self, hub: Option<Arc<crossfs_events::EventHub>>) -> FuseFs {
+        self.agent = agent::StreamDoor::new(self.export.clone(), hub, self.stats.clone());
+        self
+    }
+
+    /// Where parked requests are answered (the device; tests give their own).
+    pub fn set_later_replies(&self, later: std::sync::Weak<dyn LaterReplies>) {
+        self.agent.set_later(later);
     }
 
     /// Tells the file system the request queue's size (FUSE_MAX_PAGES is capped by it).
@@ -99,15 +132,24 @@ impl FuseFs {
         self.nodes.len()
     }
 
-    /// Answers one request. `None`: no reply is due (FORGET, BATCH_FORGET, INTERRUPT) or the
-    /// header itself could not be decoded (logged; the caller returns the chain empty).
+    /// Answers one request. `None`: no reply is due (FORGET, BATCH_FORGET, INTERRUPT), the
+    /// header itself could not be decoded (logged; the caller returns the chain empty), or
+    /// the request was parked (see [`FuseFs::handle_request`]).
     pub fn handle(&self, request: &[u8]) -> Option<Vec<u8>> {
+        match self.handle_request(request) {
+            Handled::Reply(reply) => Some(reply),
+            Handled::Nothing | Handled::Later => None,
+        }
+    }
+
+    /// Answers one request now, or parks it ([`Handled::Later`]).
+    pub fn handle_request(&self, request: &[u8]) -> Handled {
         let req = match fuse::decode(request) {
             Ok(req) => req,
             Err(e) => {
                 tracing::warn!("virtiofs: undecodable request: {e}");
                 self.stats.record_malformed();
-                return None;
+                return Handled::Nothing;
             }
         };
         let h = req.header;
@@ -117,7 +159,21 @@ impl FuseFs {
             _ => 0,
         };
         let result = match req.op {
-            Ok(op) => self.dispatch(&h, op),
+            Ok(op) => match self.intercept(&h, &op) {
+                Some(agent::Intercept::Answer(r)) => r,
+                Some(agent::Intercept::Parked) => {
+                    self.stats.record(h.opcode, request.len(), 0, false, data);
+                    return Handled::Later;
+                }
+                None => {
+                    let own = self.own_changes(&h, &op);
+                    let r = self.dispatch(&h, op);
+                    if r.is_ok() {
+                        self.note_own_changes(own);
+                    }
+                    r
+                }
+            },
             Err(e) => {
                 tracing::debug!(unique = h.unique, opcode = h.opcode, "virtiofs: {e}");
                 Err(match e {
@@ -141,7 +197,7 @@ impl FuseFs {
         };
         let out = reply.as_ref().map_or(0, Vec::len);
         self.stats.record(h.opcode, request.len(), out, error, data);
-        reply
+        reply.map_or(Handled::Nothing, Handled::Reply)
     }
 
     fn dispatch(&self, h: &InHeader, op: Op<'_>) -> OpResult<Option<Reply>> {
@@ -149,6 +205,7 @@ impl FuseFs {
         let reply = match op {
             Op::Init(i) => self.init(i),
             Op::Destroy => {
+                self.agent.close_all();
                 self.nodes.forget_all();
                 lock(&self.files).0.clear();
                 Ok(Reply::new())
@@ -730,6 +787,13 @@ impl FuseFs {
         let node = self.nodes.get(id)?;
         let list = self.export.list_xattr(&node, self.config.max_xattr_size)?;
         Self::xattr_reply(list, size)
+    }
+}
+
+impl Drop for FuseFs {
+    fn drop(&mut self) {
+        // The stream thread holds the stream's state, not the file system: end it.
+        self.agent.close_all();
     }
 }
 
