@@ -1,13 +1,21 @@
 //! The FUSE request decoder (`crossfs-fuse-abi`, shared by the virtio door and the mount's
 //! session) on arbitrary bytes: it must never panic; what it accepts must hold together (the
 //! header's length within the bytes, names without NUL, a WRITE's data inside the request),
-//! and the in-structs beyond the op decode only from the request's own body.
+//! and the in-structs beyond the op decode only from the request's own body. The bytes
+//! also go through the io_uring entry layout (`uring::reassemble`), which must not panic.
 #![no_main]
 
-use crossfs_fuse_abi::{decode, Op};
+use crossfs_fuse_abi::{decode, uring, Op};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
+    // The same bytes as a FUSE-over-io_uring entry: a header buffer, then the payload.
+    if let Some((header, payload)) = data.split_at_checked(uring::HEADER_BUFFER_LEN) {
+        let mut request = Vec::new();
+        if uring::reassemble(header, payload, &mut request).is_ok() {
+            let _ = decode(&request);
+        }
+    }
     let Ok(req) = decode(data) else { return };
     assert!(req.header.len as usize <= data.len());
     assert!(req.header.len as usize >= 40);

@@ -3,7 +3,8 @@
 //! mount's own session (`crossfs-mount`, requests from `/dev/fuse`). One opcode table, a
 //! decoder from bytes that never panics ([`decode()`], with the in-structs a request carries
 //! beyond its [`Op`] in [`decode`]'s `*_in` functions), reply encoders ([`encode`]) and the
-//! notifications a server sends unasked ([`notify`]).
+//! notifications a server sends unasked ([`notify`]), and the layout of FUSE over io_uring's
+//! ring entries ([`uring`]).
 //!
 //! What it must not do: any I/O. The device or the session moves buffers; the file system
 //! answers.
@@ -13,6 +14,7 @@
 pub mod decode;
 pub mod encode;
 pub mod notify;
+pub mod uring;
 
 pub use decode::{decode, DecodeError, InHeader, Op, Request};
 

@@ -62,6 +62,7 @@
 //!
 //! Layout: the mount's state (`fs::MountState`) is made of parts, each in its folder.
 //! - `session/`: the FUSE session: INIT, worker threads on cloned `/dev/fuse` descriptors,
+//!   FUSE over io_uring where the kernel offers it (a ring and a thread per CPU queue),
 //!   requests decoded with the workspace's FUSE codec (`crossfs-fuse-abi`) and dispatched
 //!   with their replies, notifications, fusermount3 for a user who may not mount.
 //! - `fs/`: the FUSE side. `face.rs` implements `session::Filesystem` and hands each request

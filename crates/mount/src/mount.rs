@@ -14,7 +14,7 @@ use crate::changes::Feed;
 use crate::config::{MountConfig, RequestSize, PAGE};
 use crate::error::MountError;
 use crate::fs::{CrossFs, MountState};
-use crate::session::{Acl, Notifier, Session};
+use crate::session::{Acl, Notifier, Session, TransportCounters};
 use crate::stats::StatsContext;
 use crate::table::Standing;
 
@@ -108,7 +108,8 @@ pub fn mount(
         )
         .map_err(mount_err)?,
     };
-    let session = Session::new(fs, dev, acl, config.threads);
+    let session = Session::new(fs, dev, acl, config.threads, config.io_uring);
+    let transports = session.counters();
     let notifier = session.notifier();
     let _ = state.notifier.set(notifier.clone());
     state.start_page_push(notifier.clone());
@@ -134,6 +135,7 @@ pub fn mount(
         state,
         thread: Some(thread),
         notifier,
+        transports,
         dev: None,
         readahead_kb: None,
         feed: None,
@@ -309,6 +311,8 @@ pub struct MountHandle {
     state: Arc<MountState>,
     thread: Option<JoinHandle<io::Result<()>>>,
     notifier: Notifier,
+    /// Requests served per FUSE transport.
+    transports: Arc<TransportCounters>,
     dev: Option<(u32, u32)>,
     readahead_kb: Option<u32>,
     feed: Option<Feed>,
@@ -466,22 +470,33 @@ impl MountHandle {
 
     /// Counters of this mount and its 9P connection, as `crossfs stats` shows them.
     pub fn stats_json(&self) -> serde_json::Value {
-        stats_json(&self.state, &self.mountpoint, self.readahead_kb)
+        stats_json(
+            &self.state,
+            &self.transports,
+            &self.mountpoint,
+            self.readahead_kb,
+        )
     }
 
     /// A function producing [`MountHandle::stats_json`] that stays usable while another
     /// thread is in [`MountHandle::wait`] (for a control endpoint).
     pub fn stats_reporter(&self) -> impl Fn() -> serde_json::Value + Send + Sync + 'static {
-        let (state, mountpoint, readahead_kb) = (
+        let (state, transports, mountpoint, readahead_kb) = (
             self.state.clone(),
+            self.transports.clone(),
             self.mountpoint.clone(),
             self.readahead_kb,
         );
-        move || stats_json(&state, &mountpoint, readahead_kb)
+        move || stats_json(&state, &transports, &mountpoint, readahead_kb)
     }
 }
 
-fn stats_json(s: &MountState, mountpoint: &Path, readahead_kb: Option<u32>) -> serde_json::Value {
+fn stats_json(
+    s: &MountState,
+    transports: &TransportCounters,
+    mountpoint: &Path,
+    readahead_kb: Option<u32>,
+) -> serde_json::Value {
     let mountpoint = mountpoint.display().to_string();
     let ctx = StatsContext {
         mountpoint: &mountpoint,
@@ -500,6 +515,7 @@ fn stats_json(s: &MountState, mountpoint: &Path, readahead_kb: Option<u32>) -> s
         &s.client.latency(),
     );
     if let Some(obj) = doc.as_object_mut() {
+        obj.insert("fuse_transport".into(), transports.to_json());
         obj.insert("changes".into(), s.changes.stats_json());
         if s.config.changes == crate::ChangeMode::Behind {
             obj.insert("behind".into(), s.behind.stats_json());

@@ -53,6 +53,12 @@ impl DevFuse {
     }
 }
 
+impl AsFd for DevFuse {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 impl Channel for DevFuse {
     fn send(&self, message: &[IoSlice<'_>]) -> io::Result<()> {
         let total: usize = message.iter().map(|s| s.len()).sum();

@@ -3,7 +3,9 @@
 //! the handlers (`crate::fs::face`) with a reply each, and the replies written back.
 //!
 //! What it owns: the INIT handshake ([`KernelConfig`]), one worker thread per channel, each
-//! reading its own cloned `/dev/fuse` descriptor and answering through it, the
+//! reading its own cloned `/dev/fuse` descriptor and answering through it, FUSE over
+//! io_uring where the kernel offers it (`uring.rs`: a ring and a thread per CPU queue,
+//! `/dev/fuse` serving until the ring is ready, or for good if the kernel refuses it), the
 //! [`Notifier`], and how the session ends (the device answering ENODEV once the mount is
 //! gone). The request and reply types keep the names the handlers were written against
 //! (fuser's, which this replaced), so that handlers change only in what they import.
@@ -16,6 +18,7 @@ mod dispatch;
 mod notify;
 mod reply;
 mod types;
+mod uring;
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -38,6 +41,7 @@ pub use types::{
 
 use dev::DevFuse;
 use reply::ReplySender;
+pub(crate) use uring::TransportCounters;
 
 /// Bytes a request may carry beyond a WRITE's data (its header and `fuse_write_in`), and
 /// the least the kernel accepts a read into (`FUSE_MIN_READ_BUFFER`, 8 KiB) rounded up to
@@ -51,6 +55,16 @@ pub(crate) struct Session<FS: Filesystem> {
     main: Arc<DevFuse>,
     acl: Acl,
     threads: usize,
+    /// Whether to ask for FUSE over io_uring where the kernel offers it.
+    io_uring: bool,
+    counters: Arc<TransportCounters>,
+}
+
+/// What INIT agreed that the transports need.
+struct Agreed {
+    flags: InitFlags,
+    max_write: u32,
+    max_pages: u16,
 }
 
 /// Mounts through fusermount3 (a user without the privilege to mount), with mount(8)-style
@@ -64,14 +78,28 @@ pub(crate) fn mount_with_fusermount(mountpoint: &Path, options: &str) -> io::Res
 
 impl<FS: Filesystem> Session<FS> {
     /// A session serving `fs` on `dev`, the descriptor of a mount just made, with `threads`
-    /// workers.
-    pub(crate) fn new(fs: FS, dev: OwnedFd, acl: Acl, threads: usize) -> Session<FS> {
+    /// workers on `/dev/fuse`, and with FUSE over io_uring if `io_uring` and the kernel
+    /// offers it.
+    pub(crate) fn new(
+        fs: FS,
+        dev: OwnedFd,
+        acl: Acl,
+        threads: usize,
+        io_uring: bool,
+    ) -> Session<FS> {
         Session {
             fs,
             main: Arc::new(DevFuse::new(dev)),
             acl,
             threads: threads.max(1),
+            io_uring,
+            counters: Arc::default(),
         }
+    }
+
+    /// Requests served per transport, for `crossfs stats`.
+    pub(crate) fn counters(&self) -> Arc<TransportCounters> {
+        self.counters.clone()
     }
 
     /// What sends notifications to the kernel (usable once INIT is answered).
@@ -85,8 +113,8 @@ impl<FS: Filesystem> Session<FS> {
     /// The handshake failing (a kernel too old, the file system refusing, the device
     /// closing), or a worker's device failing otherwise than with ENODEV.
     pub(crate) fn run(mut self) -> io::Result<()> {
-        let max_write = self.handshake()?;
-        let buffer = (max_write as usize + REQUEST_OVERHEAD).max(MIN_BUFFER);
+        let agreed = self.handshake()?;
+        let buffer = (agreed.max_write as usize + REQUEST_OVERHEAD).max(MIN_BUFFER);
         let fs = Arc::new(self.fs);
         let mut channels = vec![self.main.clone()];
         for _ in 1..self.threads {
@@ -102,14 +130,32 @@ impl<FS: Filesystem> Session<FS> {
         }
         let mut workers = Vec::new();
         for (i, channel) in channels.into_iter().enumerate().skip(1) {
-            let (fs, acl) = (fs.clone(), self.acl);
+            let (fs, acl, counters) = (fs.clone(), self.acl, self.counters.clone());
             workers.push(
                 std::thread::Builder::new()
                     .name(format!("crossfs-fuse-{i}"))
-                    .spawn(move || serve(&*fs, channel, acl, buffer))?,
+                    .spawn(move || serve(&*fs, channel, acl, buffer, &counters))?,
             );
         }
-        let mut result = serve(&*fs, self.main.clone(), self.acl, buffer);
+        if agreed.flags.contains(InitFlags::FUSE_OVER_IO_URING) {
+            // The largest payload either way: a write's data, or a read's reply.
+            let payload = (agreed.max_write as usize)
+                .max(usize::from(agreed.max_pages) * crate::config::PAGE as usize)
+                .max(8192);
+            for qid in 0..uring::possible_cpus() {
+                let (fs, dev, acl) = (fs.clone(), self.main.clone(), self.acl);
+                let counters = self.counters.clone();
+                let qid = u16::try_from(qid).unwrap_or(u16::MAX);
+                workers.push(
+                    std::thread::Builder::new()
+                        .name(format!("crossfs-uring-{qid}"))
+                        .spawn(move || {
+                            uring::serve_queue(&*fs, &dev, qid, payload, acl, &counters)
+                        })?,
+                );
+            }
+        }
+        let mut result = serve(&*fs, self.main.clone(), self.acl, buffer, &self.counters);
         for w in workers {
             let r = w
                 .join()
@@ -119,9 +165,9 @@ impl<FS: Filesystem> Session<FS> {
         result
     }
 
-    /// Reads INIT and answers it with what `fs.init` asks for. Returns the agreed largest
-    /// write.
-    fn handshake(&mut self) -> io::Result<u32> {
+    /// Reads INIT and answers it with what `fs.init` asks for, and FUSE over io_uring if
+    /// wanted and offered.
+    fn handshake(&mut self) -> io::Result<Agreed> {
         let mut buf = vec![0u8; MIN_BUFFER];
         loop {
             let n = match self.main.receive(&mut buf) {
@@ -171,6 +217,10 @@ impl<FS: Filesystem> Session<FS> {
                 reply::send(&*sender, unique, -errno, &[]);
                 return Err(e);
             }
+            if self.io_uring {
+                // The transport is the session's choice, not the file system's.
+                config.requested |= InitFlags::FUSE_OVER_IO_URING;
+            }
             let agreed = (config.requested | InitFlags::FUSE_INIT_EXT) & offered;
             let (flags, flags2) = agreed.words();
             let out = encode::InitOut {
@@ -190,7 +240,17 @@ impl<FS: Filesystem> Session<FS> {
             let bytes = r.finish(unique);
             reply::send(&*sender, unique, 0, &[&bytes[abi::OUT_HEADER_LEN..]]);
             tracing::debug!(?agreed, "FUSE_INIT answered");
-            return Ok(config.max_write);
+            if self.io_uring && !agreed.contains(InitFlags::FUSE_OVER_IO_URING) {
+                tracing::info!(
+                    "the kernel does not offer FUSE over io_uring \
+                     (/sys/module/fuse/parameters/enable_uring): /dev/fuse serves"
+                );
+            }
+            return Ok(Agreed {
+                flags: agreed,
+                max_write: config.max_write,
+                max_pages: out.max_pages,
+            });
         }
     }
 }
@@ -202,6 +262,7 @@ fn serve<FS: Filesystem>(
     channel: Arc<DevFuse>,
     acl: Acl,
     buffer: usize,
+    counters: &TransportCounters,
 ) -> io::Result<()> {
     let mut buf = vec![0u8; buffer];
     let sender: ReplySender = channel.clone();
@@ -211,6 +272,9 @@ fn serve<FS: Filesystem>(
             Err(e) if e.raw_os_error() == Some(libc::ENODEV) => return Ok(()),
             Err(e) => return Err(e),
         };
+        counters
+            .dev_fuse
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match abi::decode(&buf[..n]) {
             Ok(req) => dispatch::dispatch(fs, &req, &sender, acl),
             // Not even a header to answer: the kernel never sends one.
