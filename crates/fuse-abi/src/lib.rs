@@ -1,8 +1,8 @@
 //! The FUSE ABI as bytes (Linux `include/uapi/linux/fuse.h`), for both of crossfs's FUSE
 //! servers: the virtio door (`crossfs-virtiofs`, requests from a guest's virtqueues) and the
-//! mount's own session (`crossfs-mount`, requests from `/dev/fuse`). One opcode table, a
+//! mount's own session (`crossfs-mount`, from `/dev/fuse` or io_uring). One opcode table, a
 //! decoder from bytes that never panics ([`decode()`], with the in-structs a request carries
-//! beyond its [`Op`] in [`decode`]'s `*_in` functions), reply encoders ([`encode`]) and the
+//! beyond its [`Op`] from [`Request`]'s `*_in` methods), reply encoders ([`encode`]) and the
 //! notifications a server sends unasked ([`notify`]), and the layout of FUSE over io_uring's
 //! ring entries ([`uring`]).
 //!
