@@ -12,7 +12,9 @@
 # A second mount (the default mode) times a FUSE request the mount answers itself (a
 # `getxattr` of `security.capability` on a file it created: no 9P request), which is the
 # kernel's and the mount's share of every call. First it prints the CPU idle settings that
-# decide what waking an idle CPU costs in a VM (`cpuidle_haltpoll`'s poll time).
+# decide what waking an idle CPU costs in a VM (`cpuidle_haltpoll`'s poll time), and after
+# the calls, which FUSE transport served them (io_uring where the kernel offers it:
+# /sys/module/fuse/parameters/enable_uring; MOUNT_ARGS=--no-io-uring for /dev/fuse alone).
 # The crossfs binary: $CROSSFS, else this repository's release build.
 set -euo pipefail
 
@@ -23,6 +25,7 @@ tmp=$(mktemp -d)
 pids=()
 pin=()
 [[ ${SAME_CPU:-0} == 1 ]] && pin=(taskset -c 0)
+read -r -a mount_args <<<"${MOUNT_ARGS:-}"
 cleanup() {
     umount "$tmp/mnt" "$tmp/mnt2" 2>/dev/null || true
     for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -40,10 +43,10 @@ head -c 4096 /dev/zero >"$tmp/export/data"
     2>"$tmp/serve.log" &
 pids+=($!)
 for _ in $(seq 100); do [[ -S $tmp/serve.ctl ]] && break; sleep 0.05; done
-"${pin[@]}" "$crossfs" mount "unix:$tmp/s.sock" "$tmp/mnt" --cache never --control "$tmp/mount.ctl" \
+"${pin[@]}" "$crossfs" mount "unix:$tmp/s.sock" "$tmp/mnt" --cache never --control "$tmp/mount.ctl" "${mount_args[@]}" \
     2>"$tmp/mount.log" &
 pids+=($!)
-"${pin[@]}" "$crossfs" mount "unix:$tmp/s.sock" "$tmp/mnt2" --control "$tmp/mount2.ctl" \
+"${pin[@]}" "$crossfs" mount "unix:$tmp/s.sock" "$tmp/mnt2" --control "$tmp/mount2.ctl" "${mount_args[@]}" \
     2>"$tmp/mount2.log" &
 pids+=($!)
 for _ in $(seq 100); do [[ -S $tmp/mount.ctl && -S $tmp/mount2.ctl ]] && break; sleep 0.05; done
@@ -74,8 +77,12 @@ per_call("FUSE only (getxattr)", missing_capability)
 EOF
 "$crossfs" stats "$tmp/mount2.ctl" --json | python3 -c '
 import json, sys
-sent = json.load(sys.stdin)["9p"].get("Txattrwalk", {}).get("count", 0)
-print(f"(the default mount sent {sent} Txattrwalk for those calls)")'
+stats = json.load(sys.stdin)
+sent = stats["9p"].get("Txattrwalk", {}).get("count", 0)
+t = stats.get("fuse_transport", {})
+ring, queues, dev = (t.get(k, 0) for k in ("io_uring", "io_uring_queues", "dev_fuse"))
+print(f"(the default mount sent {sent} Txattrwalk for those calls; FUSE requests through "
+      f"io_uring {ring} on {queues} queues, through /dev/fuse {dev})")'
 
 "$crossfs" stats "$tmp/serve.ctl" --json >"$tmp/serve.json"
 "$crossfs" stats "$tmp/mount.ctl" --json >"$tmp/mount.json"

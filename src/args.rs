@@ -453,6 +453,13 @@ pub struct MountArgs {
     /// FUSE worker threads.
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub threads: usize,
+    /// Serve FUSE through /dev/fuse alone, never through io_uring. By default the mount
+    /// uses FUSE over io_uring where the kernel offers it (Linux 6.14+ with
+    /// /sys/module/fuse/parameters/enable_uring set to Y; libfuse's `-o io_uring`): one ring
+    /// and one thread per CPU, beside the --threads workers, which serve alone when the
+    /// kernel does not offer it or refuses it. `crossfs stats` counts requests per transport.
+    #[arg(long)]
+    pub no_io_uring: bool,
     /// Socket send and receive buffer size, independent of msize.
     #[arg(long, value_name = "BYTES", value_parser = parse_buffer)]
     pub socket_buffer: Option<usize>,

@@ -73,15 +73,8 @@ fn init_logging(
         (false, 1) => "debug",
         (false, _) => "trace",
     };
-    // fuser warns when its own unmount finds the mount already gone, which is how every
-    // clean `umount` or signal ends a session: not worth a warning to the user. Its one
-    // error about replies, "Failed to send FUSE reply", comes when the kernel no longer
-    // waits for the answer: ENOENT for a request whose caller was interrupted (fuser's
-    // ENOSYS to an INTERRUPT that arrives after its request was answered), ENODEV once
-    // unmounted. Neither is an error of the mount's.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new(format!("{default},fuser=error,fuser::reply=off"))
-    });
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let (writer, ansi) = match log_file {
         Some(path) => {
             let file = std::fs::OpenOptions::new()

@@ -43,6 +43,9 @@ fn is_granted(name: &str) -> bool {
             | "nodev"
             | "atime"
             | "relatime"
+            // libfuse 3.18's: FUSE over io_uring where offered, which crossfs does unless
+            // `no-io-uring`.
+            | "io_uring"
     ) || name.starts_with("x-")
 }
 

@@ -1,5 +1,5 @@
-//! `O_TMPFILE` through `crossfs mount`: fuser 0.18 has no FUSE_TMPFILE, so it answers the
-//! kernel's request ENOSYS and the program gets EOPNOTSUPP, as from a local file system
+//! `O_TMPFILE` through `crossfs mount`: the mount has no FUSE_TMPFILE handler, so its
+//! session answers the kernel's request ENOSYS and the program gets EOPNOTSUPP, as from a local file system
 //! without `O_TMPFILE` (the README's differences); nothing reaches the export. The server
 //! carries it (Ttmpfile, crates/server/tests/extension.rs), and a virtiofs guest gets it
 //! (tests/virtiofs.rs).

@@ -2,8 +2,8 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::session::{FileAttr, FileType, INodeNo};
 use crossfs_wire::Rgetattr;
-use fuser::{FileAttr, FileType, INodeNo};
 
 /// What an open in `auto` mode compares to decide whether cached pages are still good,
 /// whether an open for reading may wait for its first read, and, for a directory, the

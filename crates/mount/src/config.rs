@@ -56,6 +56,10 @@ pub struct MountConfig {
     /// replicas). Replicas are used only while change events are followed, with a server
     /// that speaks the crossfs extension, and not in `never` mode.
     pub replica_entries: usize,
+    /// FUSE over io_uring where the kernel offers it (`enable_uring`, Linux 6.14+): a ring
+    /// and a thread per CPU queue beside the `/dev/fuse` workers, which serve alone when
+    /// it is off, not offered, or refused.
+    pub io_uring: bool,
 }
 
 impl Default for MountConfig {
@@ -77,6 +81,7 @@ impl Default for MountConfig {
             threads: 4,
             fs_name: "crossfs".to_string(),
             replica_entries: crate::known::replica::DEFAULT_REPLICA_ENTRIES,
+            io_uring: true,
         }
     }
 }

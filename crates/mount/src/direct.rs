@@ -1,15 +1,13 @@
-//! Mounting with mount(2) here, as root (or anyone with CAP_SYS_ADMIN) may, and handing fuser
-//! only the `/dev/fuse` descriptor.
+//! Mounting with mount(2) here, as root (or anyone with CAP_SYS_ADMIN) may, and handing the
+//! session (`crate::session`) only the `/dev/fuse` descriptor.
 //!
-//! Why not fuser's own mount: it names the type `fuse` (its `Subtype` option goes only to
-//! fusermount), so the table would not say `fuse.crossfs`; and when its session ends it
-//! unmounts the mount *point*, which takes whichever mount is last there: with two mounts
-//! at one point, the one over this one (its check that the mount still stands takes the
-//! `POLLERR` of a dead connection for "mounted"). A session built from a descriptor never
-//! unmounts; `MountHandle` unmounts its own mount, found by device number.
+//! Why mount(2) here: the type is `fuse.crossfs` in the table, and the session never
+//! unmounts a mount *point* (which takes whichever mount is last there: with two mounts at
+//! one point, the one over this one); `MountHandle` unmounts its own mount, found by device
+//! number.
 //!
-//! Without the privilege (EPERM), the caller falls back to fuser's mount through
-//! fusermount3, which a user may run.
+//! Without the privilege (EPERM), the caller falls back to a mount through fusermount3,
+//! which a user may run (`crate::session::mount_with_fusermount`).
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};

@@ -1,7 +1,7 @@
 //! crossfs-mount: the FUSE view of a 9P2000.L export.
 //!
 //! [`mount`] takes a connected [`crossfs_client::Client`] and an attached root fid and serves
-//! the export at a mount point through the kernel's FUSE module (with `fuser`, no libfuse),
+//! the export at a mount point through the kernel's FUSE module (its own session, `session/`, no libfuse),
 //! until [`MountHandle::unmount`] or an outside `umount`.
 //!
 //! What it owns: the FUSE side of crossfs — node ids and the fid behind each (deduplicated by
@@ -63,7 +63,11 @@
 //! same calls on a virtiofs mount, whose door answers them.
 //!
 //! Layout: the mount's state (`fs::MountState`) is made of parts, each in its folder.
-//! - `fs/`: the FUSE side. `face.rs` implements `fuser::Filesystem` and hands each request
+//! - `session/`: the FUSE session: INIT, worker threads on cloned `/dev/fuse` descriptors,
+//!   FUSE over io_uring where the kernel offers it (a ring and a thread per CPU queue),
+//!   requests decoded with the workspace's FUSE codec (`crossfs-fuse-abi`) and dispatched
+//!   with their replies, notifications, fusermount3 for a user who may not mount.
+//! - `fs/`: the FUSE side. `face.rs` implements `session::Filesystem` and hands each request
 //!   to a `MountState` method in the file of its kind (`entry.rs`, `open.rs`, `create.rs`,
 //!   `read_write.rs`, `pushes.rs`, `dir.rs`, `attr.rs`, `xattr.rs`, `lock.rs`,
 //!   `replayed.rs`).
@@ -120,7 +124,8 @@
 //!   new connection (see `restore.rs`) and carries on; later requests wait for that, within
 //!   the client's limit. Otherwise every later request fails with EIO (the client logs the
 //!   cause once). Nothing hangs.
-#![forbid(unsafe_code)]
+// Denied, not forbidden: `session/dev.rs` allows it for one ioctl.
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod ahead;
@@ -136,6 +141,7 @@ mod known;
 mod mount;
 mod remote;
 mod restore;
+mod session;
 mod stats;
 mod sync;
 pub mod table;

@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 
 use crossfs_client::Client;
 use crossfs_wire::{Fid, Qid};
-use fuser::{MountOption, Notifier, Session, SessionACL};
 
 use crate::changes::Feed;
 use crate::config::{MountConfig, RequestSize, PAGE};
 use crate::error::MountError;
 use crate::fs::{CrossFs, MountState};
+use crate::session::{Acl, Notifier, Session, TransportCounters};
 use crate::stats::StatsContext;
 use crate::table::Standing;
 
@@ -87,15 +87,10 @@ pub fn mount(
         || config.default_permissions
         || config.changes == crate::ChangeMode::Behind;
     let acl = if config.allow_other {
-        SessionACL::All
+        Acl::All
     } else {
-        SessionACL::Owner
+        Acl::Owner(rustix::process::getuid().as_raw())
     };
-    let mut fuse_config = fuser::Config::default();
-    fuse_config.acl = acl;
-    fuse_config.n_threads = Some(config.threads);
-    fuse_config.clone_fd = true;
-
     let mount_err = |source| MountError::Mount {
         mountpoint: mountpoint.display().to_string(),
         source,
@@ -105,17 +100,16 @@ pub fn mount(
         default_permissions,
         allow_other: config.allow_other,
     };
-    let session = match crate::direct::mount(mountpoint, &request).map_err(mount_err)? {
-        Some(dev) => Session::from_fd(fs, dev, acl, fuse_config).map_err(|e| {
-            // Mounted just now, so on top: the path is this mount.
-            let _ = rustix::mount::unmount(mountpoint, rustix::mount::UnmountFlags::DETACH);
-            mount_err(e)
-        })?,
-        None => {
-            fuse_config.mount_options = fuser_options(config, default_permissions);
-            Session::new(fs, mountpoint, &fuse_config).map_err(mount_err)?
-        }
+    let dev = match crate::direct::mount(mountpoint, &request).map_err(mount_err)? {
+        Some(dev) => dev,
+        None => crate::session::mount_with_fusermount(
+            mountpoint,
+            &fusermount_options(config, default_permissions),
+        )
+        .map_err(mount_err)?,
     };
+    let session = Session::new(fs, dev, acl, config.threads, config.io_uring);
+    let transports = session.counters();
     let notifier = session.notifier();
     let _ = state.notifier.set(notifier.clone());
     state.start_page_push(notifier.clone());
@@ -141,6 +135,7 @@ pub fn mount(
         state,
         thread: Some(thread),
         notifier,
+        transports,
         dev: None,
         readahead_kb: None,
         feed: None,
@@ -164,25 +159,34 @@ pub fn mount(
     Ok(handle)
 }
 
-/// The options for fuser's own mount, through fusermount3 (for a user who may not mount).
-fn fuser_options(config: &MountConfig, default_permissions: bool) -> Vec<MountOption> {
+/// The options of a mount through fusermount3 (for a user who may not mount), as `-o`
+/// takes them: the source's commas and backslashes escaped, as libfuse does.
+fn fusermount_options(config: &MountConfig, default_permissions: bool) -> String {
+    let mut fs_name = String::new();
+    for c in config.fs_name.chars() {
+        if matches!(c, ',' | '\\') {
+            fs_name.push('\\');
+        }
+        fs_name.push(c);
+    }
     let mut options = vec![
-        MountOption::FSName(config.fs_name.clone()),
-        MountOption::Subtype("crossfs".into()),
-        MountOption::NoDev,
-        MountOption::NoSuid,
+        format!("fsname={fs_name}"),
+        "subtype=crossfs".into(),
+        "nodev".into(),
+        "nosuid".into(),
     ];
     for (on, option) in [
-        (config.read_only, MountOption::RO),
-        (config.no_exec, MountOption::NoExec),
-        (config.no_atime, MountOption::NoAtime),
-        (default_permissions, MountOption::DefaultPermissions),
+        (config.read_only, "ro"),
+        (config.no_exec, "noexec"),
+        (config.no_atime, "noatime"),
+        (default_permissions, "default_permissions"),
+        (config.allow_other, "allow_other"),
     ] {
         if on {
-            options.push(option);
+            options.push(option.into());
         }
     }
-    options
+    options.join(",")
 }
 
 /// Buffered reads are capped by the mount's readahead (128 KiB by default), whatever
@@ -307,6 +311,8 @@ pub struct MountHandle {
     state: Arc<MountState>,
     thread: Option<JoinHandle<io::Result<()>>>,
     notifier: Notifier,
+    /// Requests served per FUSE transport.
+    transports: Arc<TransportCounters>,
     dev: Option<(u32, u32)>,
     readahead_kb: Option<u32>,
     feed: Option<Feed>,
@@ -319,11 +325,6 @@ impl MountHandle {
     /// Where the file system is mounted.
     pub fn mountpoint(&self) -> &Path {
         &self.mountpoint
-    }
-
-    /// Sends invalidations to the kernel (for server-pushed change events).
-    pub fn notifier(&self) -> &Notifier {
-        &self.notifier
     }
 
     /// Follows the server's change events on `client`, a second connection to the same
@@ -400,7 +401,7 @@ impl MountHandle {
         let Some(thread) = self.thread.take() else {
             return Ok(());
         };
-        // Not fuser's own unmount: it unmounts the path, whichever mount is last there.
+        // The path's last mount may be another's: only this one is unmounted.
         let unmounted = self.unmounter().unmount()?;
         if unmounted == Unmounted::Covered {
             tracing::warn!(
@@ -469,22 +470,33 @@ impl MountHandle {
 
     /// Counters of this mount and its 9P connection, as `crossfs stats` shows them.
     pub fn stats_json(&self) -> serde_json::Value {
-        stats_json(&self.state, &self.mountpoint, self.readahead_kb)
+        stats_json(
+            &self.state,
+            &self.transports,
+            &self.mountpoint,
+            self.readahead_kb,
+        )
     }
 
     /// A function producing [`MountHandle::stats_json`] that stays usable while another
     /// thread is in [`MountHandle::wait`] (for a control endpoint).
     pub fn stats_reporter(&self) -> impl Fn() -> serde_json::Value + Send + Sync + 'static {
-        let (state, mountpoint, readahead_kb) = (
+        let (state, transports, mountpoint, readahead_kb) = (
             self.state.clone(),
+            self.transports.clone(),
             self.mountpoint.clone(),
             self.readahead_kb,
         );
-        move || stats_json(&state, &mountpoint, readahead_kb)
+        move || stats_json(&state, &transports, &mountpoint, readahead_kb)
     }
 }
 
-fn stats_json(s: &MountState, mountpoint: &Path, readahead_kb: Option<u32>) -> serde_json::Value {
+fn stats_json(
+    s: &MountState,
+    transports: &TransportCounters,
+    mountpoint: &Path,
+    readahead_kb: Option<u32>,
+) -> serde_json::Value {
     let mountpoint = mountpoint.display().to_string();
     let ctx = StatsContext {
         mountpoint: &mountpoint,
@@ -503,6 +515,7 @@ fn stats_json(s: &MountState, mountpoint: &Path, readahead_kb: Option<u32>) -> s
         &s.client.latency(),
     );
     if let Some(obj) = doc.as_object_mut() {
+        obj.insert("fuse_transport".into(), transports.to_json());
         obj.insert("changes".into(), s.changes.stats_json());
         if s.config.changes == crate::ChangeMode::Behind {
             obj.insert("behind".into(), s.behind.stats_json());

@@ -3,8 +3,8 @@
 //! (`mount -t virtiofs TAG /mnt`), with nothing installed in the guest.
 //!
 //! # What it owns, what it does not
-//! - [`fuse`]: the FUSE ABI as virtio-fs carries it; a decoder from bytes that never panics
-//!   and reply encoders. No I/O.
+//! - [`fuse`]: the FUSE ABI (`crossfs-fuse-abi`, shared with the mount); a decoder from bytes
+//!   that never panics and reply encoders. No I/O.
 //! - `fs`: FUSE requests answered from the export core (`crossfs-export`): node ids and
 //!   file handles over `O_PATH` and open descriptors. Confinement (one-component names,
 //!   `openat2` walks beneath the root, no symlink followed), read-only, device and set-id
@@ -43,7 +43,7 @@
 
 mod device;
 mod fs;
-pub mod fuse;
+pub use crossfs_fuse_abi as fuse;
 mod stats;
 
 use std::os::unix::net::UnixListener;

@@ -7,9 +7,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
+use crate::session::{INodeNo, Notifier};
 use crossfs_client::{Client, ClientError, Fid};
 use crossfs_events::{Event, EventKind, RelPath};
-use fuser::{INodeNo, Notifier};
 
 use super::replay::Replayer;
 use super::watchers::Watchers;

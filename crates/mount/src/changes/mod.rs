@@ -46,8 +46,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::session::{Errno, FileType};
 use crossfs_client::{Client, ClientError, Fid, Rgetattr};
-use fuser::{Errno, FileType};
 use serde_json::{json, Value};
 
 use crate::ahead::pushed_pages::PagePush;

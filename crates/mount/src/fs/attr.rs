@@ -3,8 +3,8 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+use crate::session::{Errno, FileHandle, INodeNo, ReplyAttr, ReplyStatfs, TimeOrNow};
 use crossfs_wire::{setattr as valid, Tgetattr, Tmessage, Tsetattr, Tsetattrget, Tstatfs};
-use fuser::{Errno, FileHandle, INodeNo, ReplyAttr, ReplyStatfs, TimeOrNow};
 
 use super::reply::{answer, Attr, Later, NowOrLater};
 use super::{errno, wire_time, MountState};

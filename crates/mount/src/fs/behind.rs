@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use crate::session::{INodeNo, TimeOrNow};
 use crossfs_wire::{Rgetattr, Tmessage, Tsetattrget, Twriteattr};
-use fuser::{INodeNo, TimeOrNow};
 
 use super::attr::Change;
 use super::reply::Attr;
@@ -120,9 +120,9 @@ impl MountState {
     /// no time (a replica or the server may still show the file as it was before).
     pub(super) fn unless_predicted(
         &self,
-        fa: fuser::FileAttr,
+        fa: crate::session::FileAttr,
         ttl: Duration,
-    ) -> (fuser::FileAttr, Duration) {
+    ) -> (crate::session::FileAttr, Duration) {
         match self.behind.predicted(fa.ino.0) {
             Some(a) => {
                 let predicted = self.predicted_answer(fa.ino.0, &a);

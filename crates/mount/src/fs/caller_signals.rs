@@ -1,9 +1,9 @@
 //! Whether the process behind a FUSE request got a signal, so that a request waiting for
 //! the server to come back can answer EINTR and let it go.
 //!
-//! The kernel's way is FUSE_INTERRUPT, but fuser 0.18 answers every INTERRUPT with ENOSYS
-//! itself (a TODO in its `request.rs`), and never shows it to the file system; after that
-//! answer the kernel sends no more, and a process whose request is in userspace waits
+//! The kernel's way is FUSE_INTERRUPT, but the session answers the first INTERRUPT with
+//! ENOSYS (as fuser 0.18, which the mount was built on, did, never showing it to the file
+//! system); after that answer the kernel sends no more, and a process whose request is in userspace waits
 //! uninterruptibly, through SIGKILL, until the request is answered. So the mount asks the
 //! kernel another way: while a request waits for a lost connection to be replaced, the
 //! client checks (every `crossfs_client::GIVE_UP_POLL`) whether the caller's thread has an

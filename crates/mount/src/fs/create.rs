@@ -5,9 +5,9 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use crate::session::{Errno, FileHandle, INodeNo};
 use crossfs_client::ClientError;
 use crossfs_wire::{Rmessage, Tcreateattr, Tcreateattrdir, Tlcreate, Tmessage};
-use fuser::{Errno, FileHandle, INodeNo};
 
 use super::open::{wire_open_flags, writes};
 use super::reply::{Created, Opened};

@@ -11,8 +11,10 @@ use std::time::Duration;
 
 use std::sync::Arc;
 
+use crate::session::{
+    Errno, FileHandle, FileType, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus,
+};
 use crossfs_wire::{DirEntry, DirEntryAttr};
-use fuser::{Errno, FileHandle, FileType, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus};
 
 use super::reply::Then;
 use super::{errno, MountState};
@@ -55,7 +57,7 @@ impl MountState {
         ino: u64,
         fid: crossfs_wire::Fid,
         s: &mut DirStream,
-    ) -> Result<(), fuser::Errno> {
+    ) -> Result<(), crate::session::Errno> {
         if s.front().is_some() {
             self.stats.caches.readdir_buffer_hits.fetch_add(1, Relaxed);
             return Ok(());
@@ -138,7 +140,7 @@ impl MountState {
     /// parent's replica) and `listing` says the listing is wanted next, the walk brings the
     /// listing's first entries too (Twalkreaddirattr), with the count they were asked
     /// with: a directory met in a listing is bound and listed in one round trip, not two.
-    pub(super) fn dir_fid(&self, ino: u64, listing: bool) -> Result<DirFid, fuser::Errno> {
+    pub(super) fn dir_fid(&self, ino: u64, listing: bool) -> Result<DirFid, crate::session::Errno> {
         let compound = listing
             && self.client.has_extensions()
             && self.config.cache != CacheMode::Never

@@ -4,12 +4,12 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::session::{Errno, FileType, INodeNo, RenameFlags, ReplyData};
 use crossfs_client::ClientError;
 use crossfs_wire::{
     setattr as valid, Qid, Rgetattr, Rmessage, Tlink, Tmessage, Tmkdir, Tmknod, Treadlink, Tremove,
     Trename, Trenameat, Trenameatattr, Tsetattr, Tsymlink, Tunlinkat, Tunlinkatattr,
 };
-use fuser::{Errno, FileType, INodeNo, RenameFlags, ReplyData};
 
 use super::reply::{answer, Entry, Later, Then};
 use super::{errno, Caller, MountState};
@@ -31,7 +31,7 @@ impl MountState {
         fid: Arc<FidRef>,
         a: &Rgetattr,
         fetched: Option<Fetched>,
-    ) -> fuser::FileAttr {
+    ) -> crate::session::FileAttr {
         let ino = self.known.inodes.remember((at.0 .0, at.1), fid, a, fetched);
         self.check_names_lost();
         attr::file_attr(ino, a, self.ids)

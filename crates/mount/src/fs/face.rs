@@ -1,4 +1,4 @@
-//! The FUSE face: [`CrossFs`] implements [`fuser::Filesystem`] by counting each request,
+//! The FUSE face: [`CrossFs`] implements [`crate::session::Filesystem`] by counting each request,
 //! noting the changes a request makes (for the change feed and the attribute caches),
 //! answering the change feed's replays locally, and handing the rest to [`MountState`],
 //! whose methods live beside the requests they serve.
@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use fuser::{
+use crate::session::{
     AccessFlags, Errno, FileHandle, Filesystem, INodeNo, InitFlags, KernelConfig, LockOwner,
     OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
     ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
@@ -31,7 +31,7 @@ fn bytes(name: &OsStr) -> &[u8] {
     name.as_bytes()
 }
 
-/// The `fuser::Filesystem` over a 9P client.
+/// The `crate::session::Filesystem` over a 9P client.
 pub(crate) struct CrossFs {
     pub state: Arc<MountState>,
 }
@@ -240,7 +240,7 @@ impl Filesystem for CrossFs {
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
-        _flags: Option<fuser::BsdFileFlags>,
+        _flags: Option<crate::session::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
         let change = attr::Change {

@@ -8,9 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::session::{Errno, ReplyEmpty};
 use crossfs_client::ClientError;
 use crossfs_wire::{lock as wl, Rlock, Tgetlock, Tlock, Tmessage};
-use fuser::{Errno, ReplyEmpty};
 
 use super::reply::{answer, Later, Lock};
 use super::{errno, MountState};

@@ -1,6 +1,6 @@
 //! The FUSE filesystem: kernel requests in, 9P requests out.
 //!
-//! [`CrossFs`] (`face.rs`) implements [`fuser::Filesystem`] by counting each request and
+//! [`CrossFs`] (`face.rs`) implements [`crate::session::Filesystem`] by counting each request and
 //! handing it to [`MountState`], defined here: the mount's state in its parts (what the
 //! server supports, `crate::remote::support`; what the mount knows, `crate::known`; what
 //! it fetches ahead, `crate::ahead`; the change-event state, `crate::changes`). Its
@@ -12,7 +12,8 @@
 //! What this part must not do: decide what a cache may answer (the modules in
 //! `crate::known` and `crate::ahead` say that), or send anything on the event connection.
 //!
-//! Threading: fuser runs several worker threads, each on its own cloned `/dev/fuse` fd.
+//! Threading: the session (`crate::session`) runs several worker threads, each on its own
+//! cloned `/dev/fuse` fd.
 //! Requests that need a single 9P message (read, write, getattr, readlink, fsync, unlink,
 //! rename, statfs) are sent with [`crossfs_client::Client::call_async`] and answered from
 //! the completion, so the worker is free at once and a slow reply holds up nothing else.
@@ -39,9 +40,9 @@ mod xattr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use crate::session::{Errno, FileHandle, FileType, INodeNo};
 use crossfs_client::{Client, ClientError};
 use crossfs_wire::Qid;
-use fuser::{Errno, FileHandle, FileType, INodeNo};
 
 use crate::ahead::Ahead;
 use crate::attr::IdMap;
@@ -76,7 +77,7 @@ pub(crate) struct MountState {
     /// Changes answered here and sent to the server after (`--changes behind`).
     pub behind: Arc<crate::behind::ChangesBehind>,
     /// Tells the kernel about changes (set with the FUSE session).
-    pub notifier: std::sync::OnceLock<fuser::Notifier>,
+    pub notifier: std::sync::OnceLock<crate::session::Notifier>,
     /// No `--negative-ttl` was given: while events are followed, missing names the mount
     /// tracks are kept long too.
     pub negative_by_mode: bool,
@@ -294,13 +295,13 @@ pub(crate) fn errno(e: &ClientError) -> Errno {
     }
 }
 
-/// A time fuser decoded from the kernel, as 9P carries it (unsigned seconds holding Linux's
-/// signed ones).
+/// A time the session decoded from the kernel, as 9P carries it (unsigned seconds holding
+/// Linux's signed ones).
 ///
-/// fuser 0.18 decodes a kernel time (s, ns) before the epoch as `EPOCH - (|s| + ns)`
-/// (`system_time_from_time`, marked TODO there) rather than `EPOCH - |s| + ns`; this is the
-/// exact inverse of what it does, so pre-1970 times with nanoseconds survive. Revisit if
-/// fuser fixes its decoding.
+/// The session (`crate::session::types::setattr_time`) decodes a kernel time (s, ns) before
+/// the epoch as `EPOCH - (|s| + ns)`, as fuser 0.18 did, rather than `EPOCH - |s| + ns`;
+/// this is the exact inverse of that, so pre-1970 times with nanoseconds survive. Change
+/// both together.
 pub(crate) fn wire_time(t: SystemTime) -> (u64, u64) {
     match t.duration_since(SystemTime::UNIX_EPOCH) {
         Ok(d) => (d.as_secs(), u64::from(d.subsec_nanos())),

@@ -41,9 +41,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::session::{Errno, FileHandle, FopenFlags, INodeNo};
 use crossfs_client::ClientError;
 use crossfs_wire::{open_flags as of, Rmessage, Tlopen, Tmessage, Twalkopen};
-use fuser::{Errno, FileHandle, FopenFlags, INodeNo};
 
 use super::reply::Opened;
 use super::{errno, MountState};

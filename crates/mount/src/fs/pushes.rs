@@ -9,9 +9,9 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use crate::session::INodeNo;
 use crossfs_client::ClientError;
 use crossfs_wire::{Rmessage, Tmessage, Treadfiles};
-use fuser::INodeNo;
 
 use super::MountState;
 use crate::ahead::small_files::{Asking, SmallFile, Waiter};
@@ -81,7 +81,7 @@ impl MountState {
 
     /// Starts the thread that pushes small files into the kernel's page cache through
     /// `notifier` (see `crate::ahead::pushed_pages`); it ends with the mount.
-    pub(crate) fn start_page_push(self: &Arc<Self>, notifier: fuser::Notifier) {
+    pub(crate) fn start_page_push(self: &Arc<Self>, notifier: crate::session::Notifier) {
         self.start_helper(
             "crossfs-pages",
             &self.ahead.pages_to_push,
@@ -94,7 +94,7 @@ impl MountState {
     /// Pushes a small file's content into the kernel's page cache if nothing changed it
     /// since it was fetched, and the kernel's attributes for it are the ones it came with
     /// (so the kernel's size is its length); its next open then keeps the pages.
-    pub(super) fn push_pages(&self, notifier: &fuser::Notifier, f: &SmallFile) {
+    pub(super) fn push_pages(&self, notifier: &crate::session::Notifier, f: &SmallFile) {
         let Some(ino) = self.known.inodes.ino_of(f.attr.qid.path) else {
             return;
         };

@@ -9,9 +9,9 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::session::{Errno, FileHandle, INodeNo, ReplyData, ReplyEmpty, ReplyWrite};
 use crossfs_client::ClientError;
 use crossfs_wire::{Rmessage, Tfallocate, Tfsync, Tmessage, Twalkread};
-use fuser::{Errno, FileHandle, INodeNo, ReplyData, ReplyEmpty, ReplyWrite};
 
 use super::reply::{answer, Later, NowOrLater, Written};
 use super::{errno, MountState};
@@ -413,7 +413,7 @@ impl MountState {
         ino: INodeNo,
         fh: FileHandle,
         pid: u32,
-        owner: fuser::LockOwner,
+        owner: crate::session::LockOwner,
     ) -> Result<(), Errno> {
         if let Some(errno) = self.behind.take_refused_by(ino.0, pid) {
             return Err(Errno::from_i32(errno));

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fuser::{Errno, INodeNo, ReplyXattr};
+use crate::session::{Errno, INodeNo, ReplyXattr};
 
 use super::reply::{answer, Entry, Later, NowOrLater, Xattr};
 use super::MountState;

@@ -8,12 +8,12 @@
 
 use std::time::Duration;
 
-use crossfs_wire::Rstatfs;
-use fuser::{
+use crate::session::{
     Errno, FileAttr, FileHandle, FopenFlags, Generation, ReplyAttr, ReplyCreate, ReplyData,
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs,
     ReplyWrite, ReplyXattr,
 };
+use crossfs_wire::Rstatfs;
 
 /// A kernel reply that can carry an errno.
 pub(crate) trait Reply {

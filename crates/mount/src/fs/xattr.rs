@@ -1,8 +1,8 @@
 //! Extended attributes over Txattrwalk (read, list) and Txattrcreate (set, remove).
 
+use crate::session::{Errno, INodeNo};
 use crossfs_client::ClientError;
 use crossfs_wire::{xattr_flags, Tmessage, Txattrcreate, Txattrwalk};
-use fuser::{Errno, INodeNo};
 
 use super::reply::Xattr;
 use super::{errno, MountState};

@@ -11,7 +11,7 @@ use std::str::FromStr;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use fuser::FileAttr;
+use crate::session::FileAttr;
 
 /// "Long": a day, virtiofsd's timeout for its `metadata` and `always` modes.
 const LONG: Duration = Duration::from_secs(24 * 60 * 60);

@@ -136,6 +136,158 @@ impl Reply {
         self.u64(fh).u32(open_flags).u32(0)
     }
 
+    /// Appends a `fuse_attr` (88 bytes) of attributes given field by field.
+    pub fn fuse_attr(&mut self, a: &Attr) -> &mut Self {
+        self.u64(a.ino)
+            .u64(a.size)
+            .u64(a.blocks)
+            .u64(a.atime.0 as u64)
+            .u64(a.mtime.0 as u64)
+            .u64(a.ctime.0 as u64)
+            .u32(a.atime.1)
+            .u32(a.mtime.1)
+            .u32(a.ctime.1)
+            .u32(a.mode)
+            .u32(a.nlink)
+            .u32(a.uid)
+            .u32(a.gid)
+            .u32(a.rdev)
+            .u32(a.blksize)
+            .u32(a.flags)
+    }
+
+    /// Appends a `fuse_entry_out` (128 bytes) of attributes given field by field.
+    pub fn entry_of(
+        &mut self,
+        nodeid: u64,
+        generation: u64,
+        a: &Attr,
+        entry_valid: Ttl,
+        attr_valid: Ttl,
+    ) -> &mut Self {
+        self.u64(nodeid)
+            .u64(generation)
+            .u64(entry_valid.secs)
+            .u64(attr_valid.secs)
+            .u32(entry_valid.nanos)
+            .u32(attr_valid.nanos)
+            .fuse_attr(a)
+    }
+
+    /// Appends a `fuse_attr_out` (104 bytes) of attributes given field by field.
+    pub fn attr_out_of(&mut self, a: &Attr, valid: Ttl) -> &mut Self {
+        self.u64(valid.secs).u32(valid.nanos).u32(0).fuse_attr(a)
+    }
+
+    /// Appends a `fuse_write_out`.
+    pub fn write_out(&mut self, size: u32) -> &mut Self {
+        self.u32(size).u32(0)
+    }
+
+    /// Appends a `fuse_getxattr_out`: the size a value or name list needs.
+    pub fn xattr_size(&mut self, size: u32) -> &mut Self {
+        self.u32(size).u32(0)
+    }
+
+    /// Appends a `fuse_lk_out`: the lock that conflicts (`F_UNLCK`: none).
+    pub fn lk_out(&mut self, start: u64, end: u64, typ: u32, pid: u32) -> &mut Self {
+        self.u64(start).u64(end).u32(typ).u32(pid)
+    }
+
+    /// Appends a `fuse_statfs_out` (a `fuse_kstatfs`, 80 bytes).
+    pub fn statfs_out(&mut self, s: &Statfs) -> &mut Self {
+        self.u64(s.blocks)
+            .u64(s.bfree)
+            .u64(s.bavail)
+            .u64(s.files)
+            .u64(s.ffree)
+            .u32(s.bsize)
+            .u32(s.namelen)
+            .u32(s.frsize)
+            .u32(0)
+            .bytes(&[0; 24])
+    }
+
+    /// Appends a `fuse_init_out` as a kernel of minor version `kernel_minor` reads it
+    /// (shorter for the oldest, as the kernel's `fuse_init_out` grew).
+    pub fn init_out(&mut self, o: &InitOut, kernel_minor: u32) -> &mut Self {
+        let start = self.buf.len();
+        self.u32(o.major)
+            .u32(o.minor)
+            .u32(o.max_readahead)
+            .u32(o.flags)
+            .u16(o.max_background)
+            .u16(o.congestion_threshold)
+            .u32(o.max_write)
+            .u32(o.time_gran)
+            .u16(o.max_pages)
+            .u16(0) // map_alignment
+            .u32(o.flags2)
+            .u32(0) // max_stack_depth
+            .bytes(&[0; 24]);
+        let len = match kernel_minor {
+            0..=4 => 8,
+            5..=22 => 24,
+            _ => 64,
+        };
+        self.buf.truncate(start + len);
+        self
+    }
+}
+
+/// A `fuse_attr`, field by field (times as Linux's signed seconds and nanoseconds).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct Attr {
+    pub ino: u64,
+    pub size: u64,
+    pub blocks: u64,
+    pub atime: (i64, u32),
+    pub mtime: (i64, u32),
+    pub ctime: (i64, u32),
+    /// File type and permission bits, as `st_mode`.
+    pub mode: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    pub blksize: u32,
+    /// `fuse_attr.flags` (`super::ATTR_SUBMOUNT`).
+    pub flags: u32,
+}
+
+/// A `fuse_kstatfs`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct Statfs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+    pub frsize: u32,
+}
+
+/// A `fuse_init_out`, the fields a server sets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct InitOut {
+    pub major: u32,
+    pub minor: u32,
+    pub max_readahead: u32,
+    pub flags: u32,
+    pub max_background: u16,
+    pub congestion_threshold: u16,
+    pub max_write: u32,
+    /// Timestamp granularity in nanoseconds.
+    pub time_gran: u32,
+    pub max_pages: u16,
+    pub flags2: u32,
+}
+
+impl Reply {
     /// The finished reply: header filled in with `unique`, error 0 and the length.
     pub fn finish(mut self, unique: u64) -> Vec<u8> {
         let len = self.buf.len() as u32;
@@ -188,6 +340,20 @@ pub fn dirent_len(namelen: usize) -> usize {
     (24 + namelen + 7) & !7
 }
 
+/// Size of a `fuse_direntplus` (an entry, then a dirent) holding a name of `namelen`
+/// bytes, padded to 8.
+pub fn direntplus_len(namelen: usize) -> usize {
+    128 + dirent_len(namelen)
+}
+
+/// Appends a `fuse_direntplus`: the entry (node id 0 for one the kernel is not to look up),
+/// then the dirent.
+pub fn direntplus(r: &mut Reply, entry: (u64, &Attr, Ttl), off: u64, name: &[u8]) {
+    let (nodeid, attr, ttl) = entry;
+    r.entry_of(nodeid, 0, attr, ttl, ttl);
+    dirent(r, attr.ino, off, (attr.mode & 0o170000) >> 12, name);
+}
+
 /// Appends a `fuse_dirent`.
 pub fn dirent(r: &mut Reply, ino: u64, off: u64, ty: u32, name: &[u8]) {
     let len = dirent_len(name.len());
@@ -220,5 +386,35 @@ mod tests {
         assert_eq!(dirent_len(1), 32);
         assert_eq!(dirent_len(8), 32);
         assert_eq!(dirent_len(9), 40);
+    }
+
+    #[test]
+    fn field_by_field_sizes() {
+        let a = Attr {
+            ino: 5,
+            mode: 0o100644,
+            ..Attr::default()
+        };
+        let mut r = Reply::new();
+        r.entry_of(5, 0, &a, Ttl::ZERO, Ttl::ZERO);
+        assert_eq!(r.body_len(), 128);
+        let mut r = Reply::new();
+        r.attr_out_of(&a, Ttl::ZERO);
+        assert_eq!(r.body_len(), 104);
+        let mut r = Reply::new();
+        r.statfs_out(&Statfs::default());
+        assert_eq!(r.body_len(), 80);
+        let mut r = Reply::new();
+        direntplus(&mut r, (5, &a, Ttl::ZERO), 1, b"abc");
+        assert_eq!(r.body_len(), direntplus_len(3));
+        // The dirent's type is the mode's (DT_REG).
+        let body = r.finish(1);
+        let ty = u32::from_le_bytes(body[16 + 128 + 20..16 + 128 + 24].try_into().unwrap());
+        assert_eq!(ty, 8);
+        for (minor, len) in [(4, 8), (22, 24), (40, 64)] {
+            let mut r = Reply::new();
+            r.init_out(&InitOut::default(), minor);
+            assert_eq!(r.body_len(), len);
+        }
     }
 }

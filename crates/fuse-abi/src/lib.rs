@@ -1,17 +1,31 @@
-//! The FUSE ABI as virtio-fs carries it (Linux `include/uapi/linux/fuse.h`): one opcode table,
-//! a decoder from bytes that never panics ([`decode()`]) and reply encoders ([`encode`]). No
-//! I/O: the device moves buffers, the file system answers.
+//! The FUSE ABI as bytes (Linux `include/uapi/linux/fuse.h`), for both of crossfs's FUSE
+//! servers: the virtio door (`crossfs-virtiofs`, requests from a guest's virtqueues) and the
+//! mount's own session (`crossfs-mount`, from `/dev/fuse` or io_uring). One opcode table, a
+//! decoder from bytes that never panics ([`decode()`], with the in-structs a request carries
+//! beyond its [`Op`] from [`Request`]'s `*_in` methods), reply encoders ([`encode`]) and the
+//! notifications a server sends unasked ([`notify`]), and the layout of FUSE over io_uring's
+//! ring entries ([`uring`]).
+//!
+//! What it must not do: any I/O. The device or the session moves buffers; the file system
+//! answers.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod decode;
 pub mod encode;
+pub mod notify;
+pub mod uring;
 
 pub use decode::{decode, DecodeError, InHeader, Op, Request};
 
 /// The FUSE major version spoken.
 pub const KERNEL_VERSION: u32 = 7;
-/// The minor version offered (7.31: max_pages, cache_symlinks, map_alignment known); the
-/// guest's, if smaller, is used.
+/// The minor version the virtio door offers (7.31: max_pages, cache_symlinks, map_alignment
+/// known); the guest's, if smaller, is used.
 pub const KERNEL_MINOR_VERSION: u32 = 31;
+/// The minor version the mount's session offers (7.40: `flags2`, FUSE over io_uring's
+/// flag; what fuser 0.18 offered before it).
+pub const SESSION_MINOR_VERSION: u32 = 40;
 /// The root's node id.
 pub const ROOT_ID: u64 = 1;
 
@@ -74,7 +88,34 @@ pub mod init {
     pub const HANDLE_KILLPRIV: u32 = 1 << 19;
     pub const MAX_PAGES: u32 = 1 << 22;
     pub const CACHE_SYMLINKS: u32 = 1 << 23;
+    pub const FLOCK_LOCKS: u32 = 1 << 10;
+    pub const NO_OPEN_SUPPORT: u32 = 1 << 17;
     pub const SUBMOUNTS: u32 = 1 << 27;
+    pub const NO_OPENDIR_SUPPORT: u32 = 1 << 24;
+    pub const EXPLICIT_INVAL_DATA: u32 = 1 << 25;
+    /// `flags2` is valid (in `fuse_init_in` and `fuse_init_out`).
+    pub const INIT_EXT: u32 = 1 << 30;
+}
+
+/// `FUSE_INIT` flags of the `flags2` word (valid with [`init::INIT_EXT`]), as bits of
+/// `flags2`: flag `n` of the kernel's 64-bit list is bit `n - 32` here.
+#[allow(missing_docs)]
+pub mod init2 {
+    /// mmap of files opened with `FOPEN_DIRECT_IO` (Linux 6.6).
+    pub const DIRECT_IO_ALLOW_MMAP: u32 = 1 << (36 - 32);
+    /// FUSE over io_uring may be used (Linux 6.14, with `enable_uring`).
+    pub const OVER_IO_URING: u32 = 1 << (41 - 32);
+}
+
+/// Notification codes (`fuse_out_header.error` of a message with `unique` 0).
+#[allow(missing_docs)]
+pub mod notify_code {
+    pub const POLL: i32 = 1;
+    pub const INVAL_INODE: i32 = 2;
+    pub const INVAL_ENTRY: i32 = 3;
+    pub const STORE: i32 = 4;
+    pub const RETRIEVE: i32 = 5;
+    pub const DELETE: i32 = 6;
 }
 
 /// `fuse_attr.flags`: the directory is the root of another file system, which the guest
@@ -94,6 +135,8 @@ pub mod fattr {
     pub const FH: u32 = 1 << 6;
     pub const ATIME_NOW: u32 = 1 << 7;
     pub const MTIME_NOW: u32 = 1 << 8;
+    pub const LOCKOWNER: u32 = 1 << 9;
+    pub const CTIME: u32 = 1 << 10;
 }
 
 /// `fuse_open_out.open_flags` bits.
@@ -101,8 +144,22 @@ pub mod fattr {
 pub mod fopen {
     pub const DIRECT_IO: u32 = 1 << 0;
     pub const KEEP_CACHE: u32 = 1 << 1;
+    pub const NONSEEKABLE: u32 = 1 << 2;
     pub const CACHE_DIR: u32 = 1 << 3;
+    pub const STREAM: u32 = 1 << 4;
+    pub const NOFLUSH: u32 = 1 << 5;
+    pub const PARALLEL_DIRECT_WRITES: u32 = 1 << 6;
 }
+
+/// `fuse_read_in.flags`, `fuse_release_in.release_flags`, `fuse_flush_in`: `lock_owner` is
+/// valid.
+pub const READ_LOCKOWNER: u32 = 1 << 1;
+/// `fuse_release_in.release_flags`: flush before release.
+pub const RELEASE_FLUSH: u32 = 1 << 0;
+/// `fuse_write_in.write_flags`: `lock_owner` is valid.
+pub const WRITE_LOCKOWNER: u32 = 1 << 1;
+/// `fuse_lk_in.lk_flags`: a `flock(2)` lock rather than a POSIX one.
+pub const LK_FLOCK: u32 = 1 << 0;
 
 /// `fuse_getattr_in.getattr_flags`: `fh` is valid.
 pub const GETATTR_FH: u32 = 1;

@@ -31,6 +31,9 @@ pub enum DecodeError {
     /// A count that the body cannot hold.
     #[error("count {count} too large for {0:?}", count = .1)]
     BadCount(Opcode, u32),
+    /// An in-struct asked of a request of another opcode.
+    #[error("the request is not {0:?}")]
+    NotThis(Opcode),
 }
 
 /// `fuse_in_header`.
@@ -59,6 +62,167 @@ pub struct Request<'a> {
     pub header: InHeader,
     /// The body, or why it did not decode.
     pub op: Result<Op<'a>, DecodeError>,
+    /// The body's bytes (after the header, within its length), for the in-structs that
+    /// [`Op`] summarises ([`Request::write_in`], [`Request::lk_in`], ...).
+    pub body: &'a [u8],
+}
+
+/// `fuse_write_in`, whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct WriteIn {
+    pub fh: u64,
+    pub offset: u64,
+    pub size: u32,
+    pub write_flags: u32,
+    pub lock_owner: u64,
+    /// The open flags of the file written.
+    pub flags: u32,
+}
+
+/// `fuse_read_in` (READ), whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct ReadInFull {
+    pub fh: u64,
+    pub offset: u64,
+    pub size: u32,
+    pub read_flags: u32,
+    pub lock_owner: u64,
+    /// The open flags of the file read.
+    pub flags: u32,
+}
+
+/// `fuse_flush_in`, whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct FlushIn {
+    pub fh: u64,
+    pub lock_owner: u64,
+}
+
+/// `fuse_release_in` (RELEASE, RELEASEDIR), whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct ReleaseIn {
+    pub fh: u64,
+    pub flags: u32,
+    pub release_flags: u32,
+    pub lock_owner: u64,
+}
+
+/// `fuse_lk_in` (GETLK, SETLK, SETLKW), whole.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct LkIn {
+    pub fh: u64,
+    pub owner: u64,
+    pub start: u64,
+    pub end: u64,
+    /// `F_RDLCK`, `F_WRLCK` or `F_UNLCK`.
+    pub typ: u32,
+    pub pid: u32,
+    pub lk_flags: u32,
+}
+
+impl Request<'_> {
+    fn cursor(&self, op: Opcode) -> Result<Cursor<'_>, DecodeError> {
+        if self.header.opcode != op as u32 {
+            return Err(DecodeError::NotThis(op));
+        }
+        Ok(Cursor { buf: self.body, op })
+    }
+
+    /// A WRITE's `fuse_write_in`.
+    ///
+    /// # Errors
+    /// [`DecodeError::NotThis`] for another opcode; [`DecodeError::Truncated`].
+    pub fn write_in(&self) -> Result<WriteIn, DecodeError> {
+        let mut c = self.cursor(Opcode::WRITE)?;
+        let fh = c.u64()?;
+        let offset = c.u64()?;
+        let size = c.u32()?;
+        let write_flags = c.u32()?;
+        let lock_owner = c.u64()?;
+        let flags = c.u32()?;
+        Ok(WriteIn {
+            fh,
+            offset,
+            size,
+            write_flags,
+            lock_owner,
+            flags,
+        })
+    }
+
+    /// A READ's `fuse_read_in`, whole.
+    ///
+    /// # Errors
+    /// [`DecodeError::NotThis`] for another opcode; [`DecodeError::Truncated`].
+    pub fn read_in_full(&self) -> Result<ReadInFull, DecodeError> {
+        let mut c = self.cursor(Opcode::READ)?;
+        Ok(ReadInFull {
+            fh: c.u64()?,
+            offset: c.u64()?,
+            size: c.u32()?,
+            read_flags: c.u32()?,
+            lock_owner: c.u64()?,
+            flags: c.u32()?,
+        })
+    }
+
+    /// A FLUSH's `fuse_flush_in`.
+    ///
+    /// # Errors
+    /// [`DecodeError::NotThis`] for another opcode; [`DecodeError::Truncated`].
+    pub fn flush_in(&self) -> Result<FlushIn, DecodeError> {
+        let mut c = self.cursor(Opcode::FLUSH)?;
+        let fh = c.u64()?;
+        c.skip(8)?;
+        Ok(FlushIn {
+            fh,
+            lock_owner: c.u64()?,
+        })
+    }
+
+    /// A RELEASE's or RELEASEDIR's `fuse_release_in`.
+    ///
+    /// # Errors
+    /// [`DecodeError::NotThis`] for another opcode; [`DecodeError::Truncated`].
+    pub fn release_in(&self) -> Result<ReleaseIn, DecodeError> {
+        let op = match Opcode::from_u32(self.header.opcode) {
+            Some(o @ Opcode::RELEASEDIR) => o,
+            _ => Opcode::RELEASE,
+        };
+        let mut c = self.cursor(op)?;
+        Ok(ReleaseIn {
+            fh: c.u64()?,
+            flags: c.u32()?,
+            release_flags: c.u32()?,
+            lock_owner: c.u64()?,
+        })
+    }
+
+    /// A GETLK's, SETLK's or SETLKW's `fuse_lk_in`.
+    ///
+    /// # Errors
+    /// [`DecodeError::NotThis`] for another opcode; [`DecodeError::Truncated`].
+    pub fn lk_in(&self) -> Result<LkIn, DecodeError> {
+        let op = match Opcode::from_u32(self.header.opcode) {
+            Some(o @ (Opcode::SETLK | Opcode::SETLKW)) => o,
+            _ => Opcode::GETLK,
+        };
+        let mut c = self.cursor(op)?;
+        Ok(LkIn {
+            fh: c.u64()?,
+            owner: c.u64()?,
+            start: c.u64()?,
+            end: c.u64()?,
+            typ: c.u32()?,
+            pid: c.u32()?,
+            lk_flags: c.u32()?,
+        })
+    }
 }
 
 /// `fuse_init_in`.
@@ -72,6 +236,9 @@ pub struct InitIn {
     pub max_readahead: u32,
     /// Flags the guest supports.
     pub flags: u32,
+    /// More flags the kernel supports (`flags2`, valid with `init::INIT_EXT` in `flags`;
+    /// 0 from a kernel before 7.36).
+    pub flags2: u32,
 }
 
 /// `fuse_setattr_in`, the fields used.
@@ -85,6 +252,8 @@ pub struct SetattrIn {
     pub mtime: u64,
     pub atimensec: u32,
     pub mtimensec: u32,
+    pub ctime: u64,
+    pub ctimensec: u32,
     pub mode: u32,
     pub uid: u32,
     pub gid: u32,
@@ -330,17 +499,22 @@ pub fn decode(buf: &[u8]) -> Result<Request<'_>, DecodeError> {
             available: buf.len(),
         });
     };
+    let body_bytes = buf.get(IN_HEADER_LEN..total).unwrap_or_default();
     let op = match Opcode::from_u32(opcode) {
         None => Err(DecodeError::UnknownOpcode(opcode)),
         Some(op) => body(
             op,
             Cursor {
-                buf: &buf[IN_HEADER_LEN..total],
+                buf: body_bytes,
                 op,
             },
         ),
     };
-    Ok(Request { header, op })
+    Ok(Request {
+        header,
+        op,
+        body: body_bytes,
+    })
 }
 
 fn body(op: Opcode, mut c: Cursor<'_>) -> Result<Op<'_>, DecodeError> {
@@ -351,11 +525,18 @@ fn body(op: Opcode, mut c: Cursor<'_>) -> Result<Op<'_>, DecodeError> {
             let minor = c.u32()?;
             let max_readahead = c.u32()?;
             let flags = c.u32()?;
+            // Kernels before 7.36 send 16 bytes, without flags2.
+            let flags2 = if flags & super::init::INIT_EXT != 0 {
+                c.u32().unwrap_or(0)
+            } else {
+                0
+            };
             Op::Init(InitIn {
                 major,
                 minor,
                 max_readahead,
                 flags,
+                flags2,
             })
         }
         O::DESTROY => Op::Destroy,
@@ -390,10 +571,10 @@ fn body(op: Opcode, mut c: Cursor<'_>) -> Result<Op<'_>, DecodeError> {
             c.skip(8)?; // lock_owner
             let atime = c.u64()?;
             let mtime = c.u64()?;
-            c.skip(8)?; // ctime
+            let ctime = c.u64()?;
             let atimensec = c.u32()?;
             let mtimensec = c.u32()?;
-            c.skip(4)?; // ctimensec
+            let ctimensec = c.u32()?;
             let mode = c.u32()?;
             c.skip(4)?;
             let uid = c.u32()?;
@@ -407,6 +588,8 @@ fn body(op: Opcode, mut c: Cursor<'_>) -> Result<Op<'_>, DecodeError> {
                 mtime,
                 atimensec,
                 mtimensec,
+                ctime,
+                ctimensec,
                 mode,
                 uid,
                 gid,
@@ -665,6 +848,58 @@ mod tests {
             decode(&bytes).unwrap().op,
             Err(DecodeError::Truncated(Opcode::TMPFILE))
         );
+    }
+
+    #[test]
+    fn in_structs_beyond_the_op() {
+        let mut body = Vec::new();
+        for v in [3u64, 4096] {
+            body.extend_from_slice(&v.to_le_bytes());
+        }
+        body.extend_from_slice(&2u32.to_le_bytes()); // size
+        body.extend_from_slice(&0u32.to_le_bytes()); // write_flags
+        body.extend_from_slice(&0u64.to_le_bytes()); // lock_owner
+        body.extend_from_slice(&0o2u32.to_le_bytes()); // flags
+        body.extend_from_slice(&0u32.to_le_bytes());
+        body.extend_from_slice(b"hi");
+        let bytes = request(16, &body);
+        let req = decode(&bytes).unwrap();
+        assert_eq!(req.write_in().unwrap().flags, 0o2);
+        assert_eq!(
+            req.lk_in().unwrap_err(),
+            DecodeError::NotThis(Opcode::GETLK)
+        );
+        let mut lk = Vec::new();
+        for v in [1u64, 2, 10, 20] {
+            lk.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in [1u32, 77, 0, 0] {
+            lk.extend_from_slice(&v.to_le_bytes());
+        }
+        let bytes = request(33, &lk);
+        let got = decode(&bytes).unwrap().lk_in().unwrap();
+        assert_eq!((got.owner, got.start, got.end, got.pid), (2, 10, 20, 77));
+        let bytes = request(33, &lk[..30]);
+        assert!(decode(&bytes).unwrap().lk_in().is_err());
+    }
+
+    #[test]
+    fn init_flags2_only_with_init_ext() {
+        let mut body = Vec::new();
+        for v in [7u32, 41, 131072, crate::init::INIT_EXT, 1 << 9] {
+            body.extend_from_slice(&v.to_le_bytes());
+        }
+        let bytes = request(26, &body);
+        let Ok(Op::Init(i)) = decode(&bytes).unwrap().op else {
+            panic!("not INIT")
+        };
+        assert_eq!(i.flags2, 1 << 9);
+        body[12..16].copy_from_slice(&0u32.to_le_bytes());
+        let bytes = request(26, &body);
+        let Ok(Op::Init(i)) = decode(&bytes).unwrap().op else {
+            panic!("not INIT")
+        };
+        assert_eq!(i.flags2, 0);
     }
 
     #[test]
