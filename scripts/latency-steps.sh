@@ -14,7 +14,7 @@
 # kernel's and the mount's share of every call. First it prints the CPU idle settings that
 # decide what waking an idle CPU costs in a VM (`cpuidle_haltpoll`'s poll time), and after
 # the calls, which FUSE transport served them (io_uring where the kernel offers it:
-# /sys/module/fuse/parameters/enable_uring; MOUNT_ARGS=--no-io-uring for /dev/fuse alone).
+# /sys/module/fuse/parameters/enable_uring, and MOUNT_ARGS=--io-uring; /dev/fuse by default).
 # The crossfs binary: $CROSSFS, else this repository's release build.
 set -euo pipefail
 

@@ -453,13 +453,15 @@ pub struct MountArgs {
     /// FUSE worker threads.
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub threads: usize,
-    /// Serve FUSE through /dev/fuse alone, never through io_uring. By default the mount
-    /// uses FUSE over io_uring where the kernel offers it (Linux 6.14+ with
-    /// /sys/module/fuse/parameters/enable_uring set to Y; libfuse's `-o io_uring`): one ring
-    /// and one thread per CPU, beside the --threads workers, which serve alone when the
-    /// kernel does not offer it or refuses it. `crossfs stats` counts requests per transport.
+    /// Serve FUSE over io_uring where the kernel offers it (Linux 6.14+ with
+    /// /sys/module/fuse/parameters/enable_uring set to Y), as libfuse 3.18's `-o io_uring`:
+    /// one ring and one pinned thread per CPU, beside the --threads /dev/fuse workers, which
+    /// serve alone when the kernel does not offer it or refuses it. Off by default: measured
+    /// on a 2-core VM, it halves what a request the mount answers itself costs but slows
+    /// those that wait for the server (sequential reads to half), docs/bench.md. `crossfs
+    /// stats` counts the requests each transport served.
     #[arg(long)]
-    pub no_io_uring: bool,
+    pub io_uring: bool,
     /// Socket send and receive buffer size, independent of msize.
     #[arg(long, value_name = "BYTES", value_parser = parse_buffer)]
     pub socket_buffer: Option<usize>,

@@ -43,9 +43,6 @@ fn is_granted(name: &str) -> bool {
             | "nodev"
             | "atime"
             | "relatime"
-            // libfuse 3.18's: FUSE over io_uring where offered, which crossfs does unless
-            // `no-io-uring`.
-            | "io_uring"
     ) || name.starts_with("x-")
 }
 
@@ -216,6 +213,7 @@ mod tests {
             "private",
             "no-events",
             "noexec",
+            "io_uring",
         ]);
         assert_eq!(
             translate(&opts, false).unwrap(),
@@ -230,6 +228,7 @@ mod tests {
                 "--private",
                 "--no-events",
                 "--noexec",
+                "--io-uring",
             ]
         );
         let err = translate(&strings(&["cache=auto", "bogus=1"]), false).unwrap_err();

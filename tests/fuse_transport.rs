@@ -1,7 +1,7 @@
 //! The mount's FUSE transports: with the kernel offering FUSE over io_uring
-//! (`enable_uring`, set to Y for these tests and put back after), the mount serves requests
-//! through its rings, and what goes through them reads back as written; with
-//! `--no-io-uring` every request comes through `/dev/fuse`. `crossfs stats` counts
+//! (`enable_uring`, set to Y for these tests and put back after), a mount with
+//! `--io-uring` serves requests through its rings, and what goes through them reads back as
+//! written; without it (the default) every request comes through `/dev/fuse`. `crossfs stats` counts
 //! requests per transport.
 
 mod common;
@@ -92,10 +92,10 @@ fn served(extra: &[&str], check: impl FnOnce(&Mount, &Path)) {
 }
 
 #[test]
-fn io_uring_serves_where_the_kernel_offers_it() {
+fn io_uring_serves_where_the_kernel_offers_it_and_the_mount_asks() {
     assert_root();
     let _enabled = UringEnabled::set();
-    served(&[], |mount, export| {
+    served(&["--io-uring"], |mount, export| {
         work(&mount.mountpoint, export);
         let (_, ring, queues) = transport(mount);
         assert!(ring > 0, "no request came through io_uring");
@@ -104,10 +104,10 @@ fn io_uring_serves_where_the_kernel_offers_it() {
 }
 
 #[test]
-fn no_io_uring_keeps_to_dev_fuse() {
+fn by_default_the_mount_keeps_to_dev_fuse_where_io_uring_is_offered() {
     assert_root();
     let _enabled = UringEnabled::set();
-    served(&["--no-io-uring"], |mount, export| {
+    served(&[], |mount, export| {
         work(&mount.mountpoint, export);
         let (dev, ring, queues) = transport(mount);
         assert!(dev > 0);

@@ -139,8 +139,8 @@ fn workloads_help() -> String {
          \x20 crossfs --negative-ttl 0              no negative-lookup cache\n\
          \x20 crossfs --send-opens                  opens, closes and locks sent as without FUSE's no-open mode\n\
          \x20 crossfs --cache never                 no caching at all\n\
-         \x20 crossfs --no-io-uring                 FUSE through /dev/fuse alone (the same as the\n\
-         \x20                                       default where the kernel does not offer io_uring)\n\
+         \x20 crossfs --io-uring                    FUSE over io_uring where the kernel offers it\n\
+         \x20                                       (off by default; the default where it does not)\n\
          plus every --compare NAME=PATH.\n\
          \nRatios are \"x native\": the target's performance as a multiple of native's, 1.00 =\n\
          native, higher is always better (rates: target/native; durations: native/target).\n\
@@ -203,7 +203,7 @@ fn crossfs_configs(default_only: bool) -> Vec<(&'static str, &'static [&'static 
             ("crossfs --negative-ttl 0", &["--negative-ttl", "0"][..]),
             ("crossfs --send-opens", &["--send-opens"][..]),
             ("crossfs --cache never", &["--cache", "never"][..]),
-            ("crossfs --no-io-uring", &["--no-io-uring"][..]),
+            ("crossfs --io-uring", &["--io-uring"][..]),
         ]);
     }
     configs

@@ -110,7 +110,7 @@ pub fn run(args: MountArgs) -> Result<()> {
         // As given, so that mount(8) finds an fstab line's source in the table.
         fs_name: args.addr.given.clone(),
         replica_entries: args.replica_entries,
-        io_uring: !args.no_io_uring,
+        io_uring: args.io_uring,
         ..MountConfig::default()
     };
     *lock(&stage) = Stage::Mounting { requested: false };

@@ -58,7 +58,7 @@ pub struct MountConfig {
     pub replica_entries: usize,
     /// FUSE over io_uring where the kernel offers it (`enable_uring`, Linux 6.14+): a ring
     /// and a thread per CPU queue beside the `/dev/fuse` workers, which serve alone when
-    /// it is off, not offered, or refused.
+    /// it is off (the default: docs/bench.md has why), not offered, or refused.
     pub io_uring: bool,
 }
 
@@ -81,7 +81,7 @@ impl Default for MountConfig {
             threads: 4,
             fs_name: "crossfs".to_string(),
             replica_entries: crate::known::replica::DEFAULT_REPLICA_ENTRIES,
-            io_uring: true,
+            io_uring: false,
         }
     }
 }
