@@ -693,16 +693,16 @@ impl FuseFs {
     fn statfs(&self) -> OpResult<Reply> {
         let s = sys::statfs(self.export.root.fd()?.as_fd())?;
         let mut r = Reply::with_capacity(80);
-        r.u64(s.blocks)
-            .u64(s.bfree)
-            .u64(s.bavail)
-            .u64(s.files)
-            .u64(s.ffree)
-            .u32(s.bsize)
-            .u32(s.namelen)
-            .u32(s.bsize)
-            .u32(0)
-            .bytes(&[0; 24]);
+        r.statfs_out(&encode::Statfs {
+            blocks: s.blocks,
+            bfree: s.bfree,
+            bavail: s.bavail,
+            files: s.files,
+            ffree: s.ffree,
+            bsize: s.bsize,
+            namelen: s.namelen,
+            frsize: s.bsize,
+        });
         Ok(r)
     }
 
