@@ -132,8 +132,8 @@ impl Applier<'_> {
         c.stats.received.fetch_add(1, Relaxed);
         *crate::sync::lock(&c.position) = Some((ev.epoch, ev.seq));
         tracing::debug!("change event {ev}");
+        self.mark_changed(ev);
         let echo = self.is_echo(ev, next);
-        self.mark_changed(ev, echo);
         // Replicas first: a lookup the kernel sends after the invalidations below must
         // not be answered with what the event changed.
         let changes = &self.mount.changes;
@@ -268,11 +268,12 @@ impl Applier<'_> {
 
     /// Ends reuse of the attributes of the files an event names (see
     /// `crate::known::listed_attrs`): by its qid, by its path and its old path, and their
-    /// directories. An event the mount cannot place counts for every file. The echo of
-    /// this mount's own create (`echo`) leaves the new file alone: it shows the file with
-    /// the attributes the mount already holds (`Self::leads_to`), so a change that starts
-    /// from them may still go behind.
-    fn mark_changed(&self, ev: &Event, echo: bool) {
+    /// directories. An event the mount cannot place counts for every file. An event that
+    /// shows its file exactly as the mount last saw it (mode, size and times: the echo of
+    /// the mount's own create, write or setattr, which now comes within milliseconds)
+    /// leaves that file alone, so a change that starts from those attributes may still go
+    /// behind.
+    fn mark_changed(&self, ev: &Event) {
         let listed = &self.mount.known.listed;
         let from = match &ev.kind {
             // The sync's cookie, made and removed at the top of the export, moved the
@@ -287,8 +288,14 @@ impl Applier<'_> {
             _ => None,
         };
         let inodes = &self.mount.known.inodes;
-        let own_create = echo && matches!(ev.kind, EventKind::Created);
-        let mut files: Vec<u64> = ev.qid.into_iter().filter(|_| !own_create).collect();
+        let as_seen = matches!(
+            ev.kind,
+            EventKind::Created | EventKind::Modified | EventKind::Attrib
+        ) && ev
+            .qid
+            .and_then(|q| inodes.ino_of(q))
+            .is_some_and(|ino| self.as_seen(ino, ev, true));
+        let mut files: Vec<u64> = ev.qid.into_iter().collect();
         for path in std::iter::once(&ev.path).chain(from) {
             let Some(dir) = self.known_parent(path) else {
                 if ev.qid.is_none() {
@@ -297,9 +304,10 @@ impl Applier<'_> {
                 continue;
             };
             files.extend(inodes.qid_path(dir));
-            if !own_create {
-                files.extend(self.kernel_entry(dir, path.file_name()));
-            }
+            files.extend(self.kernel_entry(dir, path.file_name()));
+        }
+        if as_seen {
+            files.retain(|&f| Some(f) != ev.qid);
         }
         // In this order: an extended attribute fetched meanwhile is not kept.
         listed.changed(files.iter().copied());
