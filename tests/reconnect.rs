@@ -275,3 +275,57 @@ fn watch_carries_on_through_a_server_restart() {
     let _ = watch.wait();
     drop(server);
 }
+
+#[test]
+fn an_open_file_renewed_by_a_host_change_is_reopened_after_a_restart() {
+    let (_dir, export, sock, mut server) = host(&[("file", "first")]);
+    let mount = Mount::start(
+        &format!("unix:{}", sock.display()),
+        &["--reconnect-wait", "60", "--cache", "always"],
+    );
+    mount.wait_following();
+    let mnt = mount.mountpoint.clone();
+    // A process of its own holds the file open (see restart_workload.py for why): it
+    // reads it when told, and then writes and fsyncs through the same descriptor.
+    let holder = "import os, sys\n\
+        fd = os.open(sys.argv[1], os.O_RDWR)\n\
+        print('open', flush=True)\n\
+        for line in sys.stdin:\n\
+        \x20   try:\n\
+        \x20       os.pwrite(fd, b'guest', 0); os.fsync(fd)\n\
+        \x20       print('read', os.pread(fd, 64, 0), flush=True)\n\
+        \x20   except OSError as e:\n\
+        \x20       print('error', e.errno, flush=True)\n";
+    let mut child = Command::new("python3")
+        .args(["-c", holder])
+        .arg(mnt.join("file"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(out.next().unwrap().unwrap(), "open");
+
+    // A host change to the open file: with the writeback cache the mount gives the file a
+    // new node (the kernel keeps its own size for the old one), and a lookup makes it.
+    std::fs::write(export.join("file"), "second").unwrap();
+    run_ok(Command::new(crossfs_bin()).arg("sync").arg(&mnt));
+    assert_eq!(std::fs::read(mnt.join("file")).unwrap(), b"second");
+
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    server = serve(&export, &sock);
+    wait_until("the mount to reconnect", PATIENCE, || {
+        mount.stats()["reconnects"] == 1 && std::fs::metadata(mnt.join("file")).is_ok()
+    });
+    // The descriptor opened before the change and the restart still reaches the file (its
+    // old inode's size is the kernel's own, 5 bytes: the read may stop there).
+    writeln!(stdin, "go").unwrap();
+    let read = out.next().unwrap().unwrap();
+    assert!(read.starts_with("read b'guest"), "{read}");
+    assert_eq!(std::fs::read(export.join("file")).unwrap(), b"guestd");
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    drop(server);
+}

@@ -10,7 +10,7 @@
 
 mod names;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossfs_wire::{Fid, Qid, Rgetattr};
@@ -536,8 +536,8 @@ impl InodeTable {
 
     /// Every node's fid and `qid.path`, the nodes without a fid (answered from a replica:
     /// node and `qid.path`), and every name known to lead to a node (directory, name,
-    /// node): what binding the fids again on a new connection needs (see
-    /// `crate::restore`). Placeholders, which borrow their directory's fid, are left out.
+    /// node), or, for a node none leads to, where it was last found: what binding the fids
+    /// again on a new connection needs (see `crate::restore`). Placeholders, which borrow their directory's fid, are left out.
     pub(crate) fn snapshot(&self) -> Snapshot {
         let inner = self.lock();
         let real = inner
@@ -549,15 +549,25 @@ impl InodeTable {
             .filter_map(|(&ino, node)| Some((ino, (node.fid.as_ref()?.fid(), node.qid_path))))
             .collect();
         let lazy: Vec<(u64, u64)> = real
+            .clone()
             .filter(|(_, node)| node.fid.is_none())
             .map(|(&ino, node)| (ino, node.qid_path))
             .collect();
-        let names = inner
+        let mut names: Vec<(u64, Vec<u8>, u64)> = inner
             .names
             .iter()
             .flat_map(|(&dir, names)| names.iter().map(move |(n, &ino)| (dir, n.clone(), ino)))
             .filter(|(_, _, ino)| inner.by_ino.contains_key(ino))
             .collect();
+        // A node no known name leads to any more (retired for a newer node of its file,
+        // or its entry dropped) may still be open: it is tried where it was last found.
+        let named: HashSet<u64> = names.iter().map(|&(_, _, ino)| ino).collect();
+        names.extend(real.filter(|(ino, _)| !named.contains(ino)).filter_map(
+            |(&ino, node)| {
+                let (dir, name) = node.origin.as_ref()?;
+                Some((*dir, name.clone(), ino))
+            },
+        ));
         (nodes, lazy, names)
     }
 
