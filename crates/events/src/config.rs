@@ -30,9 +30,7 @@ pub struct HubConfig {
     pub max_delay: Duration,
     /// The first change after a quiet period is published after one more read of the
     /// kernel queue (1 ms) rather than the quiet window: a lone change reaches watchers at
-    /// once, and only what follows it is coalesced. Off (false) until a mount's recovery
-    /// from a server restart works with it: `tests/reconnect.rs`'s
-    /// `the_mount_survives_server_restarts` times out with it on (docs/events.md).
+    /// once, and only what follows it is coalesced (true).
     pub first_at_once: bool,
     /// More pending paths than this collapse into one rescan of their deepest common directory;
     /// a rescan with more differences than this publishes one `Rescan` instead (2048).
@@ -66,7 +64,7 @@ impl Default for HubConfig {
             backend: BackendKind::Auto,
             quiet: Duration::from_millis(20),
             max_delay: Duration::from_millis(200),
-            first_at_once: false,
+            first_at_once: true,
             burst_limit: 2048,
             ring_capacity: 4096,
             history: 4096,
