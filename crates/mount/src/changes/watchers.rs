@@ -4,11 +4,14 @@
 //! watch in `/proc/PID/fdinfo/FD` of the inotify and fanotify descriptors, so the list is
 //! read from there when it may have changed (see [`MAX_AGE`], [`MAX_AGE_UNWATCHED`]): a host
 //! `git checkout` of 10,000 files, published in bursts, then costs a guest that nobody
-//! watches a few scans and the invalidations.
+//! watches a few scans and the invalidations. A scan reads a link for every open file of
+//! every process (milliseconds on a busy machine), so a list that says "watched" is renewed
+//! in the background: the watcher's event does not wait for it.
 
 use std::collections::HashSet;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How old the list may be when it says "watched" (a watch that went away meanwhile costs
@@ -30,11 +33,23 @@ struct Seen {
 
 /// The watches on one mount, refreshed lazily.
 pub(crate) struct Watchers {
+    scanner: Scanner,
+    seen: Arc<Mutex<Seen>>,
+    /// A background scan is under way.
+    renewing: Arc<AtomicBool>,
+}
+
+/// What tells this mount's watches apart in /proc.
+#[derive(Clone, Copy)]
+struct Scanner {
     /// The mount's device as the kernel prints it in fdinfo (`sdev`).
     sdev: u64,
     /// The mount's id as fdinfo prints fanotify mount marks (`mnt_id`).
     mnt_id: Option<u64>,
-    seen: Mutex<Seen>,
+}
+
+fn lock(seen: &Mutex<Seen>) -> std::sync::MutexGuard<'_, Seen> {
+    seen.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Watchers {
@@ -47,23 +62,52 @@ impl Watchers {
             })
             .unwrap_or(u64::MAX);
         Watchers {
-            sdev,
-            mnt_id: mount_id(mountpoint),
-            seen: Mutex::new(Seen::default()),
+            scanner: Scanner {
+                sdev,
+                mnt_id: mount_id(mountpoint),
+            },
+            seen: Arc::default(),
+            renewing: Arc::default(),
         }
     }
 
     /// Whether any of `nodes` is watched (or the whole mount is).
     pub(crate) fn any_watched(&self, nodes: &[u64]) -> bool {
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seen = lock(&self.seen);
         let watched = |s: &Seen| s.everything || nodes.iter().any(|n| s.nodes.contains(n));
         let age = seen.at.map_or(Duration::MAX, |t| t.elapsed());
-        if age > MAX_AGE || (age > MAX_AGE_UNWATCHED && !watched(&seen)) {
-            *seen = self.scan();
+        if age > MAX_AGE_UNWATCHED && !watched(&seen) {
+            *seen = self.scanner.scan();
+        } else if age > MAX_AGE {
+            drop(seen);
+            self.renew_in_background();
+            return true;
         }
         watched(&seen)
     }
 
+    /// Scans on a thread of its own (unless one already does), replacing the list after.
+    fn renew_in_background(&self) {
+        if self.renewing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (scanner, seen, renewing) = (self.scanner, self.seen.clone(), self.renewing.clone());
+        let renew = move || {
+            let fresh = scanner.scan();
+            *lock(&seen) = fresh;
+            renewing.store(false, Ordering::Release);
+        };
+        let spawned = std::thread::Builder::new()
+            .name("crossfs-watchers".into())
+            .spawn(renew);
+        if spawned.is_err() {
+            // No thread to spare: the list stays as it is until the next call tries again.
+            self.renewing.store(false, Ordering::Release);
+        }
+    }
+}
+
+impl Scanner {
     fn scan(&self) -> Seen {
         let mut seen = Seen {
             at: Some(Instant::now()),
@@ -142,11 +186,10 @@ fn mount_id(mountpoint: &Path) -> Option<u64> {
 mod tests {
     use super::*;
 
-    fn watchers() -> Watchers {
-        Watchers {
+    fn watchers() -> Scanner {
+        Scanner {
             sdev: 0x2d,
             mnt_id: Some(0x30),
-            seen: Mutex::new(Seen::default()),
         }
     }
 
