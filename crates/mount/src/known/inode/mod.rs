@@ -562,12 +562,13 @@ impl InodeTable {
         // A node no known name leads to any more (retired for a newer node of its file,
         // or its entry dropped) may still be open: it is tried where it was last found.
         let named: HashSet<u64> = names.iter().map(|&(_, _, ino)| ino).collect();
-        names.extend(real.filter(|(ino, _)| !named.contains(ino)).filter_map(
-            |(&ino, node)| {
-                let (dir, name) = node.origin.as_ref()?;
-                Some((*dir, name.clone(), ino))
-            },
-        ));
+        names.extend(
+            real.filter(|(ino, _)| !named.contains(ino))
+                .filter_map(|(&ino, node)| {
+                    let (dir, name) = node.origin.as_ref()?;
+                    Some((*dir, name.clone(), ino))
+                }),
+        );
         (nodes, lazy, names)
     }
 
