@@ -91,9 +91,9 @@ pub fn mount(
     } else {
         Acl::Owner(rustix::process::getuid().as_raw())
     };
-    let mount_err = |source| MountError::Mount {
+    let mount_err = |cause| MountError::Mount {
         mountpoint: mountpoint.display().to_string(),
-        source,
+        cause,
     };
     let request = crate::direct::Request {
         config,
@@ -248,9 +248,9 @@ impl Unmounter {
     /// [`MountError::Unmount`] if the mount table cannot be read, or the kernel refuses
     /// even a lazy unmount.
     pub fn unmount(&self) -> Result<Unmounted, MountError> {
-        let failed = |source: io::Error| MountError::Unmount {
+        let failed = |cause: io::Error| MountError::Unmount {
             mountpoint: self.mountpoint.display().to_string(),
-            source,
+            cause,
         };
         if let Some(dev) = self.dev {
             let mounts = crate::table::mounts().map_err(failed)?;
