@@ -235,14 +235,18 @@ fn guest_look(s: &Setup, rng: &mut Rng) {
 /// the mount stopped now and then (its queue overflows if `tiny_queue`) and the server
 /// restarted; after every sync, every name and every listing equals the export.
 fn host_changes_against_replicas(tiny_queue: bool, seed: u64) {
-    let serve_args: &[&str] = if tiny_queue {
-        &["--event-queue", "4"]
-    } else {
-        &[]
-    };
-    let extra = std::env::var("CROSSFS_TEST_MOUNT_ARGS").unwrap_or_default();
-    let mount_args: Vec<&str> = extra.split_whitespace().collect();
-    let mut s = Setup::new(serve_args, &mount_args);
+    // CROSSFS_TEST_SERVE_ARGS and CROSSFS_TEST_MOUNT_ARGS run it with other options
+    // (`--events fanotify`, say).
+    let (serve_extra, mount_extra) = (
+        std::env::var("CROSSFS_TEST_SERVE_ARGS").unwrap_or_default(),
+        std::env::var("CROSSFS_TEST_MOUNT_ARGS").unwrap_or_default(),
+    );
+    let mut serve_args: Vec<&str> = serve_extra.split_whitespace().collect();
+    if tiny_queue {
+        serve_args.extend(["--event-queue", "4"]);
+    }
+    let mount_args: Vec<&str> = mount_extra.split_whitespace().collect();
+    let mut s = Setup::new(&serve_args, &mount_args);
     for d in ["p", "q", "p/r"] {
         std::fs::create_dir(s.host(d)).unwrap();
     }

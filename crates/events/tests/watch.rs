@@ -279,6 +279,39 @@ fn fanotify_short_lived_link_names_its_file() {
     short_lived_link_names_its_file(BackendKind::Fanotify);
 }
 
+/// A hard link made and removed while the engine reads nothing (within one of its reads):
+/// no name the engine can see ever led to the file, yet its link count and change time
+/// moved. fanotify, which also reports the file's own handle, tells it under the file's
+/// remaining name; inotify cannot (docs/events.md).
+#[test]
+fn fanotify_a_link_gone_before_it_was_read_still_moves_its_files_change_time() {
+    let t = tempdir();
+    let root = t.path();
+    if !fanotify_available(root) {
+        eprintln!("SKIPPED: fanotify unavailable");
+        return;
+    }
+    fs::write(root.join("f"), b"f").unwrap();
+    let hub = EventHub::start(root, config(BackendKind::Fanotify)).unwrap();
+    let sub = hub.subscribe();
+    until_sync(&hub, &sub);
+    hub.pause_reader();
+    std::thread::sleep(Duration::from_millis(50));
+    fs::hard_link(root.join("f"), root.join("link")).unwrap();
+    fs::remove_file(root.join("link")).unwrap();
+    hub.resume_reader();
+    let evs = until_sync(&hub, &sub);
+    let md = fs::metadata(root.join("f")).unwrap();
+    let ctime = md.ctime() * 1_000_000_000 + md.ctime_nsec();
+    let told = evs
+        .iter()
+        .find(|e| e.path.to_string() == "f")
+        .unwrap_or_else(|| panic!("no event for f: {evs:?}"));
+    assert_eq!(told.kind, EventKind::Attrib, "{evs:?}");
+    let attrs = told.attrs.expect("the attributes the file has now");
+    assert_eq!(attrs.ctime_ns, ctime, "{evs:?}");
+}
+
 /// A directory filled and then moved into another directory, all within one coalescing window
 /// (or while the reader is paused, so the events queue up and may be read in pieces): the
 /// subscriber's model must have the moved children, at their new names, and a later change

@@ -7,6 +7,13 @@
 //! Each directory handle is resolved once (`open_by_handle_at` + `/proc/self/fd` readlink) and
 //! cached as "inside at this path" or "outside"; a rename with either end inside the export
 //! clears the cache, since directory paths may have changed.
+//!
+//! The group also asks for the file's own handle (`FAN_REPORT_FID`, where the kernel takes
+//! it with `DFID_NAME`: 5.9 and later). Then a change the kernel tells about an inode alone,
+//! with no directory and name, reaches us too: a hard link made or removed moves the link
+//! count and change time of the file, whose other names no directory event mentions. Such
+//! a record's file, if it still has a name, is reported under the name the kernel finds for
+//! it; subscribers key attributes by inode, so one name carries the change to all of them.
 
 use std::collections::HashMap;
 use std::io;
@@ -30,6 +37,8 @@ const MASK: u64 = libc::FAN_CREATE
 
 const INIT_FLAGS: u32 =
     libc::FAN_CLASS_NOTIF | libc::FAN_CLOEXEC | libc::FAN_NONBLOCK | libc::FAN_REPORT_DFID_NAME;
+/// `INIT_FLAGS` with the file's own handle too, where the kernel allows both.
+const INIT_FLAGS_WITH_FILE: u32 = INIT_FLAGS | libc::FAN_REPORT_FID;
 
 /// `FANOTIFY_METADATA_VERSION`.
 const METADATA_VERSION: u8 = 3;
@@ -131,6 +140,26 @@ impl Fanotify {
         rel
     }
 
+    /// A name inside the export of the file with handle `f`, if it has one (never cached:
+    /// files move without their handles' records saying so).
+    fn named_file(&self, root: &Root, f: &DirName<'_>) -> Option<RelPath> {
+        let flags = libc::O_PATH | libc::O_CLOEXEC | libc::O_NOFOLLOW;
+        let fd = sys::open_by_handle_at(root.fd().as_fd(), f.handle_type, f.handle, flags).ok()?;
+        // A file whose last name went (its link count fell to 0) has nothing to report, and
+        // /proc would show its old name with " (deleted)" after it.
+        if rustix::fs::fstat(&fd).ok()?.st_nlink == 0 {
+            return None;
+        }
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
+        let rel = RelPath::new(
+            link.strip_prefix(&self.root_path)
+                .ok()?
+                .as_os_str()
+                .as_bytes(),
+        );
+        rel.ok().filter(|p| !p.is_root())
+    }
+
     fn entry_path(&mut self, root: &Root, d: &DirName<'_>) -> Option<RelPath> {
         let dir = self.resolve(root, d)?;
         if d.name.is_empty() || d.name == b"." {
@@ -147,7 +176,7 @@ impl Fanotify {
             return;
         }
         let meta_len = u16_at(ev, 6).map_or(METADATA_LEN, usize::from);
-        let (mut main, mut old, mut new) = (None, None, None);
+        let (mut main, mut old, mut new, mut file) = (None, None, None, None);
         let mut at = meta_len;
         while let (Some(&info_type), Some(len)) = (ev.get(at), u16_at(ev, at + 2)) {
             let len = usize::from(len);
@@ -162,6 +191,7 @@ impl Fanotify {
                 libc::FAN_EVENT_INFO_TYPE_DFID_NAME | libc::FAN_EVENT_INFO_TYPE_DFID => main = rec,
                 libc::FAN_EVENT_INFO_TYPE_OLD_DFID_NAME => old = rec,
                 libc::FAN_EVENT_INFO_TYPE_NEW_DFID_NAME => new = rec,
+                libc::FAN_EVENT_INFO_TYPE_FID => file = rec,
                 _ => {}
             }
             at += len;
@@ -185,7 +215,19 @@ impl Fanotify {
                 (None, None) => {}
             }
         }
-        let Some(path) = main.and_then(|d| self.entry_path(root, &d)) else {
+        let Some(main) = main else {
+            // An inode's own change (a link count moved): under one of its names.
+            if mask & libc::FAN_ATTRIB != 0 {
+                if let Some(path) = file.and_then(|f| self.named_file(root, &f)) {
+                    out.push(Raw::Change {
+                        path,
+                        hints: Hints::ATTRIB,
+                    });
+                }
+            }
+            return;
+        };
+        let Some(path) = self.entry_path(root, &main) else {
             return;
         };
         for (bit, hints) in [
@@ -215,7 +257,11 @@ impl Watcher for Fanotify {
 
     fn arm(&mut self, root: &Root) -> io::Result<()> {
         self.disarm();
-        let fd = sys::fanotify_init(INIT_FLAGS, (libc::O_RDONLY | libc::O_CLOEXEC) as u32)?;
+        let event_flags = (libc::O_RDONLY | libc::O_CLOEXEC) as u32;
+        let fd = sys::fanotify_init(INIT_FLAGS_WITH_FILE, event_flags).or_else(|e| {
+            tracing::debug!("fanotify without the files' own handles ({e}): a hard link made and removed within one read may leave its file's other names with an old change time");
+            sys::fanotify_init(INIT_FLAGS, event_flags)
+        })?;
         sys::fanotify_mark(
             fd.as_fd(),
             libc::FAN_MARK_ADD | libc::FAN_MARK_FILESYSTEM,
