@@ -17,7 +17,11 @@
 //! that file sees them. It changes no answer: what a request on the file gets does not
 //! depend on whether the kernel sends OPEN and RELEASE.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+/// Opens that may fail (a file gone, or one the mount's user may not read) before the
+/// mount stops trying: the kernel then sends RELEASE as before.
+const TRIES: u32 = 8;
 
 /// Whether the kernel has learned that the mount needs no OPEN, and whether a thread of
 /// the mount is about to teach it.
@@ -28,6 +32,8 @@ pub(crate) struct NoOpens {
     /// A file was handed to the thread that opens it (once per mount, unless that open
     /// could not be made).
     asked: AtomicBool,
+    /// Opens that could not be made.
+    failed: AtomicU32,
 }
 
 impl NoOpens {
@@ -39,12 +45,15 @@ impl NoOpens {
     /// A CREATE is answered as an unannounced open: true if a thread of the mount should
     /// now open the file, to teach the kernel (true once).
     pub(crate) fn should_show(&self) -> bool {
-        !self.known_to_kernel.load(Ordering::Relaxed) && !self.asked.swap(true, Ordering::Relaxed)
+        !self.known_to_kernel.load(Ordering::Relaxed)
+            && self.failed.load(Ordering::Relaxed) < TRIES
+            && !self.asked.swap(true, Ordering::Relaxed)
     }
 
     /// The open could not be made (the file was gone, or the mount may not read it): the
-    /// next CREATE tries again.
+    /// next CREATE tries again, up to [`TRIES`] failures.
     pub(crate) fn not_shown(&self) {
+        self.failed.fetch_add(1, Ordering::Relaxed);
         self.asked.store(false, Ordering::Relaxed);
     }
 }
@@ -62,6 +71,16 @@ mod tests {
         assert!(n.should_show());
         n.not_shown();
         n.told();
+        assert!(!n.should_show());
+    }
+
+    #[test]
+    fn gives_up_after_its_tries() {
+        let n = NoOpens::default();
+        for _ in 0..TRIES {
+            assert!(n.should_show());
+            n.not_shown();
+        }
         assert!(!n.should_show());
     }
 }
