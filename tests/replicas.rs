@@ -819,6 +819,102 @@ fn files_extracted_as_tar_does_cost_no_getattr_and_host_changes_show_after_sync(
     }
 }
 
+/// Counts per opcode (FUSE) or message type (9P, requests only) in one section of a
+/// mount's stats, as a map.
+fn counts(stats: &serde_json::Value, section: &str) -> BTreeMap<String, u64> {
+    stats[section]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| section != "9p" || k.starts_with('T'))
+        .filter_map(|(k, v)| Some((k.clone(), v["count"].as_u64()?)))
+        .collect()
+}
+
+fn counted_since(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(k, &n)| (k.clone(), n - before.get(k).copied().unwrap_or(0)))
+        .filter(|&(_, n)| n > 0)
+        .collect()
+}
+
+#[test]
+fn each_file_extracted_as_tar_does_into_a_fresh_mount_costs_a_bounded_number_of_requests() {
+    // What each file costs, in the exact default mode (every change waits for its
+    // answer): the kernel's GETATTR of the directory (it dropped the directory's
+    // attributes at the last create, and checks permissions against them), LOOKUP of the
+    // new name, CREATE, GETXATTR of security.capability before the write and before the
+    // chown, WRITE, SETATTR for the times, the GETATTR the kernel sends before a chown,
+    // SETATTR for the owner and for the mode: 10 FUSE requests, answered with 5 9P
+    // requests (Tcreateattrdir, Twriteattr, 3 Tsetattrget) and a Tclunk sent without
+    // waiting once the open is let go. Until the kernel had an OPEN answered ENOSYS it
+    // also sent a RELEASE per file (11 per file before the mount taught it with an open
+    // of its own, `crate::ahead::no_opens`).
+    const N: u64 = 100;
+    let s = Setup::new(&[], &[]);
+    std::fs::create_dir(s.host("d")).unwrap();
+    s.sync();
+    std::fs::read_dir(s.guest("d")).unwrap().count();
+    let stats = s.mount.stats();
+    let (fuse0, ninep0) = (counts(&stats, "fuse"), counts(&stats, "9p"));
+    let mtime = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    for i in 0..N {
+        // tar -x as root: openat(O_CREAT|O_EXCL|O_WRONLY), write, utimensat, fchown,
+        // fchmod, close.
+        let path = s.guest(&format!("d/f{i}"));
+        let mut f = std::fs::File::create_new(&path).unwrap();
+        std::io::Write::write_all(&mut f, format!("file {i}").as_bytes()).unwrap();
+        f.set_modified(mtime).unwrap();
+        std::os::unix::fs::fchown(&f, Some(0), Some(0)).unwrap();
+        f.set_permissions(std::fs::Permissions::from_mode(0o640))
+            .unwrap();
+    }
+    let stats = s.mount.stats();
+    let fuse = counted_since(&fuse0, &counts(&stats, "fuse"));
+    let ninep = counted_since(&ninep0, &counts(&stats, "9p"));
+    eprintln!("{N} files extracted: FUSE {fuse:?}, 9P {ninep:?}");
+    let total = |m: &BTreeMap<String, u64>, skip: &str| -> u64 {
+        m.iter().filter(|(k, _)| *k != skip).map(|(_, n)| n).sum()
+    };
+    let get = |m: &BTreeMap<String, u64>, k: &str| m.get(k).copied().unwrap_or(0);
+    // Beyond that: the first file's RELEASE and FLUSH, the mount's own OPEN; and the
+    // directory's attributes asked of the server now and then, as the events of these
+    // changes come back (as in the test above: 4 to 41 per 100 files here).
+    assert!(
+        total(&fuse, "") <= 10 * N + 10,
+        "{} FUSE requests for {N} files: {fuse:?}",
+        total(&fuse, "")
+    );
+    assert!(get(&fuse, "RELEASE") <= 2, "RELEASE: {fuse:?}");
+    assert_eq!(get(&fuse, "CREATE"), N, "{fuse:?}");
+    assert_eq!(get(&fuse, "SETATTR"), 3 * N, "{fuse:?}");
+    assert!(
+        total(&ninep, "Tclunk") <= 6 * N,
+        "{} 9P requests (less Tclunk) for {N} files: {ninep:?}",
+        total(&ninep, "Tclunk")
+    );
+    assert!(get(&ninep, "Tclunk") <= N + 2, "{ninep:?}");
+    // And exact: each file as the host has it, and a host change shows after a sync.
+    for i in 0..N {
+        let f = format!("d/f{i}");
+        assert_eq!(describe(&s.guest(&f)), describe(&s.host(&f)), "{f}");
+    }
+    std::fs::set_permissions(s.host("d/f3"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(s.host("d/f4"), "changed on the host").unwrap();
+    s.sync();
+    for f in ["d/f3", "d/f4", "d"] {
+        assert_eq!(describe(&s.guest(f)), describe(&s.host(f)), "{f}");
+    }
+    assert_eq!(
+        std::fs::read(s.guest("d/f4")).unwrap(),
+        b"changed on the host"
+    );
+}
+
 #[test]
 fn replicas_answer_what_the_export_has_after_every_sync_with_a_tiny_queue() {
     host_changes_against_replicas(true, 0x2545_f491_4f6c_dd1d);

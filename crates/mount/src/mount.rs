@@ -114,6 +114,7 @@ pub fn mount(
     let _ = state.notifier.set(notifier.clone());
     state.start_page_push(notifier.clone());
     state.start_dir_priming(mountpoint.to_path_buf());
+    state.start_no_opens(mountpoint.to_path_buf());
     state.start_subdir_fetch();
     state.start_dirs_read_ahead();
     crate::known::idle::IdleOpens::expire_while(Arc::downgrade(&state.known), |k| {

@@ -2,7 +2,8 @@
 //! a time (`small_files`), their content pushed into the kernel's page cache
 //! (`pushed_pages`), directories listed ahead of a program looking names up in them
 //! (`primed_dirs`), and the replicas of subdirectories during a walk of a tree
-//! (`tree_walk`).
+//! (`tree_walk`); and the one open of a file that teaches the kernel to send no OPEN and
+//! RELEASE (`no_opens`).
 //!
 //! Everything here only saves round trips: dropping any of it changes no answer. The
 //! modules keep the bookkeeping; the requests themselves are sent by the FUSE side
@@ -10,6 +11,7 @@
 //! not do: answer for a file unless what made the fetch exact (see each module's doc)
 //! still holds.
 
+pub(crate) mod no_opens;
 pub(crate) mod primed_dirs;
 pub(crate) mod pushed_pages;
 pub(crate) mod small_files;
@@ -19,6 +21,7 @@ use std::sync::atomic::AtomicU32;
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, OnceLock};
 
+use no_opens::NoOpens;
 use primed_dirs::DirPriming;
 use pushed_pages::PagePush;
 use small_files::{SmallFile, SmallFiles};
@@ -47,4 +50,8 @@ pub(crate) struct Ahead {
     /// subdirectories it will list.
     pub tree_walk: TreeWalk,
     pub subdirs_to_fetch: OnceLock<SyncSender<u64>>,
+    /// Whether the kernel still sends OPEN and RELEASE, and the thread that opens a
+    /// created file once to make it stop.
+    pub no_opens: NoOpens,
+    pub files_to_open: OnceLock<SyncSender<u64>>,
 }

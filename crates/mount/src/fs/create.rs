@@ -195,6 +195,9 @@ impl MountState {
             self.known
                 .handles
                 .adopt_unannounced(ino, what, fid, Reopen::new(ino, wire));
+            // Until the kernel has had an OPEN answered ENOSYS it sends RELEASE for this
+            // open: one open of the file by the mount teaches it (`crate::ahead::no_opens`).
+            self.created_unannounced(ino);
             return Created {
                 attr: fa,
                 ttl: self.entry_ttl(),

@@ -564,42 +564,15 @@ impl MountState {
     /// its replica is small enough: the kernel's READDIRPLUS, answered from the replica,
     /// leaves it holding every name.
     fn prime_dir(&self, mountpoint: &std::path::Path, dir: u64) -> std::io::Result<()> {
-        use rustix::fs::{Mode, OFlags, ResolveFlags};
+        use rustix::fs::OFlags;
         let entries = self.known.replicas.entries(dir);
         if entries.is_none_or(|n| n > crate::ahead::primed_dirs::MAX_ENTRIES) {
             return Ok(());
         }
-        let mut names = Vec::new();
-        let mut at = dir;
-        while at != crate::known::inode::ROOT {
-            let Some((parent, name)) = self.known.inodes.found_in(at) else {
-                return Ok(()); // forgotten meanwhile
-            };
-            names.push(name);
-            at = parent;
-            if names.len() > 4096 {
-                return Ok(());
-            }
-        }
-        let rel: std::path::PathBuf = match names.is_empty() {
-            true => ".".into(),
-            false => names.iter().rev().map(|n| OsStr::from_bytes(n)).collect(),
+        let Some(rel) = self.path_beneath(dir) else {
+            return Ok(()); // forgotten meanwhile
         };
-        let root = rustix::fs::open(
-            mountpoint,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
-        // Beneath the mount point and through no link: a name the host just replaced by a
-        // link leads nowhere else.
-        let fd = rustix::fs::openat2(
-            &root,
-            &rel,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_XDEV,
-        )?;
-        drop(root);
+        let fd = open_beneath(mountpoint, &rel, OFlags::RDONLY | OFlags::DIRECTORY)?;
         if rustix::fs::fstat(&fd)?.st_ino != dir {
             return Ok(()); // renamed meanwhile: another directory is there now
         }
@@ -630,4 +603,47 @@ impl MountState {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
+}
+
+impl MountState {
+    /// Node `ino`'s path beneath the mount point, from where each node on the way was
+    /// found ("." for the root); `None` if one of them was forgotten.
+    pub(super) fn path_beneath(&self, ino: u64) -> Option<std::path::PathBuf> {
+        let mut names = Vec::new();
+        let mut at = ino;
+        while at != crate::known::inode::ROOT {
+            let (parent, name) = self.known.inodes.found_in(at)?;
+            names.push(name);
+            at = parent;
+            if names.len() > 4096 {
+                return None;
+            }
+        }
+        Some(match names.is_empty() {
+            true => ".".into(),
+            false => names.iter().rev().map(|n| OsStr::from_bytes(n)).collect(),
+        })
+    }
+}
+
+/// Opens `rel` beneath `mountpoint` with `flags`, through no link: a name the host just
+/// replaced by a link leads nowhere else.
+pub(super) fn open_beneath(
+    mountpoint: &std::path::Path,
+    rel: &std::path::Path,
+    flags: rustix::fs::OFlags,
+) -> std::io::Result<rustix::fd::OwnedFd> {
+    use rustix::fs::{Mode, OFlags, ResolveFlags};
+    let root = rustix::fs::open(
+        mountpoint,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    Ok(rustix::fs::openat2(
+        &root,
+        rel,
+        flags | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_XDEV,
+    )?)
 }

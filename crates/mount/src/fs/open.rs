@@ -298,6 +298,7 @@ impl MountState {
             {
                 tracing::debug!("opens and closes of files no longer reach the mount");
             }
+            self.ahead.no_opens.told();
             return Err(Errno::ENOSYS);
         }
         let wanted = wire_open_flags(flags, self.config.cache.writeback());
@@ -607,5 +608,57 @@ mod tests {
             wire_open_flags(libc::O_WRONLY | libc::O_SYNC, false),
             of::WRONLY | of::SYNC | of::DSYNC
         );
+    }
+}
+
+impl MountState {
+    /// Starts the thread that opens a created file through `mountpoint` once, so that the
+    /// kernel stops sending OPEN and RELEASE (see `crate::ahead::no_opens`); it ends with
+    /// the mount.
+    pub(crate) fn start_no_opens(self: &Arc<Self>, mountpoint: std::path::PathBuf) {
+        self.start_helper(
+            "crossfs-noopen",
+            &self.ahead.files_to_open,
+            move |shared, ino| {
+                if let Err(e) = shared.show_no_opens(&mountpoint, ino) {
+                    tracing::debug!(ino, "created file not opened: {e}");
+                    shared.ahead.no_opens.not_shown();
+                }
+            },
+        );
+    }
+
+    /// A CREATE was answered as an unannounced open of node `ino`: has the thread above
+    /// open it, if the kernel still sends OPEN.
+    pub(super) fn created_unannounced(&self, ino: u64) {
+        if !self.ahead.no_opens.should_show() {
+            return;
+        }
+        match self.ahead.files_to_open.get() {
+            Some(tx) if tx.try_send(ino).is_ok() => {}
+            _ => self.ahead.no_opens.not_shown(),
+        }
+    }
+
+    /// Opens node `ino`, a regular file, for reading through the mount point and closes
+    /// it: the OPEN is answered ENOSYS (if opens may still go unannounced).
+    fn show_no_opens(&self, mountpoint: &std::path::Path, ino: u64) -> std::io::Result<()> {
+        use rustix::fs::{FileType, Mode, OFlags};
+        let gone = || std::io::Error::from(std::io::ErrorKind::NotFound);
+        if !self.may_leave_opens_unannounced() {
+            return Err(std::io::Error::other("opens go to the mount"));
+        }
+        let rel = self.path_beneath(ino).ok_or_else(gone)?;
+        // Named without opening it, then opened only if it is still that regular file: a
+        // name replaced meanwhile by a device or a FIFO is not opened.
+        let path = super::dir::open_beneath(mountpoint, &rel, OFlags::PATH)?;
+        let st = rustix::fs::fstat(&path)?;
+        if st.st_ino != ino || FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(gone());
+        }
+        let proc_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&path));
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+        drop(rustix::fs::open(proc_path.as_str(), flags, Mode::empty())?);
+        Ok(())
     }
 }
