@@ -145,6 +145,7 @@ mod fid;
 mod ops;
 mod server;
 mod session;
+mod splice;
 mod stats;
 
 pub use config::{AuthToken, ServerConfig};

@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
@@ -21,7 +22,8 @@ use crossfs_export::{Dir, Export, OpenError};
 use crate::config::ServerConfig;
 use crate::error::ServerError;
 use crate::fid::{lock, FileFid};
-use crate::session;
+use crate::session::{self, Plain, Spliceable};
+use crate::splice::DataPaths;
 use crate::stats::{add_counters, ConnStats, RequestLatency};
 
 /// A directory exported over 9P2000.L. Create one with [`Server::new`], then hand each
@@ -40,6 +42,8 @@ pub struct Server {
     totals: MessageCounters,
     /// Request latencies over every connection, closed ones included.
     pub(crate) latency: RequestLatency,
+    /// Bytes of file data by the path they took, closed connections included.
+    data: DataPaths,
     connections: Mutex<BTreeMap<u64, Arc<ConnStats>>>,
     next_connection: AtomicU64,
     /// Connections being served (at most `max_connections`).
@@ -120,6 +124,7 @@ impl Server {
             devices: Mutex::new(HashMap::new()),
             totals: MessageCounters::default(),
             latency: RequestLatency::default(),
+            data: DataPaths::default(),
             connections: Mutex::new(BTreeMap::new()),
             next_connection: AtomicU64::new(1),
             live: AtomicUsize::new(0),
@@ -146,6 +151,28 @@ impl Server {
         writer: impl Write + Send + 'static,
         peer: String,
     ) {
+        self.serve(reader, Box::new(Plain(writer)), peer);
+    }
+
+    /// As [`Server::serve_connection`], over a writer that is a socket (or a pipe) with no
+    /// buffer of its own: replies may then be written to its descriptor directly, and
+    /// Rread payloads of regular files spliced into it from the file
+    /// ([`ServerConfig::splice_reads`](crate::ServerConfig::splice_reads)).
+    pub fn serve_socket(
+        self: &Arc<Self>,
+        reader: impl Read + Send + 'static,
+        writer: impl Write + AsFd + Send + 'static,
+        peer: String,
+    ) {
+        self.serve(reader, Box::new(Spliceable(writer)), peer);
+    }
+
+    fn serve(
+        self: &Arc<Self>,
+        reader: impl Read + Send + 'static,
+        writer: Box<dyn session::ReplySink>,
+        peer: String,
+    ) {
         let Some(slot) = self.admit(&peer) else {
             return;
         };
@@ -153,7 +180,7 @@ impl Server {
         let fds = FdAccount::new(self.export.fds.clone());
         let stats = Arc::new(ConnStats::new(id, peer, fds, &self.config));
         lock(&self.connections).insert(id, stats.clone());
-        session::run(self, &stats, reader, Box::new(writer));
+        session::run(self, &stats, reader, writer);
         // Free before the connection leaves the list: whoever sees it gone may connect again.
         drop(slot);
         lock(&self.connections).remove(&id);
@@ -204,6 +231,7 @@ impl Server {
         let handles = self.export.handles.stats();
         let mut total = Map::new();
         add_counters(&mut total, &self.totals.snapshot());
+        total.insert("data".into(), self.data.to_json());
         // Counted outside the list's lock: each connection's count takes its fid table's.
         let live: Vec<Arc<ConnStats>> = lock(&self.connections).values().cloned().collect();
         let connections: Vec<Value> = live.iter().map(|c| c.to_json()).collect();
@@ -274,6 +302,26 @@ impl Server {
     pub(crate) fn record(&self, conn: &ConnStats, ty: u8, bytes: usize) {
         conn.counters.record(ty, bytes);
         self.totals.record(ty, bytes);
+    }
+
+    /// Counts `bytes` of Rread payload sent by splicing (`spliced`) or copying.
+    pub(crate) fn count_read(&self, conn: &ConnStats, spliced: bool, bytes: usize) {
+        let pick = |d: &DataPaths| {
+            let c = if spliced {
+                &d.read_spliced
+            } else {
+                &d.read_copied
+            };
+            c.fetch_add(bytes as u64, Relaxed);
+        };
+        pick(&conn.data);
+        pick(&self.data);
+    }
+
+    /// Counts `bytes` of Twrite payload written to a file.
+    pub(crate) fn count_write(&self, conn: &ConnStats, bytes: usize) {
+        conn.data.write_copied.fetch_add(bytes as u64, Relaxed);
+        self.data.write_copied.fetch_add(bytes as u64, Relaxed);
     }
 
     /// Counts an Rlerror answer to a request of type `request_ty`.

@@ -34,14 +34,15 @@
 use std::collections::VecDeque;
 use std::hash::RandomState;
 use std::io::{BufReader, ErrorKind, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use crossfs_wire::{
-    check_frame_size, decode_tframe, DecodeError, Rflush, Rmessage, Rversion, Tag, Tframe,
-    Tmessage, Tversion, MIN_MSIZE, VERSION_9P2000_L, VERSION_CROSSFS,
+    check_frame_size, decode_tframe, DecodeError, Rflush, Rmessage, Rread, Rversion, Tag, Tframe,
+    Tmessage, Tversion, MIN_MSIZE, RREAD_HEADER_LEN, VERSION_9P2000_L, VERSION_CROSSFS,
 };
 
 use crossfs_export::budget::{ByteBudget, FdAccount};
@@ -49,6 +50,7 @@ use crossfs_export::memory::{buffer_bytes, Gauge};
 
 use crate::fid::{lock, FidTable};
 use crate::server::Server;
+use crate::splice::{Pipe, SinkKind};
 use crate::stats::ConnStats;
 
 /// What the request handlers see of a connection.
@@ -126,10 +128,67 @@ impl State {
     }
 }
 
+/// Where a connection's replies go.
+pub(crate) trait ReplySink: Write + Send {
+    /// The descriptor the writer writes to, when it keeps no buffer of its own, so that
+    /// replies may be spliced into it directly.
+    fn splice_fd(&self) -> Option<BorrowedFd<'_>>;
+}
+
+/// A writer replies are only written to.
+pub(crate) struct Plain<W>(pub W);
+
+/// A socket or pipe with no buffer of its own: replies may also be spliced into it.
+pub(crate) struct Spliceable<W>(pub W);
+
+impl<W: Write + Send> Write for Plain<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl<W: Write + Send> ReplySink for Plain<W> {
+    fn splice_fd(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
+}
+
+impl<W: Write + Send> Write for Spliceable<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl<W: Write + AsFd + Send> ReplySink for Spliceable<W> {
+    fn splice_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.0.as_fd())
+    }
+}
+
 struct Output {
-    writer: Box<dyn Write + Send>,
+    writer: Box<dyn ReplySink>,
     /// A write failed: the peer is gone, later replies are dropped.
     broken: bool,
+    /// What the writer's descriptor is, when Rread payloads may be spliced into it.
+    sink: Option<SinkKind>,
+}
+
+/// A reply as a worker hands it over.
+enum Answer<'a> {
+    /// A whole frame.
+    Frame(&'a [u8]),
+    /// An Rread whose `count` bytes of data wait in the worker's pipe (dropped if anything
+    /// goes wrong, since it may then hold stale bytes).
+    Spliced {
+        count: usize,
+        pipe: &'a mut Option<Pipe>,
+    },
 }
 
 struct Session {
@@ -163,8 +222,12 @@ pub(crate) fn run(
     server: &Arc<Server>,
     stats: &Arc<ConnStats>,
     reader: impl Read,
-    writer: Box<dyn Write + Send>,
+    writer: Box<dyn ReplySink>,
 ) {
+    let sink = writer
+        .splice_fd()
+        .filter(|_| server.config.splice_reads)
+        .and_then(SinkKind::of);
     let mut reader = BufReader::with_capacity(READ_BUFFER, reader);
     let mut read_buffer = Gauge::new(&stats.memory.buffers);
     read_buffer.set(reader.capacity());
@@ -183,6 +246,7 @@ pub(crate) fn run(
         out: Mutex::new(Output {
             writer,
             broken: false,
+            sink,
         }),
     };
     tracing::debug!(id = stats.id, peer = %stats.peer, "connection opened");
@@ -517,6 +581,10 @@ impl Session {
     fn worker(&self) {
         let mut out = Vec::new();
         let mut out_gauge = Gauge::new(&self.conn.stats.memory.buffers);
+        // Made at the first read that may be spliced; dropped when it may hold stale bytes.
+        let mut pipe: Option<Pipe> = None;
+        let mut pipe_gauge = Gauge::new(&self.conn.stats.memory.buffers);
+        let splicing = lock(&self.out).sink.is_some();
         loop {
             // Taking a job and marking it started happen under one lock, so a Tflush sees
             // either a queued request (and cancels it) or a started one (and waits for it).
@@ -549,15 +617,66 @@ impl Session {
                 len,
                 received,
             } = job;
-            if !cancelled {
-                let queued = received.elapsed();
-                self.conn.server.latency.queued.record(msg_type, queued);
-                self.execute(tag, msg_type, msg, &mut out);
-                out_gauge.set(out.capacity());
+            if cancelled {
+                self.complete(tag, msg_type, len, None, received);
+                continue;
             }
-            let reply = (!cancelled).then_some(&out[..]);
-            self.complete(tag, msg_type, len, reply, received);
+            let queued = received.elapsed();
+            self.conn.server.latency.queued.record(msg_type, queued);
+            let spliced = match &msg {
+                Ok(Tmessage::Read(m)) if splicing => {
+                    let started = Instant::now();
+                    let got = self.read_to_pipe(tag, m, &mut pipe, &mut out);
+                    if got.is_some() {
+                        self.conn
+                            .server
+                            .latency
+                            .exec
+                            .record(msg_type, started.elapsed());
+                    }
+                    pipe_gauge.set(pipe.as_ref().map_or(0, Pipe::capacity));
+                    got
+                }
+                _ => None,
+            };
+            let answer = match spliced {
+                Some(ReadInto::Pipe(count)) => Answer::Spliced {
+                    count,
+                    pipe: &mut pipe,
+                },
+                Some(ReadInto::Out) => Answer::Frame(&out),
+                Some(ReadInto::Lost) | None => {
+                    self.execute(tag, msg_type, msg, &mut out);
+                    Answer::Frame(&out)
+                }
+            };
+            self.complete(tag, msg_type, len, Some(answer), received);
+            out_gauge.set(out.capacity());
         }
+    }
+
+    /// A Tread of a regular file into the worker's pipe (made here the first time), or into
+    /// `out` whole when the pipe took only part of it; `None` when it is not such a read,
+    /// or the kernel cannot splice it (the copy path then reads it, and reports its errors).
+    fn read_to_pipe(
+        &self,
+        tag: Tag,
+        m: &crossfs_wire::Tread,
+        pipe: &mut Option<Pipe>,
+        out: &mut Vec<u8>,
+    ) -> Option<ReadInto> {
+        if pipe.is_none() {
+            let payload = (self.conn.msize() as usize).saturating_sub(RREAD_HEADER_LEN + 1);
+            *pipe = Pipe::new(payload)
+                .map_err(|e| tracing::debug!(id = self.conn.stats.id, "no pipe: {e}"))
+                .ok();
+        }
+        let got = crate::ops::read_to_pipe(&self.conn, tag, m, pipe.as_ref()?, out);
+        if matches!(got, Some(ReadInto::Lost)) {
+            *pipe = None;
+            return None;
+        }
+        got
     }
 
     /// Retires `tag`, whose frame was `len` bytes and read at `received`: under the writer
@@ -568,7 +687,7 @@ impl Session {
         tag: Tag,
         msg_type: u8,
         len: usize,
-        reply: Option<&[u8]>,
+        reply: Option<Answer<'_>>,
         received: Instant,
     ) {
         let mut out = lock(&self.out);
@@ -591,8 +710,14 @@ impl Session {
             self.record_requests(&st);
             done
         };
-        if let Some(bytes) = reply {
-            self.write_locked(&mut out, msg_type, bytes, Some(received));
+        match reply {
+            Some(Answer::Frame(bytes)) => {
+                self.write_locked(&mut out, msg_type, bytes, Some(received))
+            }
+            Some(Answer::Spliced { count, pipe }) => {
+                self.write_spliced_locked(&mut out, (tag, msg_type), count, pipe, received)
+            }
+            None => {}
         }
         let mut frame = Vec::new();
         for t in flushed {
@@ -630,6 +755,10 @@ impl Session {
         );
         let server = &self.conn.server;
         server.record(&self.conn.stats, reply_ty, frame.len());
+        if reply_ty == Rread::TYPE {
+            let payload = frame.len().saturating_sub(RREAD_HEADER_LEN);
+            server.count_read(&self.conn.stats, false, payload);
+        }
         if reply_ty == crossfs_wire::Rlerror::TYPE {
             server.record_error(&self.conn.stats, request_ty);
         }
@@ -648,6 +777,105 @@ impl Session {
             server.latency.reply.record(request_ty, answered);
         }
     }
+}
+
+impl Session {
+    /// Writes an Rread of `count` bytes waiting in `pipe`: its header, then the pipe spliced
+    /// into the connection's descriptor (read back and written where that descriptor takes
+    /// no splice). Counted and timed as [`Session::write_locked`] does a frame.
+    fn write_spliced_locked(
+        &self,
+        out: &mut Output,
+        (tag, request_ty): (Tag, u8),
+        count: usize,
+        pipe: &mut Option<Pipe>,
+        received: Instant,
+    ) {
+        let server = &self.conn.server;
+        let len = RREAD_HEADER_LEN + count;
+        server.record(&self.conn.stats, Rread::TYPE, len);
+        let Some(p) = pipe.as_ref() else {
+            return;
+        };
+        if out.broken {
+            *pipe = None;
+            return;
+        }
+        let mut header = [0u8; RREAD_HEADER_LEN];
+        header[..4].copy_from_slice(&(len as u32).to_le_bytes());
+        header[4] = Rread::TYPE;
+        header[5..7].copy_from_slice(&tag.0.to_le_bytes());
+        header[7..].copy_from_slice(&(count as u32).to_le_bytes());
+        let answered = received.elapsed();
+        let sent = (|| {
+            out.writer.flush()?;
+            let fd = out
+                .writer
+                .splice_fd()
+                .ok_or(std::io::ErrorKind::Unsupported)?;
+            send_header(fd, out.sink, &header)?;
+            p.drain_into(fd, count)
+        })();
+        let result = match sent {
+            Ok(true) => {
+                server.count_read(&self.conn.stats, true, count);
+                Ok(())
+            }
+            Ok(false) => {
+                // The descriptor takes no splice: copy what waits in the pipe, and splice
+                // no more on this connection.
+                out.sink = None;
+                let mut data = vec![0; count];
+                let copied = p
+                    .read_back(&mut data)
+                    .and_then(|()| out.writer.write_all(&data));
+                server.count_read(&self.conn.stats, false, count);
+                copied
+            }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) => server.latency.reply.record(request_ty, answered),
+            Err(e) => {
+                tracing::debug!(id = self.conn.stats.id, "reply not delivered: {e}");
+                out.broken = true;
+                *pipe = None;
+            }
+        }
+    }
+}
+
+/// Sends an Rread's header ahead of its spliced data; on a socket with `MSG_MORE`, so that
+/// it leaves in one segment with them.
+fn send_header(fd: BorrowedFd<'_>, sink: Option<SinkKind>, header: &[u8]) -> std::io::Result<()> {
+    use rustix::net::SendFlags;
+    let mut sent = 0;
+    while sent < header.len() {
+        let rest = &header[sent..];
+        let n = match sink {
+            Some(SinkKind::Socket) => {
+                rustix::net::send(fd, rest, SendFlags::MORE | SendFlags::NOSIGNAL)
+            }
+            _ => rustix::io::write(fd, rest),
+        };
+        match n {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => sent += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Where [`crate::ops::read_to_pipe`] left a read.
+pub(crate) enum ReadInto {
+    /// Its data, this many bytes, wait in the pipe.
+    Pipe(usize),
+    /// Its whole reply is in the reply buffer (the pipe took part of it, read back).
+    Out,
+    /// The pipe may hold stale bytes: drop it; the copy path answers.
+    Lost,
 }
 
 /// Reads the 4-byte size field. `Ok(false)`: clean end of stream before the first byte.
