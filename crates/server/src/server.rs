@@ -211,7 +211,9 @@ impl Server {
     /// ...,"bytes_in":N,"bytes_out":N},"live":{"connections":N,"fids":N,"fds":N,"handles":{...},
     /// "open_files":{...},"memory":{...}},
     /// "connections":[{"id":1,"peer":"...","msize":N,"fids":N,"fds":N,"memory":{...},
-    /// "Twalk":{...},...,"bytes_in":N,"bytes_out":N}]}`. `total` includes closed
+    /// "data":{...},"Twalk":{...},...,"bytes_in":N,"bytes_out":N}],"data":{"read_copied":N,
+    /// "read_spliced":N,"write_copied":N}}`. `data` counts bytes of file data by the path
+    /// they took (`crate::splice`), over every connection and per live one. `total` includes closed
     /// connections; `connections` lists the live ones, each with the bytes it holds in the
     /// server's memory (`memory`: what is counted is `ConnStats::memory_json`'s doc), and
     /// `live` what they hold now: fids bound, and descriptors kept open for them (`fds`: the
@@ -231,7 +233,6 @@ impl Server {
         let handles = self.export.handles.stats();
         let mut total = Map::new();
         add_counters(&mut total, &self.totals.snapshot());
-        total.insert("data".into(), self.data.to_json());
         // Counted outside the list's lock: each connection's count takes its fid table's.
         let live: Vec<Arc<ConnStats>> = lock(&self.connections).values().cloned().collect();
         let connections: Vec<Value> = live.iter().map(|c| c.to_json()).collect();
@@ -281,6 +282,7 @@ impl Server {
             "connections": connections,
             "events": events,
             "latency": self.latency.to_json(),
+            "data": self.data.to_json(),
         })
     }
 
