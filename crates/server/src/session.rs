@@ -16,6 +16,12 @@
 //! memory stays bounded: at most `max_buffered_bytes` of queued requests (or one request,
 //! if larger) plus the one the reader holds, each at most msize.
 //!
+//! A Tread of a regular file whose pages the page cache holds (`cachestat(2)`) is answered on
+//! the reader too, its data spliced from the file into the socket (`crate::splice`); where
+//! the pages are not all cached, a worker splices them (it may wait for the disk); where
+//! splicing is off or impossible, the reader copies what a no-wait read gets, and a worker
+//! the rest.
+//!
 //! Ordering rules, and how they hold:
 //! - Replies never interleave: a reply is written whole while holding the writer lock.
 //! - A request run by the reader is never in the in-flight table, and nothing is read while
@@ -199,6 +205,8 @@ struct Session {
     /// Signalled when a job is queued or the session closes.
     worker_wake: Condvar,
     out: Mutex<Output>,
+    /// Rread payloads of regular files may be spliced into the connection (`crate::splice`).
+    splicing: bool,
 }
 
 /// Why the reader stopped.
@@ -248,6 +256,7 @@ pub(crate) fn run(
             broken: false,
             sink,
         }),
+        splicing: sink.is_some(),
     };
     tracing::debug!(id = stats.id, peer = %stats.peer, "connection opened");
     std::thread::scope(|s| {
@@ -275,6 +284,10 @@ impl Session {
     fn read_loop(&self, reader: &mut impl Read) -> Stop {
         let mut buf = Vec::new();
         let mut out = Vec::new();
+        let mut pipe = ReaderPipe {
+            pipe: None,
+            gauge: Gauge::new(&self.conn.stats.memory.buffers),
+        };
         let memory = &self.conn.stats.memory;
         let (mut buf_gauge, mut out_gauge) =
             (Gauge::new(&memory.buffers), Gauge::new(&memory.buffers));
@@ -315,7 +328,8 @@ impl Session {
             self.conn
                 .server
                 .record(&self.conn.stats, frame.msg_type, len);
-            if let Err(stop) = self.dispatch(frame, len, received, &mut out, &mut out_gauge) {
+            let outs = (&mut out, &mut out_gauge, &mut pipe);
+            if let Err(stop) = self.dispatch(frame, len, received, outs) {
                 return stop;
             }
         }
@@ -330,8 +344,7 @@ impl Session {
         frame: Tframe,
         len: usize,
         received: Instant,
-        out: &mut Vec<u8>,
-        out_gauge: &mut Gauge<'_>,
+        (out, out_gauge, pipe): (&mut Vec<u8>, &mut Gauge<'_>, &mut ReaderPipe<'_>),
     ) -> Result<(), Stop> {
         let Tframe { tag, msg_type, msg } = frame;
         match msg {
@@ -352,6 +365,10 @@ impl Session {
                 // otherwise (from the disk, a fifo, or with an error to report).
                 self.check_tag(tag)?;
                 let started = Instant::now();
+                if self.splicing && self.read_spliced_inline((tag, &m), received, out, pipe) {
+                    out_gauge.set(out.capacity());
+                    return Ok(());
+                }
                 if crate::ops::read_cached(&self.conn, tag, &m, out) {
                     self.conn
                         .server
@@ -381,6 +398,38 @@ impl Session {
                 len,
                 received,
             }),
+        }
+    }
+
+    /// A Tread of pages all in the page cache, answered on the reader by splicing them
+    /// (`crate::splice`); false, with nothing written, for any other.
+    fn read_spliced_inline(
+        &self,
+        (tag, m): (Tag, &crossfs_wire::Tread),
+        received: Instant,
+        out: &mut Vec<u8>,
+        pipe: &mut ReaderPipe<'_>,
+    ) -> bool {
+        let started = Instant::now();
+        let got = self.read_to_pipe((tag, m), &mut pipe.pipe, out, true);
+        pipe.gauge.set(pipe.pipe.as_ref().map_or(0, Pipe::capacity));
+        let msg_type = crossfs_wire::Tread::TYPE;
+        match got {
+            Some(ReadInto::Pipe(count)) => {
+                let exec = started.elapsed();
+                self.conn.server.latency.exec.record(msg_type, exec);
+                let mut output = lock(&self.out);
+                let request = (tag, msg_type);
+                self.write_spliced_locked(&mut output, request, count, &mut pipe.pipe, received);
+                true
+            }
+            Some(ReadInto::Out) => {
+                let exec = started.elapsed();
+                self.conn.server.latency.exec.record(msg_type, exec);
+                self.write_reply(msg_type, out, Some(received));
+                true
+            }
+            Some(ReadInto::Lost) | None => false,
         }
     }
 
@@ -584,7 +633,7 @@ impl Session {
         // Made at the first read that may be spliced; dropped when it may hold stale bytes.
         let mut pipe: Option<Pipe> = None;
         let mut pipe_gauge = Gauge::new(&self.conn.stats.memory.buffers);
-        let splicing = lock(&self.out).sink.is_some();
+        let splicing = self.splicing;
         loop {
             // Taking a job and marking it started happen under one lock, so a Tflush sees
             // either a queued request (and cancels it) or a started one (and waits for it).
@@ -626,7 +675,7 @@ impl Session {
             let spliced = match &msg {
                 Ok(Tmessage::Read(m)) if splicing => {
                     let started = Instant::now();
-                    let got = self.read_to_pipe(tag, m, &mut pipe, &mut out);
+                    let got = self.read_to_pipe((tag, m), &mut pipe, &mut out, false);
                     if got.is_some() {
                         self.conn
                             .server
@@ -660,10 +709,10 @@ impl Session {
     /// or the kernel cannot splice it (the copy path then reads it, and reports its errors).
     fn read_to_pipe(
         &self,
-        tag: Tag,
-        m: &crossfs_wire::Tread,
+        read: (Tag, &crossfs_wire::Tread),
         pipe: &mut Option<Pipe>,
         out: &mut Vec<u8>,
+        only_cached: bool,
     ) -> Option<ReadInto> {
         if pipe.is_none() {
             let payload = (self.conn.msize() as usize).saturating_sub(RREAD_HEADER_LEN + 1);
@@ -671,7 +720,7 @@ impl Session {
                 .map_err(|e| tracing::debug!(id = self.conn.stats.id, "no pipe: {e}"))
                 .ok();
         }
-        let got = crate::ops::read_to_pipe(&self.conn, tag, m, pipe.as_ref()?, out);
+        let got = crate::ops::read_to_pipe(&self.conn, read, pipe.as_ref()?, out, only_cached);
         if matches!(got, Some(ReadInto::Lost)) {
             *pipe = None;
             return None;
@@ -866,6 +915,12 @@ fn send_header(fd: BorrowedFd<'_>, sink: Option<SinkKind>, header: &[u8]) -> std
         }
     }
     Ok(())
+}
+
+/// The reader's pipe, for reads it answers itself, and its size in the statistics.
+struct ReaderPipe<'a> {
+    pipe: Option<Pipe>,
+    gauge: Gauge<'a>,
 }
 
 /// Where [`crate::ops::read_to_pipe`] left a read.

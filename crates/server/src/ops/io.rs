@@ -258,13 +258,15 @@ pub(crate) fn read_cached(conn: &Conn, tag: Tag, m: &Tread, out: &mut Vec<u8>) -
 /// the pipe filled before the read was done and the whole reply is now in `out` (what it
 /// took read back, the rest read into the buffer), `Lost` when that reading back failed.
 /// `None` for any other read, one too large for the pipe, or one the kernel would not
-/// splice before a byte was in (the copy path then answers it, errors included).
+/// splice before a byte was in (the copy path then answers it, errors included); with
+/// `only_cached` (the connection's reader, which must not wait for a disk), also `None`
+/// unless the page cache holds every page of it ([`sys::all_cached`]).
 pub(crate) fn read_to_pipe(
     conn: &Conn,
-    tag: Tag,
-    m: &Tread,
+    (tag, m): (Tag, &Tread),
     pipe: &Pipe,
     out: &mut Vec<u8>,
+    only_cached: bool,
 ) -> Option<ReadInto> {
     let state = conn.fids.get(m.fid).ok()?;
     let FidState::File(f) = &*state else {
@@ -277,6 +279,12 @@ pub(crate) fn read_to_pipe(
         return None;
     }
     let fd = open.fd.as_fd();
+    if only_cached {
+        let size = sys::stat(fd).ok()?.stx_size;
+        if sys::all_cached(fd, m.offset, max as u64, size) != Some(true) {
+            return None;
+        }
+    }
     match pipe.fill(fd, m.offset, max) {
         Err(_) => None,
         Ok((n, true)) => Some(ReadInto::Pipe(n)),
