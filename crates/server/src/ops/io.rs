@@ -220,7 +220,7 @@ fn events_sync(conn: &Conn, sub: &crossfs_events::Subscriber, data: &[u8]) -> Op
 }
 
 /// Tread of a regular file, answered only if it needs nothing but the page cache (see
-/// [`sys::pread_cached`]): fills `out` with the reply and returns true when the read got all
+/// [`sys::pread_cached`], and [`sys::all_cached`] where the file system cannot say): fills `out` with the reply and returns true when the read got all
 /// it asked for or reached the end of the file. Otherwise (not cached, partly cached, any
 /// error, not a regular file, opened with `O_DIRECT`) leaves `out` empty and returns false; the request then goes to
 /// a worker, which reads (and reports errors) as [`read`] does.
@@ -239,7 +239,18 @@ pub(crate) fn read_cached(conn: &Conn, tag: Tag, m: &Tread, out: &mut Vec<u8>) -
     let max = (m.count as usize).min(room);
     let fd = open.fd.as_fd();
     let complete = encode_rread_with(tag, max, out, |buf| {
-        let n = sys::pread_cached(fd, buf, m.offset)?;
+        let n = match sys::pread_cached(fd, buf, m.offset) {
+            // A file system that cannot read without waiting (tmpfs): `cachestat(2)` tells
+            // whether a plain read would wait.
+            Err(Errno::OPNOTSUPP) => {
+                let size = sys::stat(fd)?.stx_size;
+                if sys::all_cached(fd, m.offset, buf.len() as u64, size) != Some(true) {
+                    return Err(Errno::AGAIN);
+                }
+                sys::pread(fd, buf, m.offset)?
+            }
+            n => n?,
+        };
         // A short read is the end of the file, or only part of the range was cached.
         if n < buf.len() && m.offset.saturating_add(n as u64) < sys::stat(fd)?.stx_size {
             return Err(Errno::AGAIN);
