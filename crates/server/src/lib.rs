@@ -145,6 +145,7 @@ mod fid;
 mod ops;
 mod server;
 mod session;
+mod sink;
 mod splice;
 mod stats;
 

@@ -22,7 +22,8 @@ use crossfs_export::{Dir, Export, OpenError};
 use crate::config::ServerConfig;
 use crate::error::ServerError;
 use crate::fid::{lock, FileFid};
-use crate::session::{self, Plain, Spliceable};
+use crate::session;
+use crate::sink::{Plain, ReplySink, Spliceable};
 use crate::splice::DataPaths;
 use crate::stats::{add_counters, ConnStats, RequestLatency};
 
@@ -170,7 +171,7 @@ impl Server {
     fn serve(
         self: &Arc<Self>,
         reader: impl Read + Send + 'static,
-        writer: Box<dyn session::ReplySink>,
+        writer: Box<dyn ReplySink>,
         peer: String,
     ) {
         let Some(slot) = self.admit(&peer) else {
