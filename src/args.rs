@@ -206,6 +206,11 @@ pub struct ServeArgs {
     /// kernel's 9p client never asks for it either way.
     #[arg(long)]
     pub no_extensions: bool,
+    /// Copy every read's data through the server's memory instead of splicing it from the
+    /// file into the socket (for comparisons: `crossfs stats` shows the bytes each path
+    /// moved).
+    #[arg(long)]
+    pub no_splice: bool,
     /// Serve TCP on an address other than loopback (needs --token-file). 9P is not
     /// encrypted: whoever can read the traffic sees the files and the token. Use only on a
     /// private network.

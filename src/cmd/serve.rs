@@ -27,6 +27,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         allow_devices: args.allow_devices,
         allow_setuid: args.allow_setuid,
         extensions: !args.no_extensions,
+        splice_reads: !args.no_splice,
         workers_per_connection: usize::from(args.workers),
         max_in_flight: usize::from(args.max_in_flight),
         max_fids: args.max_fids,
@@ -262,7 +263,7 @@ fn accept_loop(server: &Arc<Server>, addr: &Addr, listener: &Listener) {
         let server = server.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("conn {peer}"))
-            .spawn(move || server.serve_connection(reader, stream, peer));
+            .spawn(move || server.serve_socket(reader, stream, peer));
         if let Err(err) = spawned {
             warn!("cannot start a connection thread: {err}");
         }

@@ -64,7 +64,9 @@ impl WorkloadId {
     /// One line for `--help`.
     pub fn summary(self) -> &'static str {
         match self {
-            Self::SeqRead => "sequential read, 1 MiB blocks, client cache dropped (MiB/s)",
+            Self::SeqRead => {
+                "sequential read, 1 MiB blocks, client cache dropped; and 8 files at once (MiB/s)"
+            }
             Self::SeqWrite => "sequential write, 1 MiB blocks, then fsync (MiB/s)",
             Self::Random => "random 4 KiB O_DIRECT reads and writes, 1 and 8 threads (IOPS)",
             Self::Meta => "stat, open+close, readdir, create, rename, unlink (ops/s)",

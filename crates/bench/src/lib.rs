@@ -20,7 +20,7 @@
 //!
 //! | # | workload  | figures | full | `--quick` |
 //! |---|-----------|---------|------|-----------|
-//! | 1 | seq-read  | MiB/s | 512 MiB, 1 MiB blocks | 64 MiB |
+//! | 1 | seq-read  | MiB/s: one file, then 8 files at once (aggregate) | 512 MiB, 1 MiB blocks; 8 x 64 MiB | 64 MiB; 8 x 8 MiB |
 //! | 2 | seq-write | MiB/s (fsync timed) | 512 MiB | 64 MiB |
 //! | 3 | random    | IOPS, 4 KiB O_DIRECT read/write x 1 and 8 threads | 128 MiB file, 5,000 / 16,000 ops | 16 MiB, 1,000 / 2,000 ops |
 //! | 4 | meta      | ops/s: stat first/repeat, open+close, readdir (entries/s), create, rename, unlink | 10,000 entries, 1,000 creates | 2,000 / 200 |

@@ -107,6 +107,15 @@ pub(crate) struct CacheCounters {
     pub missing_xattrs_answered: AtomicU64,
 }
 
+/// Bytes of file data the mount moved, by path (one mount per process, as `IO_ERRORS`):
+/// every byte of a READ (or READLINK) reply is received from the socket into the mount's
+/// memory, then written from there into `/dev/fuse` (or the FUSE ring); every byte of a
+/// WRITE is copied from the request into a 9P frame. No zero-copy path exists in the mount
+/// yet: `read_spliced` says so, and is where one would count.
+pub(crate) static DATA_READ_COPIED: AtomicU64 = AtomicU64::new(0);
+/// See [`DATA_READ_COPIED`].
+pub(crate) static DATA_WRITE_COPIED: AtomicU64 = AtomicU64::new(0);
+
 /// EIOs given to programs since the mount started (one mount per process).
 static IO_ERRORS: AtomicU64 = AtomicU64::new(0);
 
@@ -238,6 +247,11 @@ impl Stats {
             "9p": p9,
             "latency": { "reply": reply },
             "io_errors": IO_ERRORS.load(Relaxed),
+            "data": {
+                "read_copied": DATA_READ_COPIED.load(Relaxed),
+                "read_spliced": 0,
+                "write_copied": DATA_WRITE_COPIED.load(Relaxed),
+            },
             "caches": {
                 "negative_entries_sent": c.negative_entries_sent.load(Relaxed),
                 "enoent_sent": c.enoent_sent.load(Relaxed),

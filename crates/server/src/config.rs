@@ -54,6 +54,11 @@ pub struct ServerConfig {
     /// A shared secret clients must present (Tauth, then a Twrite of the token to the auth
     /// fid, named as `afid` in Tattach); `None`: no authentication, Tauth is `EOPNOTSUPP`.
     pub auth_token: Option<AuthToken>,
+    /// Send Rread payloads of regular files from the file to the socket with `splice(2)`,
+    /// through a pipe per worker, instead of reading them into the server's memory first
+    /// (`crate::splice`). Only where the connection is a socket or pipe handed over with
+    /// [`crate::Server::serve_socket`]; anything the kernel refuses is copied as before.
+    pub splice_reads: bool,
 }
 
 /// A shared secret. Its `Debug` form hides the bytes, so logging a configuration never
@@ -113,6 +118,7 @@ impl Default for ServerConfig {
             max_pending_xattr_bytes: 1024 * 1024,
             fd_budget: None,
             auth_token: None,
+            splice_reads: true,
         }
     }
 }

@@ -145,6 +145,8 @@ mod fid;
 mod ops;
 mod server;
 mod session;
+mod sink;
+mod splice;
 mod stats;
 
 pub use config::{AuthToken, ServerConfig};

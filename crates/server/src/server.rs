@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
@@ -22,6 +23,8 @@ use crate::config::ServerConfig;
 use crate::error::ServerError;
 use crate::fid::{lock, FileFid};
 use crate::session;
+use crate::sink::{Plain, ReplySink, Spliceable};
+use crate::splice::DataPaths;
 use crate::stats::{add_counters, ConnStats, RequestLatency};
 
 /// A directory exported over 9P2000.L. Create one with [`Server::new`], then hand each
@@ -40,6 +43,8 @@ pub struct Server {
     totals: MessageCounters,
     /// Request latencies over every connection, closed ones included.
     pub(crate) latency: RequestLatency,
+    /// Bytes of file data by the path they took, closed connections included.
+    data: DataPaths,
     connections: Mutex<BTreeMap<u64, Arc<ConnStats>>>,
     next_connection: AtomicU64,
     /// Connections being served (at most `max_connections`).
@@ -120,6 +125,7 @@ impl Server {
             devices: Mutex::new(HashMap::new()),
             totals: MessageCounters::default(),
             latency: RequestLatency::default(),
+            data: DataPaths::default(),
             connections: Mutex::new(BTreeMap::new()),
             next_connection: AtomicU64::new(1),
             live: AtomicUsize::new(0),
@@ -146,6 +152,28 @@ impl Server {
         writer: impl Write + Send + 'static,
         peer: String,
     ) {
+        self.serve(reader, Box::new(Plain(writer)), peer);
+    }
+
+    /// As [`Server::serve_connection`], over a writer that is a socket (or a pipe) with no
+    /// buffer of its own: replies may then be written to its descriptor directly, and
+    /// Rread payloads of regular files spliced into it from the file
+    /// ([`ServerConfig::splice_reads`](crate::ServerConfig::splice_reads)).
+    pub fn serve_socket(
+        self: &Arc<Self>,
+        reader: impl Read + Send + 'static,
+        writer: impl Write + AsFd + Send + 'static,
+        peer: String,
+    ) {
+        self.serve(reader, Box::new(Spliceable(writer)), peer);
+    }
+
+    fn serve(
+        self: &Arc<Self>,
+        reader: impl Read + Send + 'static,
+        writer: Box<dyn ReplySink>,
+        peer: String,
+    ) {
         let Some(slot) = self.admit(&peer) else {
             return;
         };
@@ -153,7 +181,7 @@ impl Server {
         let fds = FdAccount::new(self.export.fds.clone());
         let stats = Arc::new(ConnStats::new(id, peer, fds, &self.config));
         lock(&self.connections).insert(id, stats.clone());
-        session::run(self, &stats, reader, Box::new(writer));
+        session::run(self, &stats, reader, writer);
         // Free before the connection leaves the list: whoever sees it gone may connect again.
         drop(slot);
         lock(&self.connections).remove(&id);
@@ -184,7 +212,9 @@ impl Server {
     /// ...,"bytes_in":N,"bytes_out":N},"live":{"connections":N,"fids":N,"fds":N,"handles":{...},
     /// "open_files":{...},"memory":{...}},
     /// "connections":[{"id":1,"peer":"...","msize":N,"fids":N,"fds":N,"memory":{...},
-    /// "Twalk":{...},...,"bytes_in":N,"bytes_out":N}]}`. `total` includes closed
+    /// "data":{...},"Twalk":{...},...,"bytes_in":N,"bytes_out":N}],"data":{"read_copied":N,
+    /// "read_spliced":N,"write_copied":N}}`. `data` counts bytes of file data by the path
+    /// they took (`crate::splice`), over every connection and per live one. `total` includes closed
     /// connections; `connections` lists the live ones, each with the bytes it holds in the
     /// server's memory (`memory`: what is counted is `ConnStats::memory_json`'s doc), and
     /// `live` what they hold now: fids bound, and descriptors kept open for them (`fds`: the
@@ -253,6 +283,7 @@ impl Server {
             "connections": connections,
             "events": events,
             "latency": self.latency.to_json(),
+            "data": self.data.to_json(),
         })
     }
 
@@ -274,6 +305,26 @@ impl Server {
     pub(crate) fn record(&self, conn: &ConnStats, ty: u8, bytes: usize) {
         conn.counters.record(ty, bytes);
         self.totals.record(ty, bytes);
+    }
+
+    /// Counts `bytes` of Rread payload sent by splicing (`spliced`) or copying.
+    pub(crate) fn count_read(&self, conn: &ConnStats, spliced: bool, bytes: usize) {
+        let pick = |d: &DataPaths| {
+            let c = if spliced {
+                &d.read_spliced
+            } else {
+                &d.read_copied
+            };
+            c.fetch_add(bytes as u64, Relaxed);
+        };
+        pick(&conn.data);
+        pick(&self.data);
+    }
+
+    /// Counts `bytes` of Twrite payload written to a file.
+    pub(crate) fn count_write(&self, conn: &ConnStats, bytes: usize) {
+        conn.data.write_copied.fetch_add(bytes as u64, Relaxed);
+        self.data.write_copied.fetch_add(bytes as u64, Relaxed);
     }
 
     /// Counts an Rlerror answer to a request of type `request_ty`.

@@ -16,6 +16,12 @@
 //! memory stays bounded: at most `max_buffered_bytes` of queued requests (or one request,
 //! if larger) plus the one the reader holds, each at most msize.
 //!
+//! A Tread of a regular file whose pages the page cache holds (`cachestat(2)`) is answered on
+//! the reader too, its data spliced from the file into the socket (`crate::splice`); where
+//! the pages are not all cached, a worker splices them (it may wait for the disk); where
+//! splicing is off or impossible, the reader copies what a no-wait read gets, and a worker
+//! the rest.
+//!
 //! Ordering rules, and how they hold:
 //! - Replies never interleave: a reply is written whole while holding the writer lock.
 //! - A request run by the reader is never in the in-flight table, and nothing is read while
@@ -40,8 +46,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use crossfs_wire::{
-    check_frame_size, decode_tframe, DecodeError, Rflush, Rmessage, Rversion, Tag, Tframe,
-    Tmessage, Tversion, MIN_MSIZE, VERSION_9P2000_L, VERSION_CROSSFS,
+    check_frame_size, decode_tframe, DecodeError, Rflush, Rmessage, Rread, Rversion, Tag, Tframe,
+    Tmessage, Tversion, MIN_MSIZE, RREAD_HEADER_LEN, VERSION_9P2000_L, VERSION_CROSSFS,
 };
 
 use crossfs_export::budget::{ByteBudget, FdAccount};
@@ -49,6 +55,8 @@ use crossfs_export::memory::{buffer_bytes, Gauge};
 
 use crate::fid::{lock, FidTable};
 use crate::server::Server;
+use crate::sink::{send_header, ReplySink};
+use crate::splice::{Pipe, SinkKind};
 use crate::stats::ConnStats;
 
 /// What the request handlers see of a connection.
@@ -127,9 +135,23 @@ impl State {
 }
 
 struct Output {
-    writer: Box<dyn Write + Send>,
+    writer: Box<dyn ReplySink>,
     /// A write failed: the peer is gone, later replies are dropped.
     broken: bool,
+    /// What the writer's descriptor is, when Rread payloads may be spliced into it.
+    sink: Option<SinkKind>,
+}
+
+/// A reply as a worker hands it over.
+enum Answer<'a> {
+    /// A whole frame.
+    Frame(&'a [u8]),
+    /// An Rread whose `count` bytes of data wait in the worker's pipe (dropped if anything
+    /// goes wrong, since it may then hold stale bytes).
+    Spliced {
+        count: usize,
+        pipe: &'a mut Option<Pipe>,
+    },
 }
 
 struct Session {
@@ -140,6 +162,8 @@ struct Session {
     /// Signalled when a job is queued or the session closes.
     worker_wake: Condvar,
     out: Mutex<Output>,
+    /// Rread payloads of regular files may be spliced into the connection (`crate::splice`).
+    splicing: bool,
 }
 
 /// Why the reader stopped.
@@ -163,8 +187,12 @@ pub(crate) fn run(
     server: &Arc<Server>,
     stats: &Arc<ConnStats>,
     reader: impl Read,
-    writer: Box<dyn Write + Send>,
+    writer: Box<dyn ReplySink>,
 ) {
+    let sink = writer
+        .splice_fd()
+        .filter(|_| server.config.splice_reads)
+        .and_then(SinkKind::of);
     let mut reader = BufReader::with_capacity(READ_BUFFER, reader);
     let mut read_buffer = Gauge::new(&stats.memory.buffers);
     read_buffer.set(reader.capacity());
@@ -183,7 +211,9 @@ pub(crate) fn run(
         out: Mutex::new(Output {
             writer,
             broken: false,
+            sink,
         }),
+        splicing: sink.is_some(),
     };
     tracing::debug!(id = stats.id, peer = %stats.peer, "connection opened");
     std::thread::scope(|s| {
@@ -211,6 +241,10 @@ impl Session {
     fn read_loop(&self, reader: &mut impl Read) -> Stop {
         let mut buf = Vec::new();
         let mut out = Vec::new();
+        let mut pipe = ReaderPipe {
+            pipe: None,
+            gauge: Gauge::new(&self.conn.stats.memory.buffers),
+        };
         let memory = &self.conn.stats.memory;
         let (mut buf_gauge, mut out_gauge) =
             (Gauge::new(&memory.buffers), Gauge::new(&memory.buffers));
@@ -251,7 +285,8 @@ impl Session {
             self.conn
                 .server
                 .record(&self.conn.stats, frame.msg_type, len);
-            if let Err(stop) = self.dispatch(frame, len, received, &mut out, &mut out_gauge) {
+            let outs = (&mut out, &mut out_gauge, &mut pipe);
+            if let Err(stop) = self.dispatch(frame, len, received, outs) {
                 return stop;
             }
         }
@@ -266,8 +301,7 @@ impl Session {
         frame: Tframe,
         len: usize,
         received: Instant,
-        out: &mut Vec<u8>,
-        out_gauge: &mut Gauge<'_>,
+        (out, out_gauge, pipe): (&mut Vec<u8>, &mut Gauge<'_>, &mut ReaderPipe<'_>),
     ) -> Result<(), Stop> {
         let Tframe { tag, msg_type, msg } = frame;
         match msg {
@@ -288,6 +322,10 @@ impl Session {
                 // otherwise (from the disk, a fifo, or with an error to report).
                 self.check_tag(tag)?;
                 let started = Instant::now();
+                if self.splicing && self.read_spliced_inline((tag, &m), received, out, pipe) {
+                    out_gauge.set(out.capacity());
+                    return Ok(());
+                }
                 if crate::ops::read_cached(&self.conn, tag, &m, out) {
                     self.conn
                         .server
@@ -317,6 +355,38 @@ impl Session {
                 len,
                 received,
             }),
+        }
+    }
+
+    /// A Tread of pages all in the page cache, answered on the reader by splicing them
+    /// (`crate::splice`); false, with nothing written, for any other.
+    fn read_spliced_inline(
+        &self,
+        (tag, m): (Tag, &crossfs_wire::Tread),
+        received: Instant,
+        out: &mut Vec<u8>,
+        pipe: &mut ReaderPipe<'_>,
+    ) -> bool {
+        let started = Instant::now();
+        let got = self.read_to_pipe((tag, m), &mut pipe.pipe, out, true);
+        pipe.gauge.set(pipe.pipe.as_ref().map_or(0, Pipe::capacity));
+        let msg_type = crossfs_wire::Tread::TYPE;
+        match got {
+            Some(ReadInto::Pipe(count)) => {
+                let exec = started.elapsed();
+                self.conn.server.latency.exec.record(msg_type, exec);
+                let mut output = lock(&self.out);
+                let request = (tag, msg_type);
+                self.write_spliced_locked(&mut output, request, count, &mut pipe.pipe, received);
+                true
+            }
+            Some(ReadInto::Out) => {
+                let exec = started.elapsed();
+                self.conn.server.latency.exec.record(msg_type, exec);
+                self.write_reply(msg_type, out, Some(received));
+                true
+            }
+            Some(ReadInto::Lost) | None => false,
         }
     }
 
@@ -517,6 +587,10 @@ impl Session {
     fn worker(&self) {
         let mut out = Vec::new();
         let mut out_gauge = Gauge::new(&self.conn.stats.memory.buffers);
+        // Made at the first read that may be spliced; dropped when it may hold stale bytes.
+        let mut pipe: Option<Pipe> = None;
+        let mut pipe_gauge = Gauge::new(&self.conn.stats.memory.buffers);
+        let splicing = self.splicing;
         loop {
             // Taking a job and marking it started happen under one lock, so a Tflush sees
             // either a queued request (and cancels it) or a started one (and waits for it).
@@ -549,15 +623,66 @@ impl Session {
                 len,
                 received,
             } = job;
-            if !cancelled {
-                let queued = received.elapsed();
-                self.conn.server.latency.queued.record(msg_type, queued);
-                self.execute(tag, msg_type, msg, &mut out);
-                out_gauge.set(out.capacity());
+            if cancelled {
+                self.complete(tag, msg_type, len, None, received);
+                continue;
             }
-            let reply = (!cancelled).then_some(&out[..]);
-            self.complete(tag, msg_type, len, reply, received);
+            let queued = received.elapsed();
+            self.conn.server.latency.queued.record(msg_type, queued);
+            let spliced = match &msg {
+                Ok(Tmessage::Read(m)) if splicing => {
+                    let started = Instant::now();
+                    let got = self.read_to_pipe((tag, m), &mut pipe, &mut out, false);
+                    if got.is_some() {
+                        self.conn
+                            .server
+                            .latency
+                            .exec
+                            .record(msg_type, started.elapsed());
+                    }
+                    pipe_gauge.set(pipe.as_ref().map_or(0, Pipe::capacity));
+                    got
+                }
+                _ => None,
+            };
+            let answer = match spliced {
+                Some(ReadInto::Pipe(count)) => Answer::Spliced {
+                    count,
+                    pipe: &mut pipe,
+                },
+                Some(ReadInto::Out) => Answer::Frame(&out),
+                Some(ReadInto::Lost) | None => {
+                    self.execute(tag, msg_type, msg, &mut out);
+                    Answer::Frame(&out)
+                }
+            };
+            self.complete(tag, msg_type, len, Some(answer), received);
+            out_gauge.set(out.capacity());
         }
+    }
+
+    /// A Tread of a regular file into the worker's pipe (made here the first time), or into
+    /// `out` whole when the pipe took only part of it; `None` when it is not such a read,
+    /// or the kernel cannot splice it (the copy path then reads it, and reports its errors).
+    fn read_to_pipe(
+        &self,
+        read: (Tag, &crossfs_wire::Tread),
+        pipe: &mut Option<Pipe>,
+        out: &mut Vec<u8>,
+        only_cached: bool,
+    ) -> Option<ReadInto> {
+        if pipe.is_none() {
+            let payload = (self.conn.msize() as usize).saturating_sub(RREAD_HEADER_LEN + 1);
+            *pipe = Pipe::new(payload)
+                .map_err(|e| tracing::debug!(id = self.conn.stats.id, "no pipe: {e}"))
+                .ok();
+        }
+        let got = crate::ops::read_to_pipe(&self.conn, read, pipe.as_ref()?, out, only_cached);
+        if matches!(got, Some(ReadInto::Lost)) {
+            *pipe = None;
+            return None;
+        }
+        got
     }
 
     /// Retires `tag`, whose frame was `len` bytes and read at `received`: under the writer
@@ -568,7 +693,7 @@ impl Session {
         tag: Tag,
         msg_type: u8,
         len: usize,
-        reply: Option<&[u8]>,
+        reply: Option<Answer<'_>>,
         received: Instant,
     ) {
         let mut out = lock(&self.out);
@@ -591,8 +716,14 @@ impl Session {
             self.record_requests(&st);
             done
         };
-        if let Some(bytes) = reply {
-            self.write_locked(&mut out, msg_type, bytes, Some(received));
+        match reply {
+            Some(Answer::Frame(bytes)) => {
+                self.write_locked(&mut out, msg_type, bytes, Some(received))
+            }
+            Some(Answer::Spliced { count, pipe }) => {
+                self.write_spliced_locked(&mut out, (tag, msg_type), count, pipe, received)
+            }
+            None => {}
         }
         let mut frame = Vec::new();
         for t in flushed {
@@ -630,6 +761,10 @@ impl Session {
         );
         let server = &self.conn.server;
         server.record(&self.conn.stats, reply_ty, frame.len());
+        if reply_ty == Rread::TYPE {
+            let payload = frame.len().saturating_sub(RREAD_HEADER_LEN);
+            server.count_read(&self.conn.stats, false, payload);
+        }
         if reply_ty == crossfs_wire::Rlerror::TYPE {
             server.record_error(&self.conn.stats, request_ty);
         }
@@ -648,6 +783,88 @@ impl Session {
             server.latency.reply.record(request_ty, answered);
         }
     }
+}
+
+impl Session {
+    /// Writes an Rread of `count` bytes waiting in `pipe`: its header, then the pipe spliced
+    /// into the connection's descriptor (read back and written where that descriptor takes
+    /// no splice). Counted and timed as [`Session::write_locked`] does a frame.
+    fn write_spliced_locked(
+        &self,
+        out: &mut Output,
+        (tag, request_ty): (Tag, u8),
+        count: usize,
+        pipe: &mut Option<Pipe>,
+        received: Instant,
+    ) {
+        let server = &self.conn.server;
+        let len = RREAD_HEADER_LEN + count;
+        server.record(&self.conn.stats, Rread::TYPE, len);
+        let Some(p) = pipe.as_ref() else {
+            return;
+        };
+        if out.broken {
+            *pipe = None;
+            return;
+        }
+        let mut header = [0u8; RREAD_HEADER_LEN];
+        header[..4].copy_from_slice(&(len as u32).to_le_bytes());
+        header[4] = Rread::TYPE;
+        header[5..7].copy_from_slice(&tag.0.to_le_bytes());
+        header[7..].copy_from_slice(&(count as u32).to_le_bytes());
+        let answered = received.elapsed();
+        let sent = (|| {
+            out.writer.flush()?;
+            let fd = out
+                .writer
+                .splice_fd()
+                .ok_or(std::io::ErrorKind::Unsupported)?;
+            send_header(fd, out.sink, &header)?;
+            p.drain_into(fd, count)
+        })();
+        let result = match sent {
+            Ok(true) => {
+                server.count_read(&self.conn.stats, true, count);
+                Ok(())
+            }
+            Ok(false) => {
+                // The descriptor takes no splice: copy what waits in the pipe, and splice
+                // no more on this connection.
+                out.sink = None;
+                let mut data = vec![0; count];
+                let copied = p
+                    .read_back(&mut data)
+                    .and_then(|()| out.writer.write_all(&data));
+                server.count_read(&self.conn.stats, false, count);
+                copied
+            }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) => server.latency.reply.record(request_ty, answered),
+            Err(e) => {
+                tracing::debug!(id = self.conn.stats.id, "reply not delivered: {e}");
+                out.broken = true;
+                *pipe = None;
+            }
+        }
+    }
+}
+
+/// The reader's pipe, for reads it answers itself, and its size in the statistics.
+struct ReaderPipe<'a> {
+    pipe: Option<Pipe>,
+    gauge: Gauge<'a>,
+}
+
+/// Where [`crate::ops::read_to_pipe`] left a read.
+pub(crate) enum ReadInto {
+    /// Its data, this many bytes, wait in the pipe.
+    Pipe(usize),
+    /// Its whole reply is in the reply buffer (the pipe took part of it, read back).
+    Out,
+    /// The pipe may hold stale bytes: drop it; the copy path answers.
+    Lost,
 }
 
 /// Reads the 4-byte size field. `Ok(false)`: clean end of stream before the first byte.

@@ -31,6 +31,8 @@ pub(crate) struct ConnStats {
     pub xattr_bytes: Arc<ByteBudget>,
     /// Its buffers and queued requests, kept up to date by the session.
     pub memory: ConnMemory,
+    /// Bytes of file data by the path they took (`crate::splice`).
+    pub data: crate::splice::DataPaths,
     /// Threads serving it: the reader and the workers.
     threads: usize,
 }
@@ -60,6 +62,7 @@ impl ConnStats {
             fds,
             xattr_bytes: ByteBudget::new(config.max_pending_xattr_bytes),
             memory: ConnMemory::default(),
+            data: Default::default(),
             threads: 1 + config.workers_per_connection,
         }
     }
@@ -114,6 +117,7 @@ impl ConnStats {
         obj.insert("fids".into(), json!(self.fids.bound()));
         obj.insert("fds".into(), json!(self.fds.held()));
         obj.insert("memory".into(), self.memory_json());
+        obj.insert("data".into(), self.data.to_json());
         add_counters(&mut obj, &self.counters.snapshot());
         Value::Object(obj)
     }

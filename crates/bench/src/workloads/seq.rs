@@ -12,12 +12,28 @@ use crate::stats::Unit;
 
 const BLOCK: usize = 1 << 20;
 
-pub(crate) const READ_METRICS: &[MetricDef] = &[MetricDef {
-    id: "read",
-    label: "sequential read",
-    unit: Unit::MibPerSec,
-    key_messages: &["Tread"],
-}];
+pub(crate) const READ_METRICS: &[MetricDef] = &[
+    MetricDef {
+        id: "read",
+        label: "sequential read",
+        unit: Unit::MibPerSec,
+        key_messages: &["Tread"],
+    },
+    MetricDef {
+        id: "read-8",
+        label: "8 files read at once (aggregate)",
+        unit: Unit::MibPerSec,
+        key_messages: &["Tread"],
+    },
+];
+
+/// Files read at once by the second figure, each an eighth of the sequential size, each
+/// by its own thread.
+const AT_ONCE: usize = 8;
+
+fn at_once_path(dir: &Path, i: usize) -> std::path::PathBuf {
+    dir.join(format!("seq-read-{i}.dat"))
+}
 
 pub(crate) const WRITE_METRICS: &[MetricDef] = &[MetricDef {
     id: "write",
@@ -28,8 +44,10 @@ pub(crate) const WRITE_METRICS: &[MetricDef] = &[MetricDef {
 
 pub(crate) fn read_title(s: &Sizes) -> String {
     format!(
-        "sequential read, {} file, 1 MiB blocks, client cache dropped, server cache warm",
-        mib(s.seq_bytes)
+        "sequential read, {} file, 1 MiB blocks, client cache dropped, server cache warm; \
+         then {AT_ONCE} files of {} read at once, one thread each",
+        mib(s.seq_bytes),
+        mib(s.seq_bytes / AT_ONCE as u64)
     )
 }
 
@@ -72,7 +90,15 @@ pub(crate) fn prepare_read(pool: &Path, sizes: &Sizes) -> Result<(), WorkloadErr
         .ctx(|| format!("writing {}", path.display()))?;
     // Flushed so that background writeback of the input does not land in a
     // measured window; the data stays in the page cache (the server's, for a mount).
-    f.sync_all().ctx(|| format!("fsync {}", path.display()))
+    f.sync_all().ctx(|| format!("fsync {}", path.display()))?;
+    for i in 0..AT_ONCE {
+        let path = at_once_path(pool, i);
+        let mut f = File::create(&path).ctx(|| format!("creating {}", path.display()))?;
+        write_blocks(&mut f, &block(), sizes.seq_bytes / AT_ONCE as u64, None)
+            .ctx(|| format!("writing {}", path.display()))?;
+        f.sync_all().ctx(|| format!("fsync {}", path.display()))?;
+    }
+    Ok(())
 }
 
 pub(crate) fn run_read(ctx: &mut Ctx<'_>) -> Result<(), WorkloadError> {
@@ -105,6 +131,61 @@ pub(crate) fn run_read(ctx: &mut Ctx<'_>) -> Result<(), WorkloadError> {
         return Err(WorkloadError::Check(format!(
             "read {total} bytes of a {bytes}-byte file"
         )));
+    }
+    run_read_at_once(ctx)
+}
+
+/// The second figure: [`AT_ONCE`] files, each read whole by its own thread at the same
+/// time, client cache dropped; the rate is all their bytes over the time until the last
+/// thread is done.
+fn run_read_at_once(ctx: &mut Ctx<'_>) -> Result<(), WorkloadError> {
+    let each = ctx.sizes.seq_bytes / AT_ONCE as u64;
+    let mut files = Vec::with_capacity(AT_ONCE);
+    for i in 0..AT_ONCE {
+        let path = at_once_path(&ctx.work, i);
+        let file = File::open(&path).ctx(|| format!("opening {}", path.display()))?;
+        ctx.drop_client_cache(&file)?;
+        files.push((path, file));
+    }
+    let mut read = [0u64; AT_ONCE];
+    ctx.measure(&READ_METRICS[1], |deadline| {
+        let results: Vec<Result<u64, WorkloadError>> = std::thread::scope(|s| {
+            let threads: Vec<_> = files
+                .iter_mut()
+                .map(|(path, file)| {
+                    s.spawn(move || -> Result<u64, WorkloadError> {
+                        let mut buf = vec![0u8; BLOCK];
+                        let mut total = 0u64;
+                        while !deadline.passed() {
+                            let n = file
+                                .read(&mut buf)
+                                .ctx(|| format!("reading {}", path.display()))?;
+                            if n == 0 {
+                                break;
+                            }
+                            total += n as u64;
+                        }
+                        Ok(total)
+                    })
+                })
+                .collect();
+            threads
+                .into_iter()
+                .map(|t| t.join().expect("a reader thread panicked"))
+                .collect()
+        });
+        for (slot, r) in read.iter_mut().zip(results) {
+            *slot = r?;
+        }
+        Ok(Work::Bytes(read.iter().sum()))
+    })?;
+    let capped = ctx.samples.last().is_some_and(|s| s.capped);
+    if !capped {
+        if let Some(short) = read.iter().find(|&&n| n != each) {
+            return Err(WorkloadError::Check(format!(
+                "read {short} bytes of a {each}-byte file"
+            )));
+        }
     }
     Ok(())
 }

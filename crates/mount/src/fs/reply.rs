@@ -107,6 +107,7 @@ impl Answer<ReplyAttr> for Attr {
 /// Data read (or a link's target).
 impl Answer<ReplyData> for Vec<u8> {
     fn send(self, reply: ReplyData) {
+        count_read(self.len());
         reply.data(&self);
     }
 }
@@ -114,8 +115,14 @@ impl Answer<ReplyData> for Vec<u8> {
 /// Data read (or a link's target), borrowed from where it is kept.
 impl Answer<ReplyData> for &[u8] {
     fn send(self, reply: ReplyData) {
+        count_read(self.len());
         reply.data(self);
     }
+}
+
+/// Counts data sent to the kernel from the mount's memory (`crossfs stats`: `data`).
+fn count_read(n: usize) {
+    crate::stats::DATA_READ_COPIED.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// The bytes a write wrote.

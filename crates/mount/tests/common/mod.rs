@@ -80,7 +80,7 @@ impl Fixture {
                 })
                 .unwrap();
                 let (s2, w) = (s.clone(), theirs.try_clone().unwrap());
-                std::thread::spawn(move || s2.serve_connection(theirs, w, "test".into()));
+                std::thread::spawn(move || s2.serve_socket(theirs, w, "test".into()));
                 server = Some(s);
             }
             Backend::Diod => {

@@ -122,6 +122,7 @@ pub(crate) fn walkread(conn: &Conn, m: Twalkread) -> OpResult<Rmessage> {
         let mut data = vec![0; (m.count as usize).min(room)];
         let n = sys::pread(open.fd.as_fd(), &mut data, m.offset)?;
         data.truncate(n);
+        conn.server.count_read(&conn.stats, false, n);
         Ok((iounit, getattr(conn, m.newfid, m.request_mask)?, data))
     });
     match read {
@@ -213,6 +214,7 @@ fn read_whole(
         }
     }
     content.truncate(n);
+    conn.server.count_read(&conn.stats, false, n);
     let after = sys::stat(fd.as_fd()).ok()?;
     (n <= max && after.stx_size == n as u64).then(|| (attr::rgetattr(conn, &after), content))
 }

@@ -16,7 +16,8 @@ use crate::error::{OpError, OpResult};
 use crate::fid::{lock, FidState, FileFid, Location, OpenFile};
 use crate::ops::dir::caller;
 use crate::server::dev_and_kind;
-use crate::session::Conn;
+use crate::session::{Conn, ReadInto};
+use crate::splice::Pipe;
 
 /// 9P2000.L open flags that carry over to the host, each translated explicitly (the values
 /// happen to match Linux's, but a server must not rely on that). NOCTTY, FASYNC and CLOEXEC
@@ -219,7 +220,7 @@ fn events_sync(conn: &Conn, sub: &crossfs_events::Subscriber, data: &[u8]) -> Op
 }
 
 /// Tread of a regular file, answered only if it needs nothing but the page cache (see
-/// [`sys::pread_cached`]): fills `out` with the reply and returns true when the read got all
+/// [`sys::pread_cached`], and [`sys::all_cached`] where the file system cannot say): fills `out` with the reply and returns true when the read got all
 /// it asked for or reached the end of the file. Otherwise (not cached, partly cached, any
 /// error, not a regular file, opened with `O_DIRECT`) leaves `out` empty and returns false; the request then goes to
 /// a worker, which reads (and reports errors) as [`read`] does.
@@ -238,7 +239,18 @@ pub(crate) fn read_cached(conn: &Conn, tag: Tag, m: &Tread, out: &mut Vec<u8>) -
     let max = (m.count as usize).min(room);
     let fd = open.fd.as_fd();
     let complete = encode_rread_with(tag, max, out, |buf| {
-        let n = sys::pread_cached(fd, buf, m.offset)?;
+        let n = match sys::pread_cached(fd, buf, m.offset) {
+            // A file system that cannot read without waiting (tmpfs): `cachestat(2)` tells
+            // whether a plain read would wait.
+            Err(Errno::OPNOTSUPP) => {
+                let size = sys::stat(fd)?.stx_size;
+                if sys::all_cached(fd, m.offset, buf.len() as u64, size) != Some(true) {
+                    return Err(Errno::AGAIN);
+                }
+                sys::pread(fd, buf, m.offset)?
+            }
+            n => n?,
+        };
         // A short read is the end of the file, or only part of the range was cached.
         if n < buf.len() && m.offset.saturating_add(n as u64) < sys::stat(fd)?.stx_size {
             return Err(Errno::AGAIN);
@@ -250,6 +262,62 @@ pub(crate) fn read_cached(conn: &Conn, tag: Tag, m: &Tread, out: &mut Vec<u8>) -
         return false;
     }
     true
+}
+
+/// Tread of a regular file (opened without `O_DIRECT`) into `pipe`, which is empty
+/// (`crate::splice`): `Pipe(n)` when the reply's `n` bytes of data wait there, `Out` when
+/// the pipe filled before the read was done and the whole reply is now in `out` (what it
+/// took read back, the rest read into the buffer), `Lost` when that reading back failed.
+/// `None` for any other read, one too large for the pipe, or one the kernel would not
+/// splice before a byte was in (the copy path then answers it, errors included); with
+/// `only_cached` (the connection's reader, which must not wait for a disk), also `None`
+/// unless the page cache holds every page of it ([`sys::all_cached`]).
+pub(crate) fn read_to_pipe(
+    conn: &Conn,
+    (tag, m): (Tag, &Tread),
+    pipe: &Pipe,
+    out: &mut Vec<u8>,
+    only_cached: bool,
+) -> Option<ReadInto> {
+    let state = conn.fids.get(m.fid).ok()?;
+    let FidState::File(f) = &*state else {
+        return None;
+    };
+    let open = f.open.get().filter(|o| o.cached_reads)?;
+    let room = (conn.msize() as usize).saturating_sub(RREAD_HEADER_LEN + 1);
+    let max = (m.count as usize).min(room);
+    if max == 0 || !pipe.holds(max) {
+        return None;
+    }
+    let fd = open.fd.as_fd();
+    if only_cached {
+        let size = sys::stat(fd).ok()?.stx_size;
+        if sys::all_cached(fd, m.offset, max as u64, size) != Some(true) {
+            return None;
+        }
+    }
+    match pipe.fill(fd, m.offset, max) {
+        Err(_) => None,
+        Ok((n, true)) => Some(ReadInto::Pipe(n)),
+        Ok((n, false)) => {
+            out.clear();
+            let mut lost = false;
+            let _ = encode_rread_with(tag, max, out, |buf| {
+                if pipe.read_back(&mut buf[..n]).is_err() {
+                    lost = true;
+                    return Err(());
+                }
+                let offset = m.offset + n as u64;
+                // An error after some bytes is a short read, as from `pread` itself.
+                Ok(n + sys::pread(fd, &mut buf[n..], offset).unwrap_or(0))
+            });
+            if lost {
+                out.clear();
+                return Some(ReadInto::Lost);
+            }
+            Some(ReadInto::Out)
+        }
+    }
 }
 
 /// Twrite: to an open file (`pwrite`; an `O_APPEND` file appends), or the next chunk of an
@@ -269,7 +337,9 @@ pub(crate) fn write(conn: &Conn, m: Twrite) -> OpResult<Rmessage> {
         FidState::Auth(a) => super::auth::write(a, &m.data.0)?,
         FidState::File(f) => {
             let open = f.opened()?;
-            sys::pwrite(open.fd.as_fd(), &m.data.0, m.offset)?
+            let n = sys::pwrite(open.fd.as_fd(), &m.data.0, m.offset)?;
+            conn.server.count_write(&conn.stats, n);
+            n
         }
         FidState::XattrWrite(x) => {
             let mut value = lock(&x.value);

@@ -19,7 +19,7 @@ use crate::fid::FidState;
 use crate::session::Conn;
 
 pub(crate) use auth::{AuthFid, MAX_TOKEN};
-pub(crate) use io::read_cached;
+pub(crate) use io::{read_cached, read_to_pipe};
 
 /// Executes one request and appends exactly one reply frame to `out`.
 pub(crate) fn handle(

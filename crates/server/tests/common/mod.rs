@@ -60,7 +60,7 @@ impl Harness {
         let writer = theirs.try_clone().unwrap();
         let server = self.server.clone();
         let thread =
-            std::thread::spawn(move || server.serve_connection(theirs, writer, "test-peer".into()));
+            std::thread::spawn(move || server.serve_socket(theirs, writer, "test-peer".into()));
         ours.set_read_timeout(Some(Duration::from_secs(20)))
             .unwrap();
         Client {
