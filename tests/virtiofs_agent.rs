@@ -3,10 +3,17 @@
 //! modify, a rename within and across directories, a chmod, a delete, a directory made with
 //! a file in it), with the right names; after `crossfs sync` the guest reads the host's new
 //! contents of a file it had in its page cache, and finds renamed names at their new place.
-//! The door counts the replays apart. An agent restarted after the host changed a file
-//! while none followed makes the guest exact again (its first event is a rescan). Prints the
-//! host-to-guest round trip of a create (the watcher answers each by making a file the host
-//! waits for): measured, never asserted.
+//! and the host's mtimes after a host write and a host `touch`. The door counts the replays
+//! apart. An agent restarted after the host changed a file while none followed makes the
+//! guest exact again (its first event is a rescan). Prints the host-to-guest round trip of
+//! a create (the watcher answers each by making a file the host waits for): measured, never
+//! asserted.
+//!
+//! A second guest: a 10,000-change host burst while the agent is stopped overflows its
+//! queue (`--event-queue 256`), and after a sync the guest's tree equals the host's; a
+//! guest program that is not the agent makes the agent's calls while the door expects them
+//! from the agent (stopped mid-batch), and with no agent: its changes reach the host, and
+//! no replay answer reaches it.
 //!
 //! Needs the guest image with the virtiofs module (`scripts/guest/build-image.sh`, run by
 //! `scripts/test`); the test fails, not skips, without it.
@@ -344,10 +351,11 @@ tree_list /mnt/burst >/mnt/out/burst.txt
 # 2. Forged replays while the agent follows: it is stopped in the middle of a batch (by a
 # watcher, at its first replayed create), with 150 creates to replay before the host's
 # changes to $T, which the door now expects from it. (The host says go once it saw the
-# door hand out the batch and the agent not yet through the creates.) The guest kernel itself keeps some of the forger's calls from the
-# door: it looks up a mkdir's name and a rename's target afresh, finds the host's files
-# there, and answers EEXIST, or renames nothing (m2 is m's own file: POSIX). The unlink,
-# the chmod and the truncate reach the door.
+# door hand out the batch and the agent not yet through the creates.) The guest kernel
+# itself keeps some of the forger's calls from the door: it looks up a mkdir's name and a
+# rename's target afresh, finds the host's files there, and answers EEXIST, or renames
+# nothing (m2 is m's own file: POSIX). The unlink, the chmod and the truncate reach the
+# door.
 try=0
 while :; do
     try=$((try+1))
