@@ -121,8 +121,11 @@ fn replay(mountpoint: &Path, ev: &Event) {
             replay_calls::rename((&from_dir, from.file_name()), (&to_dir, name))
         }),
         EventKind::Modified | EventKind::Attrib if ev.path.is_root() => Ok(()),
-        EventKind::Modified => dir(&ev.path).and_then(|d| replay_calls::touch(&d, name, true)),
-        EventKind::Attrib => dir(&ev.path).and_then(|d| replay_calls::touch(&d, name, false)),
+        EventKind::Modified | EventKind::Attrib => dir(&ev.path).and_then(|d| {
+            let modified = matches!(ev.kind, EventKind::Modified);
+            replay_calls::touch(&d, name, modified)?;
+            host_mtime(&d, name, ev)
+        }),
         EventKind::Rescan { reason } => {
             tracing::info!(path = %ev.path, "rescan ({reason}): dropping the guest's caches");
             drop_caches()
@@ -136,6 +139,19 @@ fn replay(mountpoint: &Path, ev: &Event) {
     match result {
         Ok(()) => tracing::debug!("replayed {ev}"),
         Err(e) => tracing::debug!("replaying {ev}: {e}"),
+    }
+}
+
+/// Gives a regular file the host's mtime, as the event saw it. With `--cache always` (a
+/// writeback cache) the guest kernel keeps its own times for a regular file and never takes
+/// the server's: a content replay's truncate stamps the guest's clock, and a host `touch`
+/// would not show at all.
+fn host_mtime(d: &DirOnMount, name: &[u8], ev: &Event) -> std::io::Result<()> {
+    match ev.attrs {
+        Some(a) if a.file_type() == rustix::fs::FileType::RegularFile.as_raw_mode() => {
+            replay_calls::set_mtime(d, name, a.mtime_ns)
+        }
+        _ => Ok(()),
     }
 }
 

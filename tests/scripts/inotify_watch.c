@@ -3,11 +3,14 @@
  * the event's kinds joined by commas (CREATE, DELETE, MODIFY, CLOSE_WRITE, MOVED_FROM,
  * MOVED_TO, ATTRIB, ISDIR). With "-a ACKDIR", each file created whose name starts with "lat"
  * is answered at once by creating ACKDIR/ack-NAME (for a host to time the round trip).
+ * With "-s PID", the first event stops process PID (SIGSTOP) and the watcher exits: a test's
+ * way to stop `crossfs agent` just after it replayed one change of a batch.
  *
- * usage: inotify_watch [-a ACKDIR] DIR...
+ * usage: inotify_watch [-a ACKDIR | -s PID] DIR...
  */
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,9 +48,13 @@ static const char *path_of(int wd)
 int main(int argc, char **argv)
 {
     const char *ackdir = NULL;
+    pid_t stop = 0;
     int i = 1;
     if (argc > 2 && strcmp(argv[1], "-a") == 0) {
         ackdir = argv[2];
+        i = 3;
+    } else if (argc > 2 && strcmp(argv[1], "-s") == 0) {
+        stop = (pid_t)atoi(argv[2]);
         i = 3;
     }
     int fd = inotify_init1(IN_CLOEXEC);
@@ -69,6 +76,14 @@ int main(int argc, char **argv)
         for (char *p = buf; p < buf + n;) {
             struct inotify_event *ev = (struct inotify_event *)p;
             p += sizeof *ev + ev->len;
+            if (stop) {
+                if (kill(stop, SIGSTOP) != 0) {
+                    perror("kill");
+                    return 1;
+                }
+                printf("STOPPED %s\n", ev->len ? ev->name : "");
+                return 0;
+            }
             char path[PATH_MAX];
             snprintf(path, sizeof path, "%s/%s", path_of(ev->wd), ev->len ? ev->name : "");
             if (ackdir && (ev->mask & IN_CREATE) && strncmp(ev->name, "lat", 3) == 0) {

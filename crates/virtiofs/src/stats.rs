@@ -69,6 +69,9 @@ pub struct AgentCounters {
     pub streams: AtomicU64,
     /// Event lines handed to the agent.
     pub events: AtomicU64,
+    /// Of those, rescans: one as each stream starts, one each time the agent's queue
+    /// overflowed (`--event-queue`), and the hub's own (a burst, a kernel queue overflow).
+    pub rescans: AtomicU64,
     /// Control-file READs parked to wait for events.
     pub parked: AtomicU64,
     /// Parked READs or syncs answered `EINTR` after a FUSE_INTERRUPT.
@@ -86,6 +89,7 @@ impl AgentCounters {
         json!({
             "streams": self.streams.load(Relaxed),
             "events": self.events.load(Relaxed),
+            "rescans": self.rescans.load(Relaxed),
             "parked_reads": self.parked.load(Relaxed),
             "interrupted": self.interrupted.load(Relaxed),
             "replays": self.replays.load(Relaxed),

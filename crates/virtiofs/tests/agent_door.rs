@@ -3,7 +3,8 @@
 //! a root thread that may hold the stream; a waiting READ is parked and answered later with
 //! the host's changes (or EINTR after FUSE_INTERRUPT); the agent's replays of those changes
 //! are answered without touching the export, once each; nothing another process sends
-//! passes as a replay; a sync returns once the agent read on past its marker.
+//! passes as a replay, with replays waiting for the agent or with no agent at all; a sync
+//! returns once the agent read on past its marker.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -24,6 +25,7 @@ const UNLINK: u32 = 10;
 const RENAME: u32 = 12;
 const OPEN: u32 = 14;
 const READ: u32 = 15;
+const RELEASE: u32 = 18;
 const GETXATTR: u32 = 22;
 const INIT: u32 = 26;
 const INTERRUPT: u32 = 36;
@@ -436,4 +438,122 @@ fn a_guest_programs_own_changes_are_not_replayed_and_a_failed_one_hides_nothing(
         lines += &g.read_until(fh, "");
     }
     assert!(!lines.contains("\"mine\""), "{lines}");
+}
+
+fn rename_body(newdir: u64, old: &str, new: &str) -> Vec<u8> {
+    let mut b = newdir.to_le_bytes().to_vec();
+    b.extend_from_slice(&cstr(old));
+    b.extend_from_slice(&cstr(new));
+    b
+}
+
+fn truncate_body(size: u64) -> Vec<u8> {
+    let mut b = vec![0u8; 88];
+    b[0..4].copy_from_slice(&(1u32 << 3).to_le_bytes()); // FATTR_SIZE
+    b[16..24].copy_from_slice(&size.to_le_bytes());
+    b
+}
+
+#[test]
+fn forged_replays_reach_the_export_while_replays_wait_and_with_no_agent() {
+    let g = Guest::new(true);
+    for f in ["r", "m", "p", "d"] {
+        std::fs::write(g.root.join(f), "as it was").unwrap();
+    }
+    let fh = g.start_agent();
+    g.read_until(fh, "agent started");
+    // Another process's nodes for the files, looked up before the host's changes (as a
+    // guest kernel holds them in its dentries).
+    let p = g.lookup(ROOT, "p", OTHER).unwrap().0;
+    let d = g.lookup(ROOT, "d", OTHER).unwrap().0;
+    std::fs::write(g.root.join("c"), "made on the host").unwrap();
+    std::fs::remove_file(g.root.join("r")).unwrap();
+    std::fs::rename(g.root.join("m"), g.root.join("m2")).unwrap();
+    std::fs::set_permissions(g.root.join("p"), PermissionsExt::from_mode(0o600)).unwrap();
+    std::fs::write(g.root.join("d"), "written on the host").unwrap();
+    // One batch with all five: the replays the door now waits for.
+    std::thread::sleep(Duration::from_millis(500));
+    let batch = match g.read_control(fh, AGENT).1 {
+        Answer::Now(0, b) => String::from_utf8(b).unwrap(),
+        _ => panic!("the host's changes were not queued for the agent"),
+    };
+    for what in ["\"c\"", "\"r\"", "\"m2\"", "\"p\"", "\"d\""] {
+        assert!(batch.contains(what), "{what} not in one batch:\n{batch}");
+    }
+    let replays = g.agent_counter("replays");
+
+    // The agent's calls, made by another process: each is served as anyone's.
+    assert_eq!(
+        g.lookup(ROOT, "c", OTHER).unwrap().1,
+        std::fs::metadata(g.root.join("c")).unwrap().ino(),
+        "the host's new file, not \"missing\""
+    );
+    assert_eq!(
+        g.lookup(ROOT, "r", OTHER),
+        Err(libc::ENOENT),
+        "no placeholder"
+    );
+    assert_eq!(
+        g.lookup(ROOT, "m", OTHER),
+        Err(libc::ENOENT),
+        "not the moved file"
+    );
+    assert_eq!(
+        g.call(MKNOD, ROOT, 0, OTHER, &mknod_body("c")).0,
+        libc::EEXIST
+    );
+    assert_eq!(g.call(UNLINK, ROOT, 0, OTHER, &cstr("r")).0, libc::ENOENT);
+    assert_eq!(
+        g.call(RENAME, ROOT, 0, OTHER, &rename_body(ROOT, "m", "m2"))
+            .0,
+        libc::ENOENT
+    );
+    assert_eq!(g.call(SETATTR, p, 0, OTHER, &chmod_body(0o751)).0, 0);
+    assert_eq!(meta_mode(&g, "p"), 0o751, "a real chmod");
+    assert_eq!(g.call(SETATTR, d, 0, OTHER, &truncate_body(0)).0, 0);
+    assert_eq!(
+        std::fs::read(g.root.join("d")).unwrap(),
+        b"",
+        "a real truncate"
+    );
+    assert_eq!(
+        g.agent_counter("replays"),
+        replays,
+        "none of it answered as a replay"
+    );
+    // The replays still wait for the agent alone.
+    assert_eq!(g.lookup(ROOT, "c", AGENT), Err(libc::ENOENT));
+    assert_eq!(g.call(UNLINK, ROOT, 0, AGENT, &cstr("r")).0, 0);
+
+    // With no agent: its pid is anyone's again, and nobody else takes the stream.
+    assert_eq!(
+        g.call(
+            RELEASE,
+            1 << 63,
+            0,
+            AGENT,
+            &[fh.to_le_bytes(), [0; 8], [0; 8]].concat()
+        )
+        .0,
+        0
+    );
+    assert_eq!(g.call(SETATTR, p, 0, AGENT, &chmod_body(0o640)).0, 0);
+    assert_eq!(
+        meta_mode(&g, "p"),
+        0o640,
+        "the former agent's chmod is real"
+    );
+    assert_eq!(g.call(MKNOD, ROOT, 0, AGENT, &mknod_body("after")).0, 0);
+    assert!(
+        g.root.join("after").exists(),
+        "the former agent's create is real"
+    );
+    assert_eq!(g.lookup(ROOT, "m", AGENT), Err(libc::ENOENT));
+    // Not a user's, even by the control file's node id without a lookup.
+    assert_eq!(g.call(OPEN, 1 << 63, 1000, OTHER, &[0; 8]).0, libc::EBUSY);
+    assert!(matches!(
+        g.read_control(fh, AGENT).1,
+        Answer::Now(libc::EBADF, _)
+    ));
+    assert_eq!(g.agent_counter("refused"), 0, "{}", g.stats.to_json());
 }

@@ -129,3 +129,31 @@ pub fn touch(dir: &DirOnMount, name: &[u8], modified: bool) -> io::Result<()> {
         )?),
     }
 }
+
+/// Sets the modification time of `name` to `mtime_ns` (nanoseconds since the epoch),
+/// leaving its access time, never following a symlink. For `crossfs agent` after a content
+/// replay: with the guest's writeback cache the kernel keeps its own times for a regular
+/// file rather than the server's, and the replay's truncate set them to the guest's clock.
+/// (Its door answers this call with the host's attributes and changes nothing there.)
+///
+/// # Errors
+/// utimensat's.
+pub fn set_mtime(dir: &DirOnMount, name: &[u8], mtime_ns: i64) -> io::Result<()> {
+    use rustix::fs::{Timespec, Timestamps, UTIME_OMIT};
+    let times = Timestamps {
+        last_access: Timespec {
+            tv_sec: 0,
+            tv_nsec: UTIME_OMIT,
+        },
+        last_modification: Timespec {
+            tv_sec: mtime_ns.div_euclid(1_000_000_000),
+            tv_nsec: mtime_ns.rem_euclid(1_000_000_000),
+        },
+    };
+    Ok(rustix::fs::utimensat(
+        &dir.fd,
+        name,
+        &times,
+        AtFlags::SYMLINK_NOFOLLOW,
+    )?)
+}

@@ -447,13 +447,15 @@ impl StreamDoor {
     fn deliver(&self, s: &mut Stream, batch: &[u8]) -> Vec<u8> {
         let mut list = Vec::new();
         let mut out = Vec::with_capacity(batch.len());
-        let mut lines = 0;
+        let (mut lines, mut rescans) = (0, 0);
         let own = lock(&self.own);
         for line in batch.split_inclusive(|&b| b == b'\n') {
             let Ok(ev) = Event::from_json_line(line) else {
                 continue;
             };
-            if let EventKind::Sync { cookie } = ev.kind {
+            if let EventKind::Rescan { .. } = ev.kind {
+                rescans += 1;
+            } else if let EventKind::Sync { cookie } = ev.kind {
                 if let Some((u, size)) = s.syncs_waiting.remove(&cookie) {
                     s.syncs_delivered.push((u, size, cookie));
                 }
@@ -468,6 +470,7 @@ impl StreamDoor {
         }
         drop(own);
         self.stats.agent().events.fetch_add(lines, Relaxed);
+        self.stats.agent().rescans.fetch_add(rescans, Relaxed);
         s.expected.replace(list);
         out
     }
