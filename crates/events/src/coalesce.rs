@@ -2,7 +2,7 @@
 //! (20 ms) or pending for `max_delay` (200 ms), whichever comes first.
 //!
 //! The first change after a quiet period (nothing pushed for `quiet`) is due after only
-//! `settle` (1 ms; `HubConfig::first_at_once`): a single change, the common case for an
+//! `settle` (0.5 ms; `HubConfig::first_at_once`): a single change, the common case for an
 //! editor's save seen by a guest's watcher, is not held for a window that has nothing to
 //! merge it with. The engine reads the kernel queue once more before it flushes such a
 //! change, so that one program's create, write and close still make one event. Only what

@@ -29,7 +29,7 @@ pub struct HubConfig {
     /// ... or at the latest this long after its first pending change (200 ms).
     pub max_delay: Duration,
     /// The first change after a quiet period is published after one more read of the
-    /// kernel queue (1 ms) rather than the quiet window: a lone change reaches watchers at
+    /// kernel queue (0.5 ms) rather than the quiet window: a lone change reaches watchers at
     /// once, and only what follows it is coalesced (true).
     pub first_at_once: bool,
     /// More pending paths than this collapse into one rescan of their deepest common directory;

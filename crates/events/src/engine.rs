@@ -38,7 +38,7 @@ const TOLD_GONE_LIMIT: usize = 4096;
 const READ_GAP: Duration = Duration::from_millis(2);
 /// How long the first change after a quiet period waits for what comes with it; the
 /// kernel queue is read once more just before it goes (see `Engine::run`).
-const FIRST_CHANGE_SETTLE: Duration = Duration::from_millis(1);
+const FIRST_CHANGE_SETTLE: Duration = Duration::from_micros(500);
 
 pub(crate) struct Engine {
     shared: Arc<HubState>,

@@ -253,7 +253,12 @@ fn short_lived_link_names_its_file(backend: BackendKind) {
     fs::hard_link(root.join("f"), root.join("link")).unwrap();
     std::thread::sleep(Duration::from_millis(50));
     fs::remove_file(root.join("link")).unwrap();
-    let evs = until_sync(&hub, &sub);
+    let mut evs = until_sync(&hub, &sub);
+    // fanotify also tells the file's own change (its link count moved twice), under its
+    // remaining name.
+    if backend == BackendKind::Fanotify {
+        evs.retain(|e| e.path.to_string() != "f" || e.kind != EventKind::Attrib);
+    }
     assert_eq!(summary(&evs), pairs(&[("removed", "link")]), "{backend:?}");
     assert_eq!(evs[0].qid, Some(ino), "{backend:?}");
     // A name made and removed that was no link carries nothing.
