@@ -175,6 +175,18 @@ fn any_path(rng: &mut Rng) -> String {
 
 /// One random host change; failures (a name that is not there, a directory that is not
 /// empty) are part of the game: the host simply did not change then.
+/// What `tar -x` does with each file, as root: openat(O_CREAT|O_EXCL|O_WRONLY), write,
+/// utimensat, fchown (the kernel asks for the file's attributes first, to drop set-user-ID
+/// bits), fchmod, close.
+fn extract_like_tar(path: &Path, i: u64, mtime: std::time::SystemTime) {
+    let mut f = std::fs::File::create_new(path).unwrap();
+    std::io::Write::write_all(&mut f, format!("file {i}").as_bytes()).unwrap();
+    f.set_modified(mtime).unwrap();
+    std::os::unix::fs::fchown(&f, Some(0), Some(0)).unwrap();
+    f.set_permissions(std::fs::Permissions::from_mode(0o640))
+        .unwrap();
+}
+
 fn host_change(s: &Setup, rng: &mut Rng, batch: usize) {
     let (path, other) = (any_path(rng), any_path(rng));
     let (host, other) = (s.host(&path), s.host(&other));
@@ -784,16 +796,7 @@ fn files_extracted_as_tar_does_cost_no_getattr_and_host_changes_show_after_sync(
     let before = s.getattrs();
     let mtime = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
     for i in 0..60 {
-        // What `tar -x` does with each file, as root: create, write, set the times, chown
-        // (the kernel asks for the file's attributes first, to drop set-user-ID bits),
-        // chmod, close.
-        let path = s.guest(&format!("d/f{i}"));
-        let mut f = std::fs::File::create_new(&path).unwrap();
-        std::io::Write::write_all(&mut f, format!("file {i}").as_bytes()).unwrap();
-        f.set_modified(mtime).unwrap();
-        std::os::unix::fs::fchown(&f, Some(0), Some(0)).unwrap();
-        f.set_permissions(std::fs::Permissions::from_mode(0o640))
-            .unwrap();
+        extract_like_tar(&s.guest(&format!("d/f{i}")), i, mtime);
     }
     let asked = s.getattrs() - before;
     eprintln!("60 files extracted: {asked} Tgetattr");
@@ -863,15 +866,7 @@ fn each_file_extracted_as_tar_does_into_a_fresh_mount_costs_a_bounded_number_of_
     let (fuse0, ninep0) = (counts(&stats, "fuse"), counts(&stats, "9p"));
     let mtime = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
     for i in 0..N {
-        // tar -x as root: openat(O_CREAT|O_EXCL|O_WRONLY), write, utimensat, fchown,
-        // fchmod, close.
-        let path = s.guest(&format!("d/f{i}"));
-        let mut f = std::fs::File::create_new(&path).unwrap();
-        std::io::Write::write_all(&mut f, format!("file {i}").as_bytes()).unwrap();
-        f.set_modified(mtime).unwrap();
-        std::os::unix::fs::fchown(&f, Some(0), Some(0)).unwrap();
-        f.set_permissions(std::fs::Permissions::from_mode(0o640))
-            .unwrap();
+        extract_like_tar(&s.guest(&format!("d/f{i}")), i, mtime);
     }
     let stats = s.mount.stats();
     let fuse = counted_since(&fuse0, &counts(&stats, "fuse"));
