@@ -585,32 +585,6 @@ pub(super) struct OpeningDir<'a> {
     _fetching: Option<Option<crate::ahead::tree_walk::Fetching<'a>>>,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn open_flags_translate() {
-        assert_eq!(wire_open_flags(libc::O_RDONLY, false), of::RDONLY);
-        assert_eq!(
-            wire_open_flags(libc::O_WRONLY | libc::O_APPEND, false),
-            of::WRONLY | of::APPEND
-        );
-        assert_eq!(
-            wire_open_flags(libc::O_WRONLY | libc::O_APPEND, true),
-            of::RDWR
-        );
-        assert_eq!(
-            wire_open_flags(libc::O_RDWR | libc::O_DIRECT | libc::O_CLOEXEC, false),
-            of::RDWR
-        );
-        assert_eq!(
-            wire_open_flags(libc::O_WRONLY | libc::O_SYNC, false),
-            of::WRONLY | of::SYNC | of::DSYNC
-        );
-    }
-}
-
 impl MountState {
     /// Starts the thread that opens a created file through `mountpoint` once, so that the
     /// kernel stops sending OPEN and RELEASE (see `crate::ahead::no_opens`); it ends with
@@ -660,5 +634,31 @@ impl MountState {
         let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
         drop(rustix::fs::open(proc_path.as_str(), flags, Mode::empty())?);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_flags_translate() {
+        assert_eq!(wire_open_flags(libc::O_RDONLY, false), of::RDONLY);
+        assert_eq!(
+            wire_open_flags(libc::O_WRONLY | libc::O_APPEND, false),
+            of::WRONLY | of::APPEND
+        );
+        assert_eq!(
+            wire_open_flags(libc::O_WRONLY | libc::O_APPEND, true),
+            of::RDWR
+        );
+        assert_eq!(
+            wire_open_flags(libc::O_RDWR | libc::O_DIRECT | libc::O_CLOEXEC, false),
+            of::RDWR
+        );
+        assert_eq!(
+            wire_open_flags(libc::O_WRONLY | libc::O_SYNC, false),
+            of::WRONLY | of::SYNC | of::DSYNC
+        );
     }
 }
