@@ -141,6 +141,15 @@ impl ChangeInFlight {
     }
 }
 
+impl Fetched {
+    /// Whether these attributes were asked for before `other` were: a reply that arrives
+    /// after a later request's is older news (the later one may show a change this one
+    /// missed), and must not replace it.
+    pub(crate) fn asked_before(&self, other: &Fetched) -> bool {
+        self.at < other.at
+    }
+}
+
 impl ListedAttrs {
     /// Call before sending the request that fetches attributes.
     pub(crate) fn before_fetch(&self) -> Fetched {

@@ -81,6 +81,17 @@ struct Inode {
 }
 
 impl Inode {
+    /// Whether the node holds attributes asked for after those `fetched` describes: a
+    /// reply overtaken by a later request's keeps none of its attributes (else a change
+    /// event already applied, which this older reply predates, would be undone with no
+    /// event to say so).
+    fn has_newer(&self, fetched: Option<&Fetched>) -> bool {
+        match (fetched, &self.listed) {
+            (Some(new), Some(kept)) => new.asked_before(&kept.1),
+            _ => false,
+        }
+    }
+
     /// The node was found as `name` in directory `dir`: walked from there when needed.
     fn found_as(&mut self, dir: u64, name: &[u8]) {
         if self.origin.is_some() && !self.found_at(dir, name) {
@@ -470,6 +481,9 @@ impl InodeTable {
     /// Notes attributes fresh from the server (`fetched`: as for [`InodeTable::remember`]).
     pub(crate) fn observe(&self, ino: u64, a: &Rgetattr, fetched: Option<Fetched>) {
         if let Some(node) = self.lock().by_ino.get_mut(&ino) {
+            if node.has_newer(fetched.as_ref()) {
+                return;
+            }
             node.seen = Some(crate::attr::stamp(a));
             node.status = Some(Status::of(a));
             if node.qid_path == a.qid.path {

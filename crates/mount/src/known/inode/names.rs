@@ -109,9 +109,11 @@ impl InodeTable {
             if let Some(node) = inner.by_ino.get_mut(&ino) {
                 if node.format == format && !node.another_link(a) {
                     node.nlookup += 1;
-                    node.seen = Some(stamp);
-                    node.status = Some(Status::of(a));
-                    node.listed = listed;
+                    if !node.has_newer(fetched.as_ref()) {
+                        node.seen = Some(stamp);
+                        node.status = Some(Status::of(a));
+                        node.listed = listed;
+                    }
                     let fid = match found {
                         Found::Walked(fid) => fid,
                         Found::Listed(dir_ino, name) => {

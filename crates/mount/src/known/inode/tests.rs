@@ -102,3 +102,32 @@ fn names_changed_through_the_mount_move_or_end_where_fidless_nodes_are_walked_fr
     table.renamed((1, b"gone"), (1, b"other"));
     assert_eq!(table.child(1, b"other"), None);
 }
+
+#[test]
+fn a_reply_overtaken_by_a_later_requests_keeps_none_of_its_attributes() {
+    let table = empty_table();
+    let file = |ctime_sec: u64| Rgetattr {
+        qid: Qid {
+            ty: 0,
+            version: 0,
+            path: 9,
+        },
+        mode: libc::S_IFREG | 0o644,
+        ctime_sec,
+        ..Rgetattr::default()
+    };
+    let ino = table.remember_lazy((1, b"f"), &file(1), None);
+    let clock = crate::known::listed_attrs::ListedAttrs::default();
+    let first = clock.before_fetch();
+    std::thread::sleep(std::time::Duration::from_millis(1));
+    let second = clock.before_fetch();
+    // The later request's reply comes first (the file changed between the two).
+    table.observe(ino, &file(2), Some(second));
+    table.observe(ino, &file(1), Some(first));
+    assert_eq!(table.status(ino).unwrap().ctime_ns, 2_000_000_000);
+    assert_eq!(table.fetched_attrs(ino).unwrap().0.ctime_sec, 2);
+    // In order, the newer one wins as before.
+    let third = clock.before_fetch();
+    table.observe(ino, &file(3), Some(third));
+    assert_eq!(table.status(ino).unwrap().ctime_ns, 3_000_000_000);
+}
