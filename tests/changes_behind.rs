@@ -27,11 +27,21 @@ struct Setup {
     addr: String,
     serve: Serve,
     mount: Mount,
+    /// Dropped last, after the mount and the server.
+    _one_at_a_time: std::sync::MutexGuard<'static, ()>,
 }
+
+/// These tests stop the server and time how long a change waits: run side by side on a
+/// 2-core machine, a loaded one could take a change held up by the load for one that
+/// waited for the server. They take turns.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// A server exporting `export` (made here unless given) and a mount of it with changes sent
 /// behind, following events, and `extra` options.
 fn setup(export: Option<&Path>, extra: &[&str]) -> Setup {
+    let one_at_a_time = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let dir = tempfile::tempdir().unwrap();
     let export = match export {
         Some(e) => e.to_path_buf(),
@@ -53,6 +63,7 @@ fn setup(export: Option<&Path>, extra: &[&str]) -> Setup {
         addr,
         serve,
         mount,
+        _one_at_a_time: one_at_a_time,
     }
 }
 
