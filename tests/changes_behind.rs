@@ -84,7 +84,7 @@ fn behind(mount: &Mount, counter: &str) -> u64 {
 /// hang `work`: after 20 s the server goes on and the test fails.
 fn while_stopped<T: Send + 'static>(serve: &Serve, work: impl FnOnce() -> T + Send + 'static) -> T {
     let pid = serve.child.id().to_string();
-    run_ok(Command::new("kill").args(["-STOP", &pid]));
+    stop(serve);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || tx.send(work()));
     let done = rx.recv_timeout(Duration::from_secs(20));
@@ -93,6 +93,23 @@ fn while_stopped<T: Send + 'static>(serve: &Serve, work: impl FnOnce() -> T + Se
         panic!("a change waited for the stopped server: it was not sent behind");
     }
     done.unwrap()
+}
+
+/// Stops the server and waits until every thread of it has stopped. SIGSTOP stops a
+/// process only once the thread the kernel gave the signal runs: on a loaded machine the
+/// others may go on meanwhile, and answer a change sent right after `kill` returned.
+fn stop(serve: &Serve) {
+    let pid = serve.child.id();
+    run_ok(Command::new("kill").args(["-STOP", &pid.to_string()]));
+    let stopped = |task: fs::DirEntry| {
+        fs::read_to_string(task.path().join("stat"))
+            .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('T')))
+    };
+    wait_until("the server's threads to stop", PATIENCE, || {
+        fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .all(|t| stopped(t.unwrap()))
+    });
 }
 
 fn resume(serve: &Serve) {
@@ -476,8 +493,7 @@ fn a_sync_waiting_for_changes_sent_behind_is_interrupted_by_a_signal() {
             .unwrap();
         f
     });
-    let pid = s.serve.child.id().to_string();
-    run_ok(Command::new("kill").args(["-STOP", &pid]));
+    stop(&s.serve);
     assert_eq!(behind(&s.mount, "sent"), sent_before + 1);
     let out = run_ok(Command::new("python3").args(["-c", SYNC_ALARMED]).arg(&mnt));
     resume(&s.serve);

@@ -30,10 +30,7 @@ pub struct HubConfig {
     pub max_delay: Duration,
     /// The first change after a quiet period is published after one more read of the
     /// kernel queue (0.5 ms) rather than the quiet window: a lone change reaches watchers at
-    /// once, and only what follows it is coalesced. Off (false) by default: with it on, a
-    /// mount with `--changes behind` under load sends changes synchronously that should go
-    /// behind (`tests/changes_behind.rs` failed in 2-3 of 8 runs beside three CPU burners,
-    /// 0 of 8 with it off; docs/events.md, "Latency").
+    /// once, and only what follows it is coalesced (on by default).
     pub first_at_once: bool,
     /// More pending paths than this collapse into one rescan of their deepest common directory;
     /// a rescan with more differences than this publishes one `Rescan` instead (2048).
@@ -67,7 +64,7 @@ impl Default for HubConfig {
             backend: BackendKind::Auto,
             quiet: Duration::from_millis(20),
             max_delay: Duration::from_millis(200),
-            first_at_once: false,
+            first_at_once: true,
             burst_limit: 2048,
             ring_capacity: 4096,
             history: 4096,

@@ -14,7 +14,7 @@ use crossfs_events::{Event, EventKind, RelPath};
 use super::replay::Replayer;
 use super::watchers::Watchers;
 use super::FeedTarget;
-use crate::known::inode::ROOT;
+use crate::known::inode::{Status, ROOT};
 
 /// A running feed; stopping it closes the event connection and joins the thread.
 pub(crate) struct Feed {
@@ -310,7 +310,12 @@ impl Applier<'_> {
             files.retain(|&f| Some(f) != ev.qid);
         }
         // In this order: an extended attribute fetched meanwhile is not kept.
-        listed.changed(files.iter().copied());
+        match (as_seen, ev.qid, ev.attrs) {
+            (false, Some(q), Some(a)) => {
+                listed.changed_as_shown(files.iter().copied(), (q, Status::of_event(&a)))
+            }
+            _ => listed.changed(files.iter().copied()),
+        };
         self.mount.known.missing_xattrs.forget(files);
     }
 
@@ -344,13 +349,15 @@ impl Applier<'_> {
     }
 
     /// Whether `ev` shows node `ino`'s file with the attributes the mount last saw of it
-    /// (`ctime`: its change time too).
+    /// (`ctime`: its change time too), or as it was before them (see
+    /// `InodeTable::has_seen`).
     fn as_seen(&self, ino: u64, ev: &Event, ctime: bool) -> bool {
-        let (Some(a), Some(seen)) = (ev.attrs, self.mount.known.inodes.status(ino)) else {
-            return false;
-        };
-        (a.mode, a.size, a.mtime_ns) == (seen.mode, seen.size, seen.mtime_ns)
-            && (!ctime || a.ctime_ns == seen.ctime_ns)
+        ev.attrs.is_some_and(|a| {
+            self.mount
+                .known
+                .inodes
+                .has_seen(ino, Status::of_event(&a), ctime)
+        })
     }
 
     /// Whether the file of node `ino`, which `ev` names by its inode number as modified,

@@ -269,9 +269,7 @@ impl MountState {
             let r = expect_reply!(self.client.call(msg), Setattrget).map_err(|e| errno(&e))?;
             // The kernel asks for them again before a chown (to drop set-user-ID
             // bits): the answer may give them, as a fetch would.
-            let fetched = in_flight
-                .take()
-                .and_then(|c| c.end_with_answer(r.attr.qid.path));
+            let fetched = in_flight.take().and_then(|c| c.end_with_answer(&r.attr));
             return Ok(NowOrLater::Now(self.attr_answer(ino, &r.attr, fetched)));
         }
         // The getattr must see the change, and a server may run two requests in either

@@ -154,7 +154,7 @@ impl MountState {
         Box::new(move |r| {
             match r {
                 Ok(a) if a.valid != 0 => {
-                    let fetched = change.and_then(|c| c.end_with_answer(a.qid.path));
+                    let fetched = change.and_then(|c| c.end_with_answer(a));
                     shared.known.inodes.observe(ino, a, fetched);
                 }
                 Ok(_) => drop(change),

@@ -143,18 +143,6 @@ impl MountState {
             FidRef::new(&self.client, openfid),
             FidRef::new(&self.client, nodefid),
         );
-        if self.follows_events() {
-            // A new file has no capability: the kernel's question before the first write
-            // is answered here.
-            let capability = crate::known::missing_xattrs::CAPABILITY;
-            let qid_path = created.attr.qid.path;
-            self.known.missing_xattrs.found_missing(
-                &self.known.listed,
-                qid_path,
-                capability,
-                asked,
-            );
-        }
         let a = self.give_to(caller, &node, created.attr)?;
         Ok((fid, node, a, left, Some(asked)))
     }
@@ -169,12 +157,23 @@ impl MountState {
         // A new file (see `create_entry` in `fs/entry.rs`); its attributes as the creation
         // answered may answer again (for a change sent behind) while nothing marks it.
         let fetched = match asked {
-            Some(asked) => self.known.listed.created(a.qid.path, &asked),
+            Some(asked) => self.known.listed.created(&a, &asked),
             None => {
                 self.known.listed.changed([a.qid.path]);
                 None
             }
         };
+        if let Some(fetched) = fetched {
+            // A new file has no capability: the kernel's question before the first write
+            // is answered here (while nothing but its echo marked the file).
+            let capability = crate::known::missing_xattrs::CAPABILITY;
+            self.known.missing_xattrs.found_missing(
+                &self.known.listed,
+                a.qid.path,
+                capability,
+                fetched,
+            );
+        }
         self.known.replicas.own_created(parent.0, name, &a, left);
         let fa = self.remember((parent, name), node, &a, fetched);
         let ino = fa.ino.0;

@@ -340,8 +340,7 @@ impl MountState {
                                 .writeattr_answered
                                 .store(true, Ordering::Relaxed);
                             if attr.valid != 0 {
-                                let fetched =
-                                    change.take().and_then(|c| c.end_with_answer(attr.qid.path));
+                                let fetched = change.take().and_then(|c| c.end_with_answer(&attr));
                                 shared
                                     .known
                                     .inodes

@@ -35,6 +35,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crossfs_wire::Rgetattr;
+
+use crate::known::inode::Status;
+
 /// Files remembered as changed, beyond which all count as changed and are forgotten.
 const CHANGED_LIMIT: usize = 1 << 16;
 
@@ -56,11 +60,26 @@ pub(crate) struct ListedAttrs {
     all_changed: AtomicU64,
     /// `qid.path` -> the tick of its last change.
     changed: Mutex<HashMap<u64, u64>>,
+    /// `qid.path` -> the change events that marked it last, while they all showed it in
+    /// one state (locked after `changed`; see [`ListedAttrs::changed_as_shown`]).
+    shown: Mutex<HashMap<u64, ShownRun>>,
     /// `qid.path` -> the tick of its last read by the server for the mount (a change
     /// too); and the tick past which every file counts as read (the map overflowed).
     read: Mutex<HashMap<u64, u64>>,
     all_read: AtomicU64,
     following: AtomicBool,
+}
+
+/// Change events that marked a file one after the other, all showing it in the same state,
+/// with nothing else marking it between them.
+#[derive(Clone, Copy, Debug)]
+struct ShownRun {
+    /// The tick of the run's last mark: the run counts while that is the file's last mark.
+    last: u64,
+    /// The file's mark before the run's first (0: none).
+    before: u64,
+    /// The state the events showed.
+    shown: Status,
 }
 
 /// A change through the mount in progress: the files it touches are marked changed now
@@ -88,15 +107,20 @@ impl Drop for ChangeInFlight {
 
 impl ChangeInFlight {
     /// Ends the change, as dropping it does, once the server has answered with the
-    /// attributes of file `qid_path` after it. Returns when they count as fetched (see
+    /// attributes `answer` of the file after it. Returns when they count as fetched (see
     /// [`ListedAttrs::reusable_for`]) if nothing but this change marked the file while it
-    /// was in flight (no event, no other change, no read): then they are what the server
-    /// would answer now, and stay so until the next mark. `None` otherwise.
-    pub(crate) fn end_with_answer(mut self, qid_path: u64) -> Option<Fetched> {
+    /// was in flight (no other change, no read, no event but ones showing the file as the
+    /// answer does: its echo): then they are what the server would answer now, and stay
+    /// so until the next mark. `None` otherwise.
+    pub(crate) fn end_with_answer(mut self, answer: &Rgetattr) -> Option<Fetched> {
         let l = self.listed.clone();
         let files = std::mem::take(&mut self.files);
         let mut changed = crate::sync::lock(&l.changed);
-        let alone = changed.get(&qid_path) == Some(&self.started)
+        let qid_path = answer.qid.path;
+        // The change's own echo may come before its answer: an event showing the file as
+        // the answer does leaves it alone.
+        let alone = (changed.get(&qid_path) == Some(&self.started)
+            || l.shown_since(&changed, qid_path, self.started, Status::of(answer)))
             && l.all_changed.load(SeqCst) <= self.started;
         // The end mark, under the same lock as the check: a mark after it is later.
         let tick = l.clock.fetch_add(1, SeqCst) + 1;
@@ -174,16 +198,75 @@ impl ListedAttrs {
         tick
     }
 
+    /// As [`Self::changed`], for a change event that showed file `file` in state `shown`
+    /// (one of `files`). The event may be the echo of a change through the mount whose
+    /// answer has not been handled yet (events and answers come on two connections): if
+    /// the answer shows the file in the same state, it still counts as alone (see
+    /// [`ChangeInFlight::end_with_answer`], [`Self::created`]). The state includes the
+    /// change time, which a later change moves.
+    pub(crate) fn changed_as_shown(
+        &self,
+        files: impl IntoIterator<Item = u64>,
+        (file, shown): (u64, Status),
+    ) -> u64 {
+        let tick = self.clock.fetch_add(1, SeqCst) + 1;
+        let mut changed = crate::sync::lock(&self.changed);
+        let mut runs = crate::sync::lock(&self.shown);
+        let before = changed.get(&file).copied().unwrap_or(0);
+        let run = match runs.get(&file) {
+            Some(r) if r.last == before && r.shown == shown => ShownRun { last: tick, ..*r },
+            _ => ShownRun {
+                last: tick,
+                before,
+                shown,
+            },
+        };
+        if runs.len() >= CHANGED_LIMIT {
+            // Forgetting runs only forgets echoes: their files count as changed.
+            runs.clear();
+        }
+        runs.insert(file, run);
+        drop(runs);
+        for f in files.into_iter().chain([file]) {
+            changed.insert(f, tick);
+        }
+        if changed.len() > CHANGED_LIMIT {
+            changed.clear();
+            self.all_changed.store(tick, SeqCst);
+        }
+        tick
+    }
+
+    /// Whether file `qid_path` was marked after tick `since` by change events only, each
+    /// showing it in state `shown`. `changed` is `self.changed`, locked.
+    fn shown_since(
+        &self,
+        changed: &HashMap<u64, u64>,
+        qid_path: u64,
+        since: u64,
+        shown: Status,
+    ) -> bool {
+        let Some(&last) = changed.get(&qid_path) else {
+            return false;
+        };
+        crate::sync::lock(&self.shown)
+            .get(&qid_path)
+            .is_some_and(|r| r.last == last && r.before <= since && r.shown == shown)
+    }
+
     /// Marks a file the mount just created (its `qid.path` may be that of a removed file,
     /// whose fetched attributes must not answer for it) and returns when the attributes
-    /// the creation answered count as fetched, if nothing marked the file since `asked`
-    /// (taken before the creation was sent): an event of a host change to it would have.
-    pub(crate) fn created(&self, qid_path: u64, asked: &Fetched) -> Option<Fetched> {
+    /// `answer` the creation answered count as fetched, if nothing marked the file since
+    /// `asked` (taken before the creation was sent) but its echo: an event of a host change
+    /// to it would have.
+    pub(crate) fn created(&self, answer: &Rgetattr, asked: &Fetched) -> Option<Fetched> {
+        let qid_path = answer.qid.path;
         let mut changed = crate::sync::lock(&self.changed);
         let untouched = self.all_changed.load(SeqCst) <= asked.tick
-            && changed
+            && (changed
                 .get(&qid_path)
-                .is_none_or(|&tick| tick <= asked.tick);
+                .is_none_or(|&tick| tick <= asked.tick)
+                || self.shown_since(&changed, qid_path, asked.tick, Status::of(answer)));
         let tick = self.clock.fetch_add(1, SeqCst) + 1;
         changed.insert(qid_path, tick);
         if changed.len() > CHANGED_LIMIT {
@@ -322,6 +405,20 @@ mod tests {
 
     const TTL: Duration = Duration::from_secs(1);
 
+    /// A file's attributes as the server answers them: `qid.path` 1 and change time `c`.
+    fn answer(c: u64) -> Rgetattr {
+        Rgetattr {
+            qid: crossfs_wire::Qid {
+                ty: 0,
+                version: 0,
+                path: 1,
+            },
+            mode: libc::S_IFREG | 0o644,
+            ctime_sec: c,
+            ..Rgetattr::default()
+        }
+    }
+
     #[test]
     fn fresh_attributes_are_reused_for_what_is_left_of_the_timeout() {
         let l = ListedAttrs::default();
@@ -351,7 +448,7 @@ mod tests {
     fn a_change_answered_alone_gives_attributes_as_fetched_and_not_when_marked_meanwhile() {
         let l = Arc::new(ListedAttrs::default());
         l.set_following(true);
-        let alone = l.change(vec![1, 2]).end_with_answer(1).unwrap();
+        let alone = l.change(vec![1, 2]).end_with_answer(&answer(1)).unwrap();
         assert!(l.reusable_for(1, &alone, TTL).is_some());
         l.changed([1]);
         assert_eq!(
@@ -362,18 +459,63 @@ mod tests {
         // An event, a read or another change while in flight: the answer may be older.
         let change = l.change(vec![1]);
         l.changed([1]);
-        assert!(change.end_with_answer(1).is_none());
+        assert!(change.end_with_answer(&answer(1)).is_none());
         let change = l.change(vec![1]);
         l.reading(1);
-        assert!(change.end_with_answer(1).is_none());
+        assert!(change.end_with_answer(&answer(1)).is_none());
         let change = l.change(vec![1]);
         l.all_changed();
-        assert!(change.end_with_answer(1).is_none());
+        assert!(change.end_with_answer(&answer(1)).is_none());
         // Another file's mark is no matter.
         let change = l.change(vec![1]);
         l.changed([3]);
-        let f = change.end_with_answer(1).unwrap();
+        let f = change.end_with_answer(&answer(1)).unwrap();
         assert!(l.reusable_for(1, &f, TTL).is_some());
+    }
+
+    #[test]
+    fn a_change_overtaken_by_its_own_echo_is_still_answered_alone() {
+        let l = Arc::new(ListedAttrs::default());
+        l.set_following(true);
+        let shown = |c| (1, Status::of(&answer(c)));
+        // Events and answers come on two connections: the echo may come first, even twice.
+        let change = l.change(vec![1]);
+        l.changed_as_shown([7], shown(2));
+        l.changed_as_shown([], shown(2));
+        let f = change.end_with_answer(&answer(2)).unwrap();
+        assert!(l.reusable_for(1, &f, TTL).is_some());
+        // An event showing another state is a change on the host, whatever follows it.
+        let change = l.change(vec![1]);
+        l.changed_as_shown([], shown(3));
+        assert!(change.end_with_answer(&answer(4)).is_none());
+        let change = l.change(vec![1]);
+        l.changed_as_shown([], shown(5));
+        l.changed_as_shown([], shown(6));
+        assert!(change.end_with_answer(&answer(6)).is_none());
+        // Another mark between the echoes breaks the run.
+        let change = l.change(vec![1]);
+        l.changed_as_shown([], shown(7));
+        l.reading(1);
+        l.changed_as_shown([], shown(7));
+        assert!(change.end_with_answer(&answer(7)).is_none());
+        // So does one before the change's own: it was not the change's echo.
+        let change = l.change(vec![1]);
+        let other = l.change(vec![1]);
+        l.changed_as_shown([], shown(8));
+        drop(other);
+        assert!(change.end_with_answer(&answer(8)).is_none());
+    }
+
+    #[test]
+    fn a_created_file_overtaken_by_its_echo_keeps_its_answer() {
+        let l = Arc::new(ListedAttrs::default());
+        l.set_following(true);
+        let asked = l.before_fetch();
+        l.changed_as_shown([], (1, Status::of(&answer(2))));
+        assert!(l.created(&answer(2), &asked).is_some());
+        let asked = l.before_fetch();
+        l.changed_as_shown([], (1, Status::of(&answer(3))));
+        assert!(l.created(&answer(4), &asked).is_none(), "a host change");
     }
 
     #[test]

@@ -25,6 +25,9 @@ pub(crate) const ROOT: u64 = 1;
 /// The `qid_path` of a placeholder node (see [`InodeTable::placeholder`]): no file has it.
 const PLACEHOLDER: u64 = u64::MAX;
 
+/// Statuses a node remembers from before its newest (see `Inode::passed`).
+const PASSED_STATUSES: usize = 3;
+
 /// A file's attributes as a change event shows them (`crossfs_events::Attrs`): what tells
 /// the echo of the mount's own change from a later change on the host.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +52,16 @@ impl Status {
             ctime_ns: ns(a.ctime_sec, a.ctime_nsec),
         }
     }
+
+    /// The state a change event shows.
+    pub(crate) fn of_event(a: &crossfs_events::Attrs) -> Status {
+        Status {
+            mode: a.mode,
+            size: a.size,
+            mtime_ns: a.mtime_ns,
+            ctime_ns: a.ctime_ns,
+        }
+    }
 }
 
 struct Inode {
@@ -71,6 +84,10 @@ struct Inode {
     seen: Option<DataStamp>,
     /// The same attributes, as a change event shows a file (see [`Status`]).
     status: Option<Status>,
+    /// The statuses seen before `status`, newest first: a change event may report a state
+    /// the mount has already gone past (the echo of a create, flushed before the write
+    /// that followed it reached the host), and must not count as a change on the host.
+    passed: [Option<Status>; PASSED_STATUSES],
     /// The attributes seen when the file was last opened.
     opened: Option<DataStamp>,
     /// The newest attributes fetched, for a READDIRPLUS to reuse (see `crate::known::listed_attrs`).
@@ -247,6 +264,7 @@ impl InodeTable {
                 nlookup: 1,
                 seen: None,
                 status: None,
+                passed: [None; PASSED_STATUSES],
                 opened: None,
                 listed: None,
                 stale: false,
@@ -485,7 +503,12 @@ impl InodeTable {
                 return;
             }
             node.seen = Some(crate::attr::stamp(a));
-            node.status = Some(Status::of(a));
+            let status = Status::of(a);
+            if node.status.is_some_and(|s| s != status) {
+                node.passed.rotate_right(1);
+                node.passed[0] = node.status;
+            }
+            node.status = Some(status);
             if node.qid_path == a.qid.path {
                 node.listed = fetched.map(|f| Box::new((a.clone(), f)));
             }
@@ -506,6 +529,23 @@ impl InodeTable {
     /// Node `ino`'s attributes as last seen from the server, as an event shows them.
     pub(crate) fn status(&self, ino: u64) -> Option<Status> {
         self.lock().by_ino.get(&ino)?.status
+    }
+
+    /// Whether a change event showing node `ino`'s file as `shown` reports what the mount
+    /// has seen of it: its newest status (change time compared only if `ctime`), or one
+    /// it went past since (change time and all: a state the host's file held before what
+    /// the mount saw last, so the event is late, not news; the change time, which nobody
+    /// can set back, tells it from a later change that restored the rest).
+    pub(crate) fn has_seen(&self, ino: u64, shown: Status, ctime: bool) -> bool {
+        let inner = self.lock();
+        let Some(node) = inner.by_ino.get(&ino) else {
+            return false;
+        };
+        let same =
+            |s: &Status| (s.mode, s.size, s.mtime_ns) == (shown.mode, shown.size, shown.mtime_ns);
+        node.status
+            .is_some_and(|s| same(&s) && (!ctime || s.ctime_ns == shown.ctime_ns))
+            || node.passed.iter().flatten().any(|s| *s == shown)
     }
 
     /// Whether the kernel found node `ino` under more than one name (see

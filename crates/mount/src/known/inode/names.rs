@@ -192,6 +192,7 @@ impl InodeTable {
                 nlookup: 1,
                 seen,
                 status: None,
+                passed: [None; super::PASSED_STATUSES],
                 opened: None,
                 listed: None,
                 stale: false,

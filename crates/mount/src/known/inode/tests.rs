@@ -131,3 +131,39 @@ fn a_reply_overtaken_by_a_later_requests_keeps_none_of_its_attributes() {
     table.observe(ino, &file(3), Some(third));
     assert_eq!(table.status(ino).unwrap().ctime_ns, 3_000_000_000);
 }
+
+#[test]
+fn an_event_showing_a_state_the_mount_went_past_counts_as_seen() {
+    let table = empty_table();
+    let file = |size: u64, ctime_sec: u64| Rgetattr {
+        qid: Qid {
+            ty: 0,
+            version: 0,
+            path: 9,
+        },
+        mode: libc::S_IFREG | 0o644,
+        size,
+        ctime_sec,
+        ..Rgetattr::default()
+    };
+    let ino = table.remember_lazy((1, b"f"), &file(0, 1), None);
+    // The mount's create, then its write: the create's echo comes after the write.
+    table.observe(ino, &file(5, 2), None);
+    let created = Status::of(&file(0, 1));
+    assert!(table.has_seen(ino, created, true));
+    assert!(table.has_seen(ino, Status::of(&file(5, 2)), true));
+    // A state the file never had as the mount saw it is news.
+    assert!(!table.has_seen(ino, Status::of(&file(7, 3)), true));
+    // A passed state counts only with its change time: the same size, mode and times
+    // with a later change time is a later change that put them back.
+    assert!(!table.has_seen(ino, Status::of(&file(0, 4)), false));
+    assert!(
+        table.has_seen(ino, Status::of(&file(5, 4)), false),
+        "the newest status, without its change time when asked so (after a rename)"
+    );
+    // Only the last few are kept.
+    for c in 10..10 + PASSED_STATUSES as u64 {
+        table.observe(ino, &file(c, c), None);
+    }
+    assert!(!table.has_seen(ino, created, true));
+}
