@@ -6,13 +6,25 @@
 #   crossfs serve --listen vhost-user-fs: --cache auto | always
 #   the kernel's 9p client over crossfs serve --listen tcp: (msize 1 MiB)
 # one guest boot per row, and prints a table (seconds; MB/s for the read). crossfs runs
-# with its defaults (change events on).
+# with its defaults (change events on). The guest's passes, in order:
+#   touch          `touch` of N new files (one xargs)
+#   stat           `stat` of them at once: what the creates already answered
+#   stat-cold      `stat` of them again, after dropping the guest's caches
+#   neg1000        1,000 stats of one missing name
+#   missing-again  `stat` of N missing names, the second of two passes (negative entries)
+#   rm             `rm` of the N files
+#   read64M        a 64 MiB sequential read, the guest's caches dropped first
 #
 # Usage: scripts/bench-virtiofs.sh [--virtiofsd PATH] [--files N] [--rows A,B,...] [--repeat N]
 #   --virtiofsd PATH   the virtiofsd binary (default: `virtiofsd` on PATH, else
 #                      target/virtiofsd/bin/virtiofsd, where
 #                      `cargo install --locked virtiofsd --version 1.14.0 --root target/virtiofsd`
-#                      puts it; it needs libseccomp-dev and libcap-ng-dev to build)
+#                      puts it (it needs libseccomp-dev and libcap-ng-dev to build), else
+#                      QEMU's C virtiofsd, /usr/lib/qemu/virtiofsd (QEMU <= 8.0). Either
+#                      kind works: the C one (told by its `--version`) gets its own flags
+#                      (`--socket-path=`, `-o source=,cache=,writeback,sandbox=chroot`), and
+#                      the guest starts only once its socket is listening. The table's
+#                      first line names the one used.
 #   --files N          files for the touch / stat / rm rows (default 2000)
 #   --rows A,B,...     only these rows (names as printed; also crossfs-auto-noevents,
 #                      crossfs serve --events off, not run by default)
@@ -34,9 +46,14 @@ while (($#)); do
     esac
 done
 if [[ -z $virtiofsd ]]; then
-    virtiofsd=$(command -v virtiofsd || echo "$REPO/target/virtiofsd/bin/virtiofsd")
+    for v in "$(command -v virtiofsd || true)" "$REPO/target/virtiofsd/bin/virtiofsd" /usr/lib/qemu/virtiofsd; do
+        [[ -n $v && -x $v ]] && { virtiofsd=$v; break; }
+    done
 fi
-[[ -x $virtiofsd ]] || { echo "bench-virtiofs: no virtiofsd at $virtiofsd (see --help)" >&2; exit 1; }
+[[ -n $virtiofsd && -x $virtiofsd ]] || { echo "bench-virtiofs: no virtiofsd (see the usage at the top of $0)" >&2; exit 1; }
+# QEMU's C virtiofsd says "virtiofsd version 7.2.22 (Debian ...)"; the Rust one "virtiofsd 1.14.0".
+c_virtiofsd=""
+if "$virtiofsd" --version 2>&1 | grep -q "^virtiofsd version [0-9]*\.[0-9]*\.[0-9]* ("; then c_virtiofsd=1; fi
 crossfs=$REPO/target/release/crossfs
 [[ -x $crossfs ]] || { echo "bench-virtiofs: build crossfs first (cargo build --release)" >&2; exit 1; }
 
@@ -66,14 +83,20 @@ fi
 mkdir /mnt/w && cd /mnt/w
 seq 1 "$FILES" | sed "s/^/f/" > /tmp/names
 t=$(now); xargs touch < /tmp/names; touch_s=$(lap "$t")
-sync; echo 3 > /proc/sys/vm/drop_caches
+# The files just made: what the creates answered.
 t=$(now); xargs stat -c %s < /tmp/names > /dev/null; stat_s=$(lap "$t")
+sync; echo 3 > /proc/sys/vm/drop_caches
+t=$(now); xargs stat -c %s < /tmp/names > /dev/null; cold_s=$(lap "$t")
 t=$(now); i=0; while [ $i -lt 1000 ]; do stat /mnt/missing.h >/dev/null 2>&1 || true; i=$((i + 1)); done; neg_s=$(lap "$t")
+# 2,000 missing names, once, then the timed pass again.
+sed "s/^f/m/" /tmp/names > /tmp/missing
+xargs stat -c %s < /tmp/missing > /dev/null 2>&1 || true
+t=$(now); xargs stat -c %s < /tmp/missing > /dev/null 2>&1 || true; miss_s=$(lap "$t")
 t=$(now); xargs rm < /tmp/names; rm_s=$(lap "$t")
 cd /; sync; echo 3 > /proc/sys/vm/drop_caches
 t=$(now); dd if=/mnt/big of=/dev/null bs=1M 2>/dev/null; read_s=$(lap "$t")
 read_mbs=$(awk -v s="$read_s" 'BEGIN { printf "%.0f", 64 / (s > 0 ? s : 0.01) }')
-echo "RESULT touch=$touch_s stat=$stat_s neg1000=$neg_s rm=$rm_s read64M=${read_mbs}MB/s"
+echo "RESULT touch=$touch_s stat=$stat_s stat-cold=$cold_s neg1000=$neg_s missing-again=$miss_s rm=$rm_s read64M=${read_mbs}MB/s"
 umount /mnt
 EOF
 
@@ -101,7 +124,13 @@ run_once() {
         guest_args=(--add "$work/9p:/test/9p")
         for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.1; done
     else
-        for _ in $(seq 100); do [[ -S $work/sock ]] && break; sleep 0.1; done
+        # Listening, not only made: QEMU connects once, at start (the socket's flags in
+        # /proc/net/unix: 00010000 is listening). Never probe by connecting: a virtiofsd
+        # serves its first connection only.
+        for _ in $(seq 100); do
+            awk -v p="$work/sock" '$8 == p && $4 == "00010000" { found = 1 } END { exit !found }' /proc/net/unix && break
+            sleep 0.1
+        done
         guest_args=(--virtiofs "$work/sock:bench")
     fi
     local out
@@ -117,10 +146,20 @@ run_once() {
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 echo "guest: Debian kernel $(cat "${CROSSFS_GUEST_DIR:-$REPO/.guest-cache}/kernel-version" 2>/dev/null), QEMU TCG, 1 vCPU; $files files; seconds unless noted"
-run_row virtiofsd-auto "$virtiofsd" --socket-path "$work/sock" --shared-dir "$export_dir" --cache auto --sandbox none
-run_row virtiofsd-always "$virtiofsd" --socket-path "$work/sock" --shared-dir "$export_dir" --cache always --sandbox none
+run_virtiofsd() {  # CACHE [writeback]: virtiofsd on $work/sock, in the flags of its kind
+    if [[ -n $c_virtiofsd ]]; then
+        exec "$virtiofsd" --socket-path="$work/sock" -o source="$export_dir" -o cache="$1" \
+            -o sandbox=chroot ${2:+-o writeback}
+    else
+        exec "$virtiofsd" --socket-path "$work/sock" --shared-dir "$export_dir" --cache "$1" \
+            --sandbox none ${2:+--writeback}
+    fi
+}
+echo "virtiofsd: $virtiofsd ($("$virtiofsd" --version 2>&1 | head -1))"
+run_row virtiofsd-auto run_virtiofsd auto
+run_row virtiofsd-always run_virtiofsd always
 # crossfs's `always` turns on the writeback cache; virtiofsd's needs --writeback for that.
-run_row virtiofsd-always-wb "$virtiofsd" --socket-path "$work/sock" --shared-dir "$export_dir" --cache always --writeback --sandbox none
+run_row virtiofsd-always-wb run_virtiofsd always writeback
 run_row crossfs-auto "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache auto
 run_row crossfs-auto-noevents "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache auto --events off
 run_row crossfs-always "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache always
