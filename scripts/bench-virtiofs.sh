@@ -3,7 +3,7 @@
 # count): the same small benchmark through
 #   virtiofsd --cache auto | always | always --writeback
 #                                      (the vhost-user-fs backend most VMMs ship)
-#   crossfs serve --listen vhost-user-fs: --cache auto | always
+#   crossfs serve --listen vhost-user-fs: --cache auto | always | always --writeback
 #   the kernel's 9p client over crossfs serve --listen tcp: (msize 1 MiB)
 # one guest boot per row, and prints a table (seconds; MB/s for the read). crossfs runs
 # with its defaults (change events on). The guest's passes, in order:
@@ -28,8 +28,9 @@
 #   --files N          files for the touch / stat / rm rows (default 2000)
 #   --rows A,B,...     only these rows (names as printed; also crossfs-auto-noevents,
 #                      crossfs serve --events off, not run by default)
-#   --repeat N         run each row N times, one line each (TCG figures vary by 10-20%
-#                      from boot to boot: compare medians)
+#   --repeat N         run the rows N times, one line each, in turn (so that a slower
+#                      minute of the machine spreads over every row; TCG figures vary by
+#                      10-20% from boot to boot: compare medians)
 # Needs root (virtiofsd, QEMU's memfd backend) and a release build of crossfs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -108,8 +109,7 @@ run_row() {  # NAME, then the server command; the server must make $work/sock (o
     elif [[ $name == crossfs-auto-noevents ]]; then
         return 0
     fi
-    local i
-    for ((i = 0; i < repeat; i++)); do run_once "$@"; done
+    run_once "$@"
 }
 run_once() {
     local name=$1; shift
@@ -141,7 +141,7 @@ run_once() {
     server_pid=""
     local result
     result=$(grep -a '^RESULT' <<<"$out" | sed 's/^RESULT //')
-    printf '%-22s %s\n' "$name" "$result"
+    printf '%-22s %s\n' "$name" "$result" | tee -a "$work/results"
 }
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -156,11 +156,30 @@ run_virtiofsd() {  # CACHE [writeback]: virtiofsd on $work/sock, in the flags of
     fi
 }
 echo "virtiofsd: $virtiofsd ($("$virtiofsd" --version 2>&1 | head -1))"
-run_row virtiofsd-auto run_virtiofsd auto
-run_row virtiofsd-always run_virtiofsd always
-# crossfs's `always` turns on the writeback cache; virtiofsd's needs --writeback for that.
-run_row virtiofsd-always-wb run_virtiofsd always writeback
-run_row crossfs-auto "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache auto
-run_row crossfs-auto-noevents "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache auto --events off
-run_row crossfs-always "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache always
-run_row 9p-crossfs "$crossfs" serve "$export_dir" --listen "tcp:127.0.0.1:$port"
+rows_once() {
+    run_row virtiofsd-auto run_virtiofsd auto
+    run_row virtiofsd-always run_virtiofsd always
+    # Writeback caching, in both, only when asked for (--writeback).
+    run_row virtiofsd-always-wb run_virtiofsd always writeback
+    run_row crossfs-auto "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache auto
+    run_row crossfs-auto-noevents "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache auto --events off
+    run_row crossfs-always "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache always
+    run_row crossfs-always-wb "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache always --writeback
+    run_row 9p-crossfs "$crossfs" serve "$export_dir" --listen "tcp:127.0.0.1:$port"
+}
+for ((r = 0; r < repeat; r++)); do rows_once; done
+if ((repeat > 1)); then
+    echo "median of $repeat boots:"
+    # Each row's lines, each figure's median (the middle one; the lower of two).
+    awk '{ rows[$1] = rows[$1] ? rows[$1] : ++n; name[rows[$1]] = $1; k = ++count[$1]
+           for (i = 2; i <= NF; i++) { split($i, kv, "="); key[i] = kv[1]; v[$1, i, k] = kv[2] + 0
+               unit[i] = kv[2] ~ /MB\/s$/ ? "MB/s" : "" }
+           fields = NF }
+         END { for (r = 1; r <= n; r++) { row = name[r]; line = sprintf("%-22s", row)
+                 for (i = 2; i <= fields; i++) { m = count[row]
+                     for (a = 1; a <= m; a++) s[a] = v[row, i, a]
+                     for (a = 1; a <= m; a++) for (b = a + 1; b <= m; b++) if (s[b] < s[a]) { t = s[a]; s[a] = s[b]; s[b] = t }
+                     med = s[int((m + 1) / 2)]
+                     line = line sprintf(" %s=%s%s", key[i], unit[i] ? sprintf("%.0f", med) : sprintf("%.2f", med), unit[i]) }
+                 print line } }' "$work/results"
+fi
