@@ -3,21 +3,34 @@
 # count): the same small benchmark through
 #   virtiofsd --cache auto | always | always --writeback
 #                                      (the vhost-user-fs backend most VMMs ship)
-#   crossfs serve --listen vhost-user-fs: --cache auto | always
+#   crossfs serve --listen vhost-user-fs: --cache auto | always | always --writeback
 #   the kernel's 9p client over crossfs serve --listen tcp: (msize 1 MiB)
 # one guest boot per row, and prints a table (seconds; MB/s for the read). crossfs runs
-# with its defaults (change events on).
+# with its defaults (change events on). The guest's passes, in order:
+#   touch          `touch` of N new files (one xargs)
+#   stat           `stat` of them at once: what the creates already answered
+#   stat-cold      `stat` of them again, after dropping the guest's caches
+#   neg1000        1,000 stats of one missing name
+#   missing-again  `stat` of N missing names, the second of two passes (negative entries)
+#   rm             `rm` of the N files
+#   read64M        a 64 MiB sequential read, the guest's caches dropped first
 #
 # Usage: scripts/bench-virtiofs.sh [--virtiofsd PATH] [--files N] [--rows A,B,...] [--repeat N]
 #   --virtiofsd PATH   the virtiofsd binary (default: `virtiofsd` on PATH, else
 #                      target/virtiofsd/bin/virtiofsd, where
 #                      `cargo install --locked virtiofsd --version 1.14.0 --root target/virtiofsd`
-#                      puts it; it needs libseccomp-dev and libcap-ng-dev to build)
+#                      puts it (it needs libseccomp-dev and libcap-ng-dev to build), else
+#                      QEMU's C virtiofsd, /usr/lib/qemu/virtiofsd (QEMU <= 8.0). Either
+#                      kind works: the C one (told by its `--version`) gets its own flags
+#                      (`--socket-path=`, `-o source=,cache=,writeback,sandbox=chroot`), and
+#                      the guest starts only once its socket is listening. The table's
+#                      first line names the one used.
 #   --files N          files for the touch / stat / rm rows (default 2000)
 #   --rows A,B,...     only these rows (names as printed; also crossfs-auto-noevents,
 #                      crossfs serve --events off, not run by default)
-#   --repeat N         run each row N times, one line each (TCG figures vary by 10-20%
-#                      from boot to boot: compare medians)
+#   --repeat N         run the rows N times, one line each, in turn (so that a slower
+#                      minute of the machine spreads over every row; TCG figures vary by
+#                      10-20% from boot to boot: compare medians)
 # Needs root (virtiofsd, QEMU's memfd backend) and a release build of crossfs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,9 +47,14 @@ while (($#)); do
     esac
 done
 if [[ -z $virtiofsd ]]; then
-    virtiofsd=$(command -v virtiofsd || echo "$REPO/target/virtiofsd/bin/virtiofsd")
+    for v in "$(command -v virtiofsd || true)" "$REPO/target/virtiofsd/bin/virtiofsd" /usr/lib/qemu/virtiofsd; do
+        [[ -n $v && -x $v ]] && { virtiofsd=$v; break; }
+    done
 fi
-[[ -x $virtiofsd ]] || { echo "bench-virtiofs: no virtiofsd at $virtiofsd (see --help)" >&2; exit 1; }
+[[ -n $virtiofsd && -x $virtiofsd ]] || { echo "bench-virtiofs: no virtiofsd (see the usage at the top of $0)" >&2; exit 1; }
+# QEMU's C virtiofsd says "virtiofsd version 7.2.22 (Debian ...)"; the Rust one "virtiofsd 1.14.0".
+c_virtiofsd=""
+if "$virtiofsd" --version 2>&1 | grep -q "^virtiofsd version [0-9]*\.[0-9]*\.[0-9]* ("; then c_virtiofsd=1; fi
 crossfs=$REPO/target/release/crossfs
 [[ -x $crossfs ]] || { echo "bench-virtiofs: build crossfs first (cargo build --release)" >&2; exit 1; }
 
@@ -66,14 +84,20 @@ fi
 mkdir /mnt/w && cd /mnt/w
 seq 1 "$FILES" | sed "s/^/f/" > /tmp/names
 t=$(now); xargs touch < /tmp/names; touch_s=$(lap "$t")
-sync; echo 3 > /proc/sys/vm/drop_caches
+# The files just made: what the creates answered.
 t=$(now); xargs stat -c %s < /tmp/names > /dev/null; stat_s=$(lap "$t")
+sync; echo 3 > /proc/sys/vm/drop_caches
+t=$(now); xargs stat -c %s < /tmp/names > /dev/null; cold_s=$(lap "$t")
 t=$(now); i=0; while [ $i -lt 1000 ]; do stat /mnt/missing.h >/dev/null 2>&1 || true; i=$((i + 1)); done; neg_s=$(lap "$t")
+# 2,000 missing names, once, then the timed pass again.
+sed "s/^f/m/" /tmp/names > /tmp/missing
+xargs stat -c %s < /tmp/missing > /dev/null 2>&1 || true
+t=$(now); xargs stat -c %s < /tmp/missing > /dev/null 2>&1 || true; miss_s=$(lap "$t")
 t=$(now); xargs rm < /tmp/names; rm_s=$(lap "$t")
 cd /; sync; echo 3 > /proc/sys/vm/drop_caches
 t=$(now); dd if=/mnt/big of=/dev/null bs=1M 2>/dev/null; read_s=$(lap "$t")
 read_mbs=$(awk -v s="$read_s" 'BEGIN { printf "%.0f", 64 / (s > 0 ? s : 0.01) }')
-echo "RESULT touch=$touch_s stat=$stat_s neg1000=$neg_s rm=$rm_s read64M=${read_mbs}MB/s"
+echo "RESULT touch=$touch_s stat=$stat_s stat-cold=$cold_s neg1000=$neg_s missing-again=$miss_s rm=$rm_s read64M=${read_mbs}MB/s"
 umount /mnt
 EOF
 
@@ -85,8 +109,7 @@ run_row() {  # NAME, then the server command; the server must make $work/sock (o
     elif [[ $name == crossfs-auto-noevents ]]; then
         return 0
     fi
-    local i
-    for ((i = 0; i < repeat; i++)); do run_once "$@"; done
+    run_once "$@"
 }
 run_once() {
     local name=$1; shift
@@ -101,7 +124,13 @@ run_once() {
         guest_args=(--add "$work/9p:/test/9p")
         for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.1; done
     else
-        for _ in $(seq 100); do [[ -S $work/sock ]] && break; sleep 0.1; done
+        # Listening, not only made: QEMU connects once, at start (the socket's flags in
+        # /proc/net/unix: 00010000 is listening). Never probe by connecting: a virtiofsd
+        # serves its first connection only.
+        for _ in $(seq 100); do
+            awk -v p="$work/sock" '$8 == p && $4 == "00010000" { found = 1 } END { exit !found }' /proc/net/unix && break
+            sleep 0.1
+        done
         guest_args=(--virtiofs "$work/sock:bench")
     fi
     local out
@@ -112,16 +141,45 @@ run_once() {
     server_pid=""
     local result
     result=$(grep -a '^RESULT' <<<"$out" | sed 's/^RESULT //')
-    printf '%-22s %s\n' "$name" "$result"
+    printf '%-22s %s\n' "$name" "$result" | tee -a "$work/results"
 }
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 echo "guest: Debian kernel $(cat "${CROSSFS_GUEST_DIR:-$REPO/.guest-cache}/kernel-version" 2>/dev/null), QEMU TCG, 1 vCPU; $files files; seconds unless noted"
-run_row virtiofsd-auto "$virtiofsd" --socket-path "$work/sock" --shared-dir "$export_dir" --cache auto --sandbox none
-run_row virtiofsd-always "$virtiofsd" --socket-path "$work/sock" --shared-dir "$export_dir" --cache always --sandbox none
-# crossfs's `always` turns on the writeback cache; virtiofsd's needs --writeback for that.
-run_row virtiofsd-always-wb "$virtiofsd" --socket-path "$work/sock" --shared-dir "$export_dir" --cache always --writeback --sandbox none
-run_row crossfs-auto "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache auto
-run_row crossfs-auto-noevents "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache auto --events off
-run_row crossfs-always "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache always
-run_row 9p-crossfs "$crossfs" serve "$export_dir" --listen "tcp:127.0.0.1:$port"
+run_virtiofsd() {  # CACHE [writeback]: virtiofsd on $work/sock, in the flags of its kind
+    if [[ -n $c_virtiofsd ]]; then
+        exec "$virtiofsd" --socket-path="$work/sock" -o source="$export_dir" -o cache="$1" \
+            -o sandbox=chroot ${2:+-o writeback}
+    else
+        exec "$virtiofsd" --socket-path "$work/sock" --shared-dir "$export_dir" --cache "$1" \
+            --sandbox none ${2:+--writeback}
+    fi
+}
+echo "virtiofsd: $virtiofsd ($("$virtiofsd" --version 2>&1 | head -1))"
+rows_once() {
+    run_row virtiofsd-auto run_virtiofsd auto
+    run_row virtiofsd-always run_virtiofsd always
+    # Writeback caching, in both, only when asked for (--writeback).
+    run_row virtiofsd-always-wb run_virtiofsd always writeback
+    run_row crossfs-auto "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache auto
+    run_row crossfs-auto-noevents "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache auto --events off
+    run_row crossfs-always "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache always
+    run_row crossfs-always-wb "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache always --writeback
+    run_row 9p-crossfs "$crossfs" serve "$export_dir" --listen "tcp:127.0.0.1:$port"
+}
+for ((r = 0; r < repeat; r++)); do rows_once; done
+if ((repeat > 1)); then
+    echo "median of $repeat boots:"
+    # Each row's lines, each figure's median (the middle one; the lower of two).
+    awk '{ rows[$1] = rows[$1] ? rows[$1] : ++n; name[rows[$1]] = $1; k = ++count[$1]
+           for (i = 2; i <= NF; i++) { split($i, kv, "="); key[i] = kv[1]; v[$1, i, k] = kv[2] + 0
+               unit[i] = kv[2] ~ /MB\/s$/ ? "MB/s" : "" }
+           fields = NF }
+         END { for (r = 1; r <= n; r++) { row = name[r]; line = sprintf("%-22s", row)
+                 for (i = 2; i <= fields; i++) { m = count[row]
+                     for (a = 1; a <= m; a++) s[a] = v[row, i, a]
+                     for (a = 1; a <= m; a++) for (b = a + 1; b <= m; b++) if (s[b] < s[a]) { t = s[a]; s[a] = s[b]; s[b] = t }
+                     med = s[int((m + 1) / 2)]
+                     line = line sprintf(" %s=%s%s", key[i], unit[i] ? sprintf("%.0f", med) : sprintf("%.2f", med), unit[i]) }
+                 print line } }' "$work/results"
+fi

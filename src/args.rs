@@ -274,9 +274,17 @@ pub struct ServeArgs {
     /// vhost-user-fs listeners: what the guest kernel may cache, as virtiofsd's --cache
     /// (and the same words as `crossfs mount --cache`): never (nothing; direct I/O),
     /// metadata (names and attributes a day, data direct I/O), auto (names and attributes
-    /// 1 s, page cache dropped at open), always (a day, page cache kept, writeback caching).
+    /// 1 s, page cache dropped at open), always (a day, page cache kept; writeback caching
+    /// only with --writeback).
     #[arg(long, value_name = "MODE", default_value = "auto", value_parser = parse_virtiofs_cache)]
     pub cache: crossfs_virtiofs::CacheMode,
+    /// vhost-user-fs listeners, with --cache always: offer the guest writeback caching, as
+    /// virtiofsd's --writeback. Its kernel then writes through its page cache and keeps its
+    /// own times and sizes of regular files; and it forgets the block count of every file
+    /// it closes, so the next stat of each costs a request (without, the files a guest just
+    /// made are statted from its cache).
+    #[arg(long)]
+    pub writeback: bool,
     /// vhost-user-fs listeners: request queues (besides the high-priority one); the VMM's
     /// num-request-queues must not exceed it.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]

@@ -58,7 +58,8 @@ struct Plan {
     socket: Option<Socket>,
     /// crossfs's word for the cache mode.
     cache: &'static str,
-    /// `--writeback` (true) or `-o no_writeback` (false), checked against the cache mode.
+    /// `--writeback` (true) or `-o no_writeback` (false, as without either), checked
+    /// against the cache mode.
     writeback: Option<bool>,
     xattr: bool,
     readonly: bool,
@@ -375,20 +376,12 @@ impl Plan {
             (Some(dir), _) | (None, Some(dir)) => dir.clone(),
             (None, None) => return Err("missing `--shared-dir` or `-o source`".into()),
         };
-        match (self.writeback, self.cache) {
-            (Some(true), cache) if cache != "always" => {
-                return Err(refuse(
-                    "--writeback",
-                    "crossfs turns on writeback caching with --cache always, and only then",
-                ))
-            }
-            (Some(false), "always") => {
-                return Err(refuse(
-                    "-o no_writeback",
-                    "crossfs turns on writeback caching with --cache always",
-                ))
-            }
-            _ => {}
+        let writeback = self.writeback == Some(true);
+        if writeback && self.cache != "always" {
+            return Err(refuse(
+                "--writeback",
+                "crossfs offers writeback caching with --cache always only",
+            ));
         }
         let mut args = vec![
             "serve".to_owned(),
@@ -419,6 +412,9 @@ impl Plan {
         if self.announce_submounts {
             args.push("--announce-submounts".into());
         }
+        if writeback {
+            args.push("--writeback".into());
+        }
         Ok(args)
     }
 }
@@ -439,7 +435,7 @@ usage: virtiofsd --shared-dir DIR (--socket-path PATH | --fd N) [OPTIONS]
   --no-readdirplus                    do not offer READDIRPLUS
   --announce-submounts (default)      the guest mounts a directory on another device
   --no-announce-submounts               than its parent's as a submount; or does not
-  --writeback                         only with --cache always, which turns it on
+  --writeback, -o writeback           writeback caching; only with --cache always
   --log-level LEVEL, -d, -o loglevel  error, warn, info (default), debug, trace, off
   --syslog                            log to the system log instead of stderr
   --rlimit-nofile N                   set the open-file limit to N first (0: leave it)
@@ -541,6 +537,19 @@ mod tests {
 
     fn refusal(list: &[&str]) -> String {
         serve(list).unwrap_err()
+    }
+
+    #[test]
+    fn writeback_is_asked_for_as_virtiofsd_asks() {
+        let writeback = |extra: &[&str]| {
+            let list = [&["--shared-dir=/srv", "--fd=3", "--cache=always"], extra].concat();
+            serve(&list).unwrap().contains(&"--writeback".to_owned())
+        };
+        // `always` alone keeps no writeback cache, as virtiofsd's.
+        assert!(!writeback(&[]));
+        assert!(writeback(&["--writeback"]));
+        assert!(writeback(&["-o", "writeback"]));
+        assert!(!writeback(&["-o", "no_writeback"]));
     }
 
     #[test]
@@ -766,19 +775,8 @@ mod tests {
             ),
             (
                 &["--shared-dir=/srv", "--fd=3", "--writeback"],
-                "`--writeback` is not supported: crossfs turns on writeback caching with \
-                 --cache always, and only then",
-            ),
-            (
-                &[
-                    "--shared-dir=/srv",
-                    "--fd=3",
-                    "--cache=always",
-                    "-o",
-                    "no_writeback",
-                ],
-                "`-o no_writeback` is not supported: crossfs turns on writeback caching with \
-                 --cache always",
+                "`--writeback` is not supported: crossfs offers writeback caching with \
+                 --cache always only",
             ),
             (
                 &["--bogus"],

@@ -381,9 +381,68 @@ umount /mnt
     assert_eq!(dev["ops"]["FUSE_LOOKUP"]["count"], 2, "{dev}");
 }
 
+/// `touch` of 500 new files in one directory, then `stat` of them, in the guest with
+/// `--cache always`: the creates already told the guest every file's attributes, so the
+/// stats cost no request. Counted by the door, for the whole boot: one GETATTR per create
+/// (of the directory, whose attributes the guest drops after each create and needs for
+/// the next name's permission check) and one LOOKUP per file (the name was missing; its
+/// negative entry lets the create go without a second one, which virtiofsd sends). With
+/// `--writeback` the guest forgets a file's block count at each close, and then asks a
+/// GETATTR per file for the stats: why `always` alone does not offer writeback caching.
+#[test]
+fn virtiofs_stats_of_files_just_created_cost_no_request() {
+    const FILES: u64 = 500;
+    let getattrs_and_lookups = |extra: &[&str]| {
+        let work = tempfile::tempdir().unwrap();
+        let export = work.path().join("export");
+        std::fs::create_dir(&export).unwrap();
+        let sock = work.path().join("vfs.sock");
+        let serve = serve_virtiofs(&export, &sock, &[&["--cache", "always"], extra].concat());
+        let stdout = run_guest(
+            &sock,
+            &format!(
+                r#"
+set -e
+mount -t virtiofs crossfs /mnt
+mkdir /mnt/w && cd /mnt/w
+seq 1 {FILES} | sed "s/^/f/" > /tmp/names
+xargs touch < /tmp/names
+xargs stat -c %s < /tmp/names | sort | uniq -c
+echo "=== stats done"
+cd / && umount /mnt
+"#
+            ),
+        );
+        assert!(stdout.contains(&format!("{FILES} 0\n")), "{stdout}");
+        assert!(stdout.contains("=== stats done"), "{stdout}");
+        assert_eq!(
+            std::fs::read_dir(export.join("w")).unwrap().count() as u64,
+            FILES
+        );
+        let dev = read_stats(&serve);
+        let count = |op: &str| dev["ops"][op]["count"].as_u64().unwrap_or(0);
+        assert_eq!(count("FUSE_CREATE"), FILES, "{dev}");
+        (count("FUSE_GETATTR"), count("FUSE_LOOKUP"))
+    };
+    let (getattrs, lookups) = getattrs_and_lookups(&[]);
+    println!("--cache always: {getattrs} GETATTRs, {lookups} LOOKUPs for {FILES} files");
+    assert!(
+        getattrs <= FILES + 10,
+        "{getattrs} GETATTRs for {FILES} files"
+    );
+    assert!(lookups <= FILES + 10, "{lookups} LOOKUPs for {FILES} files");
+    let (wb_getattrs, wb_lookups) = getattrs_and_lookups(&["--writeback"]);
+    println!("--cache always --writeback: {wb_getattrs} GETATTRs, {wb_lookups} LOOKUPs");
+    assert!(
+        wb_getattrs >= getattrs + FILES - 10,
+        "{wb_getattrs} against {getattrs}"
+    );
+}
+
 /// fsx (the pinned Rust port, as in tests/data_integrity.rs) in the guest on the virtiofs
-/// mount with writeback caching (`--cache always`), with and without mmap: every read must
-/// return what was written, and the host file must equal the guest's view at the end.
+/// mount with writeback caching (`--cache always --writeback`), with and without mmap:
+/// every read must return what was written, and the host file must equal the guest's view
+/// at the end.
 #[test]
 fn virtiofs_fsx_in_the_guest() {
     let fsx = tools::tool("fsx", "0.3.2");
@@ -400,7 +459,7 @@ fn virtiofs_fsx_in_the_guest() {
     )
     .unwrap();
     let sock = work.path().join("vfs.sock");
-    let _serve = serve_virtiofs(&export, &sock, &["--cache", "always"]);
+    let _serve = serve_virtiofs(&export, &sock, &["--cache", "always", "--writeback"]);
     let stdout = run_guest_with(
         &sock,
         r#"

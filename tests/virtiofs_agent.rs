@@ -9,8 +9,8 @@
 //! a create (the watcher answers each by making a file the host waits for): measured, never
 //! asserted.
 //!
-//! A second guest: a 10,000-change host burst while the agent is stopped overflows its
-//! queue (`--event-queue 256`), and after a sync the guest's tree equals the host's; a
+//! A second guest, with `--writeback` too: a 10,000-change host burst while the agent is
+//! stopped overflows its queue (`--event-queue 256`), and after a sync the guest's tree equals the host's; a
 //! guest program that is not the agent makes the agent's calls while the door expects them
 //! from the agent (stopped mid-batch), and with no agent: its changes reach the host, and
 //! no replay answer reaches it.
@@ -658,7 +658,12 @@ fn a_burst_overflowing_the_agent_and_forged_replays_leave_the_guest_exact() {
     for p in ["forge/n", "forge/n/p"] {
         std::os::unix::fs::chown(export.join(p), Some(65534), Some(65534)).unwrap();
     }
-    let (serve, sock) = serve_door(work.path(), &export, &["--event-queue", "256"]);
+    // With the writeback cache, which the first test goes without.
+    let (serve, sock) = serve_door(
+        work.path(),
+        &export,
+        &["--event-queue", "256", "--writeback"],
+    );
     let tree_list = static_tool(work.path(), "tree_list");
     let watcher = static_tool(work.path(), "inotify_watch");
     let crossfs = stripped_crossfs(work.path());

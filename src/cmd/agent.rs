@@ -142,10 +142,10 @@ fn replay(mountpoint: &Path, ev: &Event) {
     }
 }
 
-/// Gives a regular file the host's mtime, as the event saw it. With `--cache always` (a
-/// writeback cache) the guest kernel keeps its own times for a regular file and never takes
-/// the server's: a content replay's truncate stamps the guest's clock, and a host `touch`
-/// would not show at all.
+/// Gives a regular file the host's mtime, as the event saw it. With `--cache always
+/// --writeback` (a writeback cache) the guest kernel keeps its own times for a regular
+/// file and never takes the server's: a content replay's truncate stamps the guest's
+/// clock, and a host `touch` would not show at all.
 fn host_mtime(d: &DirOnMount, name: &[u8], ev: &Event) -> std::io::Result<()> {
     match ev.attrs {
         Some(a) if a.file_type() == rustix::fs::FileType::RegularFile.as_raw_mode() => {

@@ -20,6 +20,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
         .canonicalize()
         .with_context(|| format!("export directory {}", args.dir.display()))?;
     anyhow::ensure!(export.is_dir(), "{} is not a directory", export.display());
+    anyhow::ensure!(
+        !args.writeback || args.cache == crossfs_virtiofs::CacheMode::Always,
+        "--writeback needs --cache always"
+    );
     let config = ServerConfig {
         export: export.clone(),
         max_msize: args.msize,
@@ -115,6 +119,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         xattr: !args.no_xattr,
         readdirplus: !args.no_readdirplus,
         announce_submounts: args.announce_submounts,
+        writeback: args.writeback,
     };
     let mut sockets: Vec<(String, crossfs_virtiofs::Socket)> = vhost
         .iter()

@@ -33,7 +33,10 @@
 //! # Caching (FUSE_INIT)
 //! Offered: FUSE_MAX_PAGES with `min(--max-pages, queue size - 4)` pages per request (the
 //! kernel's own cap for virtio-fs), READDIRPLUS (auto), FUSE_CACHE_SYMLINKS, parallel
-//! directory operations, atomic O_TRUNC; writeback caching only with [`CacheMode::Always`];
+//! directory operations, atomic O_TRUNC; writeback caching only when asked for
+//! ([`FsConfig::writeback`], with [`CacheMode::Always`]: as virtiofsd, `always` alone does
+//! not turn it on, since the guest then asks again for the attributes of every file it
+//! closed);
 //! FUSE_SUBMOUNTS with [`FsConfig::announce_submounts`], a directory on another device than
 //! its parent's then being flagged `FUSE_ATTR_SUBMOUNT` in lookups and listings.
 //! A missing name is answered with a negative entry (node id 0) that the guest keeps for the

@@ -1,13 +1,15 @@
 //! What the door's options change, as the guest sees it: without extended attributes every
 //! xattr request is "not supported" (ENOSYS, as virtiofsd answers without `--xattr`), and
 //! without READDIRPLUS the FUSE_INIT reply does not offer it; announcing submounts offers
-//! FUSE_SUBMOUNTS (what the guest then does with it: tests/virtiofs.rs).
+//! FUSE_SUBMOUNTS (what the guest then does with it: tests/virtiofs.rs); writeback caching
+//! is offered only when asked for, with `--cache always` (what it costs the guest's stats:
+//! tests/virtiofs.rs).
 
 use std::sync::Arc;
 
 use crossfs_export::policy::Policy;
 use crossfs_export::Export;
-use crossfs_virtiofs::{FsConfig, FuseFs, Stats};
+use crossfs_virtiofs::{CacheMode, FsConfig, FuseFs, Stats};
 
 const ROOT: u64 = 1;
 const SETXATTR: u32 = 21;
@@ -18,6 +20,7 @@ const INIT: u32 = 26;
 const DO_READDIRPLUS: u32 = 1 << 13;
 const READDIRPLUS_AUTO: u32 = 1 << 14;
 const SUBMOUNTS: u32 = 1 << 27;
+const WRITEBACK_CACHE: u32 = 1 << 16;
 
 fn fs(config: FsConfig) -> (tempfile::TempDir, FuseFs) {
     let dir = tempfile::tempdir().unwrap();
@@ -104,4 +107,23 @@ fn submounts_are_offered_only_when_announced() {
         ..FsConfig::default()
     });
     assert_eq!(init(&announcing) & SUBMOUNTS, SUBMOUNTS);
+}
+
+#[test]
+fn writeback_is_offered_only_when_asked_for_with_cache_always() {
+    let offered = |cache, writeback| {
+        let (_dir, fs) = fs(FsConfig {
+            cache,
+            writeback,
+            ..FsConfig::default()
+        });
+        init(&fs) & WRITEBACK_CACHE
+    };
+    assert_eq!(
+        offered(CacheMode::Always, false),
+        0,
+        "always alone, as virtiofsd"
+    );
+    assert_eq!(offered(CacheMode::Always, true), WRITEBACK_CACHE);
+    assert_eq!(offered(CacheMode::Auto, true), 0, "only with always");
 }

@@ -18,7 +18,8 @@ pub enum CacheMode {
     /// Names and attributes for a second, page cache dropped at each open.
     #[default]
     Auto,
-    /// Names and attributes for a day, page cache kept across opens, writeback caching.
+    /// Names and attributes for a day, page cache kept across opens (writeback caching
+    /// only with [`FsConfig::writeback`]).
     Always,
 }
 
@@ -46,6 +47,12 @@ pub struct FsConfig {
     /// number of its own (virtiofsd's `--announce-submounts`). Without, the guest sees one
     /// file system, whose inode numbers may then repeat across the host's.
     pub announce_submounts: bool,
+    /// Whether writeback caching is offered (virtiofsd's `--writeback`); only with
+    /// [`CacheMode::Always`]. The guest kernel then keeps its own times and sizes of
+    /// regular files, and, on every close of a file, forgets its block count (Linux's
+    /// `fuse_flush`): the next `stat` of each file it closed costs a GETATTR, which it
+    /// does not without.
+    pub writeback: bool,
 }
 
 impl Default for FsConfig {
@@ -58,6 +65,7 @@ impl Default for FsConfig {
             xattr: true,
             readdirplus: true,
             announce_submounts: false,
+            writeback: false,
         }
     }
 }

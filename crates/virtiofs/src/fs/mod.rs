@@ -328,7 +328,7 @@ impl FuseFs {
         if self.config.announce_submounts {
             offered |= init::SUBMOUNTS;
         }
-        if self.config.cache == CacheMode::Always {
+        if self.config.writeback && self.config.cache == CacheMode::Always {
             offered |= init::WRITEBACK_CACHE;
         }
         let flags = offered & i.flags;
