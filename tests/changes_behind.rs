@@ -509,3 +509,28 @@ fn a_sync_waiting_for_changes_sent_behind_is_interrupted_by_a_signal() {
     );
     drop(f);
 }
+
+#[test]
+fn a_sync_waiting_for_a_stopped_server_is_interrupted_by_a_signal() {
+    let s = setup(None, &[]);
+    let mnt = s.mount.mountpoint.clone();
+    // Nothing sent behind: the sync waits for the server to take its marker. The root's
+    // attributes fresh first (a sync's cookie moves them), or the kernel's permission check
+    // would wait for the stopped server before the sync began.
+    assert!(sync(&s.mount).status.success());
+    fs::metadata(&mnt).unwrap();
+    stop(&s.serve);
+    // Whatever else waits, the server goes on after 20 s: a failure, not a hang.
+    let pid = s.serve.child.id().to_string();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(20));
+        let _ = Command::new("kill").args(["-CONT", &pid]).status();
+    });
+    let out = run_ok(Command::new("python3").args(["-c", SYNC_ALARMED]).arg(&mnt));
+    resume(&s.serve);
+    let out = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (errno, took) = out.trim().split_once(' ').unwrap();
+    assert_eq!(errno, "EINTR", "{out}");
+    assert!(took.parse::<f64>().unwrap() < 5.0, "{out}");
+    assert!(sync(&s.mount).status.success());
+}

@@ -355,8 +355,9 @@ impl ChangeState {
     ///
     /// # Errors
     /// `EOPNOTSUPP` without a feed, `EAGAIN` past [`SYNCS_WAITING_LIMIT`] syncs waiting at
-    /// once, `ETIMEDOUT` when the marker was not applied within [`SYNC_TIMEOUT`] (never an
-    /// early return), or the event connection's error.
+    /// once, `ETIMEDOUT` when the server did not take the marker, or the feed did not apply
+    /// it, within [`SYNC_TIMEOUT`] (never an early return), `EINTR` once the caller got a
+    /// signal (see `crossfs_client::caller_gave_up`), or the event connection's error.
     pub(crate) fn sync(&self) -> Result<u64, Errno> {
         let (client, fid) = self.link.get().ok_or(Errno::EOPNOTSUPP)?;
         let running = self.syncs_running.fetch_add(1, Relaxed);
@@ -370,12 +371,34 @@ impl ChangeState {
         lock(&self.synced).insert(marker, false);
         let _awaited = ForgetMarker(&self.synced, marker);
         let deadline = Instant::now() + SYNC_TIMEOUT;
-        client
-            .write(*fid, 0, format!("sync {marker}").as_bytes())
-            .map_err(|e: ClientError| {
-                tracing::warn!("sync {marker}: the server did not sync: {e}");
-                crate::fs::errno(&e)
-            })?;
+        // Sent, not waited for as a plain call: a server that stopped answering (but kept
+        // the connection) must not hold the caller past a signal or the timeout.
+        let (written, answer) = std::sync::mpsc::sync_channel(1);
+        let done = Box::new(move |r| {
+            let _ = written.send(r);
+        });
+        client.write_async(*fid, 0, format!("sync {marker}").as_bytes(), done);
+        let written = loop {
+            let now = Instant::now();
+            if now >= deadline {
+                tracing::warn!("sync {marker}: the server did not answer within {SYNC_TIMEOUT:?}");
+                return Err(Errno::ETIMEDOUT);
+            }
+            if crossfs_client::caller_gave_up() {
+                return Err(Errno::EINTR);
+            }
+            match answer.recv_timeout((deadline - now).min(crossfs_client::GIVE_UP_POLL)) {
+                Ok(r) => break r,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    break Err(ClientError::Protocol("the sync's write was dropped".into()))
+                }
+            }
+        };
+        written.map_err(|e: ClientError| {
+            tracing::warn!("sync {marker}: the server did not sync: {e}");
+            crate::fs::errno(&e)
+        })?;
         let mut synced = lock(&self.synced);
         while synced.get(&marker) != Some(&true) {
             let now = Instant::now();
