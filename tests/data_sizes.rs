@@ -5,7 +5,7 @@
 //! mount that splices without `CAP_SYS_RESOURCE` asks for: its reply must fit a 1 MiB
 //! pipe) and either side of it, 1 MiB (a FUSE request, and the payload of a 1 MiB 9P
 //! message) and either side of it, the negotiated msize and either side of it, and 64 MiB
-//! + 1. The paths: `crossfs mount` in each cache mode (the page cache in `auto` and
+//! and a byte. The paths: `crossfs mount` in each cache mode (the page cache in `auto` and
 //! `always`, none in `metadata` and `never`, where reads come as the program asks them, at
 //! any offset), against a server that splices reads into the socket (the default) and one
 //! that copies them (`--no-splice`), with a mount that splices READ replies from the
