@@ -38,6 +38,11 @@ struct Pipe {
     capacity: usize,
 }
 
+/// Payload bytes left in the socket below which a reply is copied: a 4 KiB random read
+/// would pay three system calls (into the pipe, from the socket, into `/dev/fuse`) for
+/// one.
+const SPLICE_MIN: usize = 64 * 1024;
+
 /// Pipes not in use.
 static POOL: Mutex<Vec<Pipe>> = Mutex::new(Vec::new());
 
@@ -116,6 +121,11 @@ pub(crate) enum Sent {
 /// (see the module's doc).
 pub(crate) fn reply(dev: BorrowedFd<'_>, unique: u64, payload: &mut Payload<'_>) -> Sent {
     let len = payload.len();
+    if len - payload.buffered().len() < SPLICE_MIN {
+        // Mostly in the client's buffer already, or small: a copy costs less than the
+        // pipe's system calls.
+        return Sent::Copy(payload.read_to_vec());
+    }
     let total = OUT_HEADER_LEN + len;
     let Some(pipe) = take_pipe(total) else {
         return Sent::Copy(payload.read_to_vec());
