@@ -234,8 +234,8 @@ fn every_size_through_every_cache_mode_spliced_and_copied() {
 /// A cold read through the mount moves its bytes by splicing on the server, except a
 /// first read that comes with its open (`Twalkread`), which is copied; with
 /// `--no-splice`, every byte is copied. The mount, likewise, splices each READ's payload
-/// from the socket into /dev/fuse but for that first read; with `--no-splice`, it copies
-/// every byte. Counts, not timings.
+/// from the socket into /dev/fuse but for that first read and small ones; with
+/// `--no-splice`, it copies every byte. Counts, not timings.
 #[test]
 fn a_cold_read_is_spliced_on_the_server_and_in_the_mount_and_counted() {
     assert_root();
@@ -273,7 +273,12 @@ fn a_cold_read_is_spliced_on_the_server_and_in_the_mount_and_counted() {
         );
         assert_eq!(m_spliced + m_copied, size, "{m}");
         if splice {
-            assert!(m_copied <= MIB, "mount copied {m_copied} of {size}: {m}");
+            // The first read (with the open), and READs under 64 KiB (the kernel's first
+            // readahead may be one), are copied.
+            assert!(
+                m_copied <= MIB + 64 * 1024,
+                "mount copied {m_copied} of {size}: {m}"
+            );
         } else {
             assert_eq!(m_spliced, 0, "{m}");
         }
