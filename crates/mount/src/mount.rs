@@ -57,7 +57,13 @@ pub fn mount(
             "max_pages and max_write must allow at least one page".into(),
         ));
     }
-    let sizes = RequestSize::new(config, kernel_max_pages(), client.max_io());
+    let mut sizes = RequestSize::new(config, kernel_max_pages(), client.max_io());
+    let max_read = splice_read_size(config, &sizes);
+    if let Some(n) = max_read {
+        // A readahead window of 1 MiB over READs of 1020 KiB would be a READ of 1020 KiB
+        // and one of 4 KiB: twice the round trips.
+        sizes.readahead = sizes.readahead.min(n);
+    }
     let state = Arc::new(MountState::new(client, root, config, sizes));
     // After a reconnect (if the caller enabled it), bind the mount's fids again.
     let weak = Arc::downgrade(&state);
@@ -95,7 +101,6 @@ pub fn mount(
         mountpoint: mountpoint.display().to_string(),
         cause,
     };
-    let max_read = splice_read_size(config, &sizes);
     let request = crate::direct::Request {
         config,
         default_permissions,

@@ -131,8 +131,9 @@ pub(crate) fn reply(dev: BorrowedFd<'_>, unique: u64, payload: &mut Payload<'_>)
         return Sent::Copy(payload.read_to_vec());
     };
     let sent = through(&pipe, dev, unique, payload);
-    // Back to the pool if it is empty, else dropped (a failure left bytes in it).
-    if pipe.waiting() == Some(0) {
+    // Back to the pool if it is empty (as a spliced reply leaves it: the kernel took all it
+    // held), else dropped (a failure left bytes in it).
+    if matches!(sent, Sent::Spliced(_)) || pipe.waiting() == Some(0) {
         lock(&POOL).push(pipe);
     }
     sent
