@@ -475,6 +475,11 @@ pub struct MountArgs {
     /// stats` counts the requests each transport served.
     #[arg(long)]
     pub io_uring: bool,
+    /// Copy every read's data through the mount's memory instead of splicing it from the
+    /// socket into /dev/fuse (for comparisons: `crossfs stats` shows the bytes each path
+    /// moved).
+    #[arg(long)]
+    pub no_splice: bool,
     /// Socket send and receive buffer size, independent of msize.
     #[arg(long, value_name = "BYTES", value_parser = parse_buffer)]
     pub socket_buffer: Option<usize>,

@@ -69,6 +69,8 @@ fn transport(stream: crossfs_transport::Stream) -> std::io::Result<crossfs_clien
     let reader = stream.try_clone()?;
     let closer = stream.try_clone()?;
     let hangup = std::os::fd::OwnedFd::from(stream.try_clone()?);
+    // The reader reads the socket as it is, so its bytes may be spliced out of it too.
+    let socket = std::os::fd::OwnedFd::from(stream.try_clone()?);
     Ok(crossfs_client::Transport {
         reader: Box::new(reader),
         writer: Box::new(stream),
@@ -76,6 +78,7 @@ fn transport(stream: crossfs_transport::Stream) -> std::io::Result<crossfs_clien
             let _ = closer.shutdown();
         }),
         hangup: Some(hangup),
+        socket: Some(socket),
     })
 }
 

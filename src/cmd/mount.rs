@@ -111,6 +111,7 @@ pub fn run(args: MountArgs) -> Result<()> {
         fs_name: args.addr.given.clone(),
         replica_entries: args.replica_entries,
         io_uring: args.io_uring,
+        splice_reads: !args.no_splice,
         ..MountConfig::default()
     };
     *lock(&stage) = Stage::Mounting { requested: false };

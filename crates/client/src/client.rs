@@ -17,7 +17,7 @@ use crossfs_wire::{CounterSnapshot, Fid, LatencySnapshot, Rgetattr, Rmessage, Tm
 use crate::conn::{self, Connection, Meters, READ_BUFFER};
 use crate::fids::FidPool;
 use crate::redial::{self, Link, RestoreHook, Transport};
-use crate::request::{Completion, Done, Reply, Request, Waiter};
+use crate::request::{Completion, Done, PayloadDone, Reply, Request, Waiter};
 use crate::version::negotiate;
 use crate::{ClientConfig, ClientError, MsizeNegotiation};
 
@@ -74,8 +74,9 @@ impl Client {
             writer,
             closer,
             hangup,
+            socket,
         } = transport;
-        Self::start(reader, writer, config, closer, hangup)
+        Self::start((reader, socket), writer, config, closer, hangup)
     }
 
     /// As [`Client::connect`], with `closer` run once when the connection ends (shutdown,
@@ -96,7 +97,7 @@ impl Client {
         F: FnOnce() + Send + 'static,
     {
         Self::start(
-            Box::new(reader),
+            (Box::new(reader), None),
             Box::new(writer),
             config,
             Box::new(closer),
@@ -105,7 +106,7 @@ impl Client {
     }
 
     fn start(
-        reader: Box<dyn Read + Send>,
+        (reader, socket): (Box<dyn Read + Send>, Option<std::os::fd::OwnedFd>),
         writer: Box<dyn Write + Send>,
         config: &ClientConfig,
         closer: Box<dyn FnOnce() + Send>,
@@ -130,7 +131,7 @@ impl Client {
         );
         let shared = Connection::new(
             config,
-            reader,
+            (reader, socket),
             writer,
             meters,
             negotiation,
@@ -397,6 +398,14 @@ impl Client {
     ) {
         let msg = Tmessage::Read(crossfs_wire::Tread { fid, offset, count });
         self.submit(Request::Msg(msg), None, Completion::Read(done));
+    }
+
+    /// As [`Client::read_async`], but `done` gets the payload still in the stream
+    /// ([`crate::Payload`]): it may splice it from the socket, or read it where it wants it. `done`
+    /// runs on the thread reading replies, which reads nothing else until it returns.
+    pub fn read_payload_async(&self, fid: Fid, offset: u64, count: u32, done: PayloadDone) {
+        let msg = Tmessage::Read(crossfs_wire::Tread { fid, offset, count });
+        self.submit(Request::Msg(msg), None, Completion::Payload(done));
     }
 
     /// Blocking [`Client::read_async`].

@@ -26,7 +26,7 @@ use crate::lock;
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::io::{self, BufReader, Read, Write};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
@@ -39,6 +39,7 @@ use crossfs_wire::{
 };
 
 use crate::fids::FidPool;
+use crate::payload::Payload;
 use crate::request::{Completion, Reply, Request, Waiter};
 use crate::tags::TagTable;
 use crate::{ClientConfig, ClientError, MsizeNegotiation};
@@ -63,6 +64,9 @@ pub(crate) type Source = BufReader<Box<dyn Read + Send>>;
 
 struct ReadSide {
     source: Source,
+    /// The socket `source` reads, where the transport gave one: payloads handed to their
+    /// callers in the stream ([`crate::Payload`]) may be spliced from it.
+    socket: Option<OwnedFd>,
     /// Frame buffer, reused for every reply that is not a raw Rread.
     buf: Vec<u8>,
 }
@@ -150,7 +154,7 @@ fn name(ty: u8) -> &'static str {
 impl Connection {
     pub(crate) fn new(
         config: &ClientConfig,
-        source: Source,
+        (source, socket): (Source, Option<OwnedFd>),
         writer: Box<dyn Write + Send>,
         meters: Meters,
         negotiation: MsizeNegotiation,
@@ -173,6 +177,7 @@ impl Connection {
             }),
             read_side: Mutex::new(Some(ReadSide {
                 source,
+                socket,
                 buf: Vec::new(),
             })),
             followers_waiting: AtomicUsize::new(0),
@@ -267,13 +272,19 @@ impl Connection {
     fn lead(&self, stop: impl Fn(bool) -> bool) {
         {
             let mut side = lock(&self.read_side);
-            if let Some(ReadSide { source, buf }) = side.as_mut() {
+            if let Some(ReadSide {
+                source,
+                socket,
+                buf,
+            }) = side.as_mut()
+            {
                 let outer = LEADING.with(|l| l.replace(self.id()));
                 let mut woke = false;
                 while !stop(woke) {
                     // A panicking completion must not leave callers waiting forever.
-                    let read =
-                        panic::catch_unwind(AssertUnwindSafe(|| self.read_reply(source, buf)));
+                    let read = panic::catch_unwind(AssertUnwindSafe(|| {
+                        self.read_reply(source, socket.as_ref().map(AsFd::as_fd), buf)
+                    }));
                     let reason = match read {
                         Ok(Ok(blocking)) => {
                             woke = blocking;
@@ -566,7 +577,12 @@ impl Connection {
 
     /// Reads one reply and finishes its request; `Ok(true)` if that woke a blocking caller.
     /// `Err` means the connection is unusable.
-    fn read_reply<R: Read>(&self, r: &mut R, buf: &mut Vec<u8>) -> Result<bool, String> {
+    fn read_reply(
+        &self,
+        r: &mut Source,
+        socket: Option<BorrowedFd<'_>>,
+        buf: &mut Vec<u8>,
+    ) -> Result<bool, String> {
         let mut head = [0u8; HEADER_LEN];
         match r.read_exact(&mut head[..4]) {
             Ok(()) => {}
@@ -586,18 +602,20 @@ impl Connection {
         let ty = head[4];
         let tag = Tag(u16::from_le_bytes([head[5], head[6]]));
 
-        let raw_read = {
+        let (raw_read, in_stream) = {
             let state = lock(&self.state);
             if state.closed.is_some() {
                 return Err("closed".into());
             }
             match state.tags.get(tag) {
                 None => return Err(format!("{} with unknown tag {}", name(ty), tag.0)),
-                Some(p) => ty == Rread::TYPE && p.completion.wants_data(),
+                Some(p) => (
+                    ty == Rread::TYPE && p.completion.wants_data(),
+                    ty == Rread::TYPE && p.completion.wants_payload(),
+                ),
             }
         };
-        let reply = if raw_read {
-            // Read the payload straight into the Vec the caller will own: no second copy.
+        let count = if raw_read || in_stream {
             if len < RREAD_HEADER_LEN {
                 return Err(format!("Rread frame of {len} bytes"));
             }
@@ -607,6 +625,15 @@ impl Connection {
             if count != len - RREAD_HEADER_LEN {
                 return Err(format!("Rread of {count} bytes in a {len}-byte frame"));
             }
+            count
+        } else {
+            0
+        };
+        if in_stream {
+            return self.hand_payload((ty, tag, len), Payload::new(r, socket, count));
+        }
+        let reply = if raw_read {
+            // Read the payload straight into the Vec the caller will own: no second copy.
             let mut data = Vec::with_capacity(count);
             r.by_ref()
                 .take(count as u64)
@@ -662,6 +689,37 @@ impl Connection {
         let blocking = matches!(pending.completion, Completion::Wake { .. });
         pending.completion.finish(reply);
         Ok(blocking)
+    }
+
+    /// Finishes the request under `tag` with its Rread's payload still in the stream
+    /// (`Completion::Payload`), then discards whatever the caller left of it.
+    fn hand_payload(
+        &self,
+        (ty, tag, len): (u8, Tag, usize),
+        mut payload: Payload<'_>,
+    ) -> Result<bool, String> {
+        let arrived = self.since_epoch();
+        let sent = self
+            .sent_at
+            .get(tag.0 as usize)
+            .map(|s| s.load(Ordering::Relaxed));
+        let Some(pending) = self.take(tag) else {
+            return Err("closed".into());
+        };
+        if let Some(sent) = sent {
+            let elapsed = Duration::from_nanos(arrived.saturating_sub(sent));
+            self.latency.record(pending.req_ty, elapsed);
+        }
+        self.counters.record(ty, len);
+        if pending.req_ty != Rread::TYPE - 1 {
+            // A reply to something else: its caller wants no payload.
+            let err =
+                ClientError::Protocol(format!("{} answered with Rread", name(pending.req_ty)));
+            pending.completion.fail(err);
+        } else {
+            pending.completion.finish_payload(&mut payload);
+        }
+        payload.finish().map(|()| false)
     }
 
     /// Marks the connection dead and fails everything pending. Only the first call acts, so

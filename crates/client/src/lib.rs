@@ -40,6 +40,7 @@ mod error;
 mod fids;
 mod give_up;
 mod ops;
+mod payload;
 mod redial;
 mod request;
 mod tags;
@@ -59,4 +60,6 @@ pub use crossfs_wire::{
 };
 pub use error::ClientError;
 pub use give_up::{caller_gave_up, current as give_up_now, give_up_when, GiveUp, GIVE_UP_POLL};
+pub use payload::Payload;
 pub use redial::{Dial, RestoreHook, Transport};
+pub use request::PayloadDone;

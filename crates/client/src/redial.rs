@@ -41,6 +41,10 @@ pub struct Transport {
     /// replaced, when it happens rather than by the next call. The closer must make it
     /// report a hang-up (a socket `shutdown` does).
     pub hangup: Option<OwnedFd>,
+    /// The socket `reader` reads, read by nothing else (no buffering in `reader`): a
+    /// [`crate::Payload`] offers it for splicing its bytes out. `None` for a transport
+    /// that is not one socket read as it is.
+    pub socket: Option<OwnedFd>,
 }
 
 /// Opens a new transport to the same server.
@@ -261,6 +265,7 @@ fn reconnect(link: &Arc<Link>, client: &Client, dial: &Dial) -> Result<(), Clien
         mut writer,
         closer,
         hangup,
+        socket,
     } = transport;
     let mut reader = BufReader::with_capacity(conn::READ_BUFFER, reader);
     let negotiation = match negotiate(&mut reader, &mut writer, &client.config, &old.counters) {
@@ -272,7 +277,7 @@ fn reconnect(link: &Arc<Link>, client: &Client, dial: &Dial) -> Result<(), Clien
     };
     let shared = Connection::new(
         &client.config,
-        reader,
+        (reader, socket),
         writer,
         Meters {
             counters: old.counters.clone(),

@@ -9,12 +9,15 @@ use crossfs_wire::{
     encode_twrite, encode_twriteattr, Data, Fid, Rmessage, Rread, Tag, Tmessage, Twrite, Twriteattr,
 };
 
+use crate::payload::Payload;
 use crate::ClientError;
 
 /// A completion for requests answered with a decoded message.
 pub(crate) type Done = Box<dyn FnOnce(Result<Rmessage, ClientError>) + Send>;
 /// A completion for reads: receives the Rread payload, read straight off the socket.
 pub(crate) type ReadDone = Box<dyn FnOnce(Result<Vec<u8>, ClientError>) + Send>;
+/// Finishes a read whose payload is handed over in the stream ([`crate::Client::read_payload_async`]).
+pub type PayloadDone = Box<dyn FnOnce(Result<&mut Payload<'_>, ClientError>) + Send>;
 
 /// A request to encode. Writes borrow their payload so it is copied once, into the frame.
 pub(crate) enum Request<'a> {
@@ -94,6 +97,8 @@ impl Request<'_> {
 pub(crate) enum Completion {
     Msg(Done),
     Read(ReadDone),
+    /// An Rread whose payload is handed over still in the stream ([`crate::Payload`]).
+    Payload(PayloadDone),
     /// A blocking call: the reply is left in slot `index` of the waiter and its thread woken
     /// once every slot is filled. `data`: an Rread payload is wanted as raw bytes.
     Wake {
@@ -203,7 +208,26 @@ impl Completion {
         match self {
             Completion::Msg(done) => done(Err(e)),
             Completion::Read(done) => done(Err(e)),
+            Completion::Payload(done) => done(Err(e)),
             Completion::Wake { waiter, index, .. } => waiter.complete(index, Err(e)),
+        }
+    }
+
+    /// Whether an Rread for this request is to be handed over in the stream.
+    pub(crate) fn wants_payload(&self) -> bool {
+        matches!(self, Completion::Payload(_))
+    }
+
+    /// Hands an Rread's payload, still in the stream, to the caller.
+    pub(crate) fn finish_payload(self, payload: &mut Payload<'_>) {
+        match self {
+            Completion::Payload(done) => done(Ok(payload)),
+            other => {
+                let data = payload
+                    .read_to_vec()
+                    .map_err(|e| ClientError::Disconnected(e.to_string()));
+                other.finish(data.map(Reply::Data));
+            }
         }
     }
 
@@ -220,6 +244,13 @@ impl Completion {
         match self {
             Completion::Msg(done) => done(reply.map(Reply::into_msg)),
             Completion::Read(done) => done(reply.and_then(Reply::into_data)),
+            // Only an error comes here: an Rread goes to `finish_payload`.
+            Completion::Payload(done) => done(reply.and_then(|r| {
+                Err(ClientError::Protocol(format!(
+                    "Tread answered with {}",
+                    r.into_msg().name()
+                )))
+            })),
             Completion::Wake { waiter, index, .. } => waiter.complete(index, reply),
         }
     }

@@ -88,6 +88,7 @@ impl Host {
                             let _ = closer.shutdown(std::net::Shutdown::Both);
                         }),
                         hangup: Some(hangup),
+                        socket: None,
                     })
                 },
                 wait,

@@ -60,6 +60,10 @@ pub struct MountConfig {
     /// and a thread per CPU queue beside the `/dev/fuse` workers, which serve alone when
     /// it is off (the default: docs/bench.md has why), not offered, or refused.
     pub io_uring: bool,
+    /// A READ's data is spliced from the 9P socket into `/dev/fuse` where the transport
+    /// and the kernel allow it (default), rather than read into the mount's memory and
+    /// written from there (`crossfs stats`: `data`).
+    pub splice_reads: bool,
 }
 
 impl Default for MountConfig {
@@ -82,6 +86,7 @@ impl Default for MountConfig {
             fs_name: "crossfs".to_string(),
             replica_entries: crate::known::replica::DEFAULT_REPLICA_ENTRIES,
             io_uring: false,
+            splice_reads: true,
         }
     }
 }

@@ -23,6 +23,8 @@ pub(crate) struct Request<'a> {
     pub config: &'a MountConfig,
     /// FUSE `default_permissions`: the kernel checks each caller against the modes shown.
     pub default_permissions: bool,
+    /// FUSE `max_read`: the largest READ the kernel sends, if smaller than its request size.
+    pub max_read: Option<u32>,
     /// FUSE `allow_other`: users other than the one mounting may use it.
     pub allow_other: bool,
 }
@@ -52,6 +54,9 @@ pub(crate) fn mount(mountpoint: &Path, req: &Request<'_>) -> io::Result<Option<O
     }
     if req.allow_other {
         data.push_str(",allow_other");
+    }
+    if let Some(n) = req.max_read {
+        data.push_str(&format!(",max_read={n}"));
     }
     let mut flags = MountFlags::NOSUID | MountFlags::NODEV;
     let config = req.config;

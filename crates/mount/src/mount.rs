@@ -57,7 +57,13 @@ pub fn mount(
             "max_pages and max_write must allow at least one page".into(),
         ));
     }
-    let sizes = RequestSize::new(config, kernel_max_pages(), client.max_io());
+    let mut sizes = RequestSize::new(config, kernel_max_pages(), client.max_io());
+    let max_read = splice_read_size(config, &sizes);
+    if let Some(n) = max_read {
+        // A readahead window of 1 MiB over READs of 1020 KiB would be a READ of 1020 KiB
+        // and one of 4 KiB: twice the round trips.
+        sizes.readahead = sizes.readahead.min(n);
+    }
     let state = Arc::new(MountState::new(client, root, config, sizes));
     // After a reconnect (if the caller enabled it), bind the mount's fids again.
     let weak = Arc::downgrade(&state);
@@ -99,12 +105,13 @@ pub fn mount(
         config,
         default_permissions,
         allow_other: config.allow_other,
+        max_read,
     };
     let dev = match crate::direct::mount(mountpoint, &request).map_err(mount_err)? {
         Some(dev) => dev,
         None => crate::session::mount_with_fusermount(
             mountpoint,
-            &fusermount_options(config, default_permissions),
+            &fusermount_options(config, default_permissions, max_read),
         )
         .map_err(mount_err)?,
     };
@@ -162,7 +169,24 @@ pub fn mount(
 
 /// The options of a mount through fusermount3 (for a user who may not mount), as `-o`
 /// takes them: the source's commas and backslashes escaped, as libfuse does.
-fn fusermount_options(config: &MountConfig, default_permissions: bool) -> String {
+/// The `max_read` to mount with when READs are spliced (`MountConfig::splice_reads`) and a
+/// reply of the kernel's request size would not fit the pipe this process may make
+/// (`crate::session::largest_read`): READs a page smaller then, rather than none spliced.
+fn splice_read_size(config: &MountConfig, sizes: &RequestSize) -> Option<u32> {
+    if !config.splice_reads {
+        return None;
+    }
+    let request = sizes.max_pages.saturating_mul(PAGE);
+    let fits = crate::session::largest_read(request as usize)?;
+    let fits = u32::try_from(fits).ok()?;
+    (fits < request && fits > 0).then_some(fits)
+}
+
+fn fusermount_options(
+    config: &MountConfig,
+    default_permissions: bool,
+    max_read: Option<u32>,
+) -> String {
     let mut fs_name = String::new();
     for c in config.fs_name.chars() {
         if matches!(c, ',' | '\\') {
@@ -186,6 +210,9 @@ fn fusermount_options(config: &MountConfig, default_permissions: bool) -> String
         if on {
             options.push(option.into());
         }
+    }
+    if let Some(n) = max_read {
+        options.push(format!("max_read={n}"));
     }
     options.join(",")
 }

@@ -108,11 +108,15 @@ pub(crate) struct CacheCounters {
 }
 
 /// Bytes of file data the mount moved, by path (one mount per process, as `IO_ERRORS`):
-/// every byte of a READ (or READLINK) reply is received from the socket into the mount's
-/// memory, then written from there into `/dev/fuse` (or the FUSE ring); every byte of a
-/// WRITE is copied from the request into a 9P frame. No zero-copy path exists in the mount
-/// yet: `read_spliced` says so, and is where one would count.
+/// a READ's reply received from the socket into the mount's memory, then written from
+/// there into `/dev/fuse` (or the FUSE ring): compound reads (`Twalkread`, small files
+/// fetched ahead), READLINK, reads split over several Treads, the io_uring transport, and
+/// any reply the kernel would not splice; every byte of a WRITE is copied from the request
+/// into a 9P frame.
 pub(crate) static DATA_READ_COPIED: AtomicU64 = AtomicU64::new(0);
+/// A READ's Rread payload spliced from the 9P socket into `/dev/fuse`
+/// (`crate::session::splice`), never in the mount's memory.
+pub(crate) static DATA_READ_SPLICED: AtomicU64 = AtomicU64::new(0);
 /// See [`DATA_READ_COPIED`].
 pub(crate) static DATA_WRITE_COPIED: AtomicU64 = AtomicU64::new(0);
 
@@ -249,7 +253,7 @@ impl Stats {
             "io_errors": IO_ERRORS.load(Relaxed),
             "data": {
                 "read_copied": DATA_READ_COPIED.load(Relaxed),
-                "read_spliced": 0,
+                "read_spliced": DATA_READ_SPLICED.load(Relaxed),
                 "write_copied": DATA_WRITE_COPIED.load(Relaxed),
             },
             "caches": {

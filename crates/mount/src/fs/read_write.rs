@@ -13,7 +13,7 @@ use crate::session::{Errno, FileHandle, INodeNo, ReplyData, ReplyEmpty, ReplyWri
 use crossfs_client::ClientError;
 use crossfs_wire::{Rmessage, Tfallocate, Tfsync, Tmessage, Twalkread};
 
-use super::reply::{answer, Later, NowOrLater, Written};
+use super::reply::{answer, count_moved, Later, NowOrLater, Written};
 use super::{errno, MountState};
 use crate::ahead::small_files::SmallFile;
 use crate::fid::FidRef;
@@ -231,14 +231,18 @@ impl MountState {
         self.reading(file.reopen.node);
         let client = self.client.clone();
         if size <= max {
-            return Ok(Later::new(move |reply| {
-                client.read_async(
+            let splice = self.config.splice_reads;
+            return Ok(Later::new(move |reply: ReplyData| {
+                client.read_payload_async(
                     fid,
                     offset,
                     size,
                     Box::new(move |r| {
                         drop(file);
-                        answer(reply, r.map_err(|e| errno(&e)));
+                        match r {
+                            Ok(payload) => count_moved(reply.payload(payload, splice)),
+                            Err(e) => reply.error(errno(&e)),
+                        }
                     }),
                 );
             }));

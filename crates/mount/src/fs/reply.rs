@@ -120,6 +120,17 @@ impl Answer<ReplyData> for &[u8] {
     }
 }
 
+/// Counts a READ's payload by the path it took (`crossfs stats`: `data`).
+pub(crate) fn count_moved(moved: crate::session::Moved) {
+    use std::sync::atomic::Ordering::Relaxed;
+    match moved {
+        crate::session::Moved::Spliced(n) => {
+            crate::stats::DATA_READ_SPLICED.fetch_add(n as u64, Relaxed);
+        }
+        crate::session::Moved::Copied(n) => count_read(n),
+    }
+}
+
 /// Counts data sent to the kernel from the mount's memory (`crossfs stats`: `data`).
 fn count_read(n: usize) {
     crate::stats::DATA_READ_COPIED.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);

@@ -71,6 +71,10 @@ impl Channel for DevFuse {
         }
         Ok(())
     }
+
+    fn splice_target(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        Some(self.fd.as_fd())
+    }
 }
 
 /// `FUSE_DEV_IOC_CLONE`: `_IOR(229, 0, uint32_t)`, whose argument is a pointer to the

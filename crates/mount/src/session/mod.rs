@@ -17,6 +17,7 @@ mod dev;
 mod dispatch;
 mod notify;
 mod reply;
+mod splice;
 mod types;
 mod uring;
 
@@ -30,8 +31,8 @@ use crossfs_fuse_abi::{self as abi, encode, Op};
 pub(crate) use dispatch::{Acl, Filesystem};
 pub use notify::Notifier;
 pub use reply::{
-    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Moved, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
+    ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
 };
 pub use types::{
     AccessFlags, BsdFileFlags, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation,
@@ -41,6 +42,7 @@ pub use types::{
 
 use dev::DevFuse;
 use reply::ReplySender;
+pub(crate) use splice::largest_read;
 pub(crate) use uring::TransportCounters;
 
 /// Bytes a request may carry beyond a WRITE's data (its header and `fuse_write_in`), and

@@ -7,12 +7,16 @@
 
 use std::ffi::OsStr;
 use std::io::IoSlice;
+use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crossfs_client::Payload;
 use crossfs_fuse_abi::encode::{self, Reply as Body, Ttl};
 use crossfs_fuse_abi::OUT_HEADER_LEN;
+
+use super::splice::Sent;
 
 use super::types::{Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo};
 
@@ -25,6 +29,11 @@ pub(crate) trait Channel: Send + Sync {
     /// The kernel's: ENOENT for a request whose caller was interrupted, ENODEV once the
     /// mount is gone.
     fn send(&self, message: &[IoSlice<'_>]) -> std::io::Result<()>;
+
+    /// The descriptor a reply may be spliced into (`/dev/fuse`), if the channel takes one.
+    fn splice_target(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
 }
 
 /// The channel a reply goes back through.
@@ -150,6 +159,53 @@ impl ReplyData {
     pub fn data(self, data: &[u8]) {
         self.0.ok(&[data]);
     }
+
+    /// Answers with an Rread's payload still in the 9P stream: spliced from the socket into
+    /// `/dev/fuse` where `splice` allows it and the channel and transport can
+    /// (`super::splice`), else read into memory and sent from there.
+    pub fn payload(mut self, payload: &mut Payload<'_>, splice: bool) -> Moved {
+        let len = payload.len();
+        let target = self
+            .0
+            .sender
+            .as_ref()
+            .filter(|_| splice && payload.has_socket());
+        let sent = match target.and_then(|s| s.splice_target().map(|fd| (s, fd))) {
+            Some((_, fd)) => super::splice::reply(fd, self.0.unique, payload),
+            None => Sent::Copy(payload.read_to_vec()),
+        };
+        match sent {
+            Sent::Spliced(n) => {
+                self.0.sender.take();
+                Moved::Spliced(n)
+            }
+            Sent::Gone => {
+                self.0.sender.take();
+                Moved::Copied(0)
+            }
+            Sent::Copy(Ok(data)) => {
+                self.0.ok(&[&data]);
+                Moved::Copied(data.len())
+            }
+            Sent::Copy(Err(e)) => {
+                tracing::warn!("reading a read's reply of {len} bytes: {e}");
+                self.0.error(Errno::EIO);
+                Moved::Copied(0)
+            }
+            Sent::Failed => {
+                self.0.error(Errno::EIO);
+                Moved::Copied(0)
+            }
+        }
+    }
+}
+
+/// The path a READ's payload took to the kernel, and its bytes.
+pub enum Moved {
+    /// Spliced from the socket into `/dev/fuse`.
+    Spliced(usize),
+    /// Read into the mount's memory and written from there.
+    Copied(usize),
 }
 
 impl ReplyEntry {
