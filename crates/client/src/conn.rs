@@ -655,23 +655,7 @@ impl Connection {
                 .map_err(|e| ClientError::Protocol(format!("{}: {e}", name(ty))))
         };
 
-        // The reply is in: timed before `take` hands the tag (and its `sent_at`) on.
-        let arrived = self.since_epoch();
-        let sent = self
-            .sent_at
-            .get(tag.0 as usize)
-            .map(|s| s.load(Ordering::Relaxed));
-        let Some(pending) = self.take(tag) else {
-            // The connection was closed meanwhile and the request already failed.
-            return Err("closed".into());
-        };
-        if let Some(sent) = sent {
-            let elapsed = Duration::from_nanos(arrived.saturating_sub(sent));
-            self.latency.record(pending.req_ty, elapsed);
-        }
-        // Counted after the tag and fid are free, so a caller that sees the count can rely on
-        // both (tests do).
-        self.counters.record(ty, len);
+        let pending = self.take_answered((ty, tag, len))?;
         let reply = reply.and_then(|reply| match reply {
             Reply::Msg(Rmessage::Lerror(e)) => {
                 self.counters.record_error(pending.req_ty);
@@ -691,6 +675,26 @@ impl Connection {
         Ok(blocking)
     }
 
+    /// The request under `tag`, whose reply of type `ty` and `len` bytes is in: its
+    /// latency recorded (timed before `take` hands the tag and its `sent_at` on) and the
+    /// reply counted, after the tag and fid are free, so that a caller that sees the count
+    /// can rely on both (tests do). `Err` if the connection was closed meanwhile and the
+    /// request already failed.
+    fn take_answered(&self, (ty, tag, len): (u8, Tag, usize)) -> Result<Pending, String> {
+        let arrived = self.since_epoch();
+        let sent = self
+            .sent_at
+            .get(tag.0 as usize)
+            .map(|s| s.load(Ordering::Relaxed));
+        let pending = self.take(tag).ok_or("closed")?;
+        if let Some(sent) = sent {
+            let elapsed = Duration::from_nanos(arrived.saturating_sub(sent));
+            self.latency.record(pending.req_ty, elapsed);
+        }
+        self.counters.record(ty, len);
+        Ok(pending)
+    }
+
     /// Finishes the request under `tag` with its Rread's payload still in the stream
     /// (`Completion::Payload`), then discards whatever the caller left of it.
     fn hand_payload(
@@ -698,19 +702,7 @@ impl Connection {
         (ty, tag, len): (u8, Tag, usize),
         mut payload: Payload<'_>,
     ) -> Result<bool, String> {
-        let arrived = self.since_epoch();
-        let sent = self
-            .sent_at
-            .get(tag.0 as usize)
-            .map(|s| s.load(Ordering::Relaxed));
-        let Some(pending) = self.take(tag) else {
-            return Err("closed".into());
-        };
-        if let Some(sent) = sent {
-            let elapsed = Duration::from_nanos(arrived.saturating_sub(sent));
-            self.latency.record(pending.req_ty, elapsed);
-        }
-        self.counters.record(ty, len);
+        let pending = self.take_answered((ty, tag, len))?;
         if pending.req_ty != Rread::TYPE - 1 {
             // A reply to something else: its caller wants no payload.
             let err =
