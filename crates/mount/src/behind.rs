@@ -65,6 +65,8 @@ pub(crate) enum NotAnswered {
 /// One change sent and not answered.
 struct Unanswered {
     ino: u64,
+    /// Another node the change predicts attributes of: a create's directory.
+    also: Option<u64>,
     /// The process that made the change.
     process: u32,
     msg: Tmessage,
@@ -85,6 +87,8 @@ struct Queue {
     bytes: usize,
     /// ino -> the attributes the newest unanswered change predicts, and its sequence.
     predicted: HashMap<u64, (u64, Rgetattr)>,
+    /// ino -> the sequence of its unanswered create (a node the server has not made yet).
+    creating: HashMap<u64, u64>,
     /// ino -> the errno of a refused change and the process that made it, until an
     /// fsync, or a close by that process, reports it.
     refused: HashMap<u64, (i32, u32)>,
@@ -105,6 +109,8 @@ struct Counters {
     refused: AtomicU64,
     resent: AtomicU64,
     waited_for_room: AtomicU64,
+    /// Creates the server made beside a name a host program took first.
+    conflicts: AtomicU64,
 }
 
 /// The changes this mount sent behind and has not yet seen answered (see the module doc).
@@ -119,9 +125,29 @@ pub(crate) struct ChangesBehind {
     to_host: crossfs_wire::LatencyHistograms,
 }
 
+/// What the server answered to a change sent behind.
+pub(crate) struct Answered {
+    /// The node's attributes after the change.
+    pub attrs: Rgetattr,
+    /// For a create: the name the file was made under (the one asked for, or a conflict
+    /// name beside it), and the directory's attributes after it.
+    pub created: Option<(Vec<u8>, Rgetattr)>,
+}
+
 /// What the mount does once a change sent behind is answered: update what it knows of
-/// the node from the server's attributes (`Ok`), or forget them (`Err`).
-pub(crate) type OnAnswer = Box<dyn FnOnce(Result<&Rgetattr, i32>) + Send>;
+/// the node from the server's answer (`Ok`), or forget it (`Err`).
+pub(crate) type OnAnswer = Box<dyn FnOnce(Result<&Answered, i32>) + Send>;
+
+/// A change to send behind: the node it changes, the thread that made it, the message,
+/// and the attributes it leaves the node with.
+pub(crate) struct Change {
+    pub ino: u64,
+    pub pid: u32,
+    pub msg: Tmessage,
+    pub predicted: Rgetattr,
+    /// Another node's attributes the change predicts: a create's directory.
+    pub also: Option<(u64, Rgetattr)>,
+}
 
 impl ChangesBehind {
     /// The attributes the newest unanswered change of `ino` predicts.
@@ -132,18 +158,50 @@ impl ChangesBehind {
             .map(|(_, a)| a.clone())
     }
 
-    /// Sends `msg` (a Tsetattrget, or a Twriteattr of at most
-    /// [`crossfs_wire::INLINE_WRITE_MAX`] bytes) for node `ino`, which leaves it with
-    /// attributes `predicted`; `on_answer` runs on the thread reading replies. Waits while
-    /// [`BYTES_LIMIT`] bytes are unanswered.
+    /// Whether node `ino` is a file created behind that the server has not made yet
+    /// (as far as the mount knows: its create is unanswered).
+    pub(crate) fn is_creating(&self, ino: u64) -> bool {
+        lock(&self.queue).creating.contains_key(&ino)
+    }
+
+    /// Waits until node `ino`, if created behind, is made (its create answered, or
+    /// refused): its attributes are then the server's, change time included.
+    pub(crate) fn wait_made(&self, ino: u64) -> Result<(), NotAnswered> {
+        let mut q = lock(&self.queue);
+        while q.creating.contains_key(&ino) {
+            if crossfs_client::caller_gave_up() {
+                return Err(NotAnswered::Interrupted);
+            }
+            q = self
+                .answered
+                .wait_timeout(q, crossfs_client::GIVE_UP_POLL)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
+        Ok(())
+    }
+
+    /// The nodes created behind that the server has not made yet.
+    pub(crate) fn creating_nodes(&self) -> std::collections::HashSet<u64> {
+        lock(&self.queue).creating.keys().copied().collect()
+    }
+
+    /// Sends `change` (a Tsetattrget, a Twriteattr of at most
+    /// [`crossfs_wire::INLINE_WRITE_MAX`] bytes, or a Tcreatebehind); `on_answer` runs
+    /// on the thread reading replies. Waits while [`BYTES_LIMIT`] bytes are unanswered.
     pub(crate) fn send(
         self: &std::sync::Arc<Self>,
         client: &Client,
-        (ino, pid): (u64, u32),
-        msg: Tmessage,
-        predicted: Rgetattr,
+        change: Change,
         on_answer: OnAnswer,
     ) {
+        let Change {
+            ino,
+            pid,
+            msg,
+            predicted,
+            also,
+        } = change;
         let bytes = OVERHEAD + written(&msg);
         let seq = {
             let mut q = lock(&self.queue);
@@ -161,10 +219,17 @@ impl ChangesBehind {
             let process = q.process_of(pid);
             q.bytes += bytes;
             q.predicted.insert(ino, (seq, predicted));
+            if let Some((other, a)) = &also {
+                q.predicted.insert(*other, (seq, a.clone()));
+            }
+            if matches!(msg, Tmessage::Createbehind(_)) {
+                q.creating.insert(ino, seq);
+            }
             q.unanswered.insert(
                 seq,
                 Unanswered {
                     ino,
+                    also: also.map(|(other, _)| other),
                     process,
                     msg: msg.clone(),
                     bytes,
@@ -209,28 +274,44 @@ impl ChangesBehind {
         mut q: std::sync::MutexGuard<'_, Queue>,
         seq: u64,
         change: Unanswered,
-        attrs: Result<Rgetattr, i32>,
+        attrs: Result<Answered, i32>,
     ) {
         q.bytes -= change.bytes;
         self.to_host
             .record(change.msg.msg_type(), change.sent.elapsed());
-        match attrs {
-            Ok(_) => {
+        match &attrs {
+            Ok(a) => {
                 self.counters.answered.fetch_add(1, Relaxed);
+                if let (Some((made, _)), Tmessage::Createbehind(c)) = (&a.created, &change.msg) {
+                    if *made != c.create.name {
+                        self.counters.conflicts.fetch_add(1, Relaxed);
+                        tracing::warn!(
+                            node = change.ino,
+                            "a host program made '{}' first: the guest's file is kept beside it as '{}'",
+                            String::from_utf8_lossy(&c.create.name),
+                            String::from_utf8_lossy(made)
+                        );
+                    }
+                }
             }
-            Err(errno) => self.refused(&mut q, &change, errno),
+            Err(errno) => self.refused(&mut q, &change, *errno),
         }
         // Before anyone waiting learns of it: what the mount does with the answer is part
         // of it.
         q.holds += 1;
         drop(q);
-        let ino = change.ino;
+        let (ino, also) = (change.ino, change.also);
         (change.on_answer)(attrs.as_ref().map_err(|e| *e));
         // The prediction answers until the mount has taken in the server's answer: a
         // directory replica, say, still shows the file as it was until then.
         let mut q = lock(&self.queue);
-        if q.predicted.get(&ino).is_some_and(|(s, _)| *s == seq) {
-            q.predicted.remove(&ino);
+        for node in std::iter::once(ino).chain(also) {
+            if q.predicted.get(&node).is_some_and(|(s, _)| *s == seq) {
+                q.predicted.remove(&node);
+            }
+        }
+        if q.creating.get(&ino) == Some(&seq) {
+            q.creating.remove(&ino);
         }
         q.holds -= 1;
         drop(q);
@@ -389,6 +470,7 @@ impl ChangesBehind {
             "refused": c.refused.load(Relaxed),
             "resent": c.resent.load(Relaxed),
             "waited_for_room": c.waited_for_room.load(Relaxed),
+            "conflicts": c.conflicts.load(Relaxed),
             "unreported_refusals": q.refused.len(),
         })
     }
@@ -438,12 +520,19 @@ fn written(msg: &Tmessage) -> usize {
     }
 }
 
-/// The file's attributes after change `msg`, from the server's answer `r`, or the errno
-/// it is refused with.
-fn attrs_after(msg: &Tmessage, r: Result<Rmessage, ClientError>) -> Result<Rgetattr, i32> {
+/// What change `msg` left, from the server's answer `r`, or the errno it is refused with.
+fn attrs_after(msg: &Tmessage, r: Result<Rmessage, ClientError>) -> Result<Answered, i32> {
+    let attrs = |attrs| Answered {
+        attrs,
+        created: None,
+    };
     match r {
-        Ok(Rmessage::Setattrget(s)) => Ok(s.attr),
-        Ok(Rmessage::Writeattr(w)) if w.count as usize == written(msg) => Ok(w.attr),
+        Ok(Rmessage::Setattrget(s)) => Ok(attrs(s.attr)),
+        Ok(Rmessage::Writeattr(w)) if w.count as usize == written(msg) => Ok(attrs(w.attr)),
+        Ok(Rmessage::Createbehind(c)) => Ok(Answered {
+            attrs: c.created.attr,
+            created: Some((c.name, c.dir)),
+        }),
         // Short: the rest did not reach the host (a full disk, say).
         Ok(Rmessage::Writeattr(_)) => Err(libc::ENOSPC),
         Ok(_) => Err(libc::EIO),

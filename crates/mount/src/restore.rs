@@ -41,7 +41,13 @@ pub(crate) fn restore(shared: &MountState, client: &Client) -> Result<(), Client
     shared.known.listed.all_changed();
     // Idle open fids are not in the handle table: not worth reopening.
     shared.known.idle.clear();
-    let (mut nodes, lazy, names) = shared.known.inodes.snapshot();
+    let (mut nodes, mut lazy, mut names) = shared.known.inodes.snapshot();
+    // Files created behind and not made yet: their create, sent again after this hook
+    // (`crate::behind`), binds their fids.
+    let unmade = shared.behind.creating_nodes();
+    nodes.retain(|ino, _| !unmade.contains(ino));
+    lazy.retain(|(ino, _)| !unmade.contains(ino));
+    names.retain(|(_, _, ino)| !unmade.contains(ino));
     // Nodes answered from a replica have no fid yet; a directory among them may hold
     // bound nodes, and an open file may be one. Each gets a fid now if its name leads
     // to it; the others stay without one (walked when next needed).
@@ -62,7 +68,7 @@ pub(crate) fn restore(shared: &MountState, client: &Client) -> Result<(), Client
     }
     // A node bound after the snapshot (a lookup racing with the restore) is bound on the
     // old connection only: stale like the rest, until looked up again.
-    shared.known.inodes.mark_stale_except(&bound);
+    shared.known.inodes.mark_stale_except(&bound, &unmade);
     let files = shared.known.handles.all();
     let mut reopen = Vec::new();
     let mut locks_lost = 0;
@@ -71,6 +77,8 @@ pub(crate) fn restore(shared: &MountState, client: &Client) -> Result<(), Client
             locks_lost += 1;
         }
         match (bound.get(&file.reopen.node), file.fid()) {
+            // Its create, sent again, opens it.
+            _ if unmade.contains(&file.reopen.node) => {}
             // It lists through its node's fid, bound again above.
             (Some(_), _) if file.listing_only => {}
             // A deferred open: its first read opens it through the node, as bound now.
@@ -83,7 +91,8 @@ pub(crate) fn restore(shared: &MountState, client: &Client) -> Result<(), Client
     }
     let reopened = reopen_files(client, &reopen)?;
     for file in &files {
-        let lost = file.fid().is_some_and(|f| !reopened.contains(&f.fid()));
+        let lost = file.fid().is_some_and(|f| !reopened.contains(&f.fid()))
+            && !unmade.contains(&file.reopen.node);
         if !file.listing_only && lost {
             file.stale.store(true, Relaxed);
         }

@@ -10,7 +10,7 @@ use crossfs_wire::{Rgetattr, Tmessage, Tsetattrget, Twriteattr};
 use super::attr::Change;
 use super::reply::Attr;
 use super::{wire_time, MountState};
-use crate::behind::OnAnswer;
+use crate::behind::{self, OnAnswer};
 use crate::config::ChangeMode;
 use crate::fid::FidRef;
 use crate::known::handle::OpenFile;
@@ -19,12 +19,12 @@ use crate::remote::ATTR_MASK;
 
 /// Bits the host's kernel may take off a file on a change (on a chown or a write by
 /// another user): a file with them, or a change setting them, waits for the server.
-const SET_ID: u32 = libc::S_ISUID | libc::S_ISGID;
+pub(super) const SET_ID: u32 = libc::S_ISUID | libc::S_ISGID;
 
 impl MountState {
     /// Whether changes may go behind now: asked for, and the mount's knowledge is exact
     /// (events followed, the crossfs extension spoken).
-    fn sends_behind(&self) -> bool {
+    pub(super) fn sends_behind(&self) -> bool {
         self.config.changes == ChangeMode::Behind
             && self.client.has_extensions()
             && self.follows_events()
@@ -32,7 +32,11 @@ impl MountState {
 
     /// The attributes of node `ino` exactly as the server has them as `change` starts, or
     /// will once the changes sent behind are done.
-    fn exact_attrs(&self, ino: u64, change: Option<&ChangeInFlight>) -> Option<Rgetattr> {
+    pub(super) fn exact_attrs(
+        &self,
+        ino: u64,
+        change: Option<&ChangeInFlight>,
+    ) -> Option<Rgetattr> {
         if let Some(a) = self.behind.predicted(ino) {
             return Some(a);
         }
@@ -62,8 +66,14 @@ impl MountState {
         });
         self.changing_behind(ino.0, &new);
         let on_answer = self.on_behind_answer(ino.0, fid.clone(), in_flight.take());
-        self.behind
-            .send(&self.client, (ino.0, pid), msg, new.clone(), on_answer);
+        let change = behind::Change {
+            ino: ino.0,
+            pid,
+            msg,
+            predicted: new.clone(),
+            also: None,
+        };
+        self.behind.send(&self.client, change, on_answer);
         Some(self.predicted_answer(ino.0, &new))
     }
 
@@ -103,15 +113,21 @@ impl MountState {
         });
         self.changing_behind(ino, &new);
         let on_answer = self.on_behind_answer(ino, fid.clone(), change.take());
-        self.behind
-            .send(&self.client, (ino, pid), msg, new, on_answer);
+        let change = behind::Change {
+            ino,
+            pid,
+            msg,
+            predicted: new,
+            also: None,
+        };
+        self.behind.send(&self.client, change, on_answer);
         true
     }
 
     /// As a change sent behind starts: the names of the file in directory replicas are
     /// asked of the server from now on (which answers after the change, sent first), so
     /// that nothing read from a replica before the answer outlives the prediction.
-    fn changing_behind(&self, ino: u64, new: &Rgetattr) {
+    pub(super) fn changing_behind(&self, ino: u64, new: &Rgetattr) {
         self.known.replicas.own_changed(ino, new.qid.path);
     }
 
@@ -152,7 +168,7 @@ impl MountState {
     ) -> OnAnswer {
         let shared = self.clone();
         Box::new(move |r| {
-            match r {
+            match r.map(|answered| &answered.attrs) {
                 Ok(a) if a.valid != 0 => {
                     let fetched = change.and_then(|c| c.end_with_answer(a));
                     shared.known.inodes.observe(ino, a, fetched);
@@ -173,7 +189,7 @@ impl MountState {
     /// After a refused change the kernel drops what it holds of the file (attributes
     /// and pages) and asks the server. The pages go on a thread of their own: dropping
     /// them waits for reads in progress, which may wait for the thread answering this.
-    fn forget_refused(&self, ino: u64) {
+    pub(super) fn forget_refused(&self, ino: u64) {
         let Some(notifier) = self.notifier.get().cloned() else {
             return;
         };

@@ -14,7 +14,7 @@ use super::reply::{Created, Opened};
 use super::{errno, Caller, MountState};
 use crate::fid::FidRef;
 use crate::known::handle::{Reopen, Unannounced};
-use crate::known::listed_attrs::Fetched;
+use crate::known::listed_attrs::{ChangeInFlight, Fetched};
 use crate::known::replica::DirLeft;
 use crate::remote::{clone_fid, expect_reply, resolve_one, ATTR_MASK};
 
@@ -36,17 +36,29 @@ impl MountState {
     /// The kernel sends CREATE only for a name it believes missing; with negative caching
     /// the name may have appeared on the host since. Without O_EXCL that must open the
     /// existing file, so EEXIST falls back to lookup + open.
+    ///
+    /// With `--changes behind`, a create the mount can answer exactly is answered here
+    /// and sent after (`fs/create_behind.rs`); `change` marks the directory and the name
+    /// as changing, `pid` is the caller's thread.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn create(
-        &self,
+        self: &Arc<Self>,
         parent: INodeNo,
         name: &[u8],
         mode: u32,
         flags: i32,
-        caller: Caller,
+        (caller, pid): (Caller, u32),
+        change: &ChangeInFlight,
     ) -> Result<Created, Errno> {
         self.writable()?;
         let dir = self.node(parent)?;
         let wire = wire_open_flags(flags, self.config.cache.writeback());
+        let behind = (mode, flags, wire);
+        if let Some(created) =
+            self.create_behind((parent, &dir), name, behind, (caller, pid), change)
+        {
+            return created;
+        }
         if self.client.has_extensions() {
             // The server charges the open file before it creates anything: a refusal for
             // want of descriptors may be tried again.
@@ -144,6 +156,7 @@ impl MountState {
             FidRef::new(&self.client, nodefid),
         );
         let a = self.give_to(caller, &node, created.attr)?;
+        self.note_new_file_owner(caller, &a);
         Ok((fid, node, a, left, Some(asked)))
     }
 
@@ -176,6 +189,17 @@ impl MountState {
         }
         self.known.replicas.own_created(parent.0, name, &a, left);
         let fa = self.remember((parent, name), node, &a, fetched);
+        self.open_created(fa, fid, (flags, wire))
+    }
+
+    /// The answer to a CREATE of the file with attributes `fa`, opened as `fid` with
+    /// (Linux) `flags` and `wire` (the server's): its handle.
+    pub(super) fn open_created(
+        &self,
+        fa: crate::session::FileAttr,
+        fid: Arc<FidRef>,
+        (flags, wire): (i32, u32),
+    ) -> Created {
         let ino = fa.ino.0;
         let open_flags = self.fopen_flags(ino, flags);
         if self.may_leave_opens_unannounced() {
@@ -200,6 +224,7 @@ impl MountState {
             return Created {
                 attr: fa,
                 ttl: self.entry_ttl(),
+                attr_ttl: self.entry_ttl(),
                 opened: Opened(FileHandle(0), open_flags),
             };
         }
@@ -210,6 +235,7 @@ impl MountState {
         Created {
             attr: fa,
             ttl: self.entry_ttl(),
+            attr_ttl: self.entry_ttl(),
             opened: Opened(FileHandle(fh), open_flags),
         }
     }

@@ -609,9 +609,10 @@ impl Filesystem for CrossFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let (s, _change) = self.s_changing(req, Op::Create, &[], &[(parent.0, bytes(name))]);
+        let (s, change) = self.s_changing(req, Op::Create, &[], &[(parent.0, bytes(name))]);
         s.changes.note_name(parent.0, bytes(name));
-        let created = s.create(parent, bytes(name), mode, flags, self.caller(req, parent));
+        let caller = (self.caller(req, parent), req.pid());
+        let created = s.create(parent, bytes(name), mode, flags, caller, &change);
         answer(reply, created);
     }
 

@@ -29,6 +29,7 @@ mod face;
 
 pub(crate) use face::CrossFs;
 mod create;
+mod create_behind;
 mod lock;
 mod open;
 mod pushes;

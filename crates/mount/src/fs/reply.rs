@@ -158,14 +158,23 @@ impl Answer<ReplyStatfs> for Rstatfs {
 /// its open handle.
 pub(crate) struct Created {
     pub attr: FileAttr,
+    /// How long the kernel keeps the name.
     pub ttl: Duration,
+    /// How long it keeps the attributes.
+    pub attr_ttl: Duration,
     pub opened: Opened,
 }
 
 impl Answer<ReplyCreate> for Created {
     fn send(self, reply: ReplyCreate) {
         let Opened(fh, flags) = self.opened;
-        reply.created(&self.ttl, &self.attr, Generation(0), fh, flags);
+        reply.created(
+            (&self.ttl, &self.attr_ttl),
+            &self.attr,
+            Generation(0),
+            fh,
+            flags,
+        );
     }
 }
 

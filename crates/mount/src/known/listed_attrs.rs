@@ -260,21 +260,36 @@ impl ListedAttrs {
     /// `asked` (taken before the creation was sent) but its echo: an event of a host change
     /// to it would have.
     pub(crate) fn created(&self, answer: &Rgetattr, asked: &Fetched) -> Option<Fetched> {
+        self.made(None, answer, asked)
+    }
+
+    /// [`ListedAttrs::created`] for a file created behind, known by `qid.path` `unmade`
+    /// until this answer: changes to it that started meanwhile marked `unmade`, and their
+    /// marks move to the file's own `qid.path` (their answers then count as fetched, as
+    /// they would have for a file made before they started), while the creation's answer,
+    /// which they went past, does not count.
+    pub(crate) fn made(
+        &self,
+        unmade: Option<u64>,
+        answer: &Rgetattr,
+        asked: &Fetched,
+    ) -> Option<Fetched> {
         let qid_path = answer.qid.path;
         let mut changed = crate::sync::lock(&self.changed);
+        let later = unmade.and_then(|u| changed.remove(&u));
         let untouched = self.all_changed.load(SeqCst) <= asked.tick
             && (changed
                 .get(&qid_path)
                 .is_none_or(|&tick| tick <= asked.tick)
                 || self.shown_since(&changed, qid_path, asked.tick, Status::of(answer)));
         let tick = self.clock.fetch_add(1, SeqCst) + 1;
-        changed.insert(qid_path, tick);
+        changed.insert(qid_path, later.unwrap_or(tick));
         if changed.len() > CHANGED_LIMIT {
             changed.clear();
             self.all_changed.store(tick, SeqCst);
         }
         drop(changed);
-        (untouched && asked.following).then(|| Fetched {
+        (untouched && asked.following && later.is_none()).then(|| Fetched {
             tick,
             at: Instant::now(),
             following: self.is_following(),

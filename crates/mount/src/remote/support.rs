@@ -31,4 +31,15 @@ pub(crate) struct ServerSupport {
     pub no_fallocate: AtomicBool,
     /// The server refused to give a new file to its creator (it is not root).
     pub chown_refused: AtomicBool,
+    /// The owner and group the last file created through the server came out with, and
+    /// the caller's it was made for: what a create sent behind for the same caller
+    /// predicts (`MountState::create_behind`).
+    pub new_file_owner: std::sync::Mutex<Option<NewFileOwner>>,
+}
+
+/// A file created for a caller with (uid, gid) `asked` came out owned by (uid, gid) `got`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct NewFileOwner {
+    pub asked: (u32, u32),
+    pub got: (u32, u32),
 }

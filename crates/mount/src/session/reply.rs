@@ -289,17 +289,24 @@ impl ReplyStatfs {
 impl ReplyCreate {
     /// Answers with the new file's entry (name and attributes kept for `ttl`) and its open
     /// handle.
+    /// `ttls`: how long the kernel keeps the entry, and the attributes.
     pub fn created(
         self,
-        ttl_: &Duration,
+        (entry_ttl, attr_ttl): (&Duration, &Duration),
         attr: &FileAttr,
         generation: Generation,
         fh: FileHandle,
         flags: FopenFlags,
     ) {
         let mut b = Body::with_capacity(128 + 16);
-        b.entry_of(attr.ino.0, generation.0, &attr.wire(), ttl(ttl_), ttl(ttl_))
-            .open_out(fh.0, flags.bits());
+        b.entry_of(
+            attr.ino.0,
+            generation.0,
+            &attr.wire(),
+            ttl(entry_ttl),
+            ttl(attr_ttl),
+        )
+        .open_out(fh.0, flags.bits());
         self.0.body(b);
     }
 }

@@ -25,6 +25,11 @@ pub(crate) const ROOT: u64 = 1;
 /// The `qid_path` of a placeholder node (see [`InodeTable::placeholder`]): no file has it.
 const PLACEHOLDER: u64 = u64::MAX;
 
+/// The first `qid.path` given to files created behind before the server made them (see
+/// [`InodeTable::unmade_path`]): above every `qid.path` a crossfs server gives (inode
+/// numbers, with a device's index from bit 48 for files on other devices).
+const UNMADE_PATHS: u64 = 0xffff_0000_0000_0000;
+
 /// Statuses a node remembers from before its newest (see `Inode::passed`).
 const PASSED_STATUSES: usize = 3;
 
@@ -158,6 +163,8 @@ struct Inner {
     /// The next node id for a file whose own inode number is taken (see
     /// [`InodeTable::insert`]), counting down from the top of the range.
     next_spare: u64,
+    /// The next `qid.path` for a file created behind (see [`InodeTable::unmade_path`]).
+    next_unmade: u64,
 }
 
 /// How a file being remembered was reached.
@@ -626,16 +633,51 @@ impl InodeTable {
         (nodes, lazy, names)
     }
 
-    /// Marks every node but those in `bound` (and the root) stale: their fids were not
-    /// bound again on a new connection.
-    pub(crate) fn mark_stale_except(&self, bound: &NodeFids) -> usize {
+    /// A `qid.path` for a file created behind until the server has made it: no file on the
+    /// server has it, and the node is found by it until [`InodeTable::made`].
+    pub(crate) fn unmade_path(&self) -> u64 {
+        let mut inner = self.lock();
+        let path = UNMADE_PATHS | (inner.next_unmade & !UNMADE_PATHS);
+        inner.next_unmade = inner.next_unmade.wrapping_add(1);
+        path
+    }
+
+    /// The server made node `ino`'s file, created behind with `qid.path` `unmade`: the
+    /// node is found by the file's own from now on.
+    pub(crate) fn made(&self, ino: u64, unmade: u64, made: &Rgetattr) {
+        let mut inner = self.lock();
+        let Some(node) = inner.by_ino.get_mut(&ino).filter(|n| n.qid_path == unmade) else {
+            return;
+        };
+        node.qid_path = made.qid.path;
+        inner.unmap_path(unmade, ino);
+        inner.map_path(made.qid.path, ino);
+    }
+
+    /// The server refused to make node `ino`'s file, created behind: it answers ESTALE
+    /// (its fid was never bound), and is found by no `qid.path`.
+    pub(crate) fn never_made(&self, ino: u64) {
+        let mut inner = self.lock();
+        let Some(node) = inner.by_ino.get_mut(&ino) else {
+            return;
+        };
+        node.stale = true;
+        let path = node.qid_path;
+        inner.unmap_path(path, ino);
+    }
+
+    /// Marks every node but those in `bound` or `unmade` (and the root) stale: their fids
+    /// were not bound again on a new connection (those of files created behind and not
+    /// yet made are bound by their create, sent again).
+    pub(crate) fn mark_stale_except(&self, bound: &NodeFids, unmade: &HashSet<u64>) -> usize {
         let mut inner = self.lock();
         let mut stale = 0;
         for (ino, node) in inner.by_ino.iter_mut() {
             // A node without a fid is walked from its directory's when needed; if that
             // one was not bound again, the walk fails and the node answers ESTALE then.
             let lazy = node.fid.is_none();
-            if *ino != ROOT && node.qid_path != PLACEHOLDER && !lazy && !bound.contains_key(ino) {
+            let kept = bound.contains_key(ino) || unmade.contains(ino);
+            if *ino != ROOT && node.qid_path != PLACEHOLDER && !lazy && !kept {
                 node.stale = true;
                 stale += 1;
             }

@@ -245,6 +245,17 @@ impl InodeTable {
         Self::move_origin(&mut inner, ino, from, to);
     }
 
+    /// Node `ino`'s file, created behind as `asked` in `parent`, was made as `made` (a
+    /// host program had taken `asked`): it is found there from now on.
+    pub(crate) fn made_as(&self, ino: u64, parent: u64, asked: &[u8], made: &[u8]) {
+        let mut inner = self.lock();
+        if inner.names.get(&parent).and_then(|d| d.get(asked)) == Some(&ino) {
+            Self::unname(&mut inner, parent, asked);
+        }
+        Self::name(&mut inner, parent, made, ino);
+        Self::move_origin(&mut inner, ino, (parent, asked), (parent, made));
+    }
+
     /// The host renamed `from` to `to`, and the file was node `ino`'s: a node without a
     /// fid is walked from `to` from now on, so that its open files read on. The names the
     /// kernel holds are the feed's to drop.

@@ -203,6 +203,30 @@ impl DirReplicas {
         }
     }
 
+    /// The file created behind as `name` in `dir`, shown meanwhile with attributes whose
+    /// `qid.path` was `unmade`, was made by the server with attributes `made`: the entry
+    /// takes them, unless something changed it since (then it is asked of the server).
+    pub(crate) fn own_made(&self, dir: u64, name: &[u8], unmade: u64, made: &Rgetattr) {
+        let mut inner = self.lock();
+        let shown = match inner.dirs.get(&dir).and_then(|r| r.slots.get(name)) {
+            Some(Slot::Known(a)) => a.qid.path == unmade,
+            _ => false,
+        };
+        if shown {
+            inner.set(dir, name, Some(Slot::Known(Arc::new(made.clone()))));
+        }
+    }
+
+    /// The attributes a create sent behind left directory `dir` with, answered now: kept
+    /// for its next GETATTR (see [`DirReplicas::left_attrs`]) if no name in it changed
+    /// since `after`, taken as the mount showed the created name.
+    pub(crate) fn own_left_behind(&self, dir: u64, after: Ticket, attrs: &Rgetattr) {
+        let mut inner = self.lock();
+        if attrs.valid != 0 && inner.names_still(dir, after) {
+            inner.keep_left(dir, Some(attrs.clone()));
+        }
+    }
+
     /// `name` in `dir` did not lead where the replica said: ask the server from now on.
     pub(crate) fn stale(&self, dir: u64, name: &[u8]) {
         let mut inner = self.lock();

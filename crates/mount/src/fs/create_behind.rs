@@ -1,0 +1,263 @@
+//! CREATE sent behind (`--changes behind`, see `crate::behind`): a new regular file the
+//! mount answers itself, with a node, attributes and an open handle, and makes on the
+//! server after, with `Tcreatebehind`.
+//!
+//! Only where the mount can tell the server will make the file as predicted: the
+//! directory's replica is complete and has no such name, the directory's attributes are
+//! known exactly (the kernel checked the caller's permission against them) and it is not
+//! set-group-ID, the mode has no set-ID bits, and the last file the server made for the
+//! same caller came out with the owner predicted. Everything else waits, as in the exact
+//! mode.
+//!
+//! Until the server has answered, the file is known by a `qid.path` of the mount's own
+//! (`InodeTable::unmade_path`): its fids, chosen by the mount, are bound by the create,
+//! which the server runs before the connection's next request, so changes to the file
+//! sent behind after it, or waiting for the server, find it made. Where a host program
+//! took the name meanwhile, the server makes the file beside it as
+//! `NAME.crossfs-conflict-N` and the node moves there; the host's file is left alone.
+//! A create refused (ENOSPC, EACCES, ...) leaves a node that answers ESTALE, and its
+//! errno is reported as any refused change's (`crate::behind`).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::session::{Errno, INodeNo};
+use crossfs_wire::{
+    open_flags, Qid, Rgetattr, Tcreateattr, Tcreatebehind, Tmessage, QID_TYPE_FILE,
+};
+
+use super::behind::SET_ID;
+use super::reply::Created;
+use super::{wire_time, Caller, MountState};
+use crate::behind::{self, Answered, OnAnswer};
+use crate::fid::FidRef;
+use crate::known::listed_attrs::{ChangeInFlight, Fetched};
+use crate::known::replica::{Answer, Ticket};
+use crate::remote::support::NewFileOwner;
+use crate::remote::ATTR_MASK;
+
+impl MountState {
+    /// CREATE of `name` in `parent` from thread `pid` sent behind, if it may be (see the
+    /// module doc). `wire`: the open flags for the server.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn create_behind(
+        self: &Arc<Self>,
+        (parent, dir): (INodeNo, &Arc<FidRef>),
+        name: &[u8],
+        (mode, flags, wire): (u32, i32, u32),
+        (caller, pid): (Caller, u32),
+        change: &ChangeInFlight,
+    ) -> Option<Result<Created, Errno>> {
+        if !self.sends_behind()
+            || mode & SET_ID != 0
+            || !self.replicas_usable()
+            || self.known.replicas.lookup(parent.0, name) != Answer::Missing
+        {
+            return None;
+        }
+        let owner = (*crate::sync::lock(&self.server.new_file_owner))
+            .filter(|o| o.asked == (caller.uid, caller.gid))?
+            .got;
+        let dir_attrs = self
+            .behind
+            .predicted(parent.0)
+            .or_else(|| self.known.replicas.left_attrs(parent.0))
+            .or_else(|| self.exact_attrs(parent.0, Some(change)))?;
+        if dir_attrs.mode & libc::S_IFMT != libc::S_IFDIR || dir_attrs.mode & libc::S_ISGID != 0 {
+            return None;
+        }
+        let now = wire_time(SystemTime::now());
+        let unmade = self.known.inodes.unmade_path();
+        let predicted = predict_created(&dir_attrs, unmade, mode, owner, now);
+        let mut dir_after = dir_attrs;
+        (dir_after.mtime_sec, dir_after.mtime_nsec) = now;
+        (dir_after.ctime_sec, dir_after.ctime_nsec) = now;
+
+        let (nodefid, openfid) = (self.client.alloc_fid(), self.client.alloc_fid());
+        let msg = Tmessage::Createbehind(Tcreatebehind {
+            create: Tcreateattr {
+                dfid: dir.fid(),
+                nodefid,
+                openfid,
+                name: name.to_vec(),
+                // The guest saw no such name: a host program's file there is never opened.
+                flags: wire | open_flags::EXCL,
+                mode: mode & 0o7777,
+                gid: caller.gid,
+                request_mask: ATTR_MASK,
+            },
+        });
+        let (node, fid) = (
+            FidRef::new(&self.client, nodefid),
+            FidRef::new(&self.client, openfid),
+        );
+        let asked = self.known.listed.before_fetch();
+        self.known
+            .replicas
+            .own_created(parent.0, name, &predicted, None);
+        let shown = self.ticket_for_left(parent.0);
+        let fa = self.remember((parent, name), node.clone(), &predicted, None);
+        let ino = fa.ino.0;
+        let on_answer = self.on_made((parent.0, name), (ino, unmade), node, (asked, shown));
+        let sent = behind::Change {
+            ino,
+            pid,
+            msg,
+            predicted,
+            also: Some((parent.0, dir_after)),
+        };
+        self.behind.send(&self.client, sent, on_answer);
+        let mut created = self.open_created(fa, fid, (flags, wire));
+        created.attr_ttl = Duration::ZERO;
+        Some(Ok(created))
+    }
+
+    /// What the mount learns from the answer to node `ino`'s create, sent behind as
+    /// `name` in `parent` with `qid.path` `unmade`; `asked`: when it was sent; `shown`:
+    /// the directory's ticket once the replica showed the name.
+    fn on_made(
+        self: &Arc<Self>,
+        (parent, name): (u64, &[u8]),
+        (ino, unmade): (u64, u64),
+        node: Arc<FidRef>,
+        (asked, shown): (Fetched, Option<Ticket>),
+    ) -> OnAnswer {
+        let shared = self.clone();
+        let name = name.to_vec();
+        Box::new(move |r: Result<&Answered, i32>| {
+            let made = match r {
+                Ok(Answered {
+                    attrs,
+                    created: Some((made_as, dir)),
+                }) => Some((attrs, made_as, dir)),
+                _ => None,
+            };
+            let Some((a, made_as, dir)) = made else {
+                shared.known.inodes.never_made(ino);
+                shared.known.replicas.stale(parent, &name);
+                shared.forget_refused(ino);
+                shared.drop_kernel_entry(parent, &name);
+                return;
+            };
+            // The marks first: a change starting now still marks `unmade`, and only
+            // loses its answer's reuse (it is asked again), never gains a stale one.
+            let fetched = shared.known.listed.made(Some(unmade), a, &asked);
+            shared.known.inodes.made(ino, unmade, a);
+            shared.known.inodes.observe(ino, a, fetched);
+            if let Some(fetched) = fetched {
+                // A new file has no capability (as for a create that waits).
+                let capability = crate::known::missing_xattrs::CAPABILITY;
+                shared.known.missing_xattrs.found_missing(
+                    &shared.known.listed,
+                    a.qid.path,
+                    capability,
+                    fetched,
+                );
+            }
+            if *made_as == name {
+                shared.known.replicas.own_made(parent, &name, unmade, a);
+                if let Some(shown) = shown {
+                    shared.known.replicas.own_left_behind(parent, shown, dir);
+                }
+            } else {
+                // The name is the host's file: the guest's is found beside it.
+                shared.known.replicas.stale(parent, &name);
+                shared.known.replicas.own_created(parent, made_as, a, None);
+                shared.known.inodes.made_as(ino, parent, &name, made_as);
+                shared.drop_kernel_entry(parent, &name);
+            }
+            // The node's fid stayed with the create until the server had bound it.
+            drop(node);
+        })
+    }
+
+    /// Drops the kernel's entry for `name` in `parent` (it leads to a file created behind
+    /// that the server made elsewhere, or not at all), on a thread of its own: the kernel
+    /// takes the directory's lock for it, which a lookup waiting for the thread that reads
+    /// answers may hold. A sync waits for it.
+    fn drop_kernel_entry(&self, parent: u64, name: &[u8]) {
+        let Some(notifier) = self.notifier.get().cloned() else {
+            return;
+        };
+        let hold = self.behind.hold();
+        let name = name.to_vec();
+        let spawned = std::thread::Builder::new()
+            .name("crossfs-unmade".into())
+            .spawn(move || {
+                use std::os::unix::ffi::OsStrExt;
+                let _ = notifier.inval_entry(INodeNo(parent), std::ffi::OsStr::from_bytes(&name));
+                drop(hold);
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot drop the kernel's entry of a file created behind: {e}");
+        }
+    }
+
+    /// Notes who the server made a new file for and the owner it came out with (after
+    /// the mount gave it to the caller), for creates sent behind to predict.
+    pub(super) fn note_new_file_owner(&self, caller: Caller, a: &Rgetattr) {
+        *crate::sync::lock(&self.server.new_file_owner) = Some(NewFileOwner {
+            asked: (caller.uid, caller.gid),
+            got: (a.uid, a.gid),
+        });
+    }
+}
+
+/// The attributes of a regular file the server will make in a directory with attributes
+/// `dir` at time `now`, with mode bits `mode`, owned by (uid, gid) `owner`, known by
+/// `qid.path` `unmade` until it is made.
+fn predict_created(
+    dir: &Rgetattr,
+    unmade: u64,
+    mode: u32,
+    (uid, gid): (u32, u32),
+    now: (u64, u64),
+) -> Rgetattr {
+    Rgetattr {
+        valid: dir.valid,
+        qid: Qid {
+            ty: QID_TYPE_FILE,
+            version: 0,
+            path: unmade,
+        },
+        mode: libc::S_IFREG | (mode & 0o7777),
+        uid,
+        gid,
+        nlink: 1,
+        rdev: 0,
+        size: 0,
+        blksize: dir.blksize,
+        blocks: 0,
+        atime_sec: now.0,
+        atime_nsec: now.1,
+        mtime_sec: now.0,
+        mtime_nsec: now.1,
+        ctime_sec: now.0,
+        ctime_nsec: now.1,
+        btime_sec: now.0,
+        btime_nsec: now.1,
+        gen: 0,
+        data_version: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_created_file_is_predicted_empty_with_its_mode_owner_and_the_time() {
+        let dir = Rgetattr {
+            valid: 0x3fff,
+            mode: libc::S_IFDIR | 0o755,
+            blksize: 4096,
+            ..Rgetattr::default()
+        };
+        let a = predict_created(&dir, 77, 0o640, (1000, 100), (1_700_000_000, 5));
+        assert_eq!(a.mode, libc::S_IFREG | 0o640);
+        assert_eq!((a.uid, a.gid, a.size, a.nlink), (1000, 100, 0, 1));
+        assert_eq!((a.qid.path, a.qid.ty), (77, QID_TYPE_FILE));
+        assert_eq!((a.mtime_sec, a.ctime_nsec), (1_700_000_000, 5));
+        assert_eq!((a.valid, a.blksize), (0x3fff, 4096));
+    }
+}
