@@ -1,6 +1,7 @@
 //! Changes sent behind (`crossfs mount --changes behind`), against a real `crossfs serve`
-//! and a real FUSE mount: setattrs and small writes are answered by the mount and reach
-//! the host after, in order with everything else; after `crossfs sync` the host and the
+//! and a real FUSE mount: creates, setattrs and small writes are answered by the mount and
+//! reach the host after, in order with everything else; a name a host program took first
+//! keeps the host's file, with the guest's beside it; after `crossfs sync` the host and the
 //! mount agree exactly (attributes to the nanosecond, contents); a change the host refuses
 //! fails the file's next fsync or close and the next sync, and the mount's view goes back
 //! to the host's; changes lost with the connection are sent again on the next one; a
@@ -254,12 +255,17 @@ struct SmallFs {
 
 impl SmallFs {
     fn mount(size: u64) -> SmallFs {
+        Self::mount_with(&format!("size={size}"))
+    }
+
+    /// A tmpfs with these mount options.
+    fn mount_with(options: &str) -> SmallFs {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("fs");
         fs::create_dir(&path).unwrap();
         run_ok(
             Command::new("mount")
-                .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0755")])
+                .args(["-t", "tmpfs", "-o", &format!("{options},mode=0755")])
                 .arg("tmpfs")
                 .arg(&path),
         );
@@ -573,4 +579,158 @@ fn a_sync_waiting_for_a_stopped_server_is_interrupted_by_a_signal() {
     stop(&s.serve);
     sync_is_interrupted(&s);
     assert!(sync(&s.mount).status.success());
+}
+
+/// The first file a mount creates waits for the server (it shows whom the server makes new
+/// files for); creates after it go behind.
+fn first_create(mnt: &Path) {
+    fs::write(mnt.join("first"), b"first").unwrap();
+}
+
+#[test]
+fn files_created_behind_reach_the_host_and_a_name_a_host_program_took_keeps_both() {
+    let s = setup(None, &[]);
+    let mnt = s.mount.mountpoint.clone();
+    fs::create_dir(mnt.join("d")).unwrap();
+    first_create(&mnt);
+    let export = s.export.clone();
+
+    // The server stopped: creates, writes and chmods are answered by the mount.
+    let m = mnt.clone();
+    while_stopped(&s, move || {
+        for i in 0..20 {
+            let mut f = File::create(m.join(format!("d/new{i}"))).unwrap();
+            f.write_all(format!("guest {i}").as_bytes()).unwrap();
+            f.set_permissions(fs::Permissions::from_mode(0o600 + i % 8))
+                .unwrap();
+        }
+        File::create(m.join("d/taken"))
+            .unwrap()
+            .write_all(b"the guest's")
+            .unwrap();
+        // (A stat, a read or a listing would wait for the server: a stat shows the host's
+        // times, and a listing the server's order.)
+    });
+    // A host program takes "taken" before the server reads the guest's create.
+    fs::write(export.join("d/taken"), b"the host's").unwrap();
+    resume(&s.serve);
+    let out = sync(&s.mount);
+    assert!(out.status.success(), "crossfs sync: {out:?}");
+
+    let stats = s.mount.stats()["behind"].clone();
+    assert_eq!(stats["to_host"]["Tcreatebehind"]["count"], 21, "{stats}");
+    assert_eq!(behind(&s.mount, "refused"), 0);
+    assert_eq!(behind(&s.mount, "conflicts"), 1);
+    // Host data is never overwritten: the guest's file is beside it.
+    assert_eq!(fs::read(export.join("d/taken")).unwrap(), b"the host's");
+    let beside = export.join("d/taken.crossfs-conflict-1");
+    assert_eq!(fs::read(&beside).unwrap(), b"the guest's");
+    for i in 0..20 {
+        let name = format!("d/new{i}");
+        assert_eq!(
+            shown(&mnt.join(&name)),
+            shown(&export.join(&name)),
+            "{name}"
+        );
+        let host = export.join(&name);
+        assert_eq!(fs::read(&host).unwrap(), format!("guest {i}").as_bytes());
+        assert_eq!(fs::metadata(&host).unwrap().mode() & 0o7777, 0o600 + i % 8);
+    }
+    // After the sync the mount shows what the host has, under both names.
+    assert_eq!(fs::read(mnt.join("d/taken")).unwrap(), b"the host's");
+    assert_eq!(
+        fs::read(mnt.join("d/taken.crossfs-conflict-1")).unwrap(),
+        b"the guest's"
+    );
+    assert_eq!(fs::read_dir(mnt.join("d")).unwrap().count(), 22);
+}
+
+#[test]
+fn a_create_the_host_refuses_fails_the_next_fsync_and_sync_and_the_file_is_gone() {
+    let small = SmallFs::mount_with("size=1m,nr_inodes=16");
+    let s = setup(Some(&small.path), &[]);
+    let mnt = s.mount.mountpoint.clone();
+    first_create(&mnt);
+    // The host fills every inode but one.
+    let mut filled = 0;
+    while File::create(s.export.join(format!("fill{filled}"))).is_ok() {
+        filled += 1;
+    }
+    fs::remove_file(s.export.join("fill0")).unwrap();
+
+    let m = mnt.clone();
+    let (made, refused) = while_stopped(&s, move || {
+        let mut made = File::create(m.join("made")).unwrap();
+        made.write_all(b"room for this one").unwrap();
+        let mut refused = File::create(m.join("refused")).unwrap();
+        refused.write_all(b"no room for this one").unwrap();
+        (made, refused)
+    });
+    resume(&s.serve);
+    made.sync_all().unwrap();
+    assert_eq!(errno_of(refused.sync_all()), Some(libc::ENOSPC));
+    // Reported once; the file was never made, so its descriptor is stale from then on
+    // (as an NFS file's is once the file is gone).
+    assert_eq!(errno_of(refused.sync_all()), Some(libc::ESTALE));
+    drop((made, refused));
+    // A sync's marker is a file the server makes at the top of the export: it needs an
+    // inode (with none free, the server fails the sync). The host makes room (removing a
+    // file would not: the server holds the files the mount knows open).
+    run_ok(
+        Command::new("mount")
+            .args(["-o", "remount,nr_inodes=64"])
+            .arg(&small.path),
+    );
+    let out = sync(&s.mount);
+    assert!(!out.status.success(), "{out:?}");
+    let out = sync(&s.mount);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        fs::read(s.export.join("made")).unwrap(),
+        b"room for this one"
+    );
+    assert!(!s.export.join("refused").exists());
+    // The mount shows what the host has.
+    assert_eq!(fs::read(mnt.join("made")).unwrap(), b"room for this one");
+    let gone = fs::metadata(mnt.join("refused"))
+        .err()
+        .and_then(|e| e.raw_os_error());
+    assert_eq!(gone, Some(libc::ENOENT));
+}
+
+#[test]
+fn files_created_behind_and_lost_with_the_connection_are_made_on_the_next() {
+    let mut s = setup(None, &[]);
+    let mnt = s.mount.mountpoint.clone();
+    first_create(&mnt);
+    let m = mnt.clone();
+    let files = while_stopped(&s, move || {
+        (0..8)
+            .map(|i| {
+                let mut f = File::create(m.join(format!("f{i}"))).unwrap();
+                f.write_all(&[b'0' + i as u8; 3000]).unwrap();
+                f
+            })
+            .collect::<Vec<_>>()
+    });
+    // The server dies with the creates unread; another takes its place.
+    s.serve.child.kill().unwrap();
+    s.serve.child.wait().unwrap();
+    s.serve = Serve::start(&s.export, &s.addr, &[]);
+    wait_until("the changes to be sent again", PATIENCE, || {
+        behind(&s.mount, "queued") == 0
+    });
+    // The files stayed open through it: a write and an fsync after reach the new server.
+    for (i, mut f) in files.into_iter().enumerate() {
+        f.write_all(b"after").unwrap();
+        f.sync_all().unwrap();
+        let host = fs::read(s.export.join(format!("f{i}"))).unwrap();
+        assert_eq!(host.len(), 3005, "f{i}");
+        assert!(host[..3000].iter().all(|&b| b == b'0' + i as u8), "f{i}");
+    }
+    assert!(sync(&s.mount).status.success());
+    assert_eq!(behind(&s.mount, "refused"), 0);
+    assert_eq!(behind(&s.mount, "conflicts"), 0);
+    assert!(behind(&s.mount, "resent") >= 16);
+    let _ = &s.dir;
 }

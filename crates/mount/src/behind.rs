@@ -87,8 +87,10 @@ struct Queue {
     bytes: usize,
     /// ino -> the attributes the newest unanswered change predicts, and its sequence.
     predicted: HashMap<u64, (u64, Rgetattr)>,
-    /// ino -> the sequence of its unanswered create (a node the server has not made yet).
-    creating: HashMap<u64, u64>,
+    /// ino -> the sequence of its unanswered create (a node the server has not made yet),
+    /// and the thread that created it until its first GETATTR (see
+    /// [`ChangesBehind::wait_made`]).
+    creating: HashMap<u64, (u64, Option<u32>)>,
     /// ino -> the errno of a refused change and the process that made it, until an
     /// fsync, or a close by that process, reports it.
     refused: HashMap<u64, (i32, u32)>,
@@ -165,9 +167,18 @@ impl ChangesBehind {
     }
 
     /// Waits until node `ino`, if created behind, is made (its create answered, or
-    /// refused): its attributes are then the server's, change time included.
-    pub(crate) fn wait_made(&self, ino: u64) -> Result<(), NotAnswered> {
+    /// refused): its attributes are then the server's, change time included. Except for
+    /// the first GETATTR from thread `pid` that created it: the kernel's permission check
+    /// as it opens the file it just created, which the prediction answers (a stat
+    /// after it waits).
+    pub(crate) fn wait_made(&self, ino: u64, pid: u32) -> Result<(), NotAnswered> {
         let mut q = lock(&self.queue);
+        if let Some((_, opener)) = q.creating.get_mut(&ino) {
+            if *opener == Some(pid) {
+                *opener = None;
+                return Ok(());
+            }
+        }
         while q.creating.contains_key(&ino) {
             if crossfs_client::caller_gave_up() {
                 return Err(NotAnswered::Interrupted);
@@ -223,7 +234,7 @@ impl ChangesBehind {
                 q.predicted.insert(*other, (seq, a.clone()));
             }
             if matches!(msg, Tmessage::Createbehind(_)) {
-                q.creating.insert(ino, seq);
+                q.creating.insert(ino, (seq, Some(pid)));
             }
             q.unanswered.insert(
                 seq,
@@ -310,7 +321,7 @@ impl ChangesBehind {
                 q.predicted.remove(&node);
             }
         }
-        if q.creating.get(&ino) == Some(&seq) {
+        if q.creating.get(&ino).is_some_and(|(s, _)| *s == seq) {
             q.creating.remove(&ino);
         }
         q.holds -= 1;

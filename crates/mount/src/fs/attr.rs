@@ -132,7 +132,9 @@ impl MountState {
         // A file created behind shows the server's times once made, not the guest's
         // clock, which would move when the answer came: its stat waits for its creation
         // (less than a round trip: the create went first).
-        self.behind.wait_made(ino.0).map_err(|_| Errno::EINTR)?;
+        self.behind
+            .wait_made(ino.0, pid)
+            .map_err(|_| Errno::EINTR)?;
         if let Some(a) = self.behind.predicted(ino.0) {
             // A change sent behind is not answered yet.
             return Ok(Now(self.predicted_answer(ino.0, &a)));

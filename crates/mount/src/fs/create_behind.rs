@@ -3,11 +3,12 @@
 //! server after, with `Tcreatebehind`.
 //!
 //! Only where the mount can tell the server will make the file as predicted: the
-//! directory's replica is complete and has no such name, the directory's attributes are
-//! known exactly (the kernel checked the caller's permission against them) and it is not
-//! set-group-ID, the mode has no set-ID bits, and the last file the server made for the
-//! same caller came out with the owner predicted. Everything else waits, as in the exact
-//! mode.
+//! directory's replica is complete and has no such name (the kernel checked the caller's
+//! permission against the directory's attributes, which events keep), the mode has no
+//! set-ID bits, and the last file the server made for the same caller and group came out
+//! with the owner predicted. Everything else waits, as in the exact mode. A host change
+//! the events have not brought yet (a directory made read-only a moment ago) makes the
+//! server refuse: reported as any refused change (`crate::behind`).
 //!
 //! Until the server has answered, the file is known by a `qid.path` of the mount's own
 //! (`InodeTable::unmade_path`): its fids, chosen by the mount, are bound by the create,
@@ -58,20 +59,25 @@ impl MountState {
         let owner = (*crate::sync::lock(&self.server.new_file_owner))
             .filter(|o| o.asked == (caller.uid, caller.gid))?
             .got;
+        // The directory's attributes after the create, predicted from the newest the
+        // mount has (exact where it can tell): the kernel asks for them before the next
+        // change in it, to check permissions, which events keep exact; without them the
+        // server would answer, after the create, and the next create would wait for it.
         let dir_attrs = self
             .behind
             .predicted(parent.0)
             .or_else(|| self.known.replicas.left_attrs(parent.0))
-            .or_else(|| self.exact_attrs(parent.0, Some(change)))?;
-        if dir_attrs.mode & libc::S_IFMT != libc::S_IFDIR || dir_attrs.mode & libc::S_ISGID != 0 {
-            return None;
-        }
+            .or_else(|| self.exact_attrs(parent.0, Some(change)))
+            .or_else(|| self.known.inodes.fetched_attrs(parent.0).map(|f| f.0))
+            .filter(|d| d.mode & libc::S_IFMT == libc::S_IFDIR);
         let now = wire_time(SystemTime::now());
         let unmade = self.known.inodes.unmade_path();
-        let predicted = predict_created(&dir_attrs, unmade, mode, owner, now);
-        let mut dir_after = dir_attrs;
-        (dir_after.mtime_sec, dir_after.mtime_nsec) = now;
-        (dir_after.ctime_sec, dir_after.ctime_nsec) = now;
+        let predicted = predict_created(unmade, mode, owner, now);
+        let dir_after = dir_attrs.map(|mut d| {
+            (d.mtime_sec, d.mtime_nsec) = now;
+            (d.ctime_sec, d.ctime_nsec) = now;
+            (parent.0, d)
+        });
 
         let (nodefid, openfid) = (self.client.alloc_fid(), self.client.alloc_fid());
         let msg = Tmessage::Createbehind(Tcreatebehind {
@@ -104,7 +110,7 @@ impl MountState {
             pid,
             msg,
             predicted,
-            also: Some((parent.0, dir_after)),
+            also: dir_after,
         };
         self.behind.send(&self.client, sent, on_answer);
         let mut created = self.open_created(fa, fid, (flags, wire));
@@ -139,21 +145,16 @@ impl MountState {
                 shared.drop_kernel_entry(parent, &name);
                 return;
             };
-            // The marks first: a change starting now still marks `unmade`, and only
-            // loses its answer's reuse (it is asked again), never gains a stale one.
-            let fetched = shared.known.listed.made(Some(unmade), a, &asked);
+            // A new file has no capability (as for a create that waits): known as of the
+            // create, before the marks of later changes move to the file's `qid.path`.
+            let capability = crate::known::missing_xattrs::CAPABILITY;
+            let (listed, missing) = (&shared.known.listed, &shared.known.missing_xattrs);
+            missing.found_missing(listed, a.qid.path, capability, asked);
+            // The marks next: a change starting now still marks `unmade`, and only loses
+            // its answer's reuse (it is asked again), never gains a stale one.
+            let fetched = listed.made(Some(unmade), a, &asked);
             shared.known.inodes.made(ino, unmade, a);
             shared.known.inodes.observe(ino, a, fetched);
-            if let Some(fetched) = fetched {
-                // A new file has no capability (as for a create that waits).
-                let capability = crate::known::missing_xattrs::CAPABILITY;
-                shared.known.missing_xattrs.found_missing(
-                    &shared.known.listed,
-                    a.qid.path,
-                    capability,
-                    fetched,
-                );
-            }
             if *made_as == name {
                 shared.known.replicas.own_made(parent, &name, unmade, a);
                 if let Some(shown) = shown {
@@ -203,18 +204,12 @@ impl MountState {
     }
 }
 
-/// The attributes of a regular file the server will make in a directory with attributes
-/// `dir` at time `now`, with mode bits `mode`, owned by (uid, gid) `owner`, known by
-/// `qid.path` `unmade` until it is made.
-fn predict_created(
-    dir: &Rgetattr,
-    unmade: u64,
-    mode: u32,
-    (uid, gid): (u32, u32),
-    now: (u64, u64),
-) -> Rgetattr {
+/// The attributes of a regular file the server will make at time `now`, with mode bits
+/// `mode`, owned by (uid, gid) `owner`, known by `qid.path` `unmade` until it is made
+/// (the block size is a guess the answer corrects).
+fn predict_created(unmade: u64, mode: u32, (uid, gid): (u32, u32), now: (u64, u64)) -> Rgetattr {
     Rgetattr {
-        valid: dir.valid,
+        valid: ATTR_MASK,
         qid: Qid {
             ty: QID_TYPE_FILE,
             version: 0,
@@ -226,7 +221,7 @@ fn predict_created(
         nlink: 1,
         rdev: 0,
         size: 0,
-        blksize: dir.blksize,
+        blksize: 4096,
         blocks: 0,
         atime_sec: now.0,
         atime_nsec: now.1,
@@ -247,17 +242,11 @@ mod tests {
 
     #[test]
     fn a_created_file_is_predicted_empty_with_its_mode_owner_and_the_time() {
-        let dir = Rgetattr {
-            valid: 0x3fff,
-            mode: libc::S_IFDIR | 0o755,
-            blksize: 4096,
-            ..Rgetattr::default()
-        };
-        let a = predict_created(&dir, 77, 0o640, (1000, 100), (1_700_000_000, 5));
+        let a = predict_created(77, 0o640, (1000, 100), (1_700_000_000, 5));
         assert_eq!(a.mode, libc::S_IFREG | 0o640);
         assert_eq!((a.uid, a.gid, a.size, a.nlink), (1000, 100, 0, 1));
         assert_eq!((a.qid.path, a.qid.ty), (77, QID_TYPE_FILE));
         assert_eq!((a.mtime_sec, a.ctime_nsec), (1_700_000_000, 5));
-        assert_eq!((a.valid, a.blksize), (0x3fff, 4096));
+        assert_eq!(a.valid, ATTR_MASK);
     }
 }

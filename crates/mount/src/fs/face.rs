@@ -467,7 +467,12 @@ impl Filesystem for CrossFs {
     ) {
         let s = self.s(req, Op::Fsync);
         let file = s.open_file_for(ino, fh, Unannounced::Read);
-        answer(reply, file.and_then(|f| s.fsync(f, datasync)));
+        // A file whose create the server refused has no open file left to sync: the
+        // refusal is what the fsync reports.
+        let synced = file
+            .and_then(|f| s.fsync(f, datasync))
+            .map_err(|e| s.behind.take_refused(ino.0).map_or(e, Errno::from_i32));
+        answer(reply, synced);
     }
 
     fn fallocate(

@@ -458,11 +458,12 @@ impl MountState {
                     // server refused fails the fsync.
                     let refused = behind.take_refused(file.reopen.node);
                     drop((file, fid));
-                    let r = r.map(|_| ()).map_err(|e| errno(&e));
-                    answer(
-                        reply,
-                        r.and(refused.map_or(Ok(()), |e| Err(Errno::from_i32(e)))),
-                    );
+                    // The refusal first: it is why the file's fid may be unbound.
+                    let r = match refused {
+                        Some(e) => Err(Errno::from_i32(e)),
+                        None => r.map(|_| ()).map_err(|e| errno(&e)),
+                    };
+                    answer(reply, r);
                 }),
             );
         }))
