@@ -1,19 +1,21 @@
-//! Changes sent behind (`--changes behind`): a setattr or a small write the mount can
-//! answer exactly from what it holds is answered at once, and sent to the server after.
+//! Changes sent behind (`--changes behind`): a setattr, a small write or a create the
+//! mount can answer exactly from what it holds is answered at once, and sent to the
+//! server after.
 //!
 //! The contract (also in the README and docs/changes-behind.md):
 //! - **Order.** A change sent behind is written to the connection before the mount
 //!   answers it, and the server runs these requests (Tsetattrget, Twriteattr of at most
 //!   [`crossfs_wire::INLINE_WRITE_MAX`] bytes) on the connection's reader, in the order
-//!   they arrive, before it reads the next request: every later request of this mount,
-//!   sent behind or not, finds them done.
+//!   they arrive, before it reads the next request, and so does Tcreatebehind: every
+//!   later request of this mount, sent behind or not, finds them done.
 //! - **What goes behind.** Only what the server will accept, as far as the mount can tell:
 //!   the node's attributes are known exactly (fetched and unchanged since, or a change
 //!   sent behind predicted them), the kernel has checked permissions against them
 //!   (`default_permissions`), and the change keeps set-user-ID and set-group-ID bits out of
 //!   it (which the host's kernel may strip) and ownership as it is (which the host's
-//!   kernel may refuse). Everything else, and every change of names, waits for the
-//!   server as in the exact mode.
+//!   kernel may refuse). A create goes behind where the directory's replica shows the
+//!   name missing (`crate::fs::create_behind`). Everything else, and every other change
+//!   of names, waits for the server as in the exact mode.
 //! - **What the guest sees.** The attributes the change will leave, predicted, given to
 //!   the kernel to be asked again at once (a zero timeout): until the server has
 //!   answered, the prediction; after, the server's own, so that after `crossfs sync` a
