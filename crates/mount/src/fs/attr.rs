@@ -24,6 +24,9 @@ pub(crate) struct Change {
     pub mtime: Option<TimeOrNow>,
     /// The kernel asks for ctime to be updated (it cannot be set to a value).
     pub ctime: bool,
+    /// The kernel asks the file system to clear the set-id bits afterwards
+    /// (`FATTR_KILL_SUIDGID`: a truncate by a caller without `CAP_FSETID`, or a chown).
+    pub kill_suidgid: bool,
 }
 
 impl Change {
@@ -63,6 +66,9 @@ impl Change {
         }
         if self.ctime {
             m.valid |= valid::CTIME;
+        }
+        if self.kill_suidgid {
+            m.valid |= valid::KILL_SUIDGID;
         }
         m
     }
@@ -261,6 +267,7 @@ impl MountState {
             self.ahead.page_push.touched(ino.0, true);
         }
         let fid = self.attr_fid(ino, fh)?;
+        let change = self.kill_as_server_can(&fid, change)?;
         if let Some(attr) = self.setattr_behind((ino, pid), &fid, &change, in_flight) {
             return Ok(NowOrLater::Now(attr));
         }
@@ -283,6 +290,59 @@ impl MountState {
         Ok(NowOrLater::Later(self.fetch_attr(ino, fid)))
     }
 
+    /// Whether the server on the connection in use clears set-id bits when a Tsetattr asks
+    /// ([`crossfs_wire::features::KILL_SUIDGID`]). The mount negotiates
+    /// `FUSE_HANDLE_KILLPRIV_V2` only then.
+    pub(crate) fn server_kills_suidgid(&self) -> bool {
+        self.client.negotiation().features & crossfs_wire::features::KILL_SUIDGID != 0
+    }
+
+    /// `change` as the server on the connection in use can make it. One that asks for the
+    /// set-id bits to be cleared, to a server that cannot (one reached by a reconnect
+    /// after the kernel agreed to `HANDLE_KILLPRIV_V2`), clears them with a mode instead,
+    /// from the attributes the server gives now: what the kernel does without the flag.
+    fn kill_as_server_can(&self, fid: &FidRef, mut change: Change) -> Result<Change, Errno> {
+        if !change.kill_suidgid || self.server_kills_suidgid() {
+            return Ok(change);
+        }
+        change.kill_suidgid = false;
+        if change.mode.is_none() {
+            let msg = Tmessage::Getattr(Tgetattr {
+                fid: fid.fid(),
+                request_mask: ATTR_MASK,
+            });
+            let a = expect_reply!(self.client.call(msg), Getattr).map_err(|e| errno(&e))?;
+            change.mode = kill_mode(a.mode);
+        }
+        Ok(change)
+    }
+
+    /// After a write the kernel flagged `FUSE_WRITE_KILL_SUIDGID`, which left the file
+    /// with attributes `after` (`None`: not known): the request that clears its set-id
+    /// bits, if it needs one. To a server that clears them itself, a Tsetattrget asking for
+    /// that alone (when `after` shows bits to clear, or is not known); to one that cannot, a
+    /// mode without them, when `after` shows some.
+    pub(super) fn kill_after_write(
+        &self,
+        fid: crossfs_wire::Fid,
+        after: Option<&crossfs_wire::Rgetattr>,
+    ) -> Option<Tmessage> {
+        let mut set = Tsetattr::unchanged(fid);
+        if self.server_kills_suidgid() {
+            if after.is_some_and(|a| kill_mode(a.mode).is_none()) {
+                return None;
+            }
+            set.valid = valid::KILL_SUIDGID;
+        } else {
+            set.mode = kill_mode(after?.mode)?;
+            set.valid = valid::MODE;
+        }
+        Some(Tmessage::Setattrget(Tsetattrget {
+            set,
+            request_mask: ATTR_MASK,
+        }))
+    }
+
     pub(super) fn statfs(&self, ino: INodeNo) -> Result<Later<'static, ReplyStatfs>, Errno> {
         let fid = self.node(ino).or_else(|_| self.node(INodeNo::ROOT))?;
         let msg = Tmessage::Statfs(Tstatfs { fid: fid.fid() });
@@ -297,4 +357,18 @@ impl MountState {
             );
         }))
     }
+}
+
+/// The permission bits of a file with mode `mode` once a write or truncate by a caller
+/// without `CAP_FSETID` has cleared its set-id bits (`S_ISUID`, and `S_ISGID` with group
+/// execute; none on a directory or symlink), or `None` if it has none to clear.
+pub(super) fn kill_mode(mode: u32) -> Option<u32> {
+    if matches!(mode & libc::S_IFMT, libc::S_IFDIR | libc::S_IFLNK) {
+        return None;
+    }
+    let mut bits = mode & libc::S_ISUID;
+    if mode & libc::S_ISGID != 0 && mode & libc::S_IXGRP != 0 {
+        bits |= libc::S_ISGID;
+    }
+    (bits != 0).then_some(mode & 0o7777 & !bits)
 }
