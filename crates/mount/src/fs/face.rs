@@ -258,7 +258,10 @@ impl Filesystem for CrossFs {
             atime,
             mtime,
             ctime: ctime.is_some(),
-            kill_suidgid,
+            kill_suidgid: kill_suidgid.then_some(attr::Caller {
+                gid: req.gid(),
+                pid: req.pid(),
+            }),
         };
         let (s, in_flight) = self.s_changing(req, Op::Setattr, &[ino.0], &[]);
         if s.changes.is_replay(req.pid()) {
@@ -420,7 +423,11 @@ impl Filesystem for CrossFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let kill_suidgid = write_flags.0 & crossfs_fuse_abi::WRITE_KILL_SUIDGID != 0;
+        let kill_suidgid =
+            (write_flags.0 & crossfs_fuse_abi::WRITE_KILL_SUIDGID != 0).then_some(attr::Caller {
+                gid: req.gid(),
+                pid: req.pid(),
+            });
         let (s, change) = self.s_changing(req, Op::Write, &[ino.0], &[]);
         s.changes.note_node(ino.0);
         crate::stats::DATA_WRITE_COPIED

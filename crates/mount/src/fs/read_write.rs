@@ -13,6 +13,7 @@ use crate::session::{Errno, FileHandle, INodeNo, ReplyData, ReplyEmpty, ReplyWri
 use crossfs_client::ClientError;
 use crossfs_wire::{Rmessage, Tfallocate, Tfsync, Tmessage, Twalkread};
 
+use super::attr::Caller;
 use super::reply::{answer, count_moved, Later, NowOrLater, Written};
 use super::{errno, MountState};
 use crate::ahead::small_files::SmallFile;
@@ -286,7 +287,7 @@ impl MountState {
         self: &Arc<Self>,
         file: Arc<OpenFile>,
         (offset, data): (u64, &'a [u8]),
-        (pid, flags, kill_suidgid): (u32, i32, bool),
+        (pid, flags, kill_suidgid): (u32, i32, Option<Caller>),
         change: &mut Option<ChangeInFlight>,
     ) -> Result<NowOrLater<'a, Written, ReplyWrite>, Errno> {
         self.writable()?;
@@ -306,13 +307,13 @@ impl MountState {
             let later = self.write_attr(file, fid, (offset, data), change.take(), kill_suidgid);
             return Ok(NowOrLater::Later(later));
         }
-        if kill_suidgid {
+        if kill_suidgid.is_some() {
             // Only after a reconnect to a server without Twriteattr: rare enough to wait.
             let written = self
                 .client
                 .write(fid, offset, data)
                 .map_err(|e| errno(&e))?;
-            self.kill_after_sync_write(&file, true)?;
+            self.kill_after_sync_write(&file, kill_suidgid)?;
             return Ok(NowOrLater::Now(Written(written)));
         }
         let change = change.take();
@@ -340,7 +341,7 @@ impl MountState {
         fid: crossfs_wire::Fid,
         (offset, data): (u64, &'a [u8]),
         mut change: Option<ChangeInFlight>,
-        kill_suidgid: bool,
+        kill_suidgid: Option<Caller>,
     ) -> Later<'a, ReplyWrite> {
         let shared = self.clone();
         Later::new(move |reply| {
@@ -360,8 +361,7 @@ impl MountState {
                                 .store(true, Ordering::Relaxed);
                             let known = (attr.valid != 0).then_some(&attr);
                             let kill = kill_suidgid
-                                .then(|| shared.kill_after_write(fid, known))
-                                .flatten();
+                                .and_then(|caller| shared.kill_after_write(fid, known, caller));
                             if let Some(kill) = kill {
                                 return shared.clone().kill_then_answer(
                                     kill,
@@ -436,21 +436,22 @@ impl MountState {
 
     /// After a write through `file` that waited for the server, its set-id bits cleared
     /// if `kill_suidgid` (see [`MountState::kill_after_write`]), waiting as well.
-    fn kill_after_sync_write(&self, file: &OpenFile, kill_suidgid: bool) -> Result<(), Errno> {
-        if !kill_suidgid {
+    fn kill_after_sync_write(
+        &self,
+        file: &OpenFile,
+        kill_suidgid: Option<Caller>,
+    ) -> Result<(), Errno> {
+        let Some(caller) = kill_suidgid else {
             return Ok(());
-        }
-        let fid = self.file_fid(file)?.fid();
-        let after = if self.server_kills_suidgid() {
-            None
-        } else {
-            let msg = Tmessage::Getattr(crossfs_wire::Tgetattr {
-                fid,
-                request_mask: ATTR_MASK,
-            });
-            Some(expect_reply!(self.client.call(msg), Getattr).map_err(|e| errno(&e))?)
         };
-        let Some(kill) = self.kill_after_write(fid, after.as_ref()) else {
+        let fid = self.file_fid(file)?.fid();
+        // The attributes after the write: S_ISGID without group execute needs them.
+        let msg = Tmessage::Getattr(crossfs_wire::Tgetattr {
+            fid,
+            request_mask: ATTR_MASK,
+        });
+        let after = expect_reply!(self.client.call(msg), Getattr).map_err(|e| errno(&e))?;
+        let Some(kill) = self.kill_after_write(fid, Some(&after), caller) else {
             return Ok(());
         };
         let k = expect_reply!(self.client.call(kill), Setattrget).map_err(|e| errno(&e))?;
