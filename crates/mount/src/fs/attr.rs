@@ -418,3 +418,23 @@ pub(super) fn killed_mode(mode: u32, in_group: impl FnOnce() -> bool) -> Option<
     }
     (bits != 0).then_some(mode & 0o7777 & !bits)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::killed_mode;
+
+    #[test]
+    fn killed_mode_clears_what_linux_clears_for_a_caller_without_cap_fsetid() {
+        let reg = libc::S_IFREG;
+        assert_eq!(killed_mode(reg | 0o4755, || true), Some(0o755));
+        assert_eq!(killed_mode(reg | 0o2775, || true), Some(0o775));
+        assert_eq!(killed_mode(reg | 0o6775, || true), Some(0o775));
+        // S_ISGID without group execute: only for a caller outside the file's group.
+        assert_eq!(killed_mode(reg | 0o2765, || true), None);
+        assert_eq!(killed_mode(reg | 0o2765, || false), Some(0o765));
+        assert_eq!(killed_mode(reg | 0o0777, || false), None);
+        // Never a directory's (a set-group-ID directory stays one) nor a symlink's.
+        assert_eq!(killed_mode(libc::S_IFDIR | 0o2775, || false), None);
+        assert_eq!(killed_mode(libc::S_IFLNK | 0o4777, || false), None);
+    }
+}
