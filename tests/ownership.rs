@@ -136,3 +136,85 @@ fn a_private_mount_keeps_other_users_out() {
         assert!(mount.stop().success());
     }
 }
+
+/// Writes and truncates set-id files in `dir` as `nobody` and as root, and says what mode
+/// each file then has in `host` (the same directory as the host sees it): `nobody` lacks
+/// `CAP_FSETID`, so its write or truncate clears `S_ISUID`, and `S_ISGID` where group
+/// execute is set; root's keeps them.
+fn set_id_scenario(dir: &Path, host: &Path) -> Vec<String> {
+    let cases: [(&str, &str, &str); 7] = [
+        ("suid", "4777", "nobody writes"),
+        ("sgid_gx", "2777", "nobody writes"),
+        ("sgid_no_gx", "2767", "nobody writes"),
+        ("both_root", "6777", "root writes"),
+        ("both_truncated", "6777", "nobody truncates"),
+        ("both_opened_o_trunc", "6777", "nobody opens with O_TRUNC"),
+        ("both_root_truncated", "6777", "root truncates"),
+    ];
+    for (name, mode, _) in cases {
+        std::fs::write(host.join(name), b"before\n").unwrap();
+        run_ok(Command::new("chmod").arg(mode).arg(host.join(name)));
+    }
+    if dir != host {
+        // The mount has seen the host's changes.
+        run_ok(Command::new(crossfs_bin()).arg("sync").arg(dir));
+    }
+    let mut seen = Vec::new();
+    for (name, mode, act) in cases {
+        let p = dir.join(name).to_str().unwrap().to_owned();
+        let done = match act {
+            "nobody writes" => as_nobody(&["sh", "-c", &format!("echo more >> {p}")]),
+            "nobody truncates" => as_nobody(&["truncate", "-s", "2", &p]),
+            "nobody opens with O_TRUNC" => as_nobody(&["sh", "-c", &format!(": > {p}")]),
+            "root writes" => std::fs::OpenOptions::new()
+                .append(true)
+                .open(&p)
+                .and_then(|mut f| std::io::Write::write_all(&mut f, b"more\n"))
+                .is_ok(),
+            "root truncates" => run_ok(Command::new("truncate").args(["-s", "2", &p]))
+                .status
+                .success(),
+            _ => unreachable!(),
+        };
+        let m = std::fs::metadata(host.join(name)).unwrap();
+        seen.push(format!(
+            "{name} ({mode}), {act}: {done}, mode {:o}, size {}",
+            m.mode() & 0o7777,
+            m.len()
+        ));
+    }
+    seen
+}
+
+#[test]
+fn a_write_or_truncate_by_a_user_without_cap_fsetid_clears_set_id_bits_on_the_host() {
+    let local = tempfile::tempdir().unwrap();
+    run_ok(Command::new("chmod").arg("755").arg(local.path()));
+    let expected = set_id_scenario(local.path(), local.path());
+
+    let dir = tempfile::tempdir().unwrap();
+    let export = dir.path().join("export");
+    std::fs::create_dir(&export).unwrap();
+    let sock = dir.path().join("s.sock");
+    let addr = format!("unix:{}", sock.display());
+    // A root server keeps set-id bits through its own writes (it has CAP_FSETID): the
+    // mount asks it to clear them for a caller who lacks it (FUSE_HANDLE_KILLPRIV_V2).
+    let _serve = Serve::start(&export, &addr, &["--allow-setuid"]);
+    for (mode, args) in [("auto", &[][..]), ("behind", &["--changes", "behind"][..])] {
+        let mut mount = Mount::start(&addr, args);
+        let parent = mount.mountpoint.parent().unwrap();
+        run_ok(Command::new("chmod").arg("755").arg(parent));
+        let sub = mount.mountpoint.join(mode);
+        std::fs::create_dir(&sub).unwrap();
+        run_ok(Command::new("chmod").arg("755").arg(&sub));
+        mount.wait_following();
+        let actual = set_id_scenario(&sub, &export.join(mode));
+        assert_same_output(
+            "local directory",
+            &expected.join("\n"),
+            &format!("crossfs mount ({mode})"),
+            &actual.join("\n"),
+        );
+        assert!(mount.stop().success());
+    }
+}

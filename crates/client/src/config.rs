@@ -44,4 +44,7 @@ pub struct MsizeNegotiation {
     /// Whether the server answered with the crossfs extension (`9P2000.L.crossfs`): its
     /// compound messages may be sent on this connection.
     pub extensions: bool,
+    /// The server's optional behaviours (`crossfs_wire::features` bits), from its
+    /// Rfeatures: 0 without the extension, or from a crossfs that predates Tfeatures.
+    pub features: u64,
 }

@@ -3,8 +3,8 @@
 use std::io::{self, Read, Write};
 
 use crossfs_wire::{
-    check_frame_size, decode_rframe, MessageCounters, Rmessage, Tmessage, Tversion, MIN_MSIZE,
-    NOTAG, VERSION_9P2000_L, VERSION_CROSSFS,
+    check_frame_size, decode_rframe, MessageCounters, Rmessage, Tag, Tfeatures, Tmessage, Tversion,
+    MIN_MSIZE, NOTAG, VERSION_9P2000_L, VERSION_CROSSFS,
 };
 
 use crate::client::unexpected;
@@ -31,10 +31,40 @@ pub(crate) fn negotiate(
         // same connection, as 9P allows.
         match exchange(r, w, config, counters, ask, VERSION_CROSSFS) {
             Err(ClientError::Protocol(_) | ClientError::Errno(_)) => {}
+            Ok(mut negotiated) if negotiated.extensions => {
+                negotiated.features = features(r, w, counters, negotiated.effective)?;
+                return Ok(negotiated);
+            }
             other => return other,
         }
     }
     exchange(r, w, config, counters, ask, VERSION_9P2000_L)
+}
+
+/// Tfeatures and its answer, on a connection that negotiated the extension: the server's
+/// optional behaviours (none from a crossfs that predates the message: `EOPNOTSUPP`).
+fn features(
+    r: &mut impl Read,
+    w: &mut impl Write,
+    counters: &MessageCounters,
+    msize: u32,
+) -> Result<u64, ClientError> {
+    let reply = round_trip(
+        r,
+        w,
+        counters,
+        Tmessage::Features(Tfeatures {}),
+        Tag(0),
+        msize,
+    )?;
+    match reply {
+        Rmessage::Features(f) => Ok(f.features),
+        Rmessage::Lerror(_) => {
+            counters.record_error(Tfeatures::TYPE);
+            Ok(0)
+        }
+        other => Err(unexpected(other)),
+    }
 }
 
 /// One Tversion asking for `version`, and its Rversion.
@@ -46,36 +76,12 @@ fn exchange(
     ask: u32,
     version: &[u8],
 ) -> Result<MsizeNegotiation, ClientError> {
-    let mut frame = Vec::new();
-    Tmessage::Version(Tversion {
+    let version = Tmessage::Version(Tversion {
         msize: ask,
         version: version.to_vec(),
-    })
-    .encode(NOTAG, &mut frame);
-    counters.record(Tversion::TYPE, frame.len());
-    w.write_all(&frame)
-        .and_then(|()| w.flush())
-        .map_err(|e| ClientError::Disconnected(format!("sending Tversion: {e}")))?;
-
-    let lost = |e: io::Error| ClientError::Disconnected(format!("reading Rversion: {e}"));
-    let mut size = [0u8; 4];
-    r.read_exact(&mut size).map_err(lost)?;
-    let len = check_frame_size(u32::from_le_bytes(size), ask)
-        .map_err(|e| ClientError::Protocol(format!("Rversion: {e}")))?;
-    frame.clear();
-    frame.extend_from_slice(&size);
-    frame.resize(len, 0);
-    r.read_exact(&mut frame[4..]).map_err(lost)?;
-    counters.record(frame[4], len);
-    let reply =
-        decode_rframe(&frame).map_err(|e| ClientError::Protocol(format!("Rversion: {e}")))?;
-    if reply.tag != NOTAG {
-        return Err(ClientError::Protocol(format!(
-            "Rversion with tag {} instead of NOTAG",
-            reply.tag.0
-        )));
-    }
-    match reply.msg {
+    });
+    let reply = round_trip(r, w, counters, version, NOTAG, ask)?;
+    match reply {
         // Linux accepts any version string that starts with 9P2000.L.
         Rmessage::Version(v) if v.version.starts_with(VERSION_9P2000_L) => {
             // Adopt a smaller server msize, never a larger one.
@@ -92,6 +98,7 @@ fn exchange(
                 server: v.msize,
                 effective,
                 extensions: v.version == VERSION_CROSSFS,
+                features: 0,
             })
         }
         Rmessage::Version(v) => Err(ClientError::Protocol(format!(
@@ -104,4 +111,44 @@ fn exchange(
         }
         other => Err(unexpected(other)),
     }
+}
+
+/// Sends `msg` with `tag` and reads its reply (at most `max` bytes), before the reader
+/// thread exists: the reply must carry the same tag.
+fn round_trip(
+    r: &mut impl Read,
+    w: &mut impl Write,
+    counters: &MessageCounters,
+    msg: Tmessage,
+    tag: Tag,
+    max: u32,
+) -> Result<Rmessage, ClientError> {
+    let name = msg.name();
+    let mut frame = Vec::new();
+    msg.encode(tag, &mut frame);
+    counters.record(msg.msg_type(), frame.len());
+    w.write_all(&frame)
+        .and_then(|()| w.flush())
+        .map_err(|e| ClientError::Disconnected(format!("sending {name}: {e}")))?;
+
+    let lost =
+        |e: io::Error| ClientError::Disconnected(format!("reading the reply to {name}: {e}"));
+    let mut size = [0u8; 4];
+    r.read_exact(&mut size).map_err(lost)?;
+    let len = check_frame_size(u32::from_le_bytes(size), max)
+        .map_err(|e| ClientError::Protocol(format!("the reply to {name}: {e}")))?;
+    frame.clear();
+    frame.extend_from_slice(&size);
+    frame.resize(len, 0);
+    r.read_exact(&mut frame[4..]).map_err(lost)?;
+    counters.record(frame[4], len);
+    let reply = decode_rframe(&frame)
+        .map_err(|e| ClientError::Protocol(format!("the reply to {name}: {e}")))?;
+    if reply.tag != tag {
+        return Err(ClientError::Protocol(format!(
+            "the reply to {name} has tag {} instead of {}",
+            reply.tag.0, tag.0
+        )));
+    }
+    Ok(reply.msg)
 }

@@ -50,6 +50,7 @@ impl Fake {
         let Ok(Tmessage::Version(v)) = f.msg else {
             panic!("expected Tversion, got {f:?}")
         };
+        let extension = v.version == crossfs_wire::VERSION_CROSSFS;
         self.reply(
             NOTAG,
             Rmessage::Version(Rversion {
@@ -57,6 +58,19 @@ impl Fake {
                 version: v.version,
             }),
         );
+        if extension {
+            // As a crossfs that predates Tfeatures answers it.
+            let f = self.read_request().unwrap();
+            let Ok(Tmessage::Features(_)) = f.msg else {
+                panic!("expected Tfeatures, got {f:?}")
+            };
+            self.reply(
+                f.tag,
+                Rmessage::Lerror(Rlerror {
+                    ecode: libc::EOPNOTSUPP as u32,
+                }),
+            );
+        }
     }
 }
 

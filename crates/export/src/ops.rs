@@ -83,6 +83,11 @@ pub struct SetAttr {
     pub atime: Time,
     /// Modification time.
     pub mtime: Time,
+    /// After the changes above, clear the set-id bits a write or truncate by a caller
+    /// without `CAP_FSETID` clears ([`policy::dropped_on_change`]): the client's kernel
+    /// leaves that to the file system (FUSE's `HANDLE_KILLPRIV_V2`), and this server's
+    /// own writes keep them when it runs as root.
+    pub kill_suidgid: bool,
 }
 
 impl Default for SetAttr {
@@ -94,6 +99,7 @@ impl Default for SetAttr {
             size: None,
             atime: Time::Omit,
             mtime: Time::Omit,
+            kill_suidgid: false,
         }
     }
 }
@@ -106,6 +112,7 @@ impl SetAttr {
             && self.size.is_none()
             && matches!(self.atime, Time::Omit)
             && matches!(self.mtime, Time::Omit)
+            && !self.kill_suidgid
     }
 }
 
@@ -450,7 +457,7 @@ impl Export {
     /// setattr of the inode behind `handle`, in the order that keeps each change: owner
     /// first (a chown clears set-id bits, made sure of here), then mode, then size (which
     /// moves mtime; through `open` when that is a writable descriptor of the file), then
-    /// times.
+    /// times, then the set-id bits `kill_suidgid` clears.
     ///
     /// # Errors
     /// `EROFS` on a read-only export, `EISDIR`/`EINVAL` to truncate a directory or anything
@@ -487,6 +494,9 @@ impl Export {
         }
         if !matches!((set.atime, set.mtime), (Time::Omit, Time::Omit)) {
             sys::set_times(proc_fd, handle, set.atime, set.mtime)?;
+        }
+        if set.kill_suidgid {
+            policy::drop_bits(proc_fd, handle)?;
         }
         Ok(())
     }

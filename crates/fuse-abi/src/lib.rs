@@ -137,6 +137,9 @@ pub mod fattr {
     pub const MTIME_NOW: u32 = 1 << 8;
     pub const LOCKOWNER: u32 = 1 << 9;
     pub const CTIME: u32 = 1 << 10;
+    /// With `HANDLE_KILLPRIV_V2`: clear the set-id bits (a truncate by a caller without
+    /// `CAP_FSETID`, or a chown).
+    pub const KILL_SUIDGID: u32 = 1 << 11;
 }
 
 /// `fuse_open_out.open_flags` bits.
@@ -158,6 +161,9 @@ pub const READ_LOCKOWNER: u32 = 1 << 1;
 pub const RELEASE_FLUSH: u32 = 1 << 0;
 /// `fuse_write_in.write_flags`: `lock_owner` is valid.
 pub const WRITE_LOCKOWNER: u32 = 1 << 1;
+/// `fuse_write_in.write_flags`, with `HANDLE_KILLPRIV_V2`: the writer lacks `CAP_FSETID`,
+/// so the file system clears the file's set-id bits.
+pub const WRITE_KILL_SUIDGID: u32 = 1 << 2;
 /// `fuse_lk_in.lk_flags`: a `flock(2)` lock rather than a POSIX one.
 pub const LK_FLOCK: u32 = 1 << 0;
 

@@ -256,6 +256,10 @@ messages! { Tmessage, "request" {
     /// as `NAME.crossfs-conflict-N` (the lowest N from 1 that is free), and the fids
     /// bind that one. `flags` must hold `O_EXCL`.
     Createbehind(Tcreatebehind = 178) { create: Tcreateattr }
+    /// Which optional behaviours of the extension the server has ([`crate::features`]),
+    /// asked once per connection, right after Rversion. A crossfs that predates it answers
+    /// `EOPNOTSUPP`: none.
+    Features(Tfeatures = 180) {}
 }}
 
 messages! { Rmessage, "reply" {
@@ -365,6 +369,9 @@ messages! { Rmessage, "reply" {
     /// What Tcreateattrdir answers, and the name the file was made under: the one asked
     /// for, or, where that was taken, the conflict name beside it.
     Createbehind(Rcreatebehind = 179) { name: Vec<u8>, created: Rcreateattr, dir: Rgetattr }
+    /// The server's optional behaviours: bits of [`crate::features`] (unknown bits: none
+    /// the client knows of).
+    Features(Rfeatures = 181) { features: u64 }
 }}
 
 impl Tsetattr {

@@ -130,6 +130,19 @@ pub mod setattr {
     pub const ATIME_SET: u32 = 0x80;
     /// Set mtime to the given value rather than to "now".
     pub const MTIME_SET: u32 = 0x100;
+    /// crossfs (only to a server whose Rfeatures has [`crate::features::KILL_SUIDGID`]):
+    /// after the other changes succeed, clear `S_ISUID`, and `S_ISGID` where group execute
+    /// is set, of a file that is not a directory or symlink, as the kernel does for a
+    /// write or truncate by a caller without `CAP_FSETID`. Alone, it asks for that only:
+    /// how a client passes on a write's `FUSE_WRITE_KILL_SUIDGID`. A bit 9P2000.L leaves
+    /// unused, which other servers ignore.
+    pub const KILL_SUIDGID: u32 = 0x8000_0000;
+}
+
+/// Bits of Rfeatures: optional behaviours of a crossfs server.
+pub mod features {
+    /// The server honours [`crate::setattr::KILL_SUIDGID`] in Tsetattr and Tsetattrget.
+    pub const KILL_SUIDGID: u64 = 0x1;
 }
 
 /// Values of Tlock / Tgetlock.

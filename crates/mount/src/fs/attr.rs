@@ -24,6 +24,35 @@ pub(crate) struct Change {
     pub mtime: Option<TimeOrNow>,
     /// The kernel asks for ctime to be updated (it cannot be set to a value).
     pub ctime: bool,
+    /// The kernel asks the file system to clear the set-id bits afterwards
+    /// (`FATTR_KILL_SUIDGID`: a truncate by a caller without `CAP_FSETID`, or a chown),
+    /// for this caller.
+    pub kill_suidgid: Option<Caller>,
+}
+
+/// Who made a request the kernel flagged to clear set-id bits: Linux also clears
+/// `S_ISGID` without group execute when the caller is not in the file's group.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Caller {
+    pub gid: u32,
+    pub pid: u32,
+}
+
+impl Caller {
+    /// Whether the caller is in group `gid`: its own, or one of its supplementary groups
+    /// (`/proc/PID/status`; a caller that has gone is taken as not in it).
+    fn in_group(self, gid: u32) -> bool {
+        if self.gid == gid {
+            return true;
+        }
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", self.pid)) else {
+            return false;
+        };
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Groups:"))
+            .is_some_and(|groups| groups.split_whitespace().any(|g| g == gid.to_string()))
+    }
 }
 
 impl Change {
@@ -63,6 +92,9 @@ impl Change {
         }
         if self.ctime {
             m.valid |= valid::CTIME;
+        }
+        if self.kill_suidgid.is_some() {
+            m.valid |= valid::KILL_SUIDGID;
         }
         m
     }
@@ -263,6 +295,7 @@ impl MountState {
             self.ahead.page_push.touched(ino.0, true);
         }
         let fid = self.attr_fid(ino, fh)?;
+        let change = self.kill_as_server_can(&fid, change)?;
         if let Some(attr) = self.setattr_behind((ino, pid), &fid, &change, in_flight) {
             return Ok(NowOrLater::Now(attr));
         }
@@ -272,7 +305,14 @@ impl MountState {
                 set: change.to_wire(fid.fid()),
                 request_mask: ATTR_MASK,
             });
-            let r = expect_reply!(self.client.call(msg), Setattrget).map_err(|e| errno(&e))?;
+            let mut r = expect_reply!(self.client.call(msg), Setattrget).map_err(|e| errno(&e))?;
+            if let (Some(caller), Some(_)) = (change.kill_suidgid, change.size) {
+                // A truncate: S_ISGID without group execute, cleared for a caller outside
+                // the file's group, which the server cannot judge.
+                if let Some(kill) = self.kill_after_write(fid.fid(), Some(&r.attr), caller) {
+                    r = expect_reply!(self.client.call(kill), Setattrget).map_err(|e| errno(&e))?;
+                }
+            }
             // The kernel asks for them again before a chown (to drop set-user-ID
             // bits): the answer may give them, as a fetch would.
             let fetched = in_flight.take().and_then(|c| c.end_with_answer(&r.attr));
@@ -283,6 +323,70 @@ impl MountState {
         let msg = Tmessage::Setattr(change.to_wire(fid.fid()));
         self.client.call(msg).map_err(|e| errno(&e))?;
         Ok(NowOrLater::Later(self.fetch_attr(ino, fid)))
+    }
+
+    /// Whether the server on the connection in use clears set-id bits when a Tsetattr asks
+    /// ([`crossfs_wire::features::KILL_SUIDGID`]). The mount negotiates
+    /// `FUSE_HANDLE_KILLPRIV_V2` only then.
+    pub(crate) fn server_kills_suidgid(&self) -> bool {
+        self.client.negotiation().features & crossfs_wire::features::KILL_SUIDGID != 0
+    }
+
+    /// `change` as the server on the connection in use can make it. One that asks for the
+    /// set-id bits to be cleared, to a server that cannot (one reached by a reconnect
+    /// after the kernel agreed to `HANDLE_KILLPRIV_V2`), clears them with a mode instead,
+    /// from the attributes the server gives now: what the kernel does without the flag.
+    fn kill_as_server_can(&self, fid: &FidRef, mut change: Change) -> Result<Change, Errno> {
+        let Some(caller) = change.kill_suidgid else {
+            return Ok(change);
+        };
+        if self.server_kills_suidgid() {
+            return Ok(change);
+        }
+        change.kill_suidgid = None;
+        if change.mode.is_none() {
+            let msg = Tmessage::Getattr(Tgetattr {
+                fid: fid.fid(),
+                request_mask: ATTR_MASK,
+            });
+            let a = expect_reply!(self.client.call(msg), Getattr).map_err(|e| errno(&e))?;
+            change.mode = killed_mode(a.mode, || caller.in_group(a.gid));
+        }
+        Ok(change)
+    }
+
+    /// After a write the kernel flagged `FUSE_WRITE_KILL_SUIDGID`, which left the file
+    /// with attributes `after` (`None`: not known): the request that clears its set-id
+    /// bits, if it needs one. To a server that clears them itself, a Tsetattrget asking for
+    /// that alone (when `after` shows bits to clear, or is not known); to one that cannot, a
+    /// mode without them, when `after` shows some.
+    ///
+    /// `S_ISGID` without group execute, which Linux clears only for a caller outside the
+    /// file's group, the server cannot judge: the mode is sent for that case.
+    pub(super) fn kill_after_write(
+        &self,
+        fid: crossfs_wire::Fid,
+        after: Option<&crossfs_wire::Rgetattr>,
+        caller: Caller,
+    ) -> Option<Tmessage> {
+        let mut set = Tsetattr::unchanged(fid);
+        match after {
+            Some(a) => {
+                let mode = killed_mode(a.mode, || caller.in_group(a.gid))?;
+                if self.server_kills_suidgid() && killed_mode(a.mode, || true) == Some(mode) {
+                    set.valid = valid::KILL_SUIDGID;
+                } else {
+                    set.mode = mode;
+                    set.valid = valid::MODE;
+                }
+            }
+            None if self.server_kills_suidgid() => set.valid = valid::KILL_SUIDGID,
+            None => return None,
+        }
+        Some(Tmessage::Setattrget(Tsetattrget {
+            set,
+            request_mask: ATTR_MASK,
+        }))
     }
 
     pub(super) fn statfs(&self, ino: INodeNo) -> Result<Later<'static, ReplyStatfs>, Errno> {
@@ -298,5 +402,41 @@ impl MountState {
                 }),
             );
         }))
+    }
+}
+
+/// The permission bits of a file with mode `mode` once a write or truncate by a caller
+/// without `CAP_FSETID` has cleared its set-id bits, or `None` if it has none to clear:
+/// `S_ISUID`, and `S_ISGID` with group execute or where `in_group` says the caller is not
+/// in the file's group (Linux's `setattr_should_drop_sgid`); none on a directory or
+/// symlink.
+pub(super) fn killed_mode(mode: u32, in_group: impl FnOnce() -> bool) -> Option<u32> {
+    if matches!(mode & libc::S_IFMT, libc::S_IFDIR | libc::S_IFLNK) {
+        return None;
+    }
+    let mut bits = mode & libc::S_ISUID;
+    if mode & libc::S_ISGID != 0 && (mode & libc::S_IXGRP != 0 || !in_group()) {
+        bits |= libc::S_ISGID;
+    }
+    (bits != 0).then_some(mode & 0o7777 & !bits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::killed_mode;
+
+    #[test]
+    fn killed_mode_clears_what_linux_clears_for_a_caller_without_cap_fsetid() {
+        let reg = libc::S_IFREG;
+        assert_eq!(killed_mode(reg | 0o4755, || true), Some(0o755));
+        assert_eq!(killed_mode(reg | 0o2775, || true), Some(0o775));
+        assert_eq!(killed_mode(reg | 0o6775, || true), Some(0o775));
+        // S_ISGID without group execute: only for a caller outside the file's group.
+        assert_eq!(killed_mode(reg | 0o2765, || true), None);
+        assert_eq!(killed_mode(reg | 0o2765, || false), Some(0o765));
+        assert_eq!(killed_mode(reg | 0o0777, || false), None);
+        // Never a directory's (a set-group-ID directory stays one) nor a symlink's.
+        assert_eq!(killed_mode(libc::S_IFDIR | 0o2775, || false), None);
+        assert_eq!(killed_mode(libc::S_IFLNK | 0o4777, || false), None);
     }
 }

@@ -275,6 +275,7 @@ mod tests {
             atime: None,
             mtime: None,
             ctime: false,
+            kill_suidgid: None,
         }
     }
 

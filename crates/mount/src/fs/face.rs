@@ -189,6 +189,12 @@ impl Filesystem for CrossFs {
         if mode == crate::CacheMode::Auto {
             wanted |= InitFlags::FUSE_AUTO_INVAL_DATA;
         }
+        if s.server_kills_suidgid() {
+            // The server clears set-id bits when asked (the kernel then flags writes,
+            // truncates and chowns instead of asking for the mode and security.capability
+            // before each and clearing them with a SETATTR of its own).
+            wanted |= InitFlags::FUSE_HANDLE_KILLPRIV_V2;
+        }
         let missing = wanted & !kc.capabilities();
         if !missing.is_empty() {
             tracing::warn!(?missing, "the kernel lacks FUSE features crossfs asks for");
@@ -241,6 +247,7 @@ impl Filesystem for CrossFs {
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
         _flags: Option<crate::session::BsdFileFlags>,
+        kill_suidgid: bool,
         reply: ReplyAttr,
     ) {
         let change = attr::Change {
@@ -251,6 +258,10 @@ impl Filesystem for CrossFs {
             atime,
             mtime,
             ctime: ctime.is_some(),
+            kill_suidgid: kill_suidgid.then_some(attr::Caller {
+                gid: req.gid(),
+                pid: req.pid(),
+            }),
         };
         let (s, in_flight) = self.s_changing(req, Op::Setattr, &[ino.0], &[]);
         if s.changes.is_replay(req.pid()) {
@@ -407,11 +418,16 @@ impl Filesystem for CrossFs {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let kill_suidgid =
+            (write_flags.0 & crossfs_fuse_abi::WRITE_KILL_SUIDGID != 0).then_some(attr::Caller {
+                gid: req.gid(),
+                pid: req.pid(),
+            });
         let (s, change) = self.s_changing(req, Op::Write, &[ino.0], &[]);
         s.changes.note_node(ino.0);
         crate::stats::DATA_WRITE_COPIED
@@ -421,7 +437,10 @@ impl Filesystem for CrossFs {
         let file = s.open_file_for(ino, fh, s.unannounced_write(flags.0));
         answer(
             reply,
-            file.and_then(|f| s.write(f, (offset, data), (req.pid(), flags.0), &mut change)),
+            file.and_then(|f| {
+                let caller = (req.pid(), flags.0, kill_suidgid);
+                s.write(f, (offset, data), caller, &mut change)
+            }),
         );
     }
 

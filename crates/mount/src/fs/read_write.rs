@@ -13,6 +13,7 @@ use crate::session::{Errno, FileHandle, INodeNo, ReplyData, ReplyEmpty, ReplyWri
 use crossfs_client::ClientError;
 use crossfs_wire::{Rmessage, Tfallocate, Tfsync, Tmessage, Twalkread};
 
+use super::attr::Caller;
 use super::reply::{answer, count_moved, Later, NowOrLater, Written};
 use super::{errno, MountState};
 use crate::ahead::small_files::SmallFile;
@@ -20,7 +21,7 @@ use crate::fid::FidRef;
 use crate::known::handle::{OpenFile, Unannounced};
 use crate::known::inode::NodeFid;
 use crate::known::listed_attrs::ChangeInFlight;
-use crate::remote::ATTR_MASK;
+use crate::remote::{expect_reply, ATTR_MASK};
 use crate::sync::lock;
 
 impl MountState {
@@ -278,30 +279,44 @@ impl MountState {
 
     /// `change`: held until the server has answered (see `crate::known::listed_attrs`).
     /// It is taken from the caller when handed to the completion; else it ends with the
-    /// caller's hold of it, after the kernel has the answer.
+    /// caller's hold of it, after the kernel has the answer. `kill_suidgid`: the kernel
+    /// flagged the write `FUSE_WRITE_KILL_SUIDGID` (the writer lacks `CAP_FSETID`), so
+    /// the file's set-id bits are cleared after it ([`MountState::kill_after_write`]). A
+    /// write sent behind needs nothing: a file with set-id bits never goes behind.
     pub(super) fn write<'a>(
         self: &Arc<Self>,
         file: Arc<OpenFile>,
         (offset, data): (u64, &'a [u8]),
-        (pid, flags): (u32, i32),
+        (pid, flags, kill_suidgid): (u32, i32, Option<Caller>),
         change: &mut Option<ChangeInFlight>,
     ) -> Result<NowOrLater<'a, Written, ReplyWrite>, Errno> {
         self.writable()?;
         let max = self.sizes.max_io as usize;
         if data.len() > max {
             // max_write keeps the kernel below this; stay correct if it ever is not.
-            return self.write_split(file, offset, data).map(NowOrLater::Now);
+            let written = self.write_split(file.clone(), offset, data)?;
+            self.kill_after_sync_write(&file, kill_suidgid)?;
+            return Ok(NowOrLater::Now(written));
         }
         let fid = self.file_fid(&file)?;
         if self.write_behind((&file, pid, flags), &fid, (offset, data), change) {
             return Ok(NowOrLater::Now(Written(data.len() as u32)));
         }
         let fid = fid.fid();
-        let change = change.take();
         if self.client.has_extensions() && !self.server.no_writeattr.load(Ordering::Relaxed) {
-            let later = self.write_attr(file, fid, (offset, data), change);
+            let later = self.write_attr(file, fid, (offset, data), change.take(), kill_suidgid);
             return Ok(NowOrLater::Later(later));
         }
+        if kill_suidgid.is_some() {
+            // Only after a reconnect to a server without Twriteattr: rare enough to wait.
+            let written = self
+                .client
+                .write(fid, offset, data)
+                .map_err(|e| errno(&e))?;
+            self.kill_after_sync_write(&file, kill_suidgid)?;
+            return Ok(NowOrLater::Now(Written(written)));
+        }
+        let change = change.take();
         let client = self.client.clone();
         Ok(NowOrLater::Later(Later::new(move |reply| {
             client.write_async(
@@ -326,6 +341,7 @@ impl MountState {
         fid: crossfs_wire::Fid,
         (offset, data): (u64, &'a [u8]),
         mut change: Option<ChangeInFlight>,
+        kill_suidgid: Option<Caller>,
     ) -> Later<'a, ReplyWrite> {
         let shared = self.clone();
         Later::new(move |reply| {
@@ -343,6 +359,17 @@ impl MountState {
                                 .server
                                 .writeattr_answered
                                 .store(true, Ordering::Relaxed);
+                            let known = (attr.valid != 0).then_some(&attr);
+                            let kill = kill_suidgid
+                                .and_then(|caller| shared.kill_after_write(fid, known, caller));
+                            if let Some(kill) = kill {
+                                return shared.clone().kill_then_answer(
+                                    kill,
+                                    (file, change),
+                                    Written(n),
+                                    reply,
+                                );
+                            }
                             if attr.valid != 0 {
                                 let fetched = change.take().and_then(|c| c.end_with_answer(&attr));
                                 shared
@@ -375,6 +402,61 @@ impl MountState {
                 }),
             );
         })
+    }
+
+    /// Sends `kill` (see [`MountState::kill_after_write`]) after a write of `written` through
+    /// `file` was answered, and answers the kernel once it is: the attributes it returns
+    /// end `change`. A write whose set-id bits could not be cleared fails with the
+    /// server's errno, as Linux fails a write whose `file_remove_privs` fails (here the
+    /// data is already written).
+    fn kill_then_answer(
+        self: Arc<Self>,
+        kill: Tmessage,
+        (file, mut change): (Arc<OpenFile>, Option<ChangeInFlight>),
+        written: Written,
+        reply: ReplyWrite,
+    ) {
+        let client = self.client.clone();
+        client.call_async(
+            kill,
+            Box::new(move |r| {
+                let killed = expect_reply!(r, Setattrget).map_err(|e| errno(&e));
+                let answered = killed.map(|k| {
+                    let fetched = change.take().and_then(|c| c.end_with_answer(&k.attr));
+                    self.known
+                        .inodes
+                        .observe(file.reopen.node, &k.attr, fetched);
+                    written
+                });
+                drop((file, change));
+                answer(reply, answered);
+            }),
+        );
+    }
+
+    /// After a write through `file` that waited for the server, its set-id bits cleared
+    /// if `kill_suidgid` (see [`MountState::kill_after_write`]), waiting as well.
+    fn kill_after_sync_write(
+        &self,
+        file: &OpenFile,
+        kill_suidgid: Option<Caller>,
+    ) -> Result<(), Errno> {
+        let Some(caller) = kill_suidgid else {
+            return Ok(());
+        };
+        let fid = self.file_fid(file)?.fid();
+        // The attributes after the write: S_ISGID without group execute needs them.
+        let msg = Tmessage::Getattr(crossfs_wire::Tgetattr {
+            fid,
+            request_mask: ATTR_MASK,
+        });
+        let after = expect_reply!(self.client.call(msg), Getattr).map_err(|e| errno(&e))?;
+        let Some(kill) = self.kill_after_write(fid, Some(&after), caller) else {
+            return Ok(());
+        };
+        let k = expect_reply!(self.client.call(kill), Setattrget).map_err(|e| errno(&e))?;
+        self.known.inodes.observe(file.reopen.node, &k.attr, None);
+        Ok(())
     }
 
     pub(super) fn write_split(

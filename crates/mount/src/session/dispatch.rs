@@ -46,6 +46,7 @@ pub(crate) trait Filesystem: Send + Sync + 'static {
         chgtime: Option<SystemTime>,
         bkuptime: Option<SystemTime>,
         flags: Option<BsdFileFlags>,
+        kill_suidgid: bool,
         reply: ReplyAttr,
     );
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData);
@@ -339,6 +340,7 @@ pub(crate) fn dispatch<FS: Filesystem>(
                 None,
                 None,
                 None,
+                has(fattr::KILL_SUIDGID),
                 ReplyAttr::new(unique, s()),
             );
         }

@@ -74,6 +74,7 @@ pub(crate) fn setattr(conn: &Conn, m: Tsetattr) -> OpResult<Rmessage> {
         size: (m.valid & sa::SIZE != 0).then_some(m.size),
         atime: time(m.valid, sa::ATIME, sa::ATIME_SET, m.atime_sec, m.atime_nsec)?,
         mtime: time(m.valid, sa::MTIME, sa::MTIME_SET, m.mtime_sec, m.mtime_nsec)?,
+        kill_suidgid: m.valid & sa::KILL_SUIDGID != 0,
     };
     let open = f.open.get().map(|o| rustix::fd::AsFd::as_fd(&o.fd));
     conn.server.export.setattr(&f.handle, open, &set)?;

@@ -93,6 +93,7 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
         | T::Walkgetattr(_)
         | T::Readdirattr(_)
         | T::Walkreaddirattr(_)
+        | T::Features(_)
         // Its client answered it already and sends what follows it without waiting: the
         // order promise (docs/protocol.md, "Order") covers it.
         | T::Createbehind(_) => true,
@@ -258,6 +259,11 @@ fn dispatch(conn: &Conn, msg: Tmessage) -> OpResult<Rmessage> {
         T::Createattrdir(m) => bulk::createattrdir(conn, m),
         T::Createbehind(m) => bulk::createbehind(conn, m),
         T::Renameatattr(m) => bulk::renameatattr(conn, m),
+        T::Features(crossfs_wire::Tfeatures {}) => {
+            Ok(Rmessage::Features(crossfs_wire::Rfeatures {
+                features: crossfs_wire::features::KILL_SUIDGID,
+            }))
+        }
         // Handled by the session before dispatch; never queued.
         T::Read(_) | T::Version(_) | T::Flush(_) => Err(OpError::Invalid("not dispatched")),
     }

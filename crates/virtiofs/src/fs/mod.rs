@@ -462,6 +462,8 @@ impl FuseFs {
             size: given(fattr::SIZE).then_some(s.size),
             atime: time(fattr::ATIME, fattr::ATIME_NOW, s.atime, s.atimensec),
             mtime: time(fattr::MTIME, fattr::MTIME_NOW, s.mtime, s.mtimensec),
+            // The virtio door does not offer HANDLE_KILLPRIV_V2: the kernel clears them.
+            kill_suidgid: false,
         };
         let open = if given(fattr::FH) {
             self.file(s.fh).ok()
