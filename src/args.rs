@@ -503,9 +503,11 @@ pub struct MountArgs {
     pub send_opens: bool,
     /// When changes reach the server. exact (default): every change waits for the
     /// server's answer. behind: a chmod, utimens, chown to the owner a file already has,
-    /// or a write of up to 64 KiB, whose outcome the mount can tell exactly from what it
-    /// holds, is answered at once and sent to the server after, in order (creates,
-    /// removals, renames and truncations still wait). A change the server then refuses
+    /// a write of up to 64 KiB, or the create of a regular file whose name the directory's
+    /// replica shows missing, whose outcome the mount can tell from what it holds, is
+    /// answered at once and sent to the server after, in order (removals, renames, mkdir
+    /// and truncations still wait; a name a host program took first keeps the host's file,
+    /// the guest's going beside it as NAME.crossfs-conflict-N). A change the server then refuses
     /// fails the file's next fsync (with --send-opens, or its next close by the process
     /// that made it), and the next `crossfs sync`; fsync, `crossfs
     /// sync` and unmount wait until what was sent behind is on the host. Needs change

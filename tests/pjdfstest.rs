@@ -14,6 +14,20 @@ use std::time::Duration;
 use common::*;
 use tools::*;
 
+/// Whether pjdfstest's test `name` compares a file's times across calls: with changes sent
+/// behind, a regular file's times within the clock tick of its create are the mount's
+/// prediction, and the test may fail depending on timing (README, "Differences from a
+/// local directory").
+fn compares_times(name: &str) -> bool {
+    (name.contains("time") || name.contains("update"))
+        && !name.ends_with("::dir")
+        && !name.ends_with("::symlink")
+        && !name.ends_with("::fifo")
+        && !name.ends_with("::socket")
+        && !name.ends_with("::block")
+        && !name.ends_with("::char")
+}
+
 /// Runs pjdfstest in `dir`, with `second` as the "other file system" of the EXDEV tests.
 fn pjdfstest(dir: &Path, second: &Path, config: &Path, label: &str) -> Outcomes {
     let log = config.with_file_name(format!("{label}.log"));
@@ -97,7 +111,10 @@ fn pjdfstest_on_crossfs_mount_matches_local_directory() {
         let mount = on_mount(&serve, mount_args, &config, &label);
         report(&label, &native, &mount);
         let lost = lost(&native, &mount);
-        let new: Vec<_> = lost.difference(&known).collect();
+        let new: Vec<_> = lost
+            .difference(&known)
+            .filter(|name| !(mount_args == ["--changes", "behind"] && compares_times(name)))
+            .collect();
         let gone: Vec<_> = known.difference(&lost).collect();
         assert!(
             new.is_empty() && gone.is_empty(),

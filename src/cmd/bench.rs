@@ -133,7 +133,7 @@ fn workloads_help() -> String {
         "\nTargets, run interleaved (each workload on every target in turn, for every run):\n\
          \x20 native                                the directory itself (page cache: the limit)\n\
          \x20 crossfs                               crossfs serve + crossfs mount, defaults\n\
-         \x20 crossfs --changes behind              the same, setattrs and small writes sent behind\n\
+         \x20 crossfs --changes behind              the same, creates, setattrs and small writes sent behind\n\
          and unless --default-only, what each fix is worth:\n\
          \x20 crossfs --msize 65536 --max-pages 32  small messages and FUSE requests\n\
          \x20 crossfs --negative-ttl 0              no negative-lookup cache\n\

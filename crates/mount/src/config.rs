@@ -97,8 +97,8 @@ pub enum ChangeMode {
     /// Every change waits for the server's answer (POSIX on a shared directory).
     #[default]
     Exact,
-    /// A setattr or a small write the mount can answer exactly from what it holds is
-    /// answered at once and sent behind, in order; errors come at the next close or fsync
+    /// A setattr, a small write or a create the mount can answer exactly from what it
+    /// holds is answered at once and sent behind, in order; errors come at the next close or fsync
     /// of the file (see `crate::behind` for the whole contract). Needs the crossfs
     /// extension and change events; otherwise it is the exact mode.
     Behind,

@@ -57,7 +57,7 @@ impl MountState {
         if let Some(created) =
             self.create_behind((parent, &dir), name, behind, (caller, pid), change)
         {
-            return created;
+            return Ok(created);
         }
         if self.client.has_extensions() {
             // The server charges the open file before it creates anything: a refusal for

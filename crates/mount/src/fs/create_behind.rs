@@ -22,7 +22,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::session::{Errno, INodeNo};
+use crate::session::INodeNo;
 use crossfs_wire::{
     open_flags, Qid, Rgetattr, Tcreateattr, Tcreatebehind, Tmessage, QID_TYPE_FILE,
 };
@@ -48,7 +48,7 @@ impl MountState {
         (mode, flags, wire): (u32, i32, u32),
         (caller, pid): (Caller, u32),
         change: &ChangeInFlight,
-    ) -> Option<Result<Created, Errno>> {
+    ) -> Option<Created> {
         if !self.sends_behind()
             || mode & SET_ID != 0
             || !self.replicas_usable()
@@ -115,7 +115,7 @@ impl MountState {
         self.behind.send(&self.client, sent, on_answer);
         let mut created = self.open_created(fa, fid, (flags, wire));
         created.attr_ttl = Duration::ZERO;
-        Some(Ok(created))
+        Some(created)
     }
 
     /// What the mount learns from the answer to node `ino`'s create, sent behind as
