@@ -673,16 +673,23 @@ fn a_create_the_host_refuses_fails_the_next_fsync_and_sync_and_the_file_is_gone(
     // (as an NFS file's is once the file is gone).
     assert_eq!(errno_of(refused.sync_all()), Some(libc::ESTALE));
     drop((made, refused));
-    // A sync's marker is a file the server makes at the top of the export: it needs an
-    // inode (with none free, the server fails the sync). The host makes room (removing a
-    // file would not: the server holds the files the mount knows open).
+    let out = sync(&s.mount);
+    assert!(!out.status.success(), "{out:?}");
+    // A sync's marker is a file the server makes at the top of the export: with no inode
+    // free, the server fails the sync, and says why.
+    let out = sync(&s.mount);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("sync marker"),
+        "{out:?}"
+    );
+    // The host makes room (removing a file would not: the server holds the files the
+    // mount knows open).
     run_ok(
         Command::new("mount")
             .args(["-o", "remount,nr_inodes=64"])
             .arg(&small.path),
     );
-    let out = sync(&s.mount);
-    assert!(!out.status.success(), "{out:?}");
     let out = sync(&s.mount);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(

@@ -39,6 +39,9 @@ fn why(e: rustix::io::Errno, root: &Path) -> String {
              sync may not show yet. Try again"
         ),
         Errno::AGAIN => "too many syncs are waiting in this mount already; try again".into(),
+        Errno::NOSPC | Errno::DQUOT | Errno::ROFS => format!(
+            "the server could not make its sync marker, a file at the top of the export:              {e} (a sync needs a free inode there; a full or read-only export cannot sync)"
+        ),
         Errno::NOTSUP | Errno::NODATA if is_virtiofs(root) => "no `crossfs agent` follows \
              this virtiofs mount (start it: `crossfs agent MOUNTPOINT`, as root), or its \
              server is not `crossfs serve` with change events on"

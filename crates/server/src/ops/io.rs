@@ -214,7 +214,15 @@ fn events_sync(conn: &Conn, sub: &crossfs_events::Subscriber, data: &[u8]) -> Op
         .ok_or(OpError::Invalid("event streams take `sync N`"))?;
     hub.sync_subscriber(sub, marker).map_err(|e| {
         tracing::warn!(id = conn.stats.id, "sync failed: {e}");
-        OpError::Os(Errno::TIMEDOUT)
+        // A cookie the export cannot take (full, read-only) is its file system's errno,
+        // which the client can name; anything else is the hub not keeping up.
+        match &e {
+            crossfs_events::EventError::Cookie(io) => OpError::Os(
+                io.raw_os_error()
+                    .map_or(Errno::IO, Errno::from_raw_os_error),
+            ),
+            _ => OpError::Os(Errno::TIMEDOUT),
+        }
     })?;
     Ok(data.len())
 }
