@@ -214,7 +214,7 @@ fn changes_sent_behind_reach_the_host_in_order_and_match_it_after_a_sync() {
     assert_eq!(behind(&s.mount, "queued"), 0);
     // How long the host took to see them, by request.
     let to_host = &s.mount.stats()["behind"]["to_host"];
-    for request in ["Tsetattrget", "Twriteattr"] {
+    for request in ["Tsetattrbehind", "Twritebehind"] {
         assert!(to_host[request]["count"].as_u64().unwrap() > 0, "{to_host}");
     }
 
@@ -740,4 +740,87 @@ fn files_created_behind_and_lost_with_the_connection_are_made_on_the_next() {
     assert_eq!(behind(&s.mount, "conflicts"), 0);
     assert!(behind(&s.mount, "resent") >= 16);
     let _ = &s.dir;
+}
+
+#[test]
+fn a_host_change_first_keeps_the_guests_writes_and_chmods_beside_it_and_fails_the_fsync() {
+    let s = setup(None, &[]);
+    let (mnt, export) = (s.mount.mountpoint.clone(), s.export.clone());
+    for name in ["mine", "theirs", "moded"] {
+        fs::write(export.join(name), b"0123456789").unwrap();
+    }
+    let open = |name: &str| {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(mnt.join(name))
+            .unwrap()
+    };
+    let files = (open("mine"), open("theirs"), open("moded"));
+    // Each written once (the same byte), so that its open reached the server.
+    for f in [&files.0, &files.1, &files.2] {
+        f.write_all_at(b"0", 0).unwrap();
+        f.sync_all().unwrap();
+    }
+    // The server stopped: each write and chmod is answered by the mount, predicted from
+    // the files as the host had them.
+    let files = while_stopped(&s, move || {
+        for f in [&files.0, &files.1, &files.2] {
+            f.write_all_at(b"guest", 0).unwrap();
+            f.write_all_at(b"!", 9).unwrap();
+            f.set_permissions(fs::Permissions::from_mode(0o600))
+                .unwrap();
+        }
+        files
+    });
+    // Before the server reads them, host programs change two of the files.
+    fs::write(export.join("theirs"), b"the host's").unwrap();
+    fs::set_permissions(export.join("moded"), fs::Permissions::from_mode(0o640)).unwrap();
+    resume(&s.serve);
+
+    // The file nobody else touched has the guest's changes; fsync has nothing to report.
+    files.0.sync_all().unwrap();
+    assert_eq!(fs::read(export.join("mine")).unwrap(), b"guest5678!");
+    assert_eq!(
+        fs::metadata(export.join("mine")).unwrap().mode() & 0o7777,
+        0o600
+    );
+    // The other two keep the host's changes; the guest's are beside each, made onto the
+    // file as the host had it then; fsync says the guest's view was stale, once.
+    assert_eq!(errno_of(files.1.sync_all()), Some(libc::ESTALE));
+    files.1.sync_all().unwrap();
+    assert_eq!(errno_of(files.2.sync_all()), Some(libc::ESTALE));
+    assert_eq!(fs::read(export.join("theirs")).unwrap(), b"the host's");
+    let beside = export.join("theirs.crossfs-conflict-1");
+    let mut kept = b"the host's".to_vec();
+    kept[..5].copy_from_slice(b"guest");
+    kept[9] = b'!';
+    assert_eq!(fs::read(&beside).unwrap(), kept);
+    assert_eq!(fs::metadata(&beside).unwrap().mode() & 0o7777, 0o600);
+    assert_eq!(fs::read(export.join("moded")).unwrap(), b"0123456789");
+    assert_eq!(
+        fs::metadata(export.join("moded")).unwrap().mode() & 0o7777,
+        0o640
+    );
+    let beside = export.join("moded.crossfs-conflict-1");
+    assert_eq!(fs::read(&beside).unwrap(), b"guest5678!");
+    assert_eq!(fs::metadata(&beside).unwrap().mode() & 0o7777, 0o600);
+    assert_eq!(behind(&s.mount, "conflicts"), 2);
+    // A sync fails once for them, then the mount shows what the host has.
+    assert!(!sync(&s.mount).status.success());
+    assert!(sync(&s.mount).status.success());
+    for name in [
+        "mine",
+        "theirs",
+        "moded",
+        "theirs.crossfs-conflict-1",
+        "moded.crossfs-conflict-1",
+    ] {
+        assert_eq!(shown(&mnt.join(name)), shown(&export.join(name)), "{name}");
+        assert_eq!(
+            fs::read(mnt.join(name)).unwrap(),
+            fs::read(export.join(name)).unwrap(),
+            "{name}"
+        );
+    }
 }

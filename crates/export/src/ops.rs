@@ -416,6 +416,40 @@ impl Export {
         Err(Errno::NOENT.into())
     }
 
+    /// A copy of the regular file behind `source`, made as `name` in `dir` (which must not
+    /// exist: the create is exclusive) with the source's permission bits and owner, and
+    /// open for writing: where a change the client predicted goes when a host program
+    /// changed the file first (changes sent behind), so that neither is lost. The checks
+    /// are [`Export::create`]'s; set-id bits are not copied.
+    ///
+    /// # Errors
+    /// `EINVAL` when `source` is not a regular file, then [`Export::create`]'s and the
+    /// copy's (`ENOSPC`, ...): a copy that fails is removed.
+    pub fn copy_beside(
+        &self,
+        source: &Arc<PathHandle>,
+        dir: Dir<'_>,
+        name: &[u8],
+    ) -> ExportResult<Created> {
+        let (from, st) = self.open_file(source, OFlags::RDONLY | OFlags::CLOEXEC)?;
+        if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
+            return Err(Errno::INVAL.into());
+        }
+        let owner = Caller {
+            uid: Some(st.stx_uid),
+            gid: Some(st.stx_gid),
+        };
+        let perm = u32::from(st.stx_mode) & 0o777;
+        let created = self.create(dir, name, OFlags::RDWR | OFlags::CLOEXEC, true, perm, owner)?;
+        if let Err(e) = sys::copy_file(from.as_fd(), created.file.as_fd()) {
+            // Nothing half made is left under the name.
+            let _ = self.unlink(dir, name, false);
+            return Err(e.into());
+        }
+        let stat = sys::stat(created.file.as_fd())?;
+        Ok(Created { stat, ..created })
+    }
+
     /// A regular file without a name in `dir`, open with `flags`, as open(2) with
     /// `O_TMPFILE` makes one: gone when its last descriptor closes, unless
     /// [`Export::link`] of its handle first gives it a name (beneath a directory of the

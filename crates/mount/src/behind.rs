@@ -4,10 +4,15 @@
 //!
 //! The contract (also in the README and docs/changes-behind.md):
 //! - **Order.** A change sent behind is written to the connection before the mount
-//!   answers it, and the server runs these requests (Tsetattrget, Twriteattr of at most
-//!   [`crossfs_wire::INLINE_WRITE_MAX`] bytes) on the connection's reader, in the order
-//!   they arrive, before it reads the next request, and so does Tcreatebehind: every
-//!   later request of this mount, sent behind or not, finds them done.
+//!   answers it, and the server runs these requests (Tsetattrbehind, Twritebehind of at
+//!   most [`crossfs_wire::INLINE_WRITE_MAX`] bytes, Tcreatebehind; Tsetattrget and
+//!   Twriteattr to a server without `CONDITIONAL_BEHIND`) on the connection's reader, in
+//!   the order they arrive, before it reads the next request: every later request of this
+//!   mount, sent behind or not, finds them done.
+//! - **Conflicts.** A setattr or write of a regular file is made only onto the file as the
+//!   mount saw it ([`crossfs_wire::BehindBase`]); where a host program changed it first,
+//!   the server keeps the change in a copy beside it, and the mount reports it as a
+//!   refusal with [`KEPT_BESIDE`] (docs/changes-behind.md, "Conflicts").
 //! - **What goes behind.** Only what the server will accept, as far as the mount can tell:
 //!   the node's attributes are known exactly (fetched and unchanged since, or a change
 //!   sent behind predicted them), the kernel has checked permissions against them
@@ -103,6 +108,8 @@ struct Queue {
     refused_unsynced: u64,
     /// Work after a refusal still under way (see [`ChangesBehind::hold`]).
     holds: usize,
+    /// The copies the server kept changes in (node, name), logged and counted once.
+    kept: std::collections::HashSet<(u64, Vec<u8>)>,
 }
 
 /// Counters for `crossfs stats`.
@@ -113,7 +120,8 @@ struct Counters {
     refused: AtomicU64,
     resent: AtomicU64,
     waited_for_room: AtomicU64,
-    /// Creates the server made beside a name a host program took first.
+    /// Creates the server made beside a name a host program took first, and files a host
+    /// program changed first, whose guest's changes the server kept in a copy beside them.
     conflicts: AtomicU64,
 }
 
@@ -199,8 +207,8 @@ impl ChangesBehind {
         lock(&self.queue).creating.keys().copied().collect()
     }
 
-    /// Sends `change` (a Tsetattrget, a Twriteattr of at most
-    /// [`crossfs_wire::INLINE_WRITE_MAX`] bytes, or a Tcreatebehind); `on_answer` runs
+    /// Sends `change` (a Tsetattrbehind or Tsetattrget, a Twritebehind or Twriteattr of at
+    /// most [`crossfs_wire::INLINE_WRITE_MAX`] bytes, or a Tcreatebehind); `on_answer` runs
     /// on the thread reading replies. Waits while [`BYTES_LIMIT`] bytes are unanswered.
     pub(crate) fn send(
         self: &std::sync::Arc<Self>,
@@ -281,14 +289,36 @@ impl ChangesBehind {
         self.settle(q, seq, change, attrs);
     }
 
+    /// A change the server kept beside the file (a host program changed it first): the
+    /// copy logged and counted once (the changes after it go there too), and the change
+    /// refused as far as the file is concerned.
+    fn kept_beside(&self, q: &mut Queue, change: &Unanswered, kept_as: Vec<u8>) -> i32 {
+        if q.kept.len() >= PROCESSES_KEPT {
+            q.kept.clear();
+        }
+        let name = String::from_utf8_lossy(&kept_as).into_owned();
+        if q.kept.insert((change.ino, kept_as)) {
+            self.counters.conflicts.fetch_add(1, Relaxed);
+            tracing::warn!(
+                node = change.ino,
+                "a host program changed the file first: the guest's changes are kept beside it as '{name}'"
+            );
+        }
+        KEPT_BESIDE
+    }
+
     /// Ends change `seq` with the server's attributes after it, or its errno.
     fn settle(
         &self,
         mut q: std::sync::MutexGuard<'_, Queue>,
         seq: u64,
         change: Unanswered,
-        attrs: Result<Answered, i32>,
+        attrs: Result<Answered, Refusal>,
     ) {
+        let attrs = attrs.map_err(|r| match r {
+            Refusal::Errno(errno) => errno,
+            Refusal::KeptBeside(name) => self.kept_beside(&mut q, &change, name),
+        });
         q.bytes -= change.bytes;
         self.to_host
             .record(change.msg.msg_type(), change.sent.elapsed());
@@ -379,7 +409,12 @@ impl ChangesBehind {
         for (seq, change) in lost {
             self.counters.resent.fetch_add(1, Relaxed);
             // Lost again, this connection is gone too: refused rather than kept hanging.
-            let attrs = attrs_after(&change.msg, client.call(change.msg.clone()));
+            // Sent as it was, unless its base was the old connection's: whether the lost
+            // change was made cannot be told (a server killed after making it and before
+            // answering), so a change is made again as it stands, as it was before changes
+            // were made only onto the file the mount saw.
+            let msg = unconditional(&change.msg);
+            let attrs = attrs_after(&msg, client.call(msg.clone()));
             self.settle(lock(&self.queue), seq, change, attrs);
         }
         Ok(())
@@ -525,30 +560,68 @@ impl Drop for Hold {
     }
 }
 
-/// Bytes a Twriteattr carries (0 for anything else).
+/// The errno a change the server kept beside its file is reported with, at the file's
+/// next fsync: the guest's view of the file was stale (a host program changed it first).
+pub(crate) const KEPT_BESIDE: i32 = libc::ESTALE;
+
+/// Bytes a write carries (0 for anything else).
 fn written(msg: &Tmessage) -> usize {
     match msg {
         Tmessage::Writeattr(w) => w.data.0.len(),
+        Tmessage::Writebehind(w) => w.data.0.len(),
         _ => 0,
     }
 }
 
-/// What change `msg` left, from the server's answer `r`, or the errno it is refused with.
-fn attrs_after(msg: &Tmessage, r: Result<Rmessage, ClientError>) -> Result<Answered, i32> {
+/// `msg`, made onto the file however the file is now: a change whose base (the old
+/// connection's) the new connection cannot check.
+fn unconditional(msg: &Tmessage) -> Tmessage {
+    match msg {
+        Tmessage::Setattrbehind(s) => Tmessage::Setattrget(crossfs_wire::Tsetattrget {
+            set: s.set.clone(),
+            request_mask: s.request_mask,
+        }),
+        Tmessage::Writebehind(w) => Tmessage::Writeattr(crossfs_wire::Twriteattr {
+            fid: w.fid,
+            offset: w.offset,
+            data: w.data.clone(),
+        }),
+        other => other.clone(),
+    }
+}
+
+/// Why a change sent behind did not leave the file as predicted.
+enum Refusal {
+    /// The server refused it.
+    Errno(i32),
+    /// A host program changed the file first: the server made the change on a copy of
+    /// it, under this name beside it.
+    KeptBeside(Vec<u8>),
+}
+
+/// What change `msg` left, from the server's answer `r`, or why it did not.
+fn attrs_after(msg: &Tmessage, r: Result<Rmessage, ClientError>) -> Result<Answered, Refusal> {
     let attrs = |attrs| Answered {
         attrs,
         created: None,
     };
+    let whole = |count: u32| count as usize == written(msg);
     match r {
         Ok(Rmessage::Setattrget(s)) => Ok(attrs(s.attr)),
-        Ok(Rmessage::Writeattr(w)) if w.count as usize == written(msg) => Ok(attrs(w.attr)),
+        Ok(Rmessage::Writeattr(w)) if whole(w.count) => Ok(attrs(w.attr)),
+        Ok(Rmessage::Setattrbehind(s)) if s.kept_as.is_empty() => Ok(attrs(s.attr)),
+        Ok(Rmessage::Writebehind(w)) if w.kept_as.is_empty() && whole(w.count) => Ok(attrs(w.attr)),
+        Ok(Rmessage::Setattrbehind(s)) => Err(Refusal::KeptBeside(s.kept_as)),
+        Ok(Rmessage::Writebehind(w)) if !w.kept_as.is_empty() => {
+            Err(Refusal::KeptBeside(w.kept_as))
+        }
         Ok(Rmessage::Createbehind(c)) => Ok(Answered {
             attrs: c.created.attr,
             created: Some((c.name, c.dir)),
         }),
         // Short: the rest did not reach the host (a full disk, say).
-        Ok(Rmessage::Writeattr(_)) => Err(libc::ENOSPC),
-        Ok(_) => Err(libc::EIO),
-        Err(e) => Err(e.errno()),
+        Ok(Rmessage::Writeattr(_) | Rmessage::Writebehind(_)) => Err(Refusal::Errno(libc::ENOSPC)),
+        Ok(_) => Err(Refusal::Errno(libc::EIO)),
+        Err(e) => Err(Refusal::Errno(e.errno())),
     }
 }

@@ -68,6 +68,9 @@ pub(crate) struct Conn {
     pub fds: Arc<FdAccount>,
     /// What this connection's xattr fids may hold.
     pub xattr_bytes: Arc<ByteBudget>,
+    /// What this connection's changes left of the files they changed, for its changes
+    /// sent behind.
+    pub own: crate::ops::OwnChanges,
     /// The negotiated msize; 0 until a Tversion succeeds.
     msize: AtomicU32,
 }
@@ -203,6 +206,7 @@ pub(crate) fn run(
             fids: stats.fids.clone(),
             fds: stats.fds.clone(),
             xattr_bytes: stats.xattr_bytes.clone(),
+            own: Default::default(),
             msize: AtomicU32::new(0),
         },
         state: Mutex::new(State::default()),

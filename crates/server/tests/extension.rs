@@ -927,3 +927,117 @@ fn createbehind_never_opens_a_taken_name_and_keeps_the_file_beside_it() {
     assert_eq!(c.err(create(&long, 7, 8, excl)), libc::ENAMETOOLONG);
     assert_eq!(c.getattr(Fid(7)), Err(libc::EBADF));
 }
+
+#[test]
+fn changes_sent_behind_go_onto_the_file_the_client_saw_and_beside_a_host_change() {
+    let h = Harness::new();
+    std::fs::write(h.path("f"), b"0123456789").unwrap();
+    std::fs::create_dir(h.path("d")).unwrap();
+    let mut c = extended(&h);
+    let Rmessage::Features(f) = c.ok(Tfeatures {}) else {
+        panic!("no Rfeatures")
+    };
+    assert_ne!(f.features & features::CONDITIONAL_BEHIND, 0);
+    let r = c.ok(Twalkopen {
+        fid: ROOT,
+        newfid: Fid(1),
+        wnames: names(&["f"]),
+        flags: open_flags::RDWR,
+        request_mask: getattr::BASIC,
+    });
+    let Rmessage::Walkopen(o) = r else {
+        panic!("{r:?}")
+    };
+    let write = |base: BehindBase, offset: u64, data: &[u8]| Twritebehind {
+        base,
+        fid: Fid(1),
+        offset,
+        data: Data(data.to_vec()),
+    };
+    let chmod = |fid: u32, base: BehindBase, mode: u32| {
+        let mut set = Tsetattr::unchanged(Fid(fid));
+        set.valid = setattr::MODE;
+        set.mode = mode;
+        Tsetattrbehind {
+            base,
+            set,
+            request_mask: getattr::BASIC,
+        }
+    };
+    let after = BehindBase::after_previous();
+    // As the client saw it: onto the file, and the next changes based on that one too.
+    let Rmessage::Writebehind(w) = c.ok(write(BehindBase::seen(&o.attr), 0, b"AB")) else {
+        panic!("no Rwritebehind")
+    };
+    assert_eq!((w.count, w.kept_as.as_slice()), (2, &b""[..]));
+    let Rmessage::Setattrbehind(s) = c.ok(chmod(1, after, 0o600)) else {
+        panic!("no Rsetattrbehind")
+    };
+    assert!(s.kept_as.is_empty());
+    assert_eq!(s.attr.mode, libc::S_IFREG | 0o600);
+    // A plain change through the connection counts as its own too.
+    assert_eq!(c.write(Fid(1), 9, b"Z").unwrap(), 1);
+    let Rmessage::Writebehind(w) = c.ok(write(after, 2, b"C")) else {
+        panic!("no Rwritebehind")
+    };
+    assert!(w.kept_as.is_empty());
+    assert_eq!(std::fs::read(h.path("f")).unwrap(), b"ABC345678Z");
+
+    // A host program changes the file: the next change based on the connection's last is
+    // made on a copy beside it, and so are those after it; the host's bytes stay.
+    std::fs::write(h.path("f"), b"host").unwrap();
+    let Rmessage::Writebehind(w) = c.ok(write(after, 0, b"guest")) else {
+        panic!("no Rwritebehind")
+    };
+    assert_eq!(w.kept_as, b"f.crossfs-conflict-1");
+    assert_eq!(w.count, 5);
+    assert_eq!(w.attr.size, 4, "the file as the host has it");
+    let Rmessage::Setattrbehind(s) = c.ok(chmod(1, after, 0o640)) else {
+        panic!("no Rsetattrbehind")
+    };
+    assert_eq!(s.kept_as, b"f.crossfs-conflict-1");
+    assert_eq!(std::fs::read(h.path("f")).unwrap(), b"host");
+    assert_eq!(
+        std::fs::read(h.path("f.crossfs-conflict-1")).unwrap(),
+        b"guest",
+        "the host's file as it was found, with the client's changes"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p| std::fs::metadata(h.path(p)).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode("f"), 0o600);
+    assert_eq!(mode("f.crossfs-conflict-1"), 0o640);
+
+    // Based on the file as the host has it again: onto the file.
+    let now = c.getattr(Fid(1)).unwrap();
+    let Rmessage::Writebehind(w) = c.ok(write(BehindBase::seen(&now), 4, b"!")) else {
+        panic!("no Rwritebehind")
+    };
+    assert!(w.kept_as.is_empty());
+    assert_eq!(std::fs::read(h.path("f")).unwrap(), b"host!");
+    // A stale base of the client's own (the host chmodded the file since): a second copy,
+    // the first left as it was.
+    std::fs::set_permissions(h.path("f"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let Rmessage::Setattrbehind(s) = c.ok(chmod(1, BehindBase::seen(&now), 0o444)) else {
+        panic!("no Rsetattrbehind")
+    };
+    assert_eq!(s.kept_as, b"f.crossfs-conflict-2");
+    assert_eq!(mode("f"), 0o644);
+    assert_eq!(mode("f.crossfs-conflict-2"), 0o444);
+    assert_eq!(
+        std::fs::read(h.path("f.crossfs-conflict-2")).unwrap(),
+        b"host!"
+    );
+    assert_eq!(
+        std::fs::read(h.path("f.crossfs-conflict-1")).unwrap(),
+        b"guest"
+    );
+
+    // A directory cannot be kept beside itself: left as the host has it, ESTALE.
+    c.walk(ROOT, Fid(2), &["d"]).unwrap();
+    let d = c.getattr(Fid(2)).unwrap();
+    std::fs::set_permissions(h.path("d"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(c.err(chmod(2, BehindBase::seen(&d), 0o755)), libc::ESTALE);
+    assert_eq!(mode("d"), 0o700);
+    let entries = std::fs::read_dir(h.path("")).unwrap().count();
+    assert_eq!(entries, 4, "f, d and the two copies");
+}

@@ -130,6 +130,27 @@ impl Field for Qid {
     }
 }
 
+impl Field for crate::types::BehindBase {
+    fn encode(&self, out: &mut Vec<u8>) {
+        self.mtime_sec.encode(out);
+        self.mtime_nsec.encode(out);
+        self.size.encode(out);
+        self.mode.encode(out);
+        self.uid.encode(out);
+        self.gid.encode(out);
+    }
+    fn decode(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        Ok(crate::types::BehindBase {
+            mtime_sec: u64::decode(r)?,
+            mtime_nsec: u64::decode(r)?,
+            size: u64::decode(r)?,
+            mode: u32::decode(r)?,
+            uid: u32::decode(r)?,
+            gid: u32::decode(r)?,
+        })
+    }
+}
+
 /// Strings and names: a 16-bit length, then bytes (not necessarily UTF-8).
 impl Field for Vec<u8> {
     fn encode(&self, out: &mut Vec<u8>) {

@@ -4,7 +4,7 @@
 //! its request's number plus one.
 
 use crate::codec::{DecodeError, Field, Reader};
-use crate::types::{Data, Fid, Qid, Tag};
+use crate::types::{BehindBase, Data, Fid, Qid, Tag};
 
 /// One row of the message table, for documentation.
 #[derive(Clone, Copy, Debug)]
@@ -260,6 +260,17 @@ messages! { Tmessage, "request" {
     /// asked once per connection, right after Rversion. A crossfs that predates it answers
     /// `EOPNOTSUPP`: none.
     Features(Tfeatures = 180) {}
+    /// Tsetattrget of a change the client answered before sending (changes sent behind),
+    /// run before the connection's next request is read, and made only onto the file the
+    /// client saw ([`BehindBase`]). Where a host program changed the file first, a regular
+    /// file is copied beside it as `NAME.crossfs-conflict-N` and the change made to the
+    /// copy (so are the connection's next changes of the file based on this one); any
+    /// other kind of file is left as it is (`ESTALE`). Only to a server whose Rfeatures
+    /// has [`crate::features::CONDITIONAL_BEHIND`].
+    Setattrbehind(Tsetattrbehind = 182) { base: BehindBase, set: Tsetattr, request_mask: u64 }
+    /// Twriteattr of at most `INLINE_WRITE_MAX` bytes sent behind, made as
+    /// Tsetattrbehind's change is: onto the file the client saw, or onto its copy.
+    Writebehind(Twritebehind = 184) { base: BehindBase, fid: Fid, offset: u64, data: Data }
 }}
 
 messages! { Rmessage, "reply" {
@@ -372,6 +383,12 @@ messages! { Rmessage, "reply" {
     /// The server's optional behaviours: bits of [`crate::features`] (unknown bits: none
     /// the client knows of).
     Features(Rfeatures = 181) { features: u64 }
+    /// The attributes of the file after the change, and where the change went: empty when
+    /// onto the file itself; else the name of the copy beside it that got the change (a
+    /// host program changed the file first), and `attr` is the file as the host has it.
+    Setattrbehind(Rsetattrbehind = 183) { attr: Rgetattr, kept_as: Vec<u8> }
+    /// Bytes written, then as Rsetattrbehind.
+    Writebehind(Rwritebehind = 185) { count: u32, attr: Rgetattr, kept_as: Vec<u8> }
 }}
 
 impl Tsetattr {

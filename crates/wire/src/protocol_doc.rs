@@ -83,10 +83,32 @@ client reads such a file as usual. A name that is not one component fails the re
 one order, which `crossfs mount --changes behind` relies on to send changes without
 waiting for their answers: it runs a `Tsetattr` or `Tsetattrget` that changes no size, and a
 `Twrite` or `Twriteattr` of at most 65,536 bytes (`INLINE_WRITE_MAX`) through a file
-opened without `O_DIRECT`, `O_SYNC` or `O_DSYNC`, and every `Tcreatebehind`, before it
-reads the connection's next request, and answers them in the order they came. Every later request on the connection,
+opened without `O_DIRECT`, `O_SYNC` or `O_DSYNC`, and every `Tcreatebehind`,
+`Tsetattrbehind` and `Twritebehind`, before it reads the connection's next request, and
+answers them in the order they came. Every later request on the connection,
 whatever it is, finds them done. A client must not assume this of any other server, or
 for any other request (creates, reads and fsync may run on worker threads, in parallel).
+
+## Changes sent behind, onto the file the client saw
+A client that answered a change before sending it (`crossfs mount --changes behind`)
+predicted it from the file as it last saw it, and a host program may have changed the
+file since. `Tsetattrbehind` and `Twritebehind` (to a server whose `Rfeatures` has
+`CONDITIONAL_BEHIND`) carry that base: the modification time, size, mode and owner the
+client saw, or `mtime_sec` = 2^64 - 1 for "as this connection's previous change of the
+file left it". The server makes the change onto the file only if the file is still as the
+base says, or as a change through this connection left it (it remembers the last states
+its changes left of the last 1,024 files, once the connection has sent a change behind).
+Otherwise, for a regular file, it copies the file as it finds it beside it, as
+`NAME.crossfs-conflict-N` (the lowest free `N` from 1; the file's permission bits and
+owner), makes the change onto the copy and answers the copy's name in `kept_as`, with the
+file's own attributes as the host has them; the connection's next changes of the file
+based on "the previous change" go to the same copy, until one is based on the file as the
+client sees it again. So the host's file is never changed by them, and every byte and mode
+the client set is in the copy, on top of the host's version. Any other kind of file is
+left as it is, and the change fails with `ESTALE`. What is compared misses a host change
+that leaves all five as they were (a write of the same size within one tick of a clock
+coarser than the file system's timestamps), and one made between the server's check and
+its change (microseconds, on the connection's reader).
 
 ## Errors
 Each compound succeeds or fails whole, with `Rlerror` carrying the errno of the step that
@@ -104,7 +126,9 @@ that is free; `ENAMETOOLONG` where that name is too long) and answers the name i
 without `O_EXCL` in its flags it is `EINVAL`. `Tsetattrget` fails like Tsetattr; the attributes are only sent on success.
 `Twriteattr` fails like Twrite (a fid not open for writing: `EBADF`; a read-only export:
 `EROFS`); once written, it succeeds, and a file whose attributes could not be read then
-comes with `valid` 0.
+comes with `valid` 0. `Tsetattrbehind` and `Twritebehind` fail as Tsetattrget and
+Twriteattr do, and as making the copy fails (`ENOSPC`, `ENAMETOOLONG`; a copy that fails
+is removed).
 `Tunlinkatattr`, `Trenameatattr` and `Tcreateattrdir` fail like Tunlinkat, Trenameat and
 Tcreateattr; once the change is made they succeed, and a directory whose attributes could not be read afterwards comes with
 `valid` 0 (a client then asks with Tgetattr if it needs them). A server that predates them

@@ -143,6 +143,64 @@ pub mod setattr {
 pub mod features {
     /// The server honours [`crate::setattr::KILL_SUIDGID`] in Tsetattr and Tsetattrget.
     pub const KILL_SUIDGID: u64 = 0x1;
+    /// The server makes changes sent behind only onto the file the client saw
+    /// (Tsetattrbehind, Twritebehind, [`crate::BehindBase`]).
+    pub const CONDITIONAL_BEHIND: u64 = 0x2;
+}
+
+/// What a change sent behind (Tsetattrbehind, Twritebehind) was predicted from: the file
+/// as the client last saw it, by what a host program's change of it would move and the
+/// guest's change would overwrite (its data's modification time and size, its mode and
+/// owner). The server makes the change onto the file only if the file is still so, or
+/// was last changed by this connection; otherwise a host program changed it first, and
+/// the change is kept beside it (docs/protocol.md, "Changes sent behind").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(test, derive(proptest_derive::Arbitrary))]
+pub struct BehindBase {
+    /// The modification time the client saw (Rgetattr's bits), or
+    /// [`BehindBase::AFTER_PREVIOUS`].
+    pub mtime_sec: u64,
+    /// Nanoseconds of the modification time.
+    pub mtime_nsec: u64,
+    /// The size the client saw.
+    pub size: u64,
+    /// The mode the client saw (file type and permission bits).
+    pub mode: u32,
+    /// The owner the client saw.
+    pub uid: u32,
+    /// The group the client saw.
+    pub gid: u32,
+}
+
+impl BehindBase {
+    /// `mtime_sec` of a base that is the file as this connection's previous change of it
+    /// left it (that change, sent behind too, is not answered yet).
+    pub const AFTER_PREVIOUS: u64 = u64::MAX;
+
+    /// The file as the client's newest unanswered change of it leaves it.
+    pub fn after_previous() -> BehindBase {
+        BehindBase {
+            mtime_sec: Self::AFTER_PREVIOUS,
+            ..BehindBase::default()
+        }
+    }
+
+    /// The file as attributes `a` (from the server) show it.
+    pub fn seen(a: &crate::Rgetattr) -> BehindBase {
+        BehindBase {
+            mtime_sec: a.mtime_sec,
+            mtime_nsec: a.mtime_nsec,
+            size: a.size,
+            mode: a.mode,
+            uid: a.uid,
+            gid: a.gid,
+        }
+    }
+
+    /// Whether this base is "after the previous change" rather than attributes seen.
+    pub fn is_after_previous(&self) -> bool {
+        self.mtime_sec == Self::AFTER_PREVIOUS
+    }
 }
 
 /// Values of Tlock / Tgetlock.

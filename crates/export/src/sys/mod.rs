@@ -304,6 +304,46 @@ pub fn pwrite(fd: BorrowedFd<'_>, buf: &[u8], offset: u64) -> Result<usize> {
     rustix::io::pwrite(fd, buf, offset)
 }
 
+/// Copies every byte of `from` (open for reading, from its start) into `to` (open for
+/// writing, from its start), `copy_file_range(2)` first (which lets the file system share
+/// the blocks), read and write where the file system cannot.
+///
+/// # Errors
+/// `ENOSPC`, `EIO`, `EBADF`, ...
+pub fn copy_file(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> Result<u64> {
+    let mut copied = 0u64;
+    loop {
+        match rustix::fs::copy_file_range(from, None, to, None, 1 << 30) {
+            Ok(0) => return Ok(copied),
+            Ok(n) => copied += n as u64,
+            Err(Errno::INTR) => {}
+            // Not between these files here (an older kernel, a file system without it):
+            // the same by hand, from where the copy got to.
+            Err(Errno::XDEV | Errno::INVAL | Errno::OPNOTSUPP | Errno::NOSYS) => break,
+            Err(e) => return Err(e),
+        }
+    }
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = match rustix::io::pread(from, &mut buf, copied) {
+            Ok(0) => return Ok(copied),
+            Ok(n) => n,
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(e),
+        };
+        let mut done = 0;
+        while done < n {
+            match rustix::io::pwrite(to, &buf[done..n], copied + done as u64) {
+                Ok(0) => return Err(Errno::NOSPC),
+                Ok(w) => done += w,
+                Err(Errno::INTR) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        copied += n as u64;
+    }
+}
+
 /// `fsync(2)` or, with `datasync`, `fdatasync(2)`.
 ///
 /// # Errors

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::session::{INodeNo, TimeOrNow};
-use crossfs_wire::{Rgetattr, Tmessage, Tsetattrget, Twriteattr};
+use crossfs_wire::{
+    BehindBase, Rgetattr, Tmessage, Tsetattrbehind, Tsetattrget, Twriteattr, Twritebehind,
+};
 
 use super::attr::Change;
 use super::reply::Attr;
@@ -37,13 +39,31 @@ impl MountState {
         ino: u64,
         change: Option<&ChangeInFlight>,
     ) -> Option<Rgetattr> {
+        self.exact_base(ino, change).map(|(a, _)| a)
+    }
+
+    /// [`Self::exact_attrs`], and what a change predicted from them is based on: the
+    /// newest unanswered change sent behind, or the attributes as the server gave them.
+    fn exact_base(
+        &self,
+        ino: u64,
+        change: Option<&ChangeInFlight>,
+    ) -> Option<(Rgetattr, BehindBase)> {
         if let Some(a) = self.behind.predicted(ino) {
-            return Some(a);
+            return Some((a, BehindBase::after_previous()));
         }
         let (a, when) = *self.known.inodes.fetched_attrs(ino)?;
         change
             .is_some_and(|c| c.found_unchanged(a.qid.path, &when))
-            .then_some(a)
+            .then(|| (a.clone(), BehindBase::seen(&a)))
+    }
+
+    /// Whether changes of a file of attributes `a` sent behind are made only onto the
+    /// file as the mount saw it (Tsetattrbehind, Twritebehind): regular files, where the
+    /// server can keep the guest's version beside a host's, and a server that does so.
+    fn conditional_behind(&self, a: &Rgetattr) -> bool {
+        a.mode & libc::S_IFMT == libc::S_IFREG
+            && self.client.negotiation().features & crossfs_wire::features::CONDITIONAL_BEHIND != 0
     }
 
     /// A SETATTR from thread `pid` sent behind, if it may be (see `crate::behind`): the
@@ -58,12 +78,18 @@ impl MountState {
         if !self.sends_behind() {
             return None;
         }
-        let old = self.exact_attrs(ino.0, in_flight.as_ref())?;
+        let (old, base) = self.exact_base(ino.0, in_flight.as_ref())?;
         let new = predict_setattr(&old, change, SystemTime::now())?;
-        let msg = Tmessage::Setattrget(Tsetattrget {
-            set: change.to_wire(fid.fid()),
-            request_mask: ATTR_MASK,
-        });
+        let (set, request_mask) = (change.to_wire(fid.fid()), ATTR_MASK);
+        let msg = if self.conditional_behind(&old) {
+            Tmessage::Setattrbehind(Tsetattrbehind {
+                base,
+                set,
+                request_mask,
+            })
+        } else {
+            Tmessage::Setattrget(Tsetattrget { set, request_mask })
+        };
         self.changing_behind(ino.0, &new);
         let on_answer = self.on_behind_answer(ino.0, fid.clone(), in_flight.take());
         let change = behind::Change {
@@ -99,18 +125,28 @@ impl MountState {
             return false;
         }
         let ino = file.reopen.node;
-        let Some(old) = self.exact_attrs(ino, change.as_ref()) else {
+        let Some((old, base)) = self.exact_base(ino, change.as_ref()) else {
             return false;
         };
         if old.mode & SET_ID != 0 || old.mode & libc::S_IFMT != libc::S_IFREG {
             return false;
         }
         let new = predict_write(&old, offset, data.len() as u64, SystemTime::now());
-        let msg = Tmessage::Writeattr(Twriteattr {
-            fid: fid.fid(),
-            offset,
-            data: crossfs_wire::Data(data.to_vec()),
-        });
+        let data = crossfs_wire::Data(data.to_vec());
+        let msg = if self.conditional_behind(&old) {
+            Tmessage::Writebehind(Twritebehind {
+                base,
+                fid: fid.fid(),
+                offset,
+                data,
+            })
+        } else {
+            Tmessage::Writeattr(Twriteattr {
+                fid: fid.fid(),
+                offset,
+                data,
+            })
+        };
         self.changing_behind(ino, &new);
         let on_answer = self.on_behind_answer(ino, fid.clone(), change.take());
         let change = behind::Change {

@@ -67,7 +67,15 @@ pub(crate) fn rgetattr(conn: &Conn, st: &rustix::fs::Statx) -> Rgetattr {
 pub(crate) fn setattr(conn: &Conn, m: Tsetattr) -> OpResult<Rmessage> {
     let state = conn.fids.get(m.fid)?;
     let f = state.file()?;
-    let set = SetAttr {
+    let set = to_setattr(&m)?;
+    let open = f.open.get().map(|o| rustix::fd::AsFd::as_fd(&o.fd));
+    conn.server.export.setattr(&f.handle, open, &set)?;
+    Ok(Rmessage::Setattr(Rsetattr {}))
+}
+
+/// The export core's form of a Tsetattr's changes.
+pub(crate) fn to_setattr(m: &Tsetattr) -> OpResult<SetAttr> {
+    Ok(SetAttr {
         mode: (m.valid & sa::MODE != 0).then_some(m.mode),
         uid: (m.valid & sa::UID != 0).then_some(m.uid),
         gid: (m.valid & sa::GID != 0).then_some(m.gid),
@@ -75,10 +83,7 @@ pub(crate) fn setattr(conn: &Conn, m: Tsetattr) -> OpResult<Rmessage> {
         atime: time(m.valid, sa::ATIME, sa::ATIME_SET, m.atime_sec, m.atime_nsec)?,
         mtime: time(m.valid, sa::MTIME, sa::MTIME_SET, m.mtime_sec, m.mtime_nsec)?,
         kill_suidgid: m.valid & sa::KILL_SUIDGID != 0,
-    };
-    let open = f.open.get().map(|o| rustix::fd::AsFd::as_fd(&o.fd));
-    conn.server.export.setattr(&f.handle, open, &set)?;
-    Ok(Rmessage::Setattr(Rsetattr {}))
+    })
 }
 
 fn time(valid: u32, bit: u32, set: u32, sec: u64, nsec: u64) -> OpResult<Time> {

@@ -6,12 +6,12 @@ use std::ffi::CString;
 use std::os::fd::AsFd;
 
 use crossfs_wire::{
-    Data, DirEntry, DirEntryAttr, Fid, FileData, Rcreateattr, Rcreateattrdir, Rcreatebehind,
-    Rgetattr, Rmessage, Rreaddirattr, Rreadfiles, Rrenameatattr, Rsetattrget, Runlinkatattr,
-    Rwalkgetattr, Rwalkopen, Rwalkread, Rwalkreaddirattr, Rwriteattr, Tcreateattr, Tcreateattrdir,
-    Tcreatebehind, Tgetattr, Tlcreate, Tlopen, Treaddirattr, Treadfiles, Trenameat, Trenameatattr,
-    Tsetattrget, Tunlinkat, Tunlinkatattr, Twalk, Twalkgetattr, Twalkopen, Twalkread,
-    Twalkreaddirattr, Twrite, Twriteattr, RREAD_HEADER_LEN,
+    Data, DirEntry, DirEntryAttr, Fid, FileData, Rcreateattr, Rcreateattrdir, Rgetattr, Rmessage,
+    Rreaddirattr, Rreadfiles, Rrenameatattr, Rsetattrget, Runlinkatattr, Rwalkgetattr, Rwalkopen,
+    Rwalkread, Rwalkreaddirattr, Rwriteattr, Tcreateattr, Tcreateattrdir, Tgetattr, Tlcreate,
+    Tlopen, Treaddirattr, Treadfiles, Trenameat, Trenameatattr, Tsetattrget, Tunlinkat,
+    Tunlinkatattr, Twalk, Twalkgetattr, Twalkopen, Twalkread, Twalkreaddirattr, Twrite, Twriteattr,
+    RREAD_HEADER_LEN,
 };
 use rustix::fs::OFlags;
 use rustix::io::Errno;
@@ -274,51 +274,6 @@ pub(crate) fn createattr(conn: &Conn, m: Tcreateattr) -> OpResult<Rmessage> {
     }
 }
 
-/// Conflict names [`createbehind`] tries for one create, at most.
-const CONFLICT_NAMES_MAX: u32 = 1000;
-
-/// Tcreatebehind: Tcreateattr of a create the client already answered (changes sent
-/// behind), run on the reader (see `runs_inline`). A name taken on the host (a host
-/// program got there first) is never opened: the file is made beside it as
-/// `NAME.crossfs-conflict-N`, so the guest's file and its later writes to these fids are
-/// kept, and the host's file is left as it is.
-pub(crate) fn createbehind(conn: &Conn, m: Tcreatebehind) -> OpResult<Rmessage> {
-    use crossfs_wire::open_flags as of;
-    let create = m.create;
-    if create.flags & of::EXCL == 0 {
-        return Err(OpError::Invalid("createbehind needs O_EXCL"));
-    }
-    let mut name = create.name.clone();
-    for n in 1..=CONFLICT_NAMES_MAX {
-        let attempt = Tcreateattr {
-            name: name.clone(),
-            ..create.clone()
-        };
-        match createattr(conn, attempt) {
-            Ok(Rmessage::Createattr(created)) => {
-                let dir = attr_after_change(conn, create.dfid, create.request_mask);
-                return Ok(Rmessage::Createbehind(Rcreatebehind { name, created, dir }));
-            }
-            Ok(_) => return Err(OpError::Invalid("Tcreateattr answered something else")),
-            Err(OpError::Os(Errno::EXIST)) => {
-                name = conflict_name(&create.name, n);
-                if name.len() > 255 {
-                    return Err(Errno::NAMETOOLONG.into());
-                }
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Err(Errno::EXIST.into())
-}
-
-/// The `n`th name a guest's file made behind takes when `name` is taken on the host.
-pub(crate) fn conflict_name(name: &[u8], n: u32) -> Vec<u8> {
-    let mut kept = name.to_vec();
-    kept.extend_from_slice(format!(".crossfs-conflict-{n}").as_bytes());
-    kept
-}
-
 /// Tsetattrget: Tsetattr, then Tgetattr of the same fid.
 pub(crate) fn setattrget(conn: &Conn, m: Tsetattrget) -> OpResult<Rmessage> {
     let fid = m.set.fid;
@@ -329,7 +284,7 @@ pub(crate) fn setattrget(conn: &Conn, m: Tsetattrget) -> OpResult<Rmessage> {
 
 /// A directory's attributes after a change made in it: the change stands whatever this
 /// finds, so a failure is `valid` 0, not an error.
-fn attr_after_change(conn: &Conn, dir: Fid, request_mask: u64) -> Rgetattr {
+pub(crate) fn attr_after_change(conn: &Conn, dir: Fid, request_mask: u64) -> Rgetattr {
     getattr(conn, dir, request_mask).unwrap_or_default()
 }
 

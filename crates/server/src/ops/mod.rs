@@ -3,12 +3,15 @@
 
 mod attr;
 mod auth;
+mod behind;
 mod bulk;
 mod dir;
 mod io;
 mod lock;
 mod walk;
 mod xattr;
+
+pub(crate) use behind::OwnChanges;
 
 use std::os::fd::AsFd;
 
@@ -96,7 +99,9 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
         | T::Features(_)
         // Its client answered it already and sends what follows it without waiting: the
         // order promise (docs/protocol.md, "Order") covers it.
-        | T::Createbehind(_) => true,
+        | T::Createbehind(_)
+        | T::Setattrbehind(_)
+        | T::Writebehind(_) => true,
         T::Lopen(m) => match conn.fids.get(m.fid) {
             Ok(state) => match &*state {
                 FidState::File(f) => matches!(f.kind, libc::S_IFREG | libc::S_IFDIR),
@@ -224,10 +229,11 @@ fn dispatch(conn: &Conn, msg: Tmessage) -> OpResult<Rmessage> {
         T::Clunk(m) => clunk(conn, m.fid),
         T::Lopen(m) => io::lopen(conn, m),
         T::Lcreate(m) => io::lcreate(conn, m),
-        T::Write(m) => io::write(conn, m),
-        T::Writeattr(m) => bulk::writeattr(conn, m),
+        // Plain changes of a file are noted for the changes sent behind after them.
+        T::Write(m) => conn.own.around(conn, m.fid, || io::write(conn, m)),
+        T::Writeattr(m) => conn.own.around(conn, m.fid, || bulk::writeattr(conn, m)),
         T::Fsync(m) => io::fsync(conn, m),
-        T::Fallocate(m) => io::fallocate(conn, m),
+        T::Fallocate(m) => conn.own.around(conn, m.fid, || io::fallocate(conn, m)),
         T::Tmpfile(m) => io::tmpfile(conn, m),
         T::Readdir(m) => dir::readdir(conn, m),
         T::Mkdir(m) => dir::mkdir(conn, m),
@@ -239,7 +245,7 @@ fn dispatch(conn: &Conn, msg: Tmessage) -> OpResult<Rmessage> {
         T::Unlinkat(m) => dir::unlinkat(conn, m),
         T::Remove(m) => dir::remove(conn, m),
         T::Getattr(m) => attr::getattr(conn, m),
-        T::Setattr(m) => attr::setattr(conn, m),
+        T::Setattr(m) => conn.own.around(conn, m.fid, || attr::setattr(conn, m)),
         T::Statfs(m) => attr::statfs(conn, m),
         T::Readlink(m) => attr::readlink(conn, m),
         T::Xattrwalk(m) => xattr::xattrwalk(conn, m),
@@ -254,14 +260,19 @@ fn dispatch(conn: &Conn, msg: Tmessage) -> OpResult<Rmessage> {
         T::Readfiles(m) => bulk::readfiles(conn, m),
         T::Walkreaddirattr(m) => bulk::walkreaddirattr(conn, m),
         T::Createattr(m) => bulk::createattr(conn, m),
-        T::Setattrget(m) => bulk::setattrget(conn, m),
+        T::Setattrget(m) => conn
+            .own
+            .around(conn, m.set.fid, || bulk::setattrget(conn, m)),
         T::Unlinkatattr(m) => bulk::unlinkatattr(conn, m),
         T::Createattrdir(m) => bulk::createattrdir(conn, m),
-        T::Createbehind(m) => bulk::createbehind(conn, m),
+        T::Createbehind(m) => behind::createbehind(conn, m),
+        T::Setattrbehind(m) => behind::setattrbehind(conn, m),
+        T::Writebehind(m) => behind::writebehind(conn, m),
         T::Renameatattr(m) => bulk::renameatattr(conn, m),
         T::Features(crossfs_wire::Tfeatures {}) => {
             Ok(Rmessage::Features(crossfs_wire::Rfeatures {
-                features: crossfs_wire::features::KILL_SUIDGID,
+                features: crossfs_wire::features::KILL_SUIDGID
+                    | crossfs_wire::features::CONDITIONAL_BEHIND,
             }))
         }
         // Handled by the session before dispatch; never queued.

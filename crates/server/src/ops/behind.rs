@@ -1,0 +1,491 @@
+//! Changes sent behind (`crossfs mount --changes behind`): requests the client answered
+//! before sending them, run on the connection's reader (see `super::runs_inline`), so that
+//! every later request finds them done (docs/protocol.md, "Order").
+//!
+//! The client predicted each from the file as it last saw it, and a host program may have
+//! changed the file since (its change events had not reached the client yet). Host data is
+//! never overwritten by such a change:
+//! - **Tcreatebehind** never opens a name a host program took: the file is made beside it as
+//!   `NAME.crossfs-conflict-N`.
+//! - **Tsetattrbehind** and **Twritebehind** carry their base ([`BehindBase`]): the file's
+//!   modification time, size, mode and owner as the client saw them, or "as my previous
+//!   change of it left it". The change is made onto the file only if the file is still as
+//!   the base says, or as a change through this connection left it ([`OwnChanges`]).
+//!   Otherwise a regular file is copied beside itself as `NAME.crossfs-conflict-N` and the
+//!   change made to the copy; the connection's next changes of the file based on that one
+//!   go to the same copy, until one is based on the file as the client sees it again. Any
+//!   other kind of file is left as it is, and the change fails with `ESTALE`.
+//!
+//! What this module must not do: decide anything for requests that wait for their answer
+//! (their client saw the answer before it went on), or hold anything past the connection.
+
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+use crossfs_export::handles::PathHandle;
+use crossfs_export::sys;
+use crossfs_wire::{
+    BehindBase, Fid, Rcreatebehind, Rgetattr, Rmessage, Rsetattrbehind, Rwritebehind, Tcreateattr,
+    Tcreatebehind, Tsetattrbehind, Tsetattrget, Twrite, Twritebehind,
+};
+use rustix::io::Errno;
+
+use crate::error::{OpError, OpResult};
+use crate::fid::{lock, FileFid};
+use crate::ops::{attr, bulk, io};
+use crate::session::Conn;
+
+/// Conflict names one change tries, at most.
+const CONFLICT_NAMES_MAX: u32 = 1000;
+
+/// Files whose last changes a connection remembers. A change based on "my previous
+/// change" follows that change by at most the client's requests in flight (256 tags), so
+/// older files are not worth keeping.
+const FILES_KEPT: usize = 1024;
+
+/// States one file's changes through the connection left, remembered (newest last).
+const STAMPS_KEPT: usize = 4;
+
+/// Locks that make a change of a file and the record of what it left one step for a
+/// check ([`OwnChanges::around`]): workers run changes beside the reader's checks.
+const STRIPES: usize = 16;
+
+/// What the changes through one connection left of the regular files they changed, once
+/// the connection has sent a change behind (until then nothing is recorded, and plain
+/// changes cost nothing more).
+#[derive(Default)]
+pub(crate) struct OwnChanges {
+    recording: AtomicBool,
+    stripes: [Mutex<()>; STRIPES],
+    files: Mutex<Files>,
+}
+
+#[derive(Default)]
+struct Files {
+    by_path: HashMap<u64, Record>,
+    /// `qid.path` and the tick it was recorded at, oldest first (an entry whose record has
+    /// a newer tick is stale).
+    order: VecDeque<(u64, u64)>,
+    tick: u64,
+}
+
+#[derive(Default)]
+struct Record {
+    /// What this connection's changes left, newest last.
+    stamps: VecDeque<BehindBase>,
+    /// Where changes based on an earlier one go, after a host program changed the file
+    /// first.
+    kept: Option<Kept>,
+    tick: u64,
+}
+
+/// A copy of a file a host program changed first, which the client's changes go to.
+#[derive(Clone)]
+struct Kept {
+    handle: Arc<PathHandle>,
+    name: Vec<u8>,
+}
+
+/// Where a change sent behind goes.
+enum Verdict {
+    /// The file is as the client saw it, or as this connection left it.
+    Onto,
+    /// A copy made after an earlier conflict.
+    Kept(Kept),
+    /// A host program changed the file first.
+    Conflict,
+}
+
+/// What a change is compared by: the state of a file it may overwrite.
+fn stamp(st: &rustix::fs::Statx) -> BehindBase {
+    BehindBase {
+        mtime_sec: st.stx_mtime.tv_sec as u64,
+        mtime_nsec: u64::from(st.stx_mtime.tv_nsec),
+        size: st.stx_size,
+        mode: u32::from(st.stx_mode),
+        uid: st.stx_uid,
+        gid: st.stx_gid,
+    }
+}
+
+impl OwnChanges {
+    /// Runs `change` of `fid`'s file (a plain setattr, write or fallocate) and, while
+    /// recording, notes what it left, as one step for checks of the same file.
+    pub(crate) fn around<T>(
+        &self,
+        conn: &Conn,
+        fid: Fid,
+        change: impl FnOnce() -> OpResult<T>,
+    ) -> OpResult<T> {
+        if !self.recording.load(Relaxed) {
+            return change();
+        }
+        let Ok(state) = conn.fids.get(fid) else {
+            return change();
+        };
+        let Ok(f) = state.file() else {
+            return change();
+        };
+        if f.kind != libc::S_IFREG {
+            return change();
+        }
+        let _step = lock(&self.stripes[stripe(f)]);
+        let r = change();
+        // Even a failure may have changed something (a chown before a refused chmod).
+        self.note(f);
+        r
+    }
+
+    /// Records what `f` is now as this connection's own doing.
+    fn note(&self, f: &FileFid) {
+        if let Ok(st) = f.fd().and_then(|fd| Ok(sys::stat(fd.as_fd())?)) {
+            self.record(f.qid.path, stamp(&st), None);
+        }
+    }
+
+    /// Records `stamp` of file `path`, and where its later changes go (`Some(None)`: onto
+    /// the file again).
+    fn record(&self, path: u64, stamp: BehindBase, kept: Option<Option<Kept>>) {
+        let mut files = lock(&self.files);
+        files.tick += 1;
+        let tick = files.tick;
+        let r = files.by_path.entry(path).or_default();
+        if r.stamps.back() != Some(&stamp) {
+            r.stamps.push_back(stamp);
+            if r.stamps.len() > STAMPS_KEPT {
+                r.stamps.pop_front();
+            }
+        }
+        if let Some(kept) = kept {
+            r.kept = kept;
+        }
+        r.tick = tick;
+        files.order.push_back((path, tick));
+        files.forget_oldest();
+    }
+
+    /// Where a change of `path` based on `base` goes, the file being `now`.
+    fn verdict(&self, path: u64, base: &BehindBase, now: &BehindBase) -> Verdict {
+        let mut files = lock(&self.files);
+        let record = files.by_path.get_mut(&path);
+        let own = |r: &Option<&mut Record>| r.as_ref().is_some_and(|r| r.stamps.contains(now));
+        if base.is_after_previous() {
+            if let Some(kept) = record.as_ref().and_then(|r| r.kept.clone()) {
+                return Verdict::Kept(kept);
+            }
+            return if own(&record) {
+                Verdict::Onto
+            } else {
+                Verdict::Conflict
+            };
+        }
+        // Based on the file as the client saw it again: no longer on a copy.
+        let onto = base == now || own(&record);
+        if let Some(r) = record {
+            r.kept = None;
+        }
+        if onto {
+            Verdict::Onto
+        } else {
+            Verdict::Conflict
+        }
+    }
+
+    fn start_recording(&self) {
+        self.recording.store(true, Relaxed);
+    }
+}
+
+impl Files {
+    fn forget_oldest(&mut self) {
+        while self.by_path.len() > FILES_KEPT {
+            let Some((path, tick)) = self.order.pop_front() else {
+                break;
+            };
+            if self.by_path.get(&path).is_some_and(|r| r.tick == tick) {
+                self.by_path.remove(&path);
+            }
+        }
+        // Entries for files recorded again since pile up at the front: drop them.
+        if self.order.len() > 4 * FILES_KEPT {
+            let by_path = &self.by_path;
+            self.order
+                .retain(|(path, tick)| by_path.get(path).is_some_and(|r| r.tick == *tick));
+        }
+    }
+}
+
+fn stripe(f: &FileFid) -> usize {
+    (f.qid.path % STRIPES as u64) as usize
+}
+
+/// Tcreatebehind: Tcreateattr of a create the client already answered. A name taken on
+/// the host (a host program got there first) is never opened: the file is made beside it
+/// as `NAME.crossfs-conflict-N`, so the guest's file and its later writes to these fids are
+/// kept, and the host's file is left as it is.
+pub(crate) fn createbehind(conn: &Conn, m: Tcreatebehind) -> OpResult<Rmessage> {
+    use crossfs_wire::open_flags as of;
+    let create = m.create;
+    if create.flags & of::EXCL == 0 {
+        return Err(OpError::Invalid("createbehind needs O_EXCL"));
+    }
+    conn.own.start_recording();
+    let mut name = create.name.clone();
+    for n in 1..=CONFLICT_NAMES_MAX {
+        let attempt = Tcreateattr {
+            name: name.clone(),
+            ..create.clone()
+        };
+        match bulk::createattr(conn, attempt) {
+            Ok(Rmessage::Createattr(created)) => {
+                conn.own
+                    .record(created.attr.qid.path, BehindBase::seen(&created.attr), None);
+                let dir = bulk::attr_after_change(conn, create.dfid, create.request_mask);
+                return Ok(Rmessage::Createbehind(Rcreatebehind { name, created, dir }));
+            }
+            Ok(_) => return Err(OpError::Invalid("Tcreateattr answered something else")),
+            Err(OpError::Os(Errno::EXIST)) => name = next_conflict_name(&create.name, n)?,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Errno::EXIST.into())
+}
+
+/// The `n`th name a guest's file or change takes beside `name`, taken on the host.
+pub(crate) fn conflict_name(name: &[u8], n: u32) -> Vec<u8> {
+    let mut kept = name.to_vec();
+    kept.extend_from_slice(format!(".crossfs-conflict-{n}").as_bytes());
+    kept
+}
+
+fn next_conflict_name(name: &[u8], n: u32) -> OpResult<Vec<u8>> {
+    let next = conflict_name(name, n);
+    if next.len() > 255 {
+        return Err(Errno::NAMETOOLONG.into());
+    }
+    Ok(next)
+}
+
+/// Tsetattrbehind: Tsetattrget onto the file the client saw, or onto its copy.
+pub(crate) fn setattrbehind(conn: &Conn, m: Tsetattrbehind) -> OpResult<Rmessage> {
+    let onto_file = |conn: &Conn| {
+        let set = Tsetattrget {
+            set: m.set.clone(),
+            request_mask: m.request_mask,
+        };
+        match bulk::setattrget(conn, set)? {
+            Rmessage::Setattrget(r) => Ok(r.attr),
+            _ => Err(OpError::Invalid("Tsetattrget answered something else")),
+        }
+    };
+    let onto_copy = |conn: &Conn, kept: &Kept| {
+        let set = attr::to_setattr(&m.set)?;
+        conn.server.export.setattr(&kept.handle, None, &set)?;
+        Ok(())
+    };
+    let (attr, kept_as) = behind(conn, m.set.fid, &m.base, onto_file, onto_copy)?;
+    Ok(Rmessage::Setattrbehind(Rsetattrbehind { attr, kept_as }))
+}
+
+/// Twritebehind: Twriteattr onto the file the client saw, or onto its copy.
+pub(crate) fn writebehind(conn: &Conn, m: Twritebehind) -> OpResult<Rmessage> {
+    let count = std::cell::Cell::new(0u32);
+    let onto_file = |conn: &Conn| {
+        let write = Twrite {
+            fid: m.fid,
+            offset: m.offset,
+            data: m.data.clone(),
+        };
+        match io::write(conn, write)? {
+            Rmessage::Write(w) => count.set(w.count),
+            _ => return Err(OpError::Invalid("Twrite answered something else")),
+        }
+        Ok(bulk::attr_after_change(
+            conn,
+            m.fid,
+            crossfs_wire::getattr::BASIC,
+        ))
+    };
+    let onto_copy = |conn: &Conn, kept: &Kept| {
+        let flags = rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC;
+        let (fd, _) = conn.server.export.open_file(&kept.handle, flags)?;
+        count.set(sys::pwrite(fd.as_fd(), &m.data.0, m.offset)? as u32);
+        Ok(())
+    };
+    let (attr, kept_as) = behind(conn, m.fid, &m.base, onto_file, onto_copy)?;
+    Ok(Rmessage::Writebehind(Rwritebehind {
+        count: count.get(),
+        attr,
+        kept_as,
+    }))
+}
+
+/// Makes a change sent behind of `fid`'s file, based on `base`: `onto_file` where the
+/// file is as the client saw it (returns the attributes after), otherwise `onto_copy`
+/// onto a copy beside it. Returns the attributes to answer with and the copy's name
+/// (empty: onto the file).
+fn behind(
+    conn: &Conn,
+    fid: Fid,
+    base: &BehindBase,
+    onto_file: impl FnOnce(&Conn) -> OpResult<Rgetattr>,
+    onto_copy: impl FnOnce(&Conn, &Kept) -> OpResult<()>,
+) -> OpResult<(Rgetattr, Vec<u8>)> {
+    let own = &conn.own;
+    own.start_recording();
+    let state = conn.fids.get(fid)?;
+    let f = state.file()?;
+    let _step = lock(&own.stripes[stripe(f)]);
+    let now = stamp(&sys::stat(f.fd()?.as_fd())?);
+    let kept = match own.verdict(f.qid.path, base, &now) {
+        Verdict::Onto => {
+            // This state is the chain's from now on, whatever the change does.
+            own.record(f.qid.path, now, Some(None));
+            let r = onto_file(conn);
+            own.note(f);
+            return Ok((r?, Vec::new()));
+        }
+        Verdict::Kept(kept) => kept,
+        Verdict::Conflict => {
+            let kept = keep_beside(conn, f)?;
+            tracing::info!(
+                "a host program changed '{}' first: the client's change is kept beside it as '{}'",
+                String::from_utf8_lossy(&f.location().map(|l| l.name).unwrap_or_default()),
+                String::from_utf8_lossy(&kept.name)
+            );
+            own.record(f.qid.path, now, Some(Some(kept.clone())));
+            kept
+        }
+    };
+    onto_copy(conn, &kept)?;
+    // The file as the host has it, for the client to show.
+    let st = sys::stat(f.fd()?.as_fd())?;
+    Ok((attr::rgetattr(conn, &st), kept.name))
+}
+
+/// A copy of `f` beside it, under the lowest free `NAME.crossfs-conflict-N`.
+fn keep_beside(conn: &Conn, f: &FileFid) -> OpResult<Kept> {
+    // Only a regular file's bytes can be kept beside it; anything else stays as the host
+    // has it, and the client is told its view was stale.
+    let location = match (f.kind, f.location()) {
+        (libc::S_IFREG, Some(location)) => location,
+        _ => return Err(Errno::STALE.into()),
+    };
+    let dir = conn.server.dir_of(&location.parent);
+    for n in 1..=CONFLICT_NAMES_MAX {
+        let name = next_conflict_name(&location.name, n)?;
+        match conn.server.export.copy_beside(&f.handle, dir, &name) {
+            Ok(made) => {
+                return Ok(Kept {
+                    handle: made.handle,
+                    name,
+                })
+            }
+            Err(crossfs_export::ExportError::Os(Errno::EXIST)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(Errno::EXIST.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(mtime: u64, size: u64) -> BehindBase {
+        BehindBase {
+            mtime_sec: mtime,
+            size,
+            mode: libc::S_IFREG | 0o644,
+            ..BehindBase::default()
+        }
+    }
+
+    #[test]
+    fn a_change_goes_onto_the_file_it_was_based_on_or_this_connections_own_state() {
+        let own = OwnChanges::default();
+        // As the client saw it.
+        assert!(matches!(
+            own.verdict(7, &at(1, 0), &at(1, 0)),
+            Verdict::Onto
+        ));
+        // Changed since by someone else.
+        assert!(matches!(
+            own.verdict(7, &at(1, 0), &at(2, 0)),
+            Verdict::Conflict
+        ));
+        // Changed since by this connection.
+        own.record(7, at(2, 5), None);
+        assert!(matches!(
+            own.verdict(7, &at(1, 0), &at(2, 5)),
+            Verdict::Onto
+        ));
+        assert!(matches!(
+            own.verdict(7, &BehindBase::after_previous(), &at(2, 5)),
+            Verdict::Onto
+        ));
+        // A host change after this connection's last.
+        assert!(matches!(
+            own.verdict(7, &BehindBase::after_previous(), &at(3, 5)),
+            Verdict::Conflict
+        ));
+        // Nothing known of another file: a change based on an earlier one cannot be told
+        // from a host's.
+        assert!(matches!(
+            own.verdict(8, &BehindBase::after_previous(), &at(3, 5)),
+            Verdict::Conflict
+        ));
+    }
+
+    #[test]
+    fn changes_after_a_conflict_follow_it_to_the_copy_until_based_on_the_file_again() {
+        let own = OwnChanges::default();
+        let kept = Kept {
+            handle: some_handle(),
+            name: b"a.crossfs-conflict-1".to_vec(),
+        };
+        own.record(7, at(3, 5), Some(Some(kept)));
+        let after = BehindBase::after_previous();
+        assert!(matches!(
+            own.verdict(7, &after, &at(3, 5)),
+            Verdict::Kept(_)
+        ));
+        assert!(matches!(
+            own.verdict(7, &after, &at(9, 9)),
+            Verdict::Kept(_)
+        ));
+        // Seen again as the host has it.
+        assert!(matches!(
+            own.verdict(7, &at(9, 9), &at(9, 9)),
+            Verdict::Onto
+        ));
+        assert!(matches!(
+            own.verdict(7, &after, &at(9, 9)),
+            Verdict::Conflict
+        ));
+    }
+
+    /// A handle (of `/`): the verdicts only carry it.
+    fn some_handle() -> Arc<PathHandle> {
+        let open = || sys::open_root(std::path::Path::new("/")).unwrap();
+        let (root, proc_fd) = (open(), sys::open_proc_fd_dir().unwrap());
+        let st = sys::stat(root.as_fd()).unwrap();
+        crossfs_export::handles::HandleCache::new(&root, &proc_fd, 4, true, false).root(open(), &st)
+    }
+
+    #[test]
+    fn the_files_remembered_are_bounded() {
+        let own = OwnChanges::default();
+        for path in 0..(3 * FILES_KEPT as u64) {
+            own.record(path, at(path, 0), None);
+            own.record(0, at(path, 1), None);
+        }
+        let files = lock(&own.files);
+        assert_eq!(files.by_path.len(), FILES_KEPT);
+        assert!(files.order.len() <= 4 * FILES_KEPT + 1);
+        // The file recorded all along is still there, with its newest states only.
+        assert_eq!(files.by_path[&0].stamps.len(), STAMPS_KEPT);
+    }
+}
