@@ -824,3 +824,196 @@ fn a_host_change_first_keeps_the_guests_writes_and_chmods_beside_it_and_fails_th
         );
     }
 }
+
+/// One change in the window while the server is stopped: by the guest through the mount
+/// (sent behind) or by a host program on the export, to file `name`.
+#[derive(Clone, Debug)]
+enum Racing {
+    GuestWrite {
+        name: usize,
+        offset: u64,
+        len: usize,
+        byte: u8,
+    },
+    GuestChmod {
+        name: usize,
+        mode: u32,
+    },
+    HostWrite {
+        name: usize,
+        offset: u64,
+        len: usize,
+        byte: u8,
+    },
+    HostChmod {
+        name: usize,
+        mode: u32,
+    },
+}
+
+const RACED: [&str; 3] = ["r0", "r1", "r2"];
+const RACED_MODES: [u32; 3] = [0o600, 0o640, 0o604];
+
+fn racing() -> impl proptest::strategy::Strategy<Value = Racing> {
+    use proptest::prelude::*;
+    let name = 0..RACED.len();
+    let mode = proptest::sample::select(&RACED_MODES[..]);
+    // Guest bytes and host bytes differ, so that whose a byte is can be told.
+    prop_oneof![
+        4 => (name.clone(), 0..6000u64, 1..3000usize, 1..100u8)
+            .prop_map(|(name, offset, len, byte)| Racing::GuestWrite { name, offset, len, byte }),
+        1 => (name.clone(), mode.clone()).prop_map(|(name, mode)| Racing::GuestChmod { name, mode }),
+        2 => (name.clone(), 0..6000u64, 1..3000usize, 150..250u8)
+            .prop_map(|(name, offset, len, byte)| Racing::HostWrite { name, offset, len, byte }),
+        1 => (name, mode).prop_map(|(name, mode)| Racing::HostChmod { name, mode }),
+    ]
+}
+
+/// What a file holds: its bytes and permission bits.
+type Content = (Vec<u8>, u32);
+
+fn write_into(c: &mut Content, offset: u64, len: usize, byte: u8) {
+    let end = offset as usize + len;
+    if c.0.len() < end {
+        c.0.resize(end, 0);
+    }
+    c.0[offset as usize..end].fill(byte);
+}
+
+fn content(path: &Path) -> Option<Content> {
+    let mode = fs::metadata(path).ok()?.mode() & 0o7777;
+    Some((fs::read(path).unwrap(), mode))
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::test_runner::Config {
+        cases: 8, max_shrink_iters: 50, ..proptest::test_runner::Config::default()
+    })]
+    /// Guest changes sent behind and host programs' changes of the same files, made while
+    /// the server is stopped (so every guest change there was predicted from the file
+    /// before the host's): after a sync, a file a host program changed holds exactly the
+    /// host's changes, and the guest's are in `NAME.crossfs-conflict-1`, made onto the
+    /// host's version, in order; a file only the guest changed has the guest's changes;
+    /// each conflict fails its file's fsync once and the sync once; and the mount then
+    /// shows exactly what the host has.
+    #[test]
+    fn host_changes_first_are_never_overwritten_by_changes_sent_behind(
+        window in proptest::collection::vec(racing(), 1..24)
+    ) {
+        let s = setup(None, &[]);
+        let (mnt, export) = (s.mount.mountpoint.clone(), s.export.clone());
+        let start: Content = (vec![b'.'; 4000], 0o644);
+        for name in RACED {
+            fs::write(export.join(name), &start.0).unwrap();
+            fs::set_permissions(export.join(name), fs::Permissions::from_mode(start.1)).unwrap();
+        }
+        let files: Vec<File> = RACED
+            .iter()
+            .map(|name| {
+                let f = OpenOptions::new().write(true).open(mnt.join(name)).unwrap();
+                // Its open reaches the server now, not in the window.
+                f.write_all_at(b".", 0).unwrap();
+                f.sync_all().unwrap();
+                f
+            })
+            .collect();
+        let guest: Vec<Racing> = window
+            .iter()
+            .filter(|r| matches!(r, Racing::GuestWrite { .. } | Racing::GuestChmod { .. }))
+            .cloned()
+            .collect();
+        let files = while_stopped(&s, move || {
+            for r in &guest {
+                match *r {
+                    Racing::GuestWrite { name, offset, len, byte } => {
+                        files[name].write_all_at(&vec![byte; len], offset).unwrap()
+                    }
+                    Racing::GuestChmod { name, mode } => files[name]
+                        .set_permissions(fs::Permissions::from_mode(mode))
+                        .unwrap(),
+                    _ => unreachable!(),
+                }
+            }
+            files
+        });
+        // The host programs' changes, before the server reads the guest's.
+        for r in &window {
+            match *r {
+                Racing::HostWrite { name, offset, len, byte } => OpenOptions::new()
+                    .write(true)
+                    .open(export.join(RACED[name]))
+                    .unwrap()
+                    .write_all_at(&vec![byte; len], offset)
+                    .unwrap(),
+                Racing::HostChmod { name, mode } => fs::set_permissions(
+                    export.join(RACED[name]),
+                    fs::Permissions::from_mode(mode),
+                )
+                .unwrap(),
+                _ => {}
+            }
+        }
+        resume(&s.serve);
+
+        // The files' fsyncs first, then the syncs, then how the mount shows each file,
+        // before anything here reads the host's files (which moves their access times).
+        let fsynced: Vec<Option<i32>> = files.iter().map(|f| errno_of(f.sync_all())).collect();
+        let first_sync_ok = sync(&s.mount).status.success();
+        proptest::prop_assert!(sync(&s.mount).status.success());
+        let listed = |dir: &Path| {
+            let mut names: Vec<_> = fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+            names.sort();
+            names
+        };
+        let names = listed(&export);
+        proptest::prop_assert_eq!(&listed(&mnt), &names);
+        for name in &names {
+            proptest::prop_assert_eq!(shown(&mnt.join(name)), shown(&export.join(name)), "{:?}", name);
+        }
+
+        // The model: the host's changes, then the guest's, onto the file or its copy.
+        let mut conflicts = 0;
+        for (i, name) in RACED.iter().enumerate() {
+            let mut host = start.clone();
+            let (mut host_wrote, mut guest_changed) = (false, false);
+            for r in &window {
+                match *r {
+                    Racing::HostWrite { name, offset, len, byte } if name == i => {
+                        write_into(&mut host, offset, len, byte);
+                        host_wrote = true;
+                    }
+                    Racing::HostChmod { name, mode } if name == i => host.1 = mode,
+                    Racing::GuestWrite { name, .. } | Racing::GuestChmod { name, .. }
+                        if name == i => guest_changed = true,
+                    _ => {}
+                }
+            }
+            // A chmod back to the mode the file had leaves nothing to tell.
+            let host_changed = host_wrote || host.1 != start.1;
+            let mut guest = if host_changed { host.clone() } else { start.clone() };
+            for r in &window {
+                match *r {
+                    Racing::GuestWrite { name, offset, len, byte } if name == i => {
+                        write_into(&mut guest, offset, len, byte)
+                    }
+                    Racing::GuestChmod { name, mode } if name == i => guest.1 = mode,
+                    _ => {}
+                }
+            }
+            let beside = export.join(format!("{name}.crossfs-conflict-1"));
+            if host_changed && guest_changed {
+                conflicts += 1;
+                proptest::prop_assert_eq!(fsynced[i], Some(libc::ESTALE), "{}", name);
+                proptest::prop_assert_eq!(content(&export.join(name)), Some(host), "{} (host's)", name);
+                proptest::prop_assert_eq!(content(&beside), Some(guest), "{} beside", name);
+            } else {
+                proptest::prop_assert_eq!(fsynced[i], None, "{}", name);
+                let want = if guest_changed { guest } else { host };
+                proptest::prop_assert_eq!(content(&export.join(name)), Some(want), "{}", name);
+                proptest::prop_assert!(!beside.exists(), "{}: no copy", name);
+            }
+        }
+        proptest::prop_assert_eq!(behind(&s.mount, "conflicts"), conflicts);
+        proptest::prop_assert_eq!(first_sync_ok, conflicts == 0, "the first sync fails for conflicts");
+    }
+}
