@@ -475,6 +475,14 @@ pub struct MountArgs {
     /// stats` counts the requests each transport served.
     #[arg(long)]
     pub io_uring: bool,
+    /// Keep the CPUs this mount runs on from halting for US microseconds after each FUSE
+    /// request (0: never), by a thread per CPU that spins at the lowest priority
+    /// (SCHED_IDLE: it yields to anything else that runs there) while requests keep coming.
+    /// In a VM whose idle vCPUs halt at once, waking one is most of what a request costs
+    /// (docs/bench.md): the spinning spends idle CPU time, counted in a cgroup's CPU quota,
+    /// to save it.
+    #[arg(long, value_name = "US")]
+    pub idle_poll: Option<u64>,
     /// Copy every read's data through the mount's memory instead of splicing it from the
     /// socket into /dev/fuse (for comparisons: `crossfs stats` shows the bytes each path
     /// moved).

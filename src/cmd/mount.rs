@@ -111,6 +111,10 @@ pub fn run(args: MountArgs) -> Result<()> {
         fs_name: args.addr.given.clone(),
         replica_entries: args.replica_entries,
         io_uring: args.io_uring,
+        idle_poll: args
+            .idle_poll
+            .filter(|&us| us > 0)
+            .map(std::time::Duration::from_micros),
         splice_reads: !args.no_splice,
         ..MountConfig::default()
     };

@@ -60,6 +60,9 @@ pub struct MountConfig {
     /// and a thread per CPU queue beside the `/dev/fuse` workers, which serve alone when
     /// it is off (the default: docs/bench.md has why), not offered, or refused.
     pub io_uring: bool,
+    /// How long after each FUSE request the mount's CPUs are kept from halting, by a
+    /// spinning thread each at `SCHED_IDLE` (`session/idle_poll.rs`); `None`: never.
+    pub idle_poll: Option<std::time::Duration>,
     /// A READ's data is spliced from the 9P socket into `/dev/fuse` where the transport
     /// and the kernel allow it (default), rather than read into the mount's memory and
     /// written from there (`crossfs stats`: `data`).
@@ -86,6 +89,7 @@ impl Default for MountConfig {
             fs_name: "crossfs".to_string(),
             replica_entries: crate::known::replica::DEFAULT_REPLICA_ENTRIES,
             io_uring: false,
+            idle_poll: None,
             splice_reads: true,
         }
     }

@@ -115,7 +115,8 @@ pub fn mount(
         )
         .map_err(mount_err)?,
     };
-    let session = Session::new(fs, dev, acl, config.threads, config.io_uring);
+    let session = Session::new(fs, dev, acl, config.threads, config.io_uring)
+        .with_idle_poll(config.idle_poll);
     let transports = session.counters();
     let notifier = session.notifier();
     let _ = state.notifier.set(notifier.clone());

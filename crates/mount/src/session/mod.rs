@@ -15,6 +15,7 @@
 
 mod dev;
 mod dispatch;
+mod idle_poll;
 mod notify;
 mod reply;
 mod splice;
@@ -59,6 +60,8 @@ pub(crate) struct Session<FS: Filesystem> {
     threads: usize,
     /// Whether to ask for FUSE over io_uring where the kernel offers it.
     io_uring: bool,
+    /// How long the CPUs are kept awake after each request (`idle_poll.rs`).
+    idle_poll: Option<std::time::Duration>,
     counters: Arc<TransportCounters>,
 }
 
@@ -95,8 +98,15 @@ impl<FS: Filesystem> Session<FS> {
             acl,
             threads: threads.max(1),
             io_uring,
+            idle_poll: None,
             counters: Arc::default(),
         }
+    }
+
+    /// Keeps the CPUs from halting for `window` after each request (`None`: never).
+    pub(crate) fn with_idle_poll(mut self, window: Option<std::time::Duration>) -> Self {
+        self.idle_poll = window;
+        self
     }
 
     /// Requests served per transport, for `crossfs stats`.
@@ -118,6 +128,10 @@ impl<FS: Filesystem> Session<FS> {
         let agreed = self.handshake()?;
         let buffer = (agreed.max_write as usize + REQUEST_OVERHEAD).max(MIN_BUFFER);
         let fs = Arc::new(self.fs);
+        let poll = self
+            .idle_poll
+            .and_then(idle_poll::IdlePoll::start)
+            .map(Arc::new);
         let mut channels = vec![self.main.clone()];
         for _ in 1..self.threads {
             match self.main.clone_channel() {
@@ -133,10 +147,13 @@ impl<FS: Filesystem> Session<FS> {
         let mut workers = Vec::new();
         for (i, channel) in channels.into_iter().enumerate().skip(1) {
             let (fs, acl, counters) = (fs.clone(), self.acl, self.counters.clone());
+            let poll = poll.clone();
             workers.push(
                 std::thread::Builder::new()
                     .name(format!("crossfs-fuse-{i}"))
-                    .spawn(move || serve(&*fs, channel, acl, buffer, &counters))?,
+                    .spawn(move || {
+                        serve(&*fs, channel, acl, buffer, (&counters, poll.as_deref()))
+                    })?,
             );
         }
         if agreed.flags.contains(InitFlags::FUSE_OVER_IO_URING) {
@@ -157,7 +174,13 @@ impl<FS: Filesystem> Session<FS> {
                 );
             }
         }
-        let mut result = serve(&*fs, self.main.clone(), self.acl, buffer, &self.counters);
+        let mut result = serve(
+            &*fs,
+            self.main.clone(),
+            self.acl,
+            buffer,
+            (&self.counters, poll.as_deref()),
+        );
         for w in workers {
             let r = w
                 .join()
@@ -258,13 +281,13 @@ impl<FS: Filesystem> Session<FS> {
 }
 
 /// One worker: reads requests from `channel` and hands each to `fs`, until the device says
-/// the mount is gone.
+/// the mount is gone; each request counted, and told to the idle polling if on.
 fn serve<FS: Filesystem>(
     fs: &FS,
     channel: Arc<DevFuse>,
     acl: Acl,
     buffer: usize,
-    counters: &TransportCounters,
+    (counters, poll): (&TransportCounters, Option<&idle_poll::IdlePoll>),
 ) -> io::Result<()> {
     let mut buf = vec![0u8; buffer];
     let sender: ReplySender = channel.clone();
@@ -277,6 +300,9 @@ fn serve<FS: Filesystem>(
         counters
             .dev_fuse
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(poll) = poll {
+            poll.request();
+        }
         match abi::decode(&buf[..n]) {
             Ok(req) => dispatch::dispatch(fs, &req, &sender, acl),
             // Not even a header to answer: the kernel never sends one.
