@@ -4,9 +4,16 @@
 //! watch in `/proc/PID/fdinfo/FD` of the inotify and fanotify descriptors, so the list is
 //! read from there when it may have changed (see [`MAX_AGE`], [`MAX_AGE_UNWATCHED`]): a host
 //! `git checkout` of 10,000 files, published in bursts, then costs a guest that nobody
-//! watches a few scans and the invalidations. A scan reads a link for every open file of
-//! every process (milliseconds on a busy machine), so a list that says "watched" is renewed
-//! in the background: the watcher's event does not wait for it.
+//! watches a few looks and the invalidations.
+//!
+//! Finding the watch descriptors means reading a link for every open file of every process:
+//! 40,000 open files (an IDE, a browser and a build) take half a second of system time.
+//! So the event path never does that for the whole machine. It reads the watches of the
+//! descriptors found before ([`Known`]), and looks through the open files only of
+//! processes it has not looked at yet (a watcher just started); a look through every
+//! process (a process seen before that opened a new watch descriptor since) runs on a
+//! thread of its own, as often as costs at most a fifth of a CPU, and at least every
+//! [`REDISCOVER_MIN`].
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -21,22 +28,50 @@ const MAX_AGE: Duration = Duration::from_millis(1000);
 /// directory as soon as they see it created, and the next event may be inside it; a watch
 /// added within this long before an event may still miss it.
 const MAX_AGE_UNWATCHED: Duration = Duration::from_millis(10);
+/// The least time between looks through every process's open files, which otherwise run
+/// as often as they cost a fifth of the time between them.
+const REDISCOVER_MIN: Duration = Duration::from_millis(200);
 
 #[derive(Default)]
 struct Seen {
-    at: Option<Instant>,
     /// Node ids (inode numbers on the mount) with an inotify watch or fanotify inode mark.
     nodes: HashSet<u64>,
     /// A fanotify mark on the whole mount or file system.
     everything: bool,
 }
 
+impl Seen {
+    fn any(&self, nodes: &[u64]) -> bool {
+        self.everything || nodes.iter().any(|n| self.nodes.contains(n))
+    }
+}
+
+/// The watch descriptors found, and the processes looked through.
+#[derive(Default, Clone)]
+struct Known {
+    /// (pid, descriptor) of every inotify and fanotify descriptor found.
+    descriptors: HashSet<(u32, u32)>,
+    /// Processes whose open files were all looked at.
+    processes: HashSet<u32>,
+}
+
+#[derive(Default)]
+struct State {
+    seen: Seen,
+    /// When `seen` was read.
+    at: Option<Instant>,
+    known: Known,
+    /// When the last look through every process began, and what it cost.
+    rediscovered: Option<Instant>,
+    rediscovery_cost: Duration,
+}
+
 /// The watches on one mount, refreshed lazily.
 pub(crate) struct Watchers {
     scanner: Scanner,
-    seen: Arc<Mutex<Seen>>,
-    /// A background scan is under way.
-    renewing: Arc<AtomicBool>,
+    state: Arc<Mutex<State>>,
+    /// A look through every process is under way.
+    rediscovering: Arc<AtomicBool>,
 }
 
 /// What tells this mount's watches apart in /proc.
@@ -48,8 +83,8 @@ struct Scanner {
     mnt_id: Option<u64>,
 }
 
-fn lock(seen: &Mutex<Seen>) -> std::sync::MutexGuard<'_, Seen> {
-    seen.lock().unwrap_or_else(|e| e.into_inner())
+fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Watchers {
@@ -66,83 +101,129 @@ impl Watchers {
                 sdev,
                 mnt_id: mount_id(mountpoint),
             },
-            seen: Arc::default(),
-            renewing: Arc::default(),
+            state: Arc::default(),
+            rediscovering: Arc::default(),
         }
     }
 
     /// Whether any of `nodes` is watched (or the whole mount is).
     pub(crate) fn any_watched(&self, nodes: &[u64]) -> bool {
-        let mut seen = lock(&self.seen);
-        let watched = |s: &Seen| s.everything || nodes.iter().any(|n| s.nodes.contains(n));
-        let age = seen.at.map_or(Duration::MAX, |t| t.elapsed());
-        if age > MAX_AGE_UNWATCHED && !watched(&seen) {
-            *seen = self.scanner.scan();
-        } else if age > MAX_AGE {
-            drop(seen);
-            self.renew_in_background();
-            return true;
+        let mut state = lock(&self.state);
+        let age = state.at.map_or(Duration::MAX, |t| t.elapsed());
+        let watched = state.seen.any(nodes);
+        if age > MAX_AGE || (age > MAX_AGE_UNWATCHED && !watched) {
+            let State { known, seen, .. } = &mut *state;
+            *seen = self.scanner.refresh(known);
+            state.at = Some(Instant::now());
+            self.rediscover_if_due(&mut state);
         }
-        watched(&seen)
+        state.seen.any(nodes)
     }
 
-    /// Scans on a thread of its own (unless one already does), replacing the list after.
-    fn renew_in_background(&self) {
-        if self.renewing.swap(true, Ordering::AcqRel) {
+    /// Starts a look through every process's open files on a thread of its own, unless
+    /// one runs or ran too recently for what it costs.
+    fn rediscover_if_due(&self, state: &mut State) {
+        let gap = (state.rediscovery_cost * 5).max(REDISCOVER_MIN);
+        if state.rediscovered.is_some_and(|t| t.elapsed() < gap)
+            || self.rediscovering.swap(true, Ordering::AcqRel)
+        {
             return;
         }
-        let (scanner, seen, renewing) = (self.scanner, self.seen.clone(), self.renewing.clone());
-        let renew = move || {
-            let fresh = scanner.scan();
-            *lock(&seen) = fresh;
-            renewing.store(false, Ordering::Release);
+        state.rediscovered = Some(Instant::now());
+        let (scanner, shared, running) =
+            (self.scanner, self.state.clone(), self.rediscovering.clone());
+        let rediscover = move || {
+            let began = Instant::now();
+            let mut fresh = Known::default();
+            scanner.discover(&mut fresh, |_| true);
+            let seen = scanner.refresh(&mut fresh);
+            let mut state = lock(&shared);
+            state.known = fresh;
+            state.seen = seen;
+            state.at = Some(Instant::now());
+            state.rediscovery_cost = began.elapsed();
+            drop(state);
+            running.store(false, Ordering::Release);
         };
         let spawned = std::thread::Builder::new()
             .name("crossfs-watchers".into())
-            .spawn(renew);
+            .spawn(rediscover);
         if spawned.is_err() {
-            // No thread to spare: the list stays as it is until the next call tries again.
-            self.renewing.store(false, Ordering::Release);
+            // No thread to spare: the next call tries again.
+            self.rediscovering.store(false, Ordering::Release);
         }
     }
 }
 
 impl Scanner {
-    fn scan(&self) -> Seen {
-        let mut seen = Seen {
-            at: Some(Instant::now()),
-            ..Seen::default()
-        };
+    /// The watches now: the descriptors in `known`, after looking through the processes
+    /// not looked at yet (those gone are forgotten).
+    fn refresh(&self, known: &mut Known) -> Seen {
         let Ok(procs) = std::fs::read_dir("/proc") else {
             // No /proc to tell: replay everything rather than nothing.
-            seen.everything = true;
-            return seen;
+            return Seen {
+                everything: true,
+                ..Seen::default()
+            };
+        };
+        let alive: HashSet<u32> = procs
+            .flatten()
+            .filter_map(|p| p.file_name().to_str()?.parse().ok())
+            .collect();
+        known.processes.retain(|p| alive.contains(p));
+        known.descriptors.retain(|(p, _)| alive.contains(p));
+        let new: HashSet<u32> = alive.difference(&known.processes).copied().collect();
+        self.discover(known, |pid| new.contains(&pid));
+        let mut seen = Seen::default();
+        let mut gone = Vec::new();
+        for &(pid, fd) in &known.descriptors {
+            match std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")) {
+                Ok(text) => self.parse_fdinfo(&text, &mut seen),
+                Err(_) => gone.push((pid, fd)),
+            }
+        }
+        for d in gone {
+            known.descriptors.remove(&d);
+        }
+        seen
+    }
+
+    /// Looks through every open file of the processes `wanted` says, for watch
+    /// descriptors; records them and the processes looked at in `known`.
+    fn discover(&self, known: &mut Known, wanted: impl Fn(u32) -> bool) {
+        let Ok(procs) = std::fs::read_dir("/proc") else {
+            return;
         };
         for proc in procs.flatten() {
-            let pid = proc.file_name();
-            if !pid.as_encoded_bytes().iter().all(u8::is_ascii_digit) {
+            let Some(pid) = proc
+                .file_name()
+                .to_str()
+                .and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if !wanted(pid) {
                 continue;
             }
             let Ok(fds) = std::fs::read_dir(proc.path().join("fd")) else {
                 continue;
             };
+            known.processes.insert(pid);
             for fd in fds.flatten() {
+                let Some(n) = fd.file_name().to_str().and_then(|f| f.parse::<u32>().ok()) else {
+                    continue;
+                };
                 let Ok(target) = std::fs::read_link(fd.path()) else {
                     continue;
                 };
                 let target = target.as_os_str().as_encoded_bytes();
-                if !target.starts_with(b"anon_inode:inotify")
-                    && !target.starts_with(b"anon_inode:[fanotify]")
+                if target.starts_with(b"anon_inode:inotify")
+                    || target.starts_with(b"anon_inode:[fanotify]")
                 {
-                    continue;
-                }
-                let info = proc.path().join("fdinfo").join(fd.file_name());
-                if let Ok(text) = std::fs::read_to_string(info) {
-                    self.parse_fdinfo(&text, &mut seen);
+                    known.descriptors.insert((pid, n));
                 }
             }
         }
-        seen
     }
 
     fn parse_fdinfo(&self, text: &str, seen: &mut Seen) {
