@@ -153,6 +153,23 @@ fn parse_msize(s: &str) -> Result<u32, String> {
     Ok(n as u32)
 }
 
+/// `--idle-poll`: decided on the machine (`auto`), or a window in microseconds (0: off).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdlePoll {
+    Auto,
+    Micros(u64),
+}
+
+fn parse_idle_poll(s: &str) -> Result<IdlePoll, String> {
+    match s {
+        "auto" => Ok(IdlePoll::Auto),
+        n => n
+            .parse()
+            .map(IdlePoll::Micros)
+            .map_err(|_| format!("`{n}`: auto, or microseconds (0: never)")),
+    }
+}
+
 fn parse_buffer(s: &str) -> Result<usize, String> {
     let n = parse_size(s)?;
     usize::try_from(n).map_err(|_| format!("size `{s}` is too large"))
@@ -477,12 +494,15 @@ pub struct MountArgs {
     pub io_uring: bool,
     /// Keep the CPUs this mount runs on from halting for US microseconds after each FUSE
     /// request (0: never), by a thread per CPU that spins at the lowest priority
-    /// (SCHED_IDLE: it yields to anything else that runs there) while requests keep coming.
-    /// In a VM whose idle vCPUs halt at once, waking one is most of what a request costs
-    /// (docs/bench.md): the spinning spends idle CPU time, counted in a cgroup's CPU quota,
-    /// to save it.
-    #[arg(long, value_name = "US")]
-    pub idle_poll: Option<u64>,
+    /// (SCHED_IDLE: it yields to anything else that runs there, and sleeps once no request
+    /// came for US). In a VM whose idle vCPUs halt at once, waking one is most of what a
+    /// request costs (docs/bench.md): the spinning spends idle CPU time to save it, which
+    /// `top` shows as the mount's (threads crossfs-poll-N). `auto`, the default: 200 in a
+    /// virtual machine, unless its kernel polls before halting (cpuidle-haltpoll with
+    /// guest_halt_poll_ns above 0) or a cgroup CPU quota applies (the spinning would spend
+    /// it); 0 elsewhere. The log says what auto chose and why.
+    #[arg(long, value_name = "auto|US", default_value = "auto", value_parser = parse_idle_poll)]
+    pub idle_poll: IdlePoll,
     /// Copy every read's data through the mount's memory instead of splicing it from the
     /// socket into /dev/fuse (for comparisons: `crossfs stats` shows the bytes each path
     /// moved).

@@ -141,6 +141,8 @@ fn workloads_help() -> String {
          \x20 crossfs --cache never                 no caching at all\n\
          \x20 crossfs --io-uring                    FUSE over io_uring where the kernel offers it\n\
          \x20                                       (off by default; the default where it does not)\n\
+         \x20 crossfs --idle-poll 0                 the mount's CPUs left to halt between requests\n\
+         \x20                                       (the default polls in a VM whose idle CPUs halt at once)\n\
          plus every --compare NAME=PATH.\n\
          \nRatios are \"x native\": the target's performance as a multiple of native's, 1.00 =\n\
          native, higher is always better (rates: target/native; durations: native/target).\n\
@@ -204,6 +206,7 @@ fn crossfs_configs(default_only: bool) -> Vec<(&'static str, &'static [&'static 
             ("crossfs --send-opens", &["--send-opens"][..]),
             ("crossfs --cache never", &["--cache", "never"][..]),
             ("crossfs --io-uring", &["--io-uring"][..]),
+            ("crossfs --idle-poll 0", &["--idle-poll", "0"][..]),
         ]);
     }
     configs

@@ -111,10 +111,7 @@ pub fn run(args: MountArgs) -> Result<()> {
         fs_name: args.addr.given.clone(),
         replica_entries: args.replica_entries,
         io_uring: args.io_uring,
-        idle_poll: args
-            .idle_poll
-            .filter(|&us| us > 0)
-            .map(std::time::Duration::from_micros),
+        idle_poll: idle_poll(args.idle_poll),
         splice_reads: !args.no_splice,
         ..MountConfig::default()
     };
@@ -356,4 +353,20 @@ fn mount_kernel(
         mountpoint.display()
     );
     Ok(())
+}
+
+/// The window `--idle-poll` gives, `auto` decided here and logged.
+fn idle_poll(asked: crate::args::IdlePoll) -> Option<std::time::Duration> {
+    match asked {
+        crate::args::IdlePoll::Micros(0) => None,
+        crate::args::IdlePoll::Micros(us) => Some(std::time::Duration::from_micros(us)),
+        crate::args::IdlePoll::Auto => {
+            let (window, why) = crossfs_mount::auto_idle_poll();
+            match window {
+                Some(w) => tracing::info!("idle polling for {w:?} after each request: {why}"),
+                None => tracing::info!("no idle polling: {why}"),
+            }
+            window
+        }
+    }
 }

@@ -152,3 +152,4 @@ pub use error::MountError;
 pub use known::cache::{CacheMode, InvalidNegativeTtl, NegativeTtl, UnknownCacheMode};
 pub use known::replica::DEFAULT_REPLICA_ENTRIES;
 pub use mount::{mount, MountHandle, Unmounted, Unmounter};
+pub use session::auto_idle_poll;

@@ -45,6 +45,72 @@ struct Shared {
 /// How long a sleeping thread waits before looking again, should a wake-up be missed.
 const SLEEP_CHECK: Duration = Duration::from_millis(500);
 
+/// The window `auto` gives, where it polls: about twice the gap between the requests of
+/// one program's file (tar's create, write and setattrs), so that a CPU stays awake
+/// through a file and between files of a busy program.
+pub(crate) const AUTO_WINDOW: Duration = Duration::from_micros(200);
+
+/// What `--idle-poll auto` decides on this machine: [`AUTO_WINDOW`] in a virtual machine
+/// whose kernel does not poll before halting an idle CPU itself and whose CPU time this
+/// process may spend freely, `None` otherwise; and why, for the log.
+pub fn auto_window() -> (Option<Duration>, &'static str) {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let in_vm = cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("flags"))
+        .any(|l| l.split_whitespace().any(|f| f == "hypervisor"));
+    if !in_vm {
+        return (None, "not a virtual machine: an idle CPU wakes in microseconds");
+    }
+    let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string());
+    let driver = read("/sys/devices/system/cpu/cpuidle/current_driver").unwrap_or_default();
+    let polls = read("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
+        .ok()
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0);
+    if driver == "haltpoll" && polls > 0 {
+        return (None, "the kernel polls before halting (cpuidle-haltpoll)");
+    }
+    if cpu_quota() {
+        return (None, "a CPU quota applies (spinning would spend it)");
+    }
+    (
+        Some(AUTO_WINDOW),
+        "a virtual machine that halts idle CPUs at once",
+    )
+}
+
+/// Whether this process's cgroup, or one above it, limits its CPU time (cgroup v2
+/// `cpu.max`, v1 `cpu.cfs_quota_us`).
+fn cpu_quota() -> bool {
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    for line in cgroups.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let (root, file) = match controllers {
+            "" => ("/sys/fs/cgroup", "cpu.max"),
+            c if c.split(',').any(|c| c == "cpu") => ("/sys/fs/cgroup/cpu", "cpu.cfs_quota_us"),
+            _ => continue,
+        };
+        let mut dir = std::path::PathBuf::from(format!("{root}{path}"));
+        loop {
+            if let Ok(v) = std::fs::read_to_string(dir.join(file)) {
+                let limit = v.split_whitespace().next().unwrap_or("max");
+                if limit != "max" && limit != "-1" {
+                    return true;
+                }
+            }
+            if dir == std::path::Path::new(root) || !dir.pop() {
+                break;
+            }
+        }
+    }
+    false
+}
+
 impl IdlePoll {
     /// Starts one thread per CPU the process may run on, polling for `window` after each
     /// request. `None` (and a log line) if no thread could be started.

@@ -43,6 +43,7 @@ pub use types::{
 
 use dev::DevFuse;
 use reply::ReplySender;
+pub use idle_poll::auto_window as auto_idle_poll;
 pub(crate) use splice::largest_read;
 pub(crate) use uring::TransportCounters;
 
