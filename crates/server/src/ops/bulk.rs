@@ -11,7 +11,7 @@ use crossfs_wire::{
     Rwalkgetattr, Rwalkopen, Rwalkread, Rwalkreaddirattr, Rwriteattr, Tcreateattr, Tcreateattrdir,
     Tcreatebehind, Tgetattr, Tlcreate, Tlopen, Treaddirattr, Treadfiles, Trenameat, Trenameatattr,
     Tsetattrget, Tunlinkat, Tunlinkatattr, Twalk, Twalkgetattr, Twalkopen, Twalkread,
-    Twalkreaddirattr, Twrite, Twriteattr, RREAD_HEADER_LEN,
+    Twalkreaddirattr, Twriteattr, RREAD_HEADER_LEN,
 };
 use rustix::fs::OFlags;
 use rustix::io::Errno;
@@ -345,15 +345,18 @@ pub(crate) fn createattrdir(conn: &Conn, m: Tcreateattrdir) -> OpResult<Rmessage
 
 /// Twriteattr: Twrite, then the file's basic attributes.
 pub(crate) fn writeattr(conn: &Conn, m: Twriteattr) -> OpResult<Rmessage> {
-    let (fid, offset, data) = (m.fid, m.offset, m.data);
-    let Rmessage::Write(written) = super::io::write(conn, Twrite { fid, offset, data })? else {
-        return Err(OpError::Invalid("Twrite answered something else"));
-    };
+    writeattr_data(conn, (m.fid, m.offset), io::WriteData::Bytes(&m.data.0))
+}
+
+/// Twriteattr of `data`, in memory or in pipes.
+pub(crate) fn writeattr_data(
+    conn: &Conn,
+    (fid, offset): (Fid, u64),
+    data: io::WriteData<'_>,
+) -> OpResult<Rmessage> {
+    let count = io::write_data(conn, (fid, offset), data)?;
     let attr = attr_after_change(conn, fid, crossfs_wire::getattr::BASIC);
-    Ok(Rmessage::Writeattr(Rwriteattr {
-        count: written.count,
-        attr,
-    }))
+    Ok(Rmessage::Writeattr(Rwriteattr { count, attr }))
 }
 
 /// Tunlinkatattr: Tunlinkat, then the directory's attributes.
