@@ -195,18 +195,18 @@ pub(crate) fn take_payload<S: RequestSource>(
     }
     reader.consume(done);
     if done < buffered {
-        return copy_rest(reader, piped, count - done);
+        return copy_rest(reader, (piped, pool), count - done);
     }
     // The rest from the descriptor itself: the reader's buffer is empty now, or holds
     // bytes beyond this payload (then nothing is left to splice).
     let mut left = count - done;
     while left > 0 {
         if piped.pipes.is_empty() && !grow(&mut piped, pool, payload_max) {
-            return copy_rest(reader, piped, left);
+            return copy_rest(reader, (piped, pool), left);
         }
         let (Some((pipe, held)), Some(fd)) = (piped.pipes.last_mut(), reader.get_ref().splice_fd())
         else {
-            return copy_rest(reader, piped, left);
+            return copy_rest(reader, (piped, pool), left);
         };
         // NONBLOCK: a full pipe is an answer (nobody else empties it), as is an empty
         // socket, which is then waited for.
@@ -227,7 +227,7 @@ pub(crate) fn take_payload<S: RequestSource>(
             Err(Errno::AGAIN) => {
                 if is_full(pipe.write_end()) {
                     if !grow(&mut piped, pool, payload_max) {
-                        return copy_rest(reader, piped, left);
+                        return copy_rest(reader, (piped, pool), left);
                     }
                 } else {
                     wait_readable(fd);
@@ -235,7 +235,7 @@ pub(crate) fn take_payload<S: RequestSource>(
             }
             // Anything else (a descriptor that takes no splice): copied, and a failing
             // stream then fails the read.
-            Err(_) => return copy_rest(reader, piped, left),
+            Err(_) => return copy_rest(reader, (piped, pool), left),
         }
     }
     Ok(Taken::Piped(piped))
@@ -255,13 +255,15 @@ fn grow(piped: &mut PipedPayload, pool: &PipePool, payload_max: usize) -> bool {
     }
 }
 
-/// The payload in memory: what `piped` holds, then the `left` bytes still in the stream.
+/// The payload in memory: what `piped` holds (its pipes then go back to `pool`), then the
+/// `left` bytes still in the stream.
 fn copy_rest<S: RequestSource>(
     reader: &mut BufReader<S>,
-    mut piped: PipedPayload,
+    (mut piped, pool): (PipedPayload, &PipePool),
     left: usize,
 ) -> std::io::Result<Taken> {
     let mut data = piped.read_back().map_err(std::io::Error::from)?;
+    pool.give_back(piped);
     let start = data.len();
     data.resize(start + left, 0);
     reader.read_exact(&mut data[start..])?;
