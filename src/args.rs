@@ -223,9 +223,9 @@ pub struct ServeArgs {
     /// kernel's 9p client never asks for it either way.
     #[arg(long)]
     pub no_extensions: bool,
-    /// Copy every read's data through the server's memory instead of splicing it from the
-    /// file into the socket (for comparisons: `crossfs stats` shows the bytes each path
-    /// moved).
+    /// Copy every read's and write's data through the server's memory instead of splicing
+    /// it from the file into the socket, or from the socket into the file (for
+    /// comparisons: `crossfs stats` shows the bytes each path moved).
     #[arg(long)]
     pub no_splice: bool,
     /// Serve TCP on an address other than loopback (needs --token-file). 9P is not

@@ -1,16 +1,19 @@
 //! Files of every size around a boundary, through every path, byte for byte; and which path
 //! a read's bytes took.
 //!
-//! The sizes: 0, 1, a page and either side of it, 1 MiB less a page (the largest READ a
-//! mount that splices without `CAP_SYS_RESOURCE` asks for: its reply must fit a 1 MiB
-//! pipe) and either side of it, 1 MiB (a FUSE request, and the payload of a 1 MiB 9P
-//! message) and either side of it, the negotiated msize and either side of it, and 64 MiB
-//! and a byte. The paths: `crossfs mount` in each cache mode (the page cache in `auto` and
-//! `always`, none in `metadata` and `never`, where reads come as the program asks them, at
-//! any offset), against a server that splices reads into the socket (the default) and one
-//! that copies them (`--no-splice`), with a mount that splices READ replies from the
-//! socket into /dev/fuse (the default) and one that copies them (`--no-splice`), over a
-//! unix socket and over TCP.
+//! The sizes: 0, 1, a page and either side of it, 64 KiB and either side of it (the
+//! largest write the server copies and runs on its connection's reader; a larger one is
+//! spliced from the socket into the file), 1 MiB less a page (the largest READ a mount
+//! that splices without `CAP_SYS_RESOURCE` asks for: its reply must fit a 1 MiB pipe) and
+//! either side of it, 1 MiB (a FUSE request, and the payload of a 1 MiB 9P message) and
+//! either side of it, the negotiated msize and either side of it, and 64 MiB and a byte.
+//! The paths: `crossfs mount` in each cache mode (the page cache in `auto` and `always`,
+//! none in `metadata` and `never`, where reads and writes come as the program makes them,
+//! at any offset), against a server that splices reads into the socket and large writes
+//! into the file (the default) and one that copies both (`--no-splice`), with a mount that
+//! splices READ replies from the socket into /dev/fuse (the default) and one that copies
+//! them (`--no-splice`), over a unix socket and over TCP. The mount writes a WRITE's data
+//! from the request's buffer behind its 9P head either way.
 //!
 //! Each file is written through the mount and read back through it, through a second,
 //! fresh mount (so the reads go to the server), and in the export; files written in the
@@ -40,6 +43,9 @@ fn sizes(msize: u64) -> Vec<u64> {
         4095,
         4096,
         4097,
+        64 * 1024 - 1,
+        64 * 1024,
+        64 * 1024 + 1,
         MIB - 4096 - 1,
         MIB - 4096,
         MIB - 4096 + 1,
@@ -290,6 +296,70 @@ fn a_cold_read_is_spliced_on_the_server_and_in_the_mount_and_counted() {
             );
         } else {
             assert_eq!(m_spliced, 0, "{m}");
+        }
+    }
+}
+
+/// Written through the mount in 1 MiB writes, then synced: the mount writes every byte
+/// from the FUSE request's buffer behind its 9P head (`write_vectored`), and the server
+/// splices it from the socket into the file (`write_spliced`), or, with `serve
+/// --no-splice`, copies it (`write_copied`); a write of 64 KiB is copied either way.
+/// Counts, not timings.
+#[test]
+fn a_large_write_goes_from_the_mounts_buffer_and_is_spliced_by_the_server_and_counted() {
+    assert_root();
+    for splice in [true, false] {
+        let serve_args: &[&str] = if splice { &[] } else { &["--no-splice"] };
+        let s = served(serve_args, false);
+        let mount = Mount::start(&s.serve.listen, &[]);
+        let moved = |before: &serde_json::Value, after: &serde_json::Value, key: &str| {
+            after[key].as_u64().unwrap() - before[key].as_u64().unwrap()
+        };
+        for (size, block) in [(8 * MIB, MIB as usize), (64 * 1024, 64 * 1024)] {
+            let data = content(size, 11);
+            let (server0, mount0) = (
+                s.serve.stats()["data"].clone(),
+                mount.stats()["data"].clone(),
+            );
+            let path = mount.mountpoint.join(format!("w{size}"));
+            let mut f = std::fs::File::create(&path).unwrap();
+            for piece in data.chunks(block) {
+                f.write_all(piece).unwrap();
+            }
+            f.sync_all().unwrap();
+            drop(f);
+            let (server1, mount1) = (
+                s.serve.stats()["data"].clone(),
+                mount.stats()["data"].clone(),
+            );
+            assert_same(
+                "in the export",
+                &data,
+                &std::fs::read(s.export.join(format!("w{size}"))).unwrap(),
+            );
+            let (spliced, copied) = (
+                moved(&server0, &server1, "write_spliced"),
+                moved(&server0, &server1, "write_copied"),
+            );
+            let large = size > 64 * 1024;
+            let want = if splice && large {
+                (size, 0)
+            } else {
+                (0, size)
+            };
+            assert_eq!(
+                (spliced, copied),
+                want,
+                "splice {splice}, {size} bytes: {server1}"
+            );
+            assert_eq!(
+                (
+                    moved(&mount0, &mount1, "write_vectored"),
+                    moved(&mount0, &mount1, "write_copied")
+                ),
+                (size, 0),
+                "the mount, {size} bytes: {mount1}"
+            );
         }
     }
 }

@@ -18,13 +18,18 @@ use std::time::{Duration, Instant};
 
 use common::{crossfs_bin, repo_root, run_ok, wait_until, Mount, Serve};
 
+/// The workload's records: small writes, which the server copies on the connection's
+/// reader.
 const RECORD: usize = 4096;
+/// Large ones, which it splices from the socket into the file on a worker (1 MiB and a page:
+/// a WRITE of 1 MiB and one of a page each).
+const LARGE_RECORD: usize = (1 << 20) + 4096;
 /// Generous: CI machines are loaded.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-/// Record `n`: its number, then a byte pattern that depends on it.
-fn record(n: u64) -> Vec<u8> {
-    let mut r = vec![(n % 251) as u8; RECORD];
+/// Record `n` of `size` bytes: its number, then a byte pattern that depends on it.
+fn record(n: u64, size: usize) -> Vec<u8> {
+    let mut r = vec![(n % 251) as u8; size];
     r[..8].copy_from_slice(&n.to_le_bytes());
     r
 }
@@ -52,12 +57,22 @@ fn host(files: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf, PathBuf, Serve) 
 #[test]
 fn the_mount_survives_server_restarts() {
     for cache in ["always", "auto"] {
-        survives_restarts(cache, 3);
+        survives_restarts(cache, 3, RECORD);
     }
 }
 
-/// Kills and restarts the server `restarts` times under a workload on a mount with `cache`.
-fn survives_restarts(cache: &str, restarts: u64) {
+/// As above, the server killed while large writes are on their way from the socket into
+/// the file through its pipes: what an fsync covered is there, whole.
+#[test]
+fn spliced_writes_survive_server_restarts() {
+    let spliced = survives_restarts("auto", 2, LARGE_RECORD);
+    assert!(spliced > 0, "the last server spliced no write");
+}
+
+/// Kills and restarts the server `restarts` times under a workload on a mount with `cache`,
+/// writing records of `record_size` bytes; returns the bytes the last server spliced into
+/// files.
+fn survives_restarts(cache: &str, restarts: u64, record_size: usize) -> u64 {
     let (_dir, export, sock, mut server) = host(&[("deep/er/still/read.me", "stable contents\n")]);
     let mount = Mount::start(
         &format!("unix:{}", sock.display()),
@@ -69,6 +84,7 @@ fn survives_restarts(cache: &str, restarts: u64) {
     let mut workload = Command::new("python3")
         .arg(repo_root().join("tests/scripts/restart_workload.py"))
         .arg(&mnt)
+        .arg(record_size.to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -124,9 +140,9 @@ fn survives_restarts(cache: &str, restarts: u64) {
     // holds the final write).
     let journal = std::fs::read(export.join("journal")).unwrap();
     for n in 1..=last {
-        let at = n as usize * RECORD;
+        let at = n as usize * record_size;
         assert!(
-            journal.get(at..at + RECORD) == Some(&record(n)[..]),
+            journal.get(at..at + record_size) == Some(&record(n, record_size)[..]),
             "{cache}: record {n} of {last} is damaged or missing"
         );
     }
@@ -148,7 +164,9 @@ fn survives_restarts(cache: &str, restarts: u64) {
         format!("restart {}", restarts - 1)
     );
     assert_eq!(mount.stats()["reconnects"], restarts);
+    let spliced = server.stats()["data"]["write_spliced"].as_u64().unwrap();
     drop(server);
+    spliced
 }
 
 #[test]

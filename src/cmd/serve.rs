@@ -32,6 +32,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         allow_setuid: args.allow_setuid,
         extensions: !args.no_extensions,
         splice_reads: !args.no_splice,
+        splice_writes: !args.no_splice,
         workers_per_connection: usize::from(args.workers),
         max_in_flight: usize::from(args.max_in_flight),
         max_fids: args.max_fids,

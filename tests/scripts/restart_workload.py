@@ -4,13 +4,14 @@ server. A process of its own, so that the test process holds no file on the moun
 process that does cannot start a server (exec closes the inherited descriptors, and closing
 a file with dirty pages writes them back, through the mount, to the server not yet there).
 
-Usage: restart_workload.py MOUNTPOINT
+Usage: restart_workload.py MOUNTPOINT [RECORD]
 
 Opens MOUNTPOINT/deep/er/still/read.me and creates MOUNTPOINT/journal, prints "ready",
 then runs two threads until a line arrives on stdin:
-- a writer: record n (RECORD bytes: n as 8 little-endian bytes, then n % 251 repeated) at
-  offset n * RECORD, fsync, print "durable n"; a failed call is retried (a write at a fixed
-  offset is idempotent) after printing "error write ERRNO";
+- a writer: record n (RECORD bytes, 4096 unless given: n as 8 little-endian bytes, then
+  n % 251 repeated) at offset n * RECORD (what a short write left written again), fsync,
+  print "durable n"; a failed call is retried (a write at a fixed offset is idempotent)
+  after printing "error write ERRNO";
 - a metadata loop: stat a deep path and list a directory, printing "error stat ERRNO" on
   failure.
 Then, through the descriptors opened at the start, reads read.me whole and prints
@@ -23,7 +24,7 @@ import sys
 import threading
 import time
 
-RECORD = 4096
+RECORD = int(sys.argv[2]) if len(sys.argv) > 2 else 4096
 
 
 def record(n):
@@ -45,7 +46,11 @@ def main():
         n = 1
         while not stop.is_set():
             try:
-                os.pwrite(journal, record(n), n * RECORD)
+                # A record larger than one WRITE may be written short (the kernel returns
+                # what the WRITEs before a failed one took): the rest is written again.
+                rec, done = record(n), 0
+                while done < len(rec):
+                    done += os.pwrite(journal, rec[done:], n * RECORD + done)
                 os.fdatasync(journal)
             except OSError as e:
                 say(f"error write {e.errno}")

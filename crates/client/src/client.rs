@@ -21,6 +21,19 @@ use crate::request::{Completion, Done, PayloadDone, Reply, Request, Waiter};
 use crate::version::negotiate;
 use crate::{ClientConfig, ClientError, MsizeNegotiation};
 
+/// Bytes of Twrite and Twriteattr data a client sent, by the path they took
+/// ([`Client::write_data`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteData {
+    /// Written to the transport from the caller's own buffer, behind the request's head
+    /// in one vectored write ([`Client::write_async`], [`Client::write_attr_async`],
+    /// [`Client::write`]): never copied by the client.
+    pub from_caller: u64,
+    /// Copied first: into a buffer the request waited in (one made from a completion,
+    /// sent by the client's sender thread), or the data of a [`Tmessage`] the caller made.
+    pub copied: u64,
+}
+
 /// What a Twriteattr's completion gets: the count written and the attributes after it.
 pub type WriteAttrDone = Box<dyn FnOnce(Result<(u32, Rgetattr), ClientError>) + Send>;
 
@@ -345,7 +358,9 @@ impl Client {
     }
 
     /// Writes `data` at `offset` through the open `fid`; `done` gets the count written. The
-    /// payload is copied once, into the frame. At most [`Client::max_io`] bytes. `done` runs
+    /// payload goes to the transport from `data` itself, behind the request's head (it is
+    /// copied only when the request must wait for the sender thread: one made from a
+    /// completion). At most [`Client::max_io`] bytes. `done` runs
     /// as for [`Client::call_async`].
     pub fn write_async(
         &self,
@@ -429,6 +444,12 @@ impl Client {
             with_attr: false,
         };
         written(self.blocking(request, None, false)?.into_msg(), data.len())
+    }
+
+    /// Bytes of write data sent, by path, over this client's connections (counted once
+    /// written to the transport).
+    pub fn write_data(&self) -> WriteData {
+        self.link.current().data.snapshot()
     }
 
     /// Counts of every message sent and received, by type, with bytes and Rlerror counts.

@@ -88,6 +88,8 @@ pub(crate) struct Connection {
     pub(crate) counters: Arc<MessageCounters>,
     /// Shared likewise: from a request written to its reply read, per request type.
     pub(crate) latency: Arc<LatencyHistograms>,
+    /// Shared likewise: write data by path.
+    pub(crate) data: Arc<WriteDataCounters>,
     /// When each tag's request began to be written, in ns since `epoch` (an atomic per tag,
     /// so timing takes no lock): set by `send`, read with the reply.
     sent_at: Box<[AtomicU64]>,
@@ -111,6 +113,33 @@ pub(crate) struct Connection {
 pub(crate) struct Meters {
     pub counters: Arc<MessageCounters>,
     pub latency: Arc<LatencyHistograms>,
+    pub data: Arc<WriteDataCounters>,
+}
+
+/// Bytes of write data sent, by the path they took out of the client, over a client's
+/// connections (see [`crate::Client::write_data`]).
+#[derive(Default)]
+pub(crate) struct WriteDataCounters {
+    from_caller: AtomicU64,
+    copied: AtomicU64,
+}
+
+impl WriteDataCounters {
+    fn count(&self, borrowed: bool, bytes: usize) {
+        let c = if borrowed {
+            &self.from_caller
+        } else {
+            &self.copied
+        };
+        c.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> crate::WriteData {
+        crate::WriteData {
+            from_caller: self.from_caller.load(Ordering::Relaxed),
+            copied: self.copied.load(Ordering::Relaxed),
+        }
+    }
 }
 
 struct State {
@@ -183,6 +212,7 @@ impl Connection {
             followers_waiting: AtomicUsize::new(0),
             counters: meters.counters,
             latency: meters.latency,
+            data: meters.data,
             // As many as the tag table has slots.
             sent_at: (0..config.max_in_flight.clamp(1, NOTAG.0))
                 .map(|_| AtomicU64::new(0))
@@ -514,8 +544,9 @@ impl Connection {
         let mut writer = lock(&self.writer);
         let Writer { sink, buf } = &mut *writer;
         buf.clear();
-        request.encode(tag, buf);
-        let len = buf.len();
+        // A write's data goes from where it lies, behind its head (see `write_frame`).
+        let data = request.encode_split(tag, buf);
+        let len = buf.len() + data.len();
         if len > msize {
             // Names are up to 64 KiB each: don't keep a buffer sized for a refused request.
             buf.clear();
@@ -534,11 +565,16 @@ impl Connection {
         if let Some(slot) = self.sent_at.get(tag.0 as usize) {
             slot.store(self.since_epoch(), Ordering::Relaxed);
         }
-        let written = sink.write_all(buf).and_then(|()| sink.flush());
+        let written = write_frame(sink, buf, data).and_then(|()| sink.flush());
         drop(writer);
-        if let Err(e) = written {
+        match written {
+            Ok(()) => {
+                if let Some(borrowed) = request.write_borrowed() {
+                    self.data.count(borrowed, data.len());
+                }
+            }
             // A partial frame may be on the wire: the stream cannot be resynchronised.
-            self.kill(format!("writing {}: {e}", name(request.msg_type())), true);
+            Err(e) => self.kill(format!("writing {}: {e}", name(request.msg_type())), true),
         }
     }
 
@@ -762,6 +798,23 @@ impl Connection {
             }
         }
     }
+}
+
+/// Writes `head` then `data` as one frame: one `writev` where the sink takes it (a socket
+/// does), so that a write's data reaches the socket from the caller's buffer without being
+/// copied into the frame first.
+fn write_frame(sink: &mut dyn Write, head: &[u8], data: &[u8]) -> io::Result<()> {
+    let mut parts = [io::IoSlice::new(head), io::IoSlice::new(data)];
+    let mut parts = &mut parts[..];
+    while !parts.is_empty() {
+        match sink.write_vectored(parts) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => io::IoSlice::advance_slices(&mut parts, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// `read_exact`, with an early end of stream told apart from other failures.

@@ -3,7 +3,8 @@
 //! What it owns: one connection's protocol state. It negotiates the version and msize
 //! (`min(requested, transport max, server)`, logged and kept in [`MsizeNegotiation`]), hands
 //! out tags from a fixed table (callers wait when all are in flight: back-pressure), allocates
-//! and recycles fids, writes whole frames under one lock, and reads replies on one thread at
+//! and recycles fids, writes whole frames under one lock (a write's data from the caller's
+//! buffer, behind its head in one `writev`), and reads replies on one thread at
 //! a time, matching each to its request. Many requests may be in flight at once from any
 //! number of threads; [`Client::call_async`], [`Client::read_async`] and
 //! [`Client::write_async`] let a FUSE thread hand a request over and return, the reply
@@ -53,7 +54,7 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-pub use client::{Client, WriteAttrDone};
+pub use client::{Client, WriteAttrDone, WriteData};
 pub use config::{ClientConfig, MsizeNegotiation};
 pub use crossfs_wire::{
     CounterSnapshot, DirEntry, DirEntryAttr, Fid, Qid, Rgetattr, Rmessage, Tmessage,

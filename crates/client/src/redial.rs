@@ -282,6 +282,7 @@ fn reconnect(link: &Arc<Link>, client: &Client, dial: &Dial) -> Result<(), Clien
         Meters {
             counters: old.counters.clone(),
             latency: old.latency.clone(),
+            data: old.data.clone(),
         },
         negotiation,
         closer,

@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, Thread};
 
 use crossfs_wire::{
-    encode_twrite, encode_twriteattr, Data, Fid, Rmessage, Rread, Tag, Tmessage, Twrite, Twriteattr,
+    encode_twrite, encode_twriteattr, Data, Fid, Rmessage, Rread, Tag, Tmessage, Twrite,
+    Twriteattr, WriteHead,
 };
 
 use crate::payload::Payload;
@@ -19,7 +20,7 @@ pub(crate) type ReadDone = Box<dyn FnOnce(Result<Vec<u8>, ClientError>) + Send>;
 /// Finishes a read whose payload is handed over in the stream ([`crate::Client::read_payload_async`]).
 pub type PayloadDone = Box<dyn FnOnce(Result<&mut Payload<'_>, ClientError>) + Send>;
 
-/// A request to encode. Writes borrow their payload so it is copied once, into the frame.
+/// A request to encode. Writes borrow their payload, which is written from where it lies.
 pub(crate) enum Request<'a> {
     Msg(Tmessage),
     Write {
@@ -60,6 +61,51 @@ impl Request<'_> {
                 };
                 encode(tag, *fid, *offset, data, out)
             }
+        }
+    }
+
+    /// Appends the frame to `out` but for a write's data, which it returns, to be sent
+    /// behind it from where it lies (so that it is never copied into the frame); any other
+    /// request is appended whole, and the rest is empty.
+    pub(crate) fn encode_split<'s>(&'s self, tag: Tag, out: &mut Vec<u8>) -> &'s [u8] {
+        let (fid, offset, data) = match self {
+            Request::Write {
+                fid, offset, data, ..
+            } => (*fid, *offset, &data[..]),
+            Request::Msg(Tmessage::Write(Twrite { fid, offset, data }))
+            | Request::Msg(Tmessage::Writeattr(Twriteattr { fid, offset, data })) => {
+                (*fid, *offset, &data.0[..])
+            }
+            Request::Msg(m) => {
+                m.encode(tag, out);
+                return &[];
+            }
+        };
+        // A payload no msize allows is sent whole, so that the caller's size check sees it.
+        let Ok(count) = u32::try_from(data.len()) else {
+            self.encode(tag, out);
+            return &[];
+        };
+        let head = WriteHead {
+            msg_type: self.msg_type(),
+            tag,
+            fid,
+            offset,
+            count,
+        };
+        out.extend_from_slice(&head.encode());
+        data
+    }
+
+    /// Whether a write's data was handed over as the caller's own bytes, written from
+    /// there (`Some(true)`), or copied into memory of the client's or the caller's first
+    /// (`Some(false)`: a request queued after its caller returned, or a message that owns
+    /// its data); `None` for anything but a write.
+    pub(crate) fn write_borrowed(&self) -> Option<bool> {
+        match self {
+            Request::Write { data, .. } => Some(matches!(data, Cow::Borrowed(_))),
+            Request::Msg(Tmessage::Write(_) | Tmessage::Writeattr(_)) => Some(false),
+            Request::Msg(_) => None,
         }
     }
 

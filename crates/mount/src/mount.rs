@@ -542,6 +542,7 @@ fn stats_json(
         s.client.negotiation(),
         &s.client.counters(),
         &s.client.latency(),
+        s.client.write_data(),
     );
     if let Some(obj) = doc.as_object_mut() {
         obj.insert("fuse_transport".into(), transports.to_json());

@@ -111,14 +111,14 @@ pub(crate) struct CacheCounters {
 /// a READ's reply received from the socket into the mount's memory, then written from
 /// there into `/dev/fuse` (or the FUSE ring): compound reads (`Twalkread`, small files
 /// fetched ahead), READLINK, reads split over several Treads, the io_uring transport, and
-/// any reply the kernel would not splice; every byte of a WRITE is copied from the request
-/// into a 9P frame.
+/// any reply the kernel would not splice. A WRITE's bytes are counted by the client
+/// ([`crossfs_client::WriteData`]): `write_vectored`, written to the socket from the buffer
+/// the FUSE request was read into, behind the 9P head in one `writev`; `write_copied`,
+/// copied into a buffer first (a write sent behind keeps a copy until it is answered).
 pub(crate) static DATA_READ_COPIED: AtomicU64 = AtomicU64::new(0);
 /// A READ's Rread payload spliced from the 9P socket into `/dev/fuse`
 /// (`crate::session::splice`), never in the mount's memory.
 pub(crate) static DATA_READ_SPLICED: AtomicU64 = AtomicU64::new(0);
-/// See [`DATA_READ_COPIED`].
-pub(crate) static DATA_WRITE_COPIED: AtomicU64 = AtomicU64::new(0);
 
 /// EIOs given to programs since the mount started (one mount per process).
 static IO_ERRORS: AtomicU64 = AtomicU64::new(0);
@@ -197,6 +197,7 @@ impl Stats {
         negotiation: crossfs_client::MsizeNegotiation,
         ninep: &CounterSnapshot,
         latency: &LatencySnapshot,
+        written: crossfs_client::WriteData,
     ) -> Value {
         let mut fuse = Map::new();
         for (i, name) in OP_NAMES.iter().enumerate() {
@@ -254,7 +255,8 @@ impl Stats {
             "data": {
                 "read_copied": DATA_READ_COPIED.load(Relaxed),
                 "read_spliced": DATA_READ_SPLICED.load(Relaxed),
-                "write_copied": DATA_WRITE_COPIED.load(Relaxed),
+                "write_vectored": written.from_caller,
+                "write_copied": written.copied,
             },
             "caches": {
                 "negative_entries_sent": c.negative_entries_sent.load(Relaxed),

@@ -59,6 +59,12 @@ pub struct ServerConfig {
     /// (`crate::splice`). Only where the connection is a socket or pipe handed over with
     /// [`crate::Server::serve_socket`]; anything the kernel refuses is copied as before.
     pub splice_reads: bool,
+    /// Write the payloads of Twrite and Twriteattr requests over 64 KiB into the file with
+    /// `splice(2)`, from the socket through a pipe, instead of reading them into the
+    /// server's memory first (`crate::piped`). Only where the connection was handed over
+    /// with [`crate::Server::serve_socket`]; anything the kernel refuses is copied as
+    /// before.
+    pub splice_writes: bool,
 }
 
 /// A shared secret. Its `Debug` form hides the bytes, so logging a configuration never
@@ -119,6 +125,7 @@ impl Default for ServerConfig {
             fd_budget: None,
             auth_token: None,
             splice_reads: true,
+            splice_writes: true,
         }
     }
 }

@@ -38,6 +38,9 @@ pub(crate) struct OpenFile {
     /// A regular file opened without `O_DIRECT`, `O_SYNC` or `O_DSYNC`: a small write only
     /// copies into the page cache (see `crate::ops::runs_inline`).
     pub quick_writes: bool,
+    /// A regular file open for writing without `O_DIRECT` or `O_APPEND` (which splice
+    /// refuses): a large write's payload may be spliced into it (`crate::piped`).
+    pub spliced_writes: bool,
 }
 
 impl OpenFile {
@@ -50,6 +53,9 @@ impl OpenFile {
             dir_cursor: Mutex::new(()),
             cached_reads,
             quick_writes: cached_reads && !flags.intersects(OFlags::SYNC | OFlags::DSYNC),
+            spliced_writes: cached_reads
+                && flags.intersects(OFlags::WRONLY | OFlags::RDWR)
+                && !flags.contains(OFlags::APPEND),
         }
     }
 }

@@ -110,7 +110,9 @@
 //! hand-offs per request that otherwise dominate a round trip. Everything else (reads that
 //! need the disk, writes, fsync, Tlcreate, setattr, unlinking, opening fifos and devices)
 //! goes to the workers, so a request that blocks (a fifo with no writer, a slow disk) holds
-//! up neither the reader nor the connection's other requests. Replies are written whole,
+//! up neither the reader nor the connection's other requests. A large write's payload is
+//! spliced by the reader from the socket into a pipe, and by its worker from the pipe into
+//! the file ([`ServerConfig::splice_writes`]). Replies are written whole,
 //! one at a time; Rflush follows the flushed request's reply; at most `max_in_flight`
 //! requests wait for or run on workers, after which the reader stops reading.
 //!
@@ -143,6 +145,7 @@ mod config;
 mod error;
 mod fid;
 mod ops;
+mod piped;
 mod server;
 mod session;
 mod sink;

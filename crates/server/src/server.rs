@@ -23,7 +23,7 @@ use crate::config::ServerConfig;
 use crate::error::ServerError;
 use crate::fid::{lock, FileFid};
 use crate::session;
-use crate::sink::{Plain, ReplySink, Spliceable};
+use crate::sink::{Plain, ReplySink, RequestSource, Spliceable};
 use crate::splice::DataPaths;
 use crate::stats::{add_counters, ConnStats, RequestLatency};
 
@@ -152,25 +152,27 @@ impl Server {
         writer: impl Write + Send + 'static,
         peer: String,
     ) {
-        self.serve(reader, Box::new(Plain(writer)), peer);
+        self.serve(Plain(reader), Box::new(Plain(writer)), peer);
     }
 
-    /// As [`Server::serve_connection`], over a writer that is a socket (or a pipe) with no
-    /// buffer of its own: replies may then be written to its descriptor directly, and
-    /// Rread payloads of regular files spliced into it from the file
-    /// ([`ServerConfig::splice_reads`](crate::ServerConfig::splice_reads)).
+    /// As [`Server::serve_connection`], over a reader and a writer that are a socket (or
+    /// pipes) with no buffer of their own: replies may then be written to the writer's
+    /// descriptor directly, Rread payloads of regular files spliced into it from the file
+    /// ([`ServerConfig::splice_reads`](crate::ServerConfig::splice_reads)), and large
+    /// Twrite payloads spliced from the reader's descriptor into the file
+    /// ([`ServerConfig::splice_writes`](crate::ServerConfig::splice_writes)).
     pub fn serve_socket(
         self: &Arc<Self>,
-        reader: impl Read + Send + 'static,
+        reader: impl Read + AsFd + Send + 'static,
         writer: impl Write + AsFd + Send + 'static,
         peer: String,
     ) {
-        self.serve(reader, Box::new(Spliceable(writer)), peer);
+        self.serve(Spliceable(reader), Box::new(Spliceable(writer)), peer);
     }
 
     fn serve(
         self: &Arc<Self>,
-        reader: impl Read + Send + 'static,
+        reader: impl RequestSource + 'static,
         writer: Box<dyn ReplySink>,
         peer: String,
     ) {
@@ -213,8 +215,9 @@ impl Server {
     /// "open_files":{...},"memory":{...}},
     /// "connections":[{"id":1,"peer":"...","msize":N,"fids":N,"fds":N,"memory":{...},
     /// "data":{...},"Twalk":{...},...,"bytes_in":N,"bytes_out":N}],"data":{"read_copied":N,
-    /// "read_spliced":N,"write_copied":N}}`. `data` counts bytes of file data by the path
-    /// they took (`crate::splice`), over every connection and per live one. `total` includes closed
+    /// "read_spliced":N,"write_copied":N,"write_spliced":N}}`. `data` counts bytes of file
+    /// data by the path they took (`crate::splice` for reads, `crate::piped` for writes),
+    /// over every connection and per live one. `total` includes closed
     /// connections; `connections` lists the live ones, each with the bytes it holds in the
     /// server's memory (`memory`: what is counted is `ConnStats::memory_json`'s doc), and
     /// `live` what they hold now: fids bound, and descriptors kept open for them (`fds`: the
@@ -321,10 +324,16 @@ impl Server {
         pick(&self.data);
     }
 
-    /// Counts `bytes` of Twrite payload written to a file.
-    pub(crate) fn count_write(&self, conn: &ConnStats, bytes: usize) {
-        conn.data.write_copied.fetch_add(bytes as u64, Relaxed);
-        self.data.write_copied.fetch_add(bytes as u64, Relaxed);
+    /// Counts `bytes` of Twrite payload written to a file by splicing (`spliced`) or copying.
+    pub(crate) fn count_write(&self, conn: &ConnStats, spliced: bool, bytes: usize) {
+        for d in [&conn.data, &self.data] {
+            let c = if spliced {
+                &d.write_spliced
+            } else {
+                &d.write_copied
+            };
+            c.fetch_add(bytes as u64, Relaxed);
+        }
     }
 
     /// Counts an Rlerror answer to a request of type `request_ty`.

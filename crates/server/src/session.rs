@@ -22,6 +22,13 @@
 //! splicing is off or impossible, the reader copies what a no-wait read gets, and a worker
 //! the rest.
 //!
+//! A Twrite or Twriteattr is read apart from its data: its 23-byte head first, then its
+//! payload, either into a buffer of its own (so it is neither read into the frame buffer nor
+//! copied again in decoding) or, for a payload over 64 KiB to a file that takes a splice,
+//! spliced from the socket into pipes, which a worker splices into the file
+//! (`crate::piped`). The reader waits for room under `max_buffered_bytes` before it takes
+//! such a payload off the socket, and never waits for the file.
+//!
 //! Ordering rules, and how they hold:
 //! - Replies never interleave: a reply is written whole while holding the writer lock.
 //! - A request run by the reader is never in the in-flight table, and nothing is read while
@@ -46,16 +53,18 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use crossfs_wire::{
-    check_frame_size, decode_tframe, DecodeError, Rflush, Rmessage, Rread, Rversion, Tag, Tframe,
-    Tmessage, Tversion, MIN_MSIZE, RREAD_HEADER_LEN, VERSION_9P2000_L, VERSION_CROSSFS,
+    check_frame_size, decode_tframe, Data, DecodeError, Rflush, Rmessage, Rread, Rversion, Tag,
+    Tframe, Tmessage, Tversion, Twrite, Twriteattr, WriteHead, INLINE_WRITE_MAX, MIN_MSIZE,
+    RREAD_HEADER_LEN, TWRITE_HEADER_LEN, VERSION_9P2000_L, VERSION_CROSSFS,
 };
 
 use crossfs_export::budget::{ByteBudget, FdAccount};
 use crossfs_export::memory::{buffer_bytes, Gauge};
 
-use crate::fid::{lock, FidTable};
+use crate::fid::{lock, FidState, FidTable};
+use crate::piped::{take_payload, PipePool, PipedPayload, Taken};
 use crate::server::Server;
-use crate::sink::{send_header, ReplySink};
+use crate::sink::{send_header, ReplySink, RequestSource};
 use crate::splice::{Pipe, SinkKind};
 use crate::stats::ConnStats;
 
@@ -100,11 +109,25 @@ struct Entry {
 struct Job {
     tag: Tag,
     msg_type: u8,
-    msg: Result<Tmessage, DecodeError>,
+    work: Work,
     /// The frame's size, counted against `max_buffered_bytes` until the job is retired.
     len: usize,
     /// When its frame had been read.
     received: Instant,
+}
+
+/// What a worker is to run.
+enum Work {
+    /// A decoded request.
+    Msg(Result<Tmessage, DecodeError>),
+    /// A Twrite or Twriteattr whose data waits in pipes (`crate::piped`).
+    Piped(PipedWrite),
+}
+
+/// A write whose payload the reader spliced into pipes.
+pub(crate) struct PipedWrite {
+    pub head: WriteHead,
+    pub payload: PipedPayload,
 }
 
 #[derive(Default)]
@@ -167,6 +190,10 @@ struct Session {
     out: Mutex<Output>,
     /// Rread payloads of regular files may be spliced into the connection (`crate::splice`).
     splicing: bool,
+    /// Large Twrite payloads may be spliced out of the connection (`crate::piped`).
+    splicing_writes: bool,
+    /// The pipes they are spliced into.
+    pipes: PipePool,
 }
 
 /// Why the reader stopped.
@@ -189,13 +216,17 @@ const READ_BUFFER: usize = 64 * 1024;
 pub(crate) fn run(
     server: &Arc<Server>,
     stats: &Arc<ConnStats>,
-    reader: impl Read,
+    reader: impl RequestSource,
     writer: Box<dyn ReplySink>,
 ) {
     let sink = writer
         .splice_fd()
         .filter(|_| server.config.splice_reads)
         .and_then(SinkKind::of);
+    // A socket or pipe read as it is; what else it is shows in the first splice, which then
+    // copies instead.
+    let splicing_writes =
+        server.config.splice_writes && reader.splice_fd().and_then(SinkKind::of).is_some();
     let mut reader = BufReader::with_capacity(READ_BUFFER, reader);
     let mut read_buffer = Gauge::new(&stats.memory.buffers);
     read_buffer.set(reader.capacity());
@@ -218,6 +249,8 @@ pub(crate) fn run(
             sink,
         }),
         splicing: sink.is_some(),
+        splicing_writes,
+        pipes: PipePool::new(server.config.workers_per_connection + 1),
     };
     tracing::debug!(id = stats.id, peer = %stats.peer, "connection opened");
     std::thread::scope(|s| {
@@ -242,7 +275,7 @@ pub(crate) fn run(
 }
 
 impl Session {
-    fn read_loop(&self, reader: &mut impl Read) -> Stop {
+    fn read_loop<S: RequestSource>(&self, reader: &mut BufReader<S>) -> Stop {
         let mut buf = Vec::new();
         let mut out = Vec::new();
         let mut pipe = ReaderPipe {
@@ -271,8 +304,27 @@ impl Session {
             };
             buf.clear();
             buf.extend_from_slice(&head);
+            let mut have = head.len();
+            // A Twrite's data is read apart from its head: into a buffer of its own, or
+            // spliced into pipes (see `take_write`).
+            if len >= TWRITE_HEADER_LEN && self.conn.msize() != 0 {
+                let mut write_head = [0u8; TWRITE_HEADER_LEN];
+                write_head[..4].copy_from_slice(&head);
+                if let Err(e) = reader.read_exact(&mut write_head[4..]) {
+                    return Stop::Close(format!("truncated frame of {len} bytes: {e}"));
+                }
+                if let Some(w) = WriteHead::decode(&write_head) {
+                    let outs = (&mut out, &mut out_gauge, &mut pipe);
+                    match self.take_write(w, reader, outs) {
+                        Ok(()) => continue,
+                        Err(stop) => return stop,
+                    }
+                }
+                buf.extend_from_slice(&write_head[4..]);
+                have = TWRITE_HEADER_LEN;
+            }
             buf.resize(len, 0);
-            if let Err(e) = reader.read_exact(&mut buf[4..]) {
+            if let Err(e) = reader.read_exact(&mut buf[have..]) {
                 return Stop::Close(format!("truncated frame of {len} bytes: {e}"));
             }
             let received = Instant::now();
@@ -340,11 +392,11 @@ impl Session {
                     self.write_reply(msg_type, out, Some(received));
                     return Ok(());
                 }
-                let msg = Ok(Tmessage::Read(m));
+                let work = Work::Msg(Ok(Tmessage::Read(m)));
                 self.enqueue(Job {
                     tag,
                     msg_type,
-                    msg,
+                    work,
                     len,
                     received,
                 })
@@ -355,11 +407,74 @@ impl Session {
             msg => self.enqueue(Job {
                 tag,
                 msg_type,
-                msg,
+                work: Work::Msg(msg),
                 len,
                 received,
             }),
         }
+    }
+
+    /// A Twrite or Twriteattr whose head `w` was read: its payload is spliced into pipes and
+    /// the request queued for a worker when it is large and goes to a file that takes a
+    /// splice (`crate::piped`); otherwise read into a buffer of its own (no frame, no copy
+    /// of it in decoding) and dispatched as any request.
+    fn take_write<S: RequestSource>(
+        &self,
+        w: WriteHead,
+        reader: &mut BufReader<S>,
+        outs: (&mut Vec<u8>, &mut Gauge<'_>, &mut ReaderPipe<'_>),
+    ) -> Result<(), Stop> {
+        let count = w.count as usize;
+        let len = TWRITE_HEADER_LEN + count;
+        let truncated =
+            |e: std::io::Error| Stop::Close(format!("truncated frame of {len} bytes: {e}"));
+        self.conn.server.record(&self.conn.stats, w.msg_type, len);
+        let data = if count > INLINE_WRITE_MAX && self.splices_into(w.fid) {
+            // Room first: the pages the payload holds count as its frame.
+            self.wait_room(len);
+            let payload_max = (self.conn.msize() as usize).saturating_sub(TWRITE_HEADER_LEN);
+            match take_payload(reader, count, (&self.pipes, payload_max)).map_err(truncated)? {
+                Taken::Piped(payload) => {
+                    let received = Instant::now();
+                    return self.enqueue(Job {
+                        tag: w.tag,
+                        msg_type: w.msg_type,
+                        work: Work::Piped(PipedWrite { head: w, payload }),
+                        len,
+                        received,
+                    });
+                }
+                Taken::Copied(data) => data,
+            }
+        } else {
+            let mut data = vec![0; count];
+            reader.read_exact(&mut data).map_err(truncated)?;
+            data
+        };
+        let received = Instant::now();
+        let (fid, offset, data) = (w.fid, w.offset, Data(data));
+        let msg = if w.msg_type == Twriteattr::TYPE {
+            Tmessage::Writeattr(Twriteattr { fid, offset, data })
+        } else {
+            Tmessage::Write(Twrite { fid, offset, data })
+        };
+        let frame = Tframe {
+            tag: w.tag,
+            msg_type: w.msg_type,
+            msg: Ok(msg),
+        };
+        self.dispatch(frame, len, received, outs)
+    }
+
+    /// Whether a large write to `fid` is to be spliced: the connection splices writes, the
+    /// export takes them, and the fid is a file open for a splice (`OpenFile::spliced_writes`;
+    /// a worker checks again when it runs the write, and copies if that changed).
+    fn splices_into(&self, fid: crossfs_wire::Fid) -> bool {
+        self.splicing_writes
+            && self.conn.server.export.policy.check_writable().is_ok()
+            && self.conn.fids.get(fid).is_ok_and(|state| {
+                matches!(&*state, FidState::File(f) if f.open.get().is_some_and(|o| o.spliced_writes))
+            })
     }
 
     /// A Tread of pages all in the page cache, answered on the reader by splicing them
@@ -436,6 +551,29 @@ impl Session {
         let panicked = std::panic::catch_unwind(run).is_err();
         let exec = started.elapsed();
         self.conn.server.latency.exec.record(msg_type, exec);
+        if panicked {
+            tracing::error!(
+                id = self.conn.stats.id,
+                tag = tag.0,
+                "request handler panicked"
+            );
+            out.clear();
+            Rmessage::error(libc::EIO).encode(tag, out);
+        }
+    }
+
+    /// As [`Session::execute`], for a write whose payload waits in pipes.
+    fn execute_piped(&self, tag: Tag, write: &mut PipedWrite, out: &mut Vec<u8>) {
+        out.clear();
+        let msg_type = write.head.msg_type;
+        let started = Instant::now();
+        let run = AssertUnwindSafe(|| crate::ops::handle_piped(&self.conn, tag, write, &mut *out));
+        let panicked = std::panic::catch_unwind(run).is_err();
+        self.conn
+            .server
+            .latency
+            .exec
+            .record(msg_type, started.elapsed());
         if panicked {
             tracing::error!(
                 id = self.conn.stats.id,
@@ -542,14 +680,7 @@ impl Session {
     }
 
     fn enqueue(&self, job: Job) -> Result<(), Stop> {
-        let config = &self.conn.server.config;
-        let (max, max_bytes) = (config.max_in_flight, config.max_buffered_bytes);
-        let mut st = lock(&self.state);
-        // Back-pressure: stop reading until a request has been answered. A request larger
-        // than the byte limit waits until nothing else is buffered.
-        while st.in_flight.len() >= max || (st.buffered > 0 && st.buffered + job.len > max_bytes) {
-            st = self.wait_reader(st);
-        }
+        let mut st = self.wait_room_locked(lock(&self.state), job.len);
         st.buffered += job.len;
         if st.in_flight.contains_key(&job.tag.0) {
             return Err(Stop::Close(format!(
@@ -573,6 +704,28 @@ impl Session {
             self.worker_wake.notify_one();
         }
         Ok(())
+    }
+
+    /// Waits (as the reader) until a request of `len` bytes may be queued.
+    fn wait_room(&self, len: usize) {
+        drop(self.wait_room_locked(lock(&self.state), len));
+    }
+
+    /// Back-pressure: stops reading until a request has been answered while `max_in_flight`
+    /// are queued or running, or `max_buffered_bytes` would be passed. A request larger than
+    /// the byte limit waits until nothing else is buffered. Only the reader queues, so the
+    /// room it waited for is still there when it queues.
+    fn wait_room_locked<'a>(
+        &self,
+        mut st: MutexGuard<'a, State>,
+        len: usize,
+    ) -> MutexGuard<'a, State> {
+        let config = &self.conn.server.config;
+        let (max, max_bytes) = (config.max_in_flight, config.max_buffered_bytes);
+        while st.in_flight.len() >= max || (st.buffered > 0 && st.buffered + len > max_bytes) {
+            st = self.wait_reader(st);
+        }
+        st
     }
 
     /// Reports the bytes of the requests queued or running to the statistics.
@@ -623,7 +776,7 @@ impl Session {
             let Job {
                 tag,
                 msg_type,
-                msg,
+                work,
                 len,
                 received,
             } = job;
@@ -633,6 +786,16 @@ impl Session {
             }
             let queued = received.elapsed();
             self.conn.server.latency.queued.record(msg_type, queued);
+            let msg = match work {
+                Work::Msg(msg) => msg,
+                Work::Piped(mut write) => {
+                    self.execute_piped(tag, &mut write, &mut out);
+                    self.pipes.give_back(write.payload);
+                    self.complete(tag, msg_type, len, Some(Answer::Frame(&out)), received);
+                    out_gauge.set(out.capacity());
+                    continue;
+                }
+            };
             let spliced = match &msg {
                 Ok(Tmessage::Read(m)) if splicing => {
                     let started = Instant::now();

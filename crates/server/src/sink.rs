@@ -1,8 +1,10 @@
-//! Where a connection's replies go: a writer, and, for a socket or pipe that keeps no
-//! buffer of its own, its descriptor, so that an Rread's data can be spliced into it after
-//! its header (`crate::splice`).
+//! A connection's two ends as its session sees them: where requests come from (a reader
+//! and, for a socket or pipe read as it is, its descriptor, so that a Twrite's data can be
+//! spliced out of it: `crate::piped`) and where replies go (a writer and, for a socket or
+//! pipe that keeps no buffer of its own, its descriptor, so that an Rread's data can be
+//! spliced into it after its header: `crate::splice`).
 
-use std::io::{ErrorKind, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 
 use crate::splice::SinkKind;
@@ -14,11 +16,43 @@ pub(crate) trait ReplySink: Write + Send {
     fn splice_fd(&self) -> Option<BorrowedFd<'_>>;
 }
 
-/// A writer replies are only written to.
+/// Where a connection's requests come from.
+pub(crate) trait RequestSource: Read + Send {
+    /// The descriptor the reader reads, when it reads it as it is (no buffer of its own),
+    /// so that request data may also be spliced out of it.
+    fn splice_fd(&self) -> Option<BorrowedFd<'_>>;
+}
+
+/// A reader requests are only read from, or a writer replies are only written to.
 pub(crate) struct Plain<W>(pub W);
 
-/// A socket or pipe with no buffer of its own: replies may also be spliced into it.
+/// A socket or pipe with no buffer of its own: requests may also be spliced out of it, or
+/// replies into it.
 pub(crate) struct Spliceable<W>(pub W);
+
+impl<R: Read + Send> Read for Plain<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+impl<R: Read + Send> RequestSource for Plain<R> {
+    fn splice_fd(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
+}
+
+impl<R: Read + Send> Read for Spliceable<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+impl<R: Read + AsFd + Send> RequestSource for Spliceable<R> {
+    fn splice_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.0.as_fd())
+    }
+}
 
 impl<W: Write + Send> Write for Plain<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {

@@ -37,17 +37,22 @@ pub(crate) struct DataPaths {
     pub read_copied: AtomicU64,
     /// Rread payloads spliced from the file into the socket.
     pub read_spliced: AtomicU64,
-    /// Twrite payloads written to files from the server's memory.
+    /// Twrite and Twriteattr payloads written to files from the server's memory (writes of
+    /// at most 64 KiB, and every write where splicing is not possible).
     pub write_copied: AtomicU64,
+    /// Twrite and Twriteattr payloads spliced from the socket into the file
+    /// (`crate::piped`).
+    pub write_spliced: AtomicU64,
 }
 
 impl DataPaths {
-    /// `{"read_copied": N, "read_spliced": N, "write_copied": N}`.
+    /// `{"read_copied": N, "read_spliced": N, "write_copied": N, "write_spliced": N}`.
     pub(crate) fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "read_copied": self.read_copied.load(Relaxed),
             "read_spliced": self.read_spliced.load(Relaxed),
             "write_copied": self.write_copied.load(Relaxed),
+            "write_spliced": self.write_spliced.load(Relaxed),
         })
     }
 }
@@ -92,7 +97,20 @@ impl Pipe {
     /// # Errors
     /// `EMFILE`/`ENFILE`: no descriptors left for it.
     pub(crate) fn new(payload: usize) -> io::Result<Pipe> {
-        let (read, write) = pipe_with(PipeFlags::CLOEXEC)?;
+        Pipe::with_flags(payload, PipeFlags::CLOEXEC)
+    }
+
+    /// As [`Pipe::new`], with both ends non-blocking: a write into a full pipe, or a read
+    /// from an empty one, is an answer (`EAGAIN`), never a wait.
+    ///
+    /// # Errors
+    /// As [`Pipe::new`].
+    pub(crate) fn non_blocking(payload: usize) -> io::Result<Pipe> {
+        Pipe::with_flags(payload, PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)
+    }
+
+    fn with_flags(payload: usize, flags: PipeFlags) -> io::Result<Pipe> {
+        let (read, write) = pipe_with(flags)?;
         let want = (payload + 2 * PAGE).next_power_of_two();
         let capacity = match fcntl_setpipe_size(&write, want) {
             Ok(n) => n,
@@ -115,6 +133,23 @@ impl Pipe {
     /// Its capacity, for the connection's memory figures.
     pub(crate) fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// The end bytes go in by.
+    pub(crate) fn write_end(&self) -> BorrowedFd<'_> {
+        self.write.as_fd()
+    }
+
+    /// The end bytes come out of.
+    pub(crate) fn read_end(&self) -> BorrowedFd<'_> {
+        self.read.as_fd()
+    }
+
+    /// Bytes waiting in the pipe, if it can say.
+    pub(crate) fn waiting(&self) -> Option<usize> {
+        rustix::io::ioctl_fionread(&self.read)
+            .ok()
+            .map(|n| n as usize)
     }
 
     /// Whether `payload` bytes may fit: always from an offset on a page boundary (what the

@@ -47,7 +47,8 @@ pub(crate) struct ConnMemory {
     pub buffers: AtomicUsize,
     /// Requests queued for or running on workers: the in-flight table, the queue, and each
     /// request by its frame's length (a decoded request holds copies of its frame's names
-    /// and data).
+    /// and data; a write spliced into pipes holds the socket's pages of its payload, which
+    /// are counted so too, though they are the kernel's, not the server's heap).
     pub requests: AtomicUsize,
 }
 

@@ -153,6 +153,66 @@ fn encode_write_frame(ty: u8, tag: Tag, (fid, offset, data): (Fid, u64, &[u8]), 
     });
 }
 
+/// Everything of a Twrite or Twriteattr before its data: a writer may send these
+/// [`TWRITE_HEADER_LEN`] bytes and the data from where it lies (one `writev`), and a reader
+/// may take the data out of the stream itself (a splice), without the frame ever being
+/// whole in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteHead {
+    /// [`Twrite::TYPE`] or [`Twriteattr::TYPE`].
+    pub msg_type: u8,
+    /// The request's tag.
+    pub tag: Tag,
+    /// The open fid written to.
+    pub fid: Fid,
+    /// Where in the file.
+    pub offset: u64,
+    /// Bytes of data that follow the head.
+    pub count: u32,
+}
+
+impl WriteHead {
+    /// The head's bytes: the size field counts the `count` bytes of data behind it (a
+    /// count too large for any msize saturates it, and the peer refuses the frame).
+    pub fn encode(&self) -> [u8; TWRITE_HEADER_LEN] {
+        let size = self.count.saturating_add(TWRITE_HEADER_LEN as u32);
+        let mut out = [0u8; TWRITE_HEADER_LEN];
+        out[0..4].copy_from_slice(&size.to_le_bytes());
+        out[4] = self.msg_type;
+        out[5..7].copy_from_slice(&self.tag.0.to_le_bytes());
+        out[7..11].copy_from_slice(&self.fid.0.to_le_bytes());
+        out[11..19].copy_from_slice(&self.offset.to_le_bytes());
+        out[19..23].copy_from_slice(&self.count.to_le_bytes());
+        out
+    }
+
+    /// The head of a well-formed Twrite or Twriteattr: its type is one of the two and its
+    /// size field is exactly the head and `count` bytes of data. `None` for anything else,
+    /// which is then read and decoded as a whole frame (whose decoder reports what is
+    /// wrong with it).
+    pub fn decode(head: &[u8; TWRITE_HEADER_LEN]) -> Option<WriteHead> {
+        let u32_at =
+            |i: usize| u32::from_le_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
+        let msg_type = head[4];
+        if msg_type != Twrite::TYPE && msg_type != Twriteattr::TYPE {
+            return None;
+        }
+        let count = u32_at(19);
+        if count.checked_add(TWRITE_HEADER_LEN as u32) != Some(u32_at(0)) {
+            return None;
+        }
+        let mut offset = [0u8; 8];
+        offset.copy_from_slice(&head[11..19]);
+        Some(WriteHead {
+            msg_type,
+            tag: Tag(u16::from_le_bytes([head[5], head[6]])),
+            fid: Fid(u32_at(7)),
+            offset: u64::from_le_bytes(offset),
+            count,
+        })
+    }
+}
+
 /// Appends an Rread frame whose payload `fill` writes in place (e.g. straight from `pread`),
 /// sparing a copy. `fill` gets a zeroed buffer of `max_data` bytes and returns how many it
 /// used; on error nothing is appended.
@@ -223,6 +283,39 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn a_write_head_is_the_frames_first_bytes_and_decodes_back(
+            tag in any::<Tag>(),
+            fid in any::<Fid>(),
+            offset in any::<u64>(),
+            data in proptest::collection::vec(any::<u8>(), 0..300),
+            attr in any::<bool>(),
+        ) {
+            let mut frame = Vec::new();
+            let msg_type = if attr {
+                encode_twriteattr(tag, fid, offset, &data, &mut frame);
+                Twriteattr::TYPE
+            } else {
+                encode_twrite(tag, fid, offset, &data, &mut frame);
+                Twrite::TYPE
+            };
+            let head = WriteHead { msg_type, tag, fid, offset, count: data.len() as u32 };
+            prop_assert_eq!(&frame[..TWRITE_HEADER_LEN], &head.encode()[..]);
+            let bytes: [u8; TWRITE_HEADER_LEN] = frame[..TWRITE_HEADER_LEN].try_into().unwrap();
+            prop_assert_eq!(WriteHead::decode(&bytes), Some(head));
+        }
+
+        #[test]
+        fn a_write_head_that_lies_or_is_no_write_is_refused(
+            bytes in any::<[u8; TWRITE_HEADER_LEN]>(),
+        ) {
+            let size = u32::from_le_bytes(bytes[0..4].try_into().unwrap());
+            let count = u32::from_le_bytes(bytes[19..23].try_into().unwrap());
+            let write = bytes[4] == Twrite::TYPE || bytes[4] == Twriteattr::TYPE;
+            let sound = write && u64::from(count) + TWRITE_HEADER_LEN as u64 == u64::from(size);
+            prop_assert_eq!(WriteHead::decode(&bytes).is_some(), sound);
+        }
+
         #[test]
         fn every_request_round_trips(m in any::<Tmessage>(), tag in any::<Tag>()) {
             let m = within_limits_t(m);

@@ -38,8 +38,8 @@ pub use counters::{
 pub use dirent::{DirEntry, DirEntryAttr, DirEntryAttrIter, DirEntryIter, FileData, FileDataIter};
 pub use frame::{
     check_frame_size, decode_rframe, decode_tframe, encode_rread_with, encode_twrite,
-    encode_twriteattr, message_name, Rframe, Tframe, DEFAULT_MSIZE, HEADER_LEN, IOHDRSZ, MIN_MSIZE,
-    RREAD_HEADER_LEN, TWRITE_HEADER_LEN,
+    encode_twriteattr, message_name, Rframe, Tframe, WriteHead, DEFAULT_MSIZE, HEADER_LEN, IOHDRSZ,
+    MIN_MSIZE, RREAD_HEADER_LEN, TWRITE_HEADER_LEN,
 };
 pub use messages::*;
 pub use types::*;

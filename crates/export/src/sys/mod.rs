@@ -344,6 +344,26 @@ pub fn copy_file(from: BorrowedFd<'_>, to: BorrowedFd<'_>) -> Result<u64> {
     }
 }
 
+/// `splice(2)` of up to `len` bytes waiting in the pipe `from` into `file` at `offset`, as
+/// `pwrite` writes them: the pipe holds references to pages (a socket's buffers, say), and
+/// the kernel copies them into the file without their passing through the caller's memory.
+/// Never waits for the pipe: an empty one is `EAGAIN`. Returns the bytes written, which
+/// may be fewer than `len` (a full file system after some, a pipe holding fewer).
+///
+/// # Errors
+/// `EINVAL` (a descriptor opened with `O_APPEND`, which splice refuses, or a file system
+/// that cannot take a splice), `EBADF` (not open for writing), `ENOSPC`, `EFBIG`, `EAGAIN`.
+pub fn splice_to_file(
+    from: BorrowedFd<'_>,
+    file: BorrowedFd<'_>,
+    offset: u64,
+    len: usize,
+) -> Result<usize> {
+    use rustix::pipe::{splice, SpliceFlags};
+    let mut off = offset;
+    splice(from, None, file, Some(&mut off), len, SpliceFlags::NONBLOCK)
+}
+
 /// `fsync(2)` or, with `datasync`, `fdatasync(2)`.
 ///
 /// # Errors

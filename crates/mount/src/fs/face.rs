@@ -430,8 +430,6 @@ impl Filesystem for CrossFs {
             });
         let (s, change) = self.s_changing(req, Op::Write, &[ino.0], &[]);
         s.changes.note_node(ino.0);
-        crate::stats::DATA_WRITE_COPIED
-            .fetch_add(data.len() as u64, std::sync::atomic::Ordering::Relaxed);
         // Held here until answered unless handed to the write's completion.
         let mut change = Some(change);
         let file = s.open_file_for(ino, fh, s.unannounced_write(flags.0));

@@ -60,7 +60,10 @@ pub fn auto_window() -> (Option<Duration>, &'static str) {
         .filter(|l| l.starts_with("flags"))
         .any(|l| l.split_whitespace().any(|f| f == "hypervisor"));
     if !in_vm {
-        return (None, "not a virtual machine: an idle CPU wakes in microseconds");
+        return (
+            None,
+            "not a virtual machine: an idle CPU wakes in microseconds",
+        );
     }
     let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string());
     let driver = read("/sys/devices/system/cpu/cpuidle/current_driver").unwrap_or_default();

@@ -42,8 +42,8 @@ pub use types::{
 };
 
 use dev::DevFuse;
-use reply::ReplySender;
 pub use idle_poll::auto_window as auto_idle_poll;
+use reply::ReplySender;
 pub(crate) use splice::largest_read;
 pub(crate) use uring::TransportCounters;
 

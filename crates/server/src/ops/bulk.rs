@@ -10,7 +10,7 @@ use crossfs_wire::{
     Rreaddirattr, Rreadfiles, Rrenameatattr, Rsetattrget, Runlinkatattr, Rwalkgetattr, Rwalkopen,
     Rwalkread, Rwalkreaddirattr, Rwriteattr, Tcreateattr, Tcreateattrdir, Tgetattr, Tlcreate,
     Tlopen, Treaddirattr, Treadfiles, Trenameat, Trenameatattr, Tsetattrget, Tunlinkat,
-    Tunlinkatattr, Twalk, Twalkgetattr, Twalkopen, Twalkread, Twalkreaddirattr, Twrite, Twriteattr,
+    Tunlinkatattr, Twalk, Twalkgetattr, Twalkopen, Twalkread, Twalkreaddirattr, Twriteattr,
     RREAD_HEADER_LEN,
 };
 use rustix::fs::OFlags;
@@ -300,15 +300,18 @@ pub(crate) fn createattrdir(conn: &Conn, m: Tcreateattrdir) -> OpResult<Rmessage
 
 /// Twriteattr: Twrite, then the file's basic attributes.
 pub(crate) fn writeattr(conn: &Conn, m: Twriteattr) -> OpResult<Rmessage> {
-    let (fid, offset, data) = (m.fid, m.offset, m.data);
-    let Rmessage::Write(written) = super::io::write(conn, Twrite { fid, offset, data })? else {
-        return Err(OpError::Invalid("Twrite answered something else"));
-    };
+    writeattr_data(conn, (m.fid, m.offset), io::WriteData::Bytes(&m.data.0))
+}
+
+/// Twriteattr of `data`, in memory or in pipes.
+pub(crate) fn writeattr_data(
+    conn: &Conn,
+    (fid, offset): (Fid, u64),
+    data: io::WriteData<'_>,
+) -> OpResult<Rmessage> {
+    let count = io::write_data(conn, (fid, offset), data)?;
     let attr = attr_after_change(conn, fid, crossfs_wire::getattr::BASIC);
-    Ok(Rmessage::Writeattr(Rwriteattr {
-        count: written.count,
-        attr,
-    }))
+    Ok(Rmessage::Writeattr(Rwriteattr { count, attr }))
 }
 
 /// Tunlinkatattr: Tunlinkat, then the directory's attributes.

@@ -15,6 +15,7 @@ use crossfs_export::sys;
 use crate::error::{OpError, OpResult};
 use crate::fid::{lock, FidState, FileFid, Location, OpenFile};
 use crate::ops::dir::caller;
+use crate::piped::PipedPayload;
 use crate::server::dev_and_kind;
 use crate::session::{Conn, ReadInto};
 use crate::splice::Pipe;
@@ -331,32 +332,59 @@ pub(crate) fn read_to_pipe(
 /// Twrite: to an open file (`pwrite`; an `O_APPEND` file appends), or the next chunk of an
 /// xattr value (chunks must arrive in order and not exceed the announced size).
 pub(crate) fn write(conn: &Conn, m: Twrite) -> OpResult<Rmessage> {
-    let state = conn.fids.get(m.fid)?;
+    let count = write_data(conn, (m.fid, m.offset), WriteData::Bytes(&m.data.0))?;
+    Ok(Rmessage::Write(Rwrite { count }))
+}
+
+/// A write's data: in memory, or waiting in pipes (`crate::piped`).
+pub(crate) enum WriteData<'a> {
+    Bytes(&'a [u8]),
+    Piped(&'a mut PipedPayload),
+}
+
+/// Twrite of `data` at `offset` through `fid` (see [`write()`]): the count written. Data in
+/// pipes is spliced into a file that takes it, and read back into memory for anything
+/// else (the fid changed since the reader looked at it).
+pub(crate) fn write_data(
+    conn: &Conn,
+    (fid, offset): (crossfs_wire::Fid, u64),
+    data: WriteData<'_>,
+) -> OpResult<u32> {
+    let state = conn.fids.get(fid)?;
+    let read_back;
+    let data = match (data, &*state) {
+        (WriteData::Piped(p), FidState::File(f)) => {
+            conn.server.export.policy.check_writable()?;
+            return write_piped(conn, f.opened()?, offset, p);
+        }
+        (WriteData::Piped(p), _) => {
+            read_back = p.read_back()?;
+            &read_back[..]
+        }
+        (WriteData::Bytes(b), _) => b,
+    };
     if let FidState::Events(sub) = &*state {
-        let count = events_sync(conn, sub, &m.data.0)?;
-        return Ok(Rmessage::Write(Rwrite {
-            count: count as u32,
-        }));
+        return Ok(events_sync(conn, sub, data)? as u32);
     }
     if !matches!(&*state, FidState::Auth(_)) {
         conn.server.export.policy.check_writable()?;
     }
     let count = match &*state {
-        FidState::Auth(a) => super::auth::write(a, &m.data.0)?,
+        FidState::Auth(a) => super::auth::write(a, data)?,
         FidState::File(f) => {
             let open = f.opened()?;
-            let n = sys::pwrite(open.fd.as_fd(), &m.data.0, m.offset)?;
-            conn.server.count_write(&conn.stats, n);
+            let n = sys::pwrite(open.fd.as_fd(), data, offset)?;
+            conn.server.count_write(&conn.stats, false, n);
             n
         }
         FidState::XattrWrite(x) => {
             let mut value = lock(&x.value);
             let value = &mut *value;
             let len = value.bytes.len();
-            if m.offset != len as u64 {
+            if offset != len as u64 {
                 return Err(OpError::Invalid("xattr value written out of order"));
             }
-            let end = len + m.data.0.len();
+            let end = len + data.len();
             if end > x.size {
                 return Err(OpError::Invalid("xattr value longer than announced"));
             }
@@ -372,14 +400,39 @@ pub(crate) fn write(conn: &Conn, m: Twrite) -> OpResult<Rmessage> {
                 }
                 value.bytes.reserve_exact(new_cap - len);
             }
-            value.bytes.extend_from_slice(&m.data.0);
-            m.data.0.len()
+            value.bytes.extend_from_slice(data);
+            data.len()
         }
         FidState::XattrRead(_) | FidState::Events(_) => return Err(Errno::BADF.into()),
     };
-    Ok(Rmessage::Write(Rwrite {
-        count: count as u32,
-    }))
+    Ok(count as u32)
+}
+
+/// A write whose data waits in pipes, into the open file `open`: spliced where it takes a
+/// splice (`OpenFile::spliced_writes`, and a file system that takes one), read back and
+/// written otherwise.
+fn write_piped(
+    conn: &Conn,
+    open: &OpenFile,
+    offset: u64,
+    payload: &mut PipedPayload,
+) -> OpResult<u32> {
+    let fd = open.fd.as_fd();
+    if open.spliced_writes {
+        match payload.write_to_file(fd, offset) {
+            Ok(n) => {
+                conn.server.count_write(&conn.stats, true, n);
+                return Ok(n as u32);
+            }
+            // Refused with the payload untouched: copied below.
+            Err(Errno::INVAL) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let data = payload.read_back()?;
+    let n = sys::pwrite(fd, &data, offset)?;
+    conn.server.count_write(&conn.stats, false, n);
+    Ok(n as u32)
 }
 
 /// Tfsync: `fsync`/`fdatasync` of the fid's open file.

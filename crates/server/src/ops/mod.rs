@@ -15,11 +15,11 @@ pub(crate) use behind::OwnChanges;
 
 use std::os::fd::AsFd;
 
-use crossfs_wire::{DecodeError, Rclunk, Rmessage, Tag, Tmessage};
+use crossfs_wire::{DecodeError, Rclunk, Rmessage, Tag, Tmessage, WriteHead};
 
 use crate::error::{OpError, OpResult};
 use crate::fid::FidState;
-use crate::session::Conn;
+use crate::session::{Conn, PipedWrite};
 
 pub(crate) use auth::{AuthFid, MAX_TOKEN};
 pub(crate) use io::{read_cached, read_to_pipe};
@@ -38,6 +38,35 @@ pub(crate) fn handle(
         Err(DecodeError::UnknownType(_)) => Err(OpError::NotSupported),
         Err(_) => Err(OpError::Invalid("malformed message body")),
     };
+    answer(conn, (tag, msg_type), result, out);
+}
+
+/// As [`handle`], for a Twrite or Twriteattr whose payload waits in pipes
+/// (`crate::piped`).
+pub(crate) fn handle_piped(conn: &Conn, tag: Tag, write: &mut PipedWrite, out: &mut Vec<u8>) {
+    let WriteHead {
+        msg_type,
+        fid,
+        offset,
+        ..
+    } = write.head;
+    let data = io::WriteData::Piped(&mut write.payload);
+    let result = if msg_type == crossfs_wire::Twriteattr::TYPE {
+        bulk::writeattr_data(conn, (fid, offset), data)
+    } else {
+        io::write_data(conn, (fid, offset), data)
+            .map(|count| Rmessage::Write(crossfs_wire::Rwrite { count }))
+    };
+    answer(conn, (tag, msg_type), result.map(Some), out);
+}
+
+/// Appends the reply a handler's `result` makes (`None`: it appended its own).
+fn answer(
+    conn: &Conn,
+    (tag, msg_type): (Tag, u8),
+    result: OpResult<Option<Rmessage>>,
+    out: &mut Vec<u8>,
+) {
     match result {
         Ok(Some(reply)) => reply.encode(tag, out),
         Ok(None) => {}
