@@ -60,14 +60,6 @@ impl Drop for Hoarders {
     }
 }
 
-fn sync(mount: &Mount) -> std::process::Output {
-    Command::new(crossfs_bin())
-        .arg("sync")
-        .arg(&mount.mountpoint)
-        .output()
-        .unwrap()
-}
-
 #[test]
 fn a_burst_of_host_changes_is_followed_on_a_guest_holding_many_open_files() {
     tools::assert_root();
@@ -101,7 +93,7 @@ fn a_burst_of_host_changes_is_followed_on_a_guest_holding_many_open_files() {
             std::thread::sleep(Duration::from_millis(30));
         }
     }
-    let out = sync(&mount);
+    let out = mount.sync();
     assert!(
         out.status.success(),
         "crossfs sync: {}",
@@ -148,7 +140,7 @@ fn a_watcher_started_on_a_busy_guest_sees_every_host_change_under_it() {
     for i in 0..20 {
         fs::write(export.join(format!("w/new{i}")), b"x").unwrap();
     }
-    let out = sync(&mount);
+    let out = mount.sync();
     assert!(out.status.success(), "{out:?}");
     let (tx, rx) = std::sync::mpsc::channel();
     let stdout = watcher.stdout.take().unwrap();

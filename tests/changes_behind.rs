@@ -68,14 +68,6 @@ fn setup(export: Option<&Path>, extra: &[&str]) -> Setup {
     }
 }
 
-fn sync(mount: &Mount) -> std::process::Output {
-    Command::new(crossfs_bin())
-        .arg("sync")
-        .arg(&mount.mountpoint)
-        .output()
-        .unwrap()
-}
-
 fn behind(mount: &Mount, counter: &str) -> u64 {
     mount.stats()["behind"][counter].as_u64().unwrap()
 }
@@ -106,7 +98,7 @@ fn while_stopped<T: Send + 'static>(s: &Setup, work: impl FnOnce() -> T + Send +
 /// (the echo of its own write, handled before the write's answer, on a loaded machine)
 /// leaves the next change waiting for the server: correct, but not what these tests time.
 fn settle(s: &Setup) {
-    assert!(sync(&s.mount).status.success());
+    assert!(s.mount.sync().status.success());
     let mut dirs = vec![s.mount.mountpoint.clone()];
     while let Some(dir) = dirs.pop() {
         for entry in fs::read_dir(&dir).unwrap() {
@@ -201,7 +193,7 @@ fn changes_sent_behind_reach_the_host_in_order_and_match_it_after_a_sync() {
     fs::set_permissions(mnt.join("sparse"), fs::Permissions::from_mode(0o640)).unwrap();
     drop(sparse);
 
-    let out = sync(&s.mount);
+    let out = s.mount.sync();
     assert!(out.status.success(), "crossfs sync: {out:?}");
     // Most went behind (one after an echo that showed the file otherwise than the mount
     // last saw it waits for the server).
@@ -316,9 +308,9 @@ fn refused(extra: &[&str]) {
     drop(f);
     assert!(behind(&s.mount, "refused") >= 1);
     // A sync fails once for the refusals since the last one.
-    let out = sync(&s.mount);
+    let out = s.mount.sync();
     assert!(!out.status.success(), "{out:?}");
-    assert!(sync(&s.mount).status.success());
+    assert!(s.mount.sync().status.success());
     // The mount shows what the host has, not what it was told.
     let on_mount = shown(&mnt.join("big"));
     let host = fs::read(s.export.join("big")).unwrap();
@@ -381,7 +373,7 @@ fn changes_lost_with_the_connection_are_sent_again_in_order() {
     wait_until("the changes to be sent again", PATIENCE, || {
         behind(&s.mount, "queued") == 0
     });
-    assert!(sync(&s.mount).status.success());
+    assert!(s.mount.sync().status.success());
     assert_eq!(behind(&s.mount, "resent"), 17);
     assert_eq!(behind(&s.mount, "refused"), 0);
     let host = fs::read(s.export.join("kept")).unwrap();
@@ -559,7 +551,7 @@ fn a_sync_waiting_for_changes_sent_behind_is_interrupted_by_a_signal() {
     assert_eq!(behind(&s.mount, "sent"), sent_before + 1);
     sync_is_interrupted(&s);
     // The change itself is not lost: a sync after the server goes on finds it answered.
-    assert!(sync(&s.mount).status.success());
+    assert!(s.mount.sync().status.success());
     assert_eq!(
         fs::metadata(s.export.join("f")).unwrap().mode() & 0o7777,
         0o640
@@ -574,11 +566,11 @@ fn a_sync_waiting_for_a_stopped_server_is_interrupted_by_a_signal() {
     // Nothing sent behind: the sync waits for the server to take its marker. The root's
     // attributes fresh first (a sync's cookie moves them), or the kernel's permission check
     // would wait for the stopped server before the sync began.
-    assert!(sync(&s.mount).status.success());
+    assert!(s.mount.sync().status.success());
     fs::metadata(&mnt).unwrap();
     stop(&s.serve);
     sync_is_interrupted(&s);
-    assert!(sync(&s.mount).status.success());
+    assert!(s.mount.sync().status.success());
 }
 
 /// The first file a mount creates waits for the server (it shows whom the server makes new
@@ -614,7 +606,7 @@ fn files_created_behind_reach_the_host_and_a_name_a_host_program_took_keeps_both
     // A host program takes "taken" before the server reads the guest's create.
     fs::write(export.join("d/taken"), b"the host's").unwrap();
     resume(&s.serve);
-    let out = sync(&s.mount);
+    let out = s.mount.sync();
     assert!(out.status.success(), "crossfs sync: {out:?}");
 
     let stats = s.mount.stats()["behind"].clone();
@@ -673,11 +665,11 @@ fn a_create_the_host_refuses_fails_the_next_fsync_and_sync_and_the_file_is_gone(
     // (as an NFS file's is once the file is gone).
     assert_eq!(errno_of(refused.sync_all()), Some(libc::ESTALE));
     drop((made, refused));
-    let out = sync(&s.mount);
+    let out = s.mount.sync();
     assert!(!out.status.success(), "{out:?}");
     // A sync's marker is a file the server makes at the top of the export: with no inode
     // free, the server fails the sync, and says why.
-    let out = sync(&s.mount);
+    let out = s.mount.sync();
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success() && said.contains("sync marker"),
@@ -690,7 +682,7 @@ fn a_create_the_host_refuses_fails_the_next_fsync_and_sync_and_the_file_is_gone(
             .args(["-o", "remount,nr_inodes=64"])
             .arg(&small.path),
     );
-    let out = sync(&s.mount);
+    let out = s.mount.sync();
     assert!(out.status.success(), "{out:?}");
     assert_eq!(
         fs::read(s.export.join("made")).unwrap(),
@@ -735,7 +727,7 @@ fn files_created_behind_and_lost_with_the_connection_are_made_on_the_next() {
         assert_eq!(host.len(), 3005, "f{i}");
         assert!(host[..3000].iter().all(|&b| b == b'0' + i as u8), "f{i}");
     }
-    assert!(sync(&s.mount).status.success());
+    assert!(s.mount.sync().status.success());
     assert_eq!(behind(&s.mount, "refused"), 0);
     assert_eq!(behind(&s.mount, "conflicts"), 0);
     assert!(behind(&s.mount, "resent") >= 16);
@@ -807,8 +799,8 @@ fn a_host_change_first_keeps_the_guests_writes_and_chmods_beside_it_and_fails_th
     assert_eq!(fs::metadata(&beside).unwrap().mode() & 0o7777, 0o600);
     assert_eq!(behind(&s.mount, "conflicts"), 2);
     // A sync fails once for them, then the mount shows what the host has.
-    assert!(!sync(&s.mount).status.success());
-    assert!(sync(&s.mount).status.success());
+    assert!(!s.mount.sync().status.success());
+    assert!(s.mount.sync().status.success());
     for name in [
         "mine",
         "theirs",
@@ -958,8 +950,8 @@ proptest::proptest! {
         // The files' fsyncs first, then the syncs, then how the mount shows each file,
         // before anything here reads the host's files (which moves their access times).
         let fsynced: Vec<Option<i32>> = files.iter().map(|f| errno_of(f.sync_all())).collect();
-        let first_sync_ok = sync(&s.mount).status.success();
-        proptest::prop_assert!(sync(&s.mount).status.success());
+        let first_sync_ok = s.mount.sync().status.success();
+        proptest::prop_assert!(s.mount.sync().status.success());
         let listed = |dir: &Path| {
             let mut names: Vec<_> = fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name()).collect();
             names.sort();

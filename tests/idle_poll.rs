@@ -40,19 +40,25 @@ fn pollers(pid: u32) -> Vec<(u32, String, i32, u64)> {
     out
 }
 
+/// A server of a new directory and a mount of it with `mount_args`.
+fn served(mount_args: &[&str]) -> (tempfile::TempDir, Serve, Mount) {
+    tools::assert_root();
+    let dir = tempfile::tempdir().unwrap();
+    let export = dir.path().join("export");
+    fs::create_dir(&export).unwrap();
+    let addr = format!("unix:{}", dir.path().join("s.sock").display());
+    let serve = Serve::start(&export, &addr, &[]);
+    let mount = Mount::start(&addr, mount_args);
+    (dir, serve, mount)
+}
+
 fn cpu_time(pid: u32) -> u64 {
     pollers(pid).iter().map(|p| p.3).sum()
 }
 
 #[test]
 fn polling_threads_spin_at_the_lowest_priority_only_while_requests_come() {
-    tools::assert_root();
-    let dir = tempfile::tempdir().unwrap();
-    let export = dir.path().join("export");
-    fs::create_dir(&export).unwrap();
-    let addr = format!("unix:{}", dir.path().join("s.sock").display());
-    let _serve = Serve::start(&export, &addr, &[]);
-    let mount = Mount::start(&addr, &["--idle-poll", "2000"]);
+    let (_dir, _serve, mount) = served(&["--idle-poll", "2000"]);
     let pid = mount.child.id();
 
     // One thread per CPU the mount may run on, each pinned to its own, at SCHED_IDLE.
@@ -103,13 +109,7 @@ fn polling_threads_spin_at_the_lowest_priority_only_while_requests_come() {
 
 #[test]
 fn without_the_option_there_are_no_polling_threads() {
-    tools::assert_root();
-    let dir = tempfile::tempdir().unwrap();
-    let export = dir.path().join("export");
-    fs::create_dir(&export).unwrap();
-    let addr = format!("unix:{}", dir.path().join("s.sock").display());
-    let _serve = Serve::start(&export, &addr, &[]);
-    let mount = Mount::start(&addr, &["--idle-poll", "0"]);
+    let (_dir, _serve, mount) = served(&["--idle-poll", "0"]);
     fs::write(mount.mountpoint.join("f"), b"x").unwrap();
     assert!(pollers(mount.child.id()).is_empty());
 }

@@ -283,6 +283,15 @@ impl Mount {
         mount
     }
 
+    /// `crossfs sync` of this mount, as it ended.
+    pub fn sync(&self) -> Output {
+        Command::new(crossfs_bin())
+            .arg("sync")
+            .arg(&self.mountpoint)
+            .output()
+            .unwrap()
+    }
+
     /// `crossfs stats --json` against this mount's control socket.
     pub fn stats(&self) -> serde_json::Value {
         stats_json(&self.control)
