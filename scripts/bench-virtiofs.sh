@@ -5,8 +5,8 @@
 #                                      (the vhost-user-fs backend most VMMs ship)
 #   crossfs serve --listen vhost-user-fs: --cache auto | always | always --writeback
 #   the kernel's 9p client over crossfs serve --listen tcp: (msize 1 MiB)
-# one guest boot per row, and prints a table (seconds; MB/s for the read). crossfs runs
-# with its defaults (change events on). The guest's passes, in order:
+# one guest boot per row, and prints a table (seconds; MB/s for the read and the write).
+# crossfs runs with its defaults (change events on). The guest's passes, in order:
 #   touch          `touch` of N new files (one xargs)
 #   stat           `stat` of them at once: what the creates already answered
 #   stat-cold      `stat` of them again, after dropping the guest's caches
@@ -14,8 +14,13 @@
 #   missing-again  `stat` of N missing names, the second of two passes (negative entries)
 #   rm             `rm` of the N files
 #   read64M        a 64 MiB sequential read, the guest's caches dropped first
+#   write64M       a 64 MiB sequential write of a new file in 1 MiB writes, and its fsync
+# and after them server-cpu, the CPU seconds (user + system) the server process used over
+# the whole boot (with --files 1 the metadata passes are next to nothing, and it is mostly
+# the mount, the read and the write).
 #
-# Usage: scripts/bench-virtiofs.sh [--virtiofsd PATH] [--files N] [--rows A,B,...] [--repeat N]
+# Usage: scripts/bench-virtiofs.sh [--virtiofsd PATH] [--base PATH] [--files N] [--rows A,B,...]
+#                                  [--repeat N]
 #   --virtiofsd PATH   the virtiofsd binary (default: `virtiofsd` on PATH, else
 #                      target/virtiofsd/bin/virtiofsd, where
 #                      `cargo install --locked virtiofsd --version 1.14.0 --root target/virtiofsd`
@@ -25,6 +30,8 @@
 #                      (`--socket-path=`, `-o source=,cache=,writeback,sandbox=chroot`), and
 #                      the guest starts only once its socket is listening. The table's
 #                      first line names the one used.
+#   --base PATH        another crossfs binary (the "before" of a change): each crossfs row
+#                      is followed by the same row with it, named base-crossfs-...
 #   --files N          files for the touch / stat / rm rows (default 2000)
 #   --rows A,B,...     only these rows (names as printed; also crossfs-auto-noevents,
 #                      crossfs serve --events off, not run by default)
@@ -36,10 +43,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
 
-virtiofsd="" files=2000 rows="" repeat=1
+virtiofsd="" base="" files=2000 rows="" repeat=1
 while (($#)); do
     case $1 in
         --virtiofsd) virtiofsd=$2; shift 2 ;;
+        --base) base=$2; shift 2 ;;
         --files) files=$2; shift 2 ;;
         --rows) rows=$2; shift 2 ;;
         --repeat) repeat=$2; shift 2 ;;
@@ -57,6 +65,7 @@ c_virtiofsd=""
 if "$virtiofsd" --version 2>&1 | grep -q "^virtiofsd version [0-9]*\.[0-9]*\.[0-9]* ("; then c_virtiofsd=1; fi
 crossfs=$REPO/target/release/crossfs
 [[ -x $crossfs ]] || { echo "bench-virtiofs: build crossfs first (cargo build --release)" >&2; exit 1; }
+[[ -z $base || -x $base ]] || { echo "bench-virtiofs: --base $base is not an executable" >&2; exit 1; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/crossfs-bench-virtiofs.XXXXXX")
 server_pid=""
@@ -97,7 +106,9 @@ t=$(now); xargs rm < /tmp/names; rm_s=$(lap "$t")
 cd /; sync; echo 3 > /proc/sys/vm/drop_caches
 t=$(now); dd if=/mnt/big of=/dev/null bs=1M 2>/dev/null; read_s=$(lap "$t")
 read_mbs=$(awk -v s="$read_s" 'BEGIN { printf "%.0f", 64 / (s > 0 ? s : 0.01) }')
-echo "RESULT touch=$touch_s stat=$stat_s stat-cold=$cold_s neg1000=$neg_s missing-again=$miss_s rm=$rm_s read64M=${read_mbs}MB/s"
+t=$(now); dd if=/dev/zero of=/mnt/written bs=1M count=64 conv=fsync 2>/dev/null; write_s=$(lap "$t")
+write_mbs=$(awk -v s="$write_s" 'BEGIN { printf "%.0f", 64 / (s > 0 ? s : 0.01) }')
+echo "RESULT touch=$touch_s stat=$stat_s stat-cold=$cold_s neg1000=$neg_s missing-again=$miss_s rm=$rm_s read64M=${read_mbs}MB/s write64M=${write_mbs}MB/s"
 umount /mnt
 EOF
 
@@ -106,7 +117,7 @@ run_row() {  # NAME, then the server command; the server must make $work/sock (o
     local name=$1
     if [[ -n $rows ]]; then
         [[ ,$rows, == *,$name,* ]] || return 0
-    elif [[ $name == crossfs-auto-noevents ]]; then
+    elif [[ $name == *crossfs-auto-noevents ]]; then
         return 0
     fi
     run_once "$@"
@@ -119,7 +130,7 @@ run_once() {
     "$@" >"$work/server-$name.log" 2>&1 &
     server_pid=$!
     local guest_args=()
-    if [[ $name == 9p* ]]; then
+    if [[ $name == 9p* || $name == base-9p* ]]; then
         touch "$work/9p"
         guest_args=(--add "$work/9p:/test/9p")
         for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$port") 2>/dev/null && break; sleep 0.1; done
@@ -136,12 +147,17 @@ run_once() {
     local out
     out=$(scripts/guest/run.sh --port "$port" --fwd socat --mem 768 --timeout 600 \
         --script "$work/guest.sh" "${guest_args[@]}" 2>&1) || { echo "$out" >&2; echo "bench-virtiofs: $name failed" >&2; exit 1; }
+    # The server's CPU time over the boot (user + system; /proc/PID/stat's utime and stime,
+    # counted from after the ") " that ends the command name).
+    local cpu
+    cpu=$(awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.2f", ($12 + $13) / hz }' \
+        "/proc/$server_pid/stat" 2>/dev/null || echo 0)
     kill "$server_pid" 2>/dev/null || true
     wait "$server_pid" 2>/dev/null || true
     server_pid=""
     local result
     result=$(grep -a '^RESULT' <<<"$out" | sed 's/^RESULT //')
-    printf '%-22s %s\n' "$name" "$result" | tee -a "$work/results"
+    printf '%-22s %s server-cpu=%s\n' "$name" "$result" "$cpu" | tee -a "$work/results"
 }
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -156,16 +172,21 @@ run_virtiofsd() {  # CACHE [writeback]: virtiofsd on $work/sock, in the flags of
     fi
 }
 echo "virtiofsd: $virtiofsd ($("$virtiofsd" --version 2>&1 | head -1))"
+crossfs_row() {  # NAME, then serve's options: the row, then with --base its base-NAME row
+    local name=$1; shift
+    run_row "$name" "$crossfs" serve "$export_dir" "$@"
+    if [[ -n $base ]]; then run_row "base-$name" "$base" serve "$export_dir" "$@"; fi
+}
 rows_once() {
     run_row virtiofsd-auto run_virtiofsd auto
     run_row virtiofsd-always run_virtiofsd always
     # Writeback caching, in both, only when asked for (--writeback).
     run_row virtiofsd-always-wb run_virtiofsd always writeback
-    run_row crossfs-auto "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache auto
-    run_row crossfs-auto-noevents "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache auto --events off
-    run_row crossfs-always "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache always
-    run_row crossfs-always-wb "$crossfs" serve "$export_dir" --listen "vhost-user-fs:$work/sock" --cache always --writeback
-    run_row 9p-crossfs "$crossfs" serve "$export_dir" --listen "tcp:127.0.0.1:$port"
+    crossfs_row crossfs-auto --listen "vhost-user-fs:$work/sock" --cache auto
+    crossfs_row crossfs-auto-noevents --listen "vhost-user-fs:$work/sock" --cache auto --events off
+    crossfs_row crossfs-always --listen "vhost-user-fs:$work/sock" --cache always
+    crossfs_row crossfs-always-wb --listen "vhost-user-fs:$work/sock" --cache always --writeback
+    crossfs_row 9p-crossfs --listen "tcp:127.0.0.1:$port"
 }
 for ((r = 0; r < repeat; r++)); do rows_once; done
 if ((repeat > 1)); then
