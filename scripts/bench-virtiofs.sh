@@ -13,7 +13,7 @@
 #   neg1000        1,000 stats of one missing name
 #   missing-again  `stat` of N missing names, the second of two passes (negative entries)
 #   rm             `rm` of the N files
-#   read64M        a 64 MiB sequential read, the guest's caches dropped first
+#   read64M        a 64 MiB sequential read, the guest's caches dropped first (--mib)
 #   write64M       a 64 MiB sequential write of a new file in 1 MiB writes, and its fsync
 # and after them server-cpu, the CPU seconds (user + system) the server process used over
 # the whole boot (with --files 1 the metadata passes are next to nothing, and it is mostly
@@ -33,6 +33,8 @@
 #   --base PATH        another crossfs binary (the "before" of a change): each crossfs row
 #                      is followed by the same row with it, named base-crossfs-...
 #   --files N          files for the touch / stat / rm rows (default 2000)
+#   --mib N            MiB read and written by the read / write rows (default 64; named
+#                      readNM and writeNM)
 #   --rows A,B,...     only these rows (names as printed; also crossfs-auto-noevents,
 #                      crossfs serve --events off, not run by default)
 #   --repeat N         run the rows N times, one line each, in turn (so that a slower
@@ -43,12 +45,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
 
-virtiofsd="" base="" files=2000 rows="" repeat=1
+virtiofsd="" base="" files=2000 mib=64 rows="" repeat=1
 while (($#)); do
     case $1 in
         --virtiofsd) virtiofsd=$2; shift 2 ;;
         --base) base=$2; shift 2 ;;
         --files) files=$2; shift 2 ;;
+        --mib) mib=$2; shift 2 ;;
         --rows) rows=$2; shift 2 ;;
         --repeat) repeat=$2; shift 2 ;;
         *) echo "bench-virtiofs: unknown argument $1" >&2; exit 2 ;;
@@ -79,6 +82,7 @@ trap cleanup EXIT
 cat >"$work/guest.sh" <<EOF
 set -e
 FILES=$files
+MIB=$mib
 EOF
 cat >>"$work/guest.sh" <<'EOF'
 now() { read -r up _ </proc/uptime; echo "$up"; }
@@ -105,10 +109,10 @@ t=$(now); xargs stat -c %s < /tmp/missing > /dev/null 2>&1 || true; miss_s=$(lap
 t=$(now); xargs rm < /tmp/names; rm_s=$(lap "$t")
 cd /; sync; echo 3 > /proc/sys/vm/drop_caches
 t=$(now); dd if=/mnt/big of=/dev/null bs=1M 2>/dev/null; read_s=$(lap "$t")
-read_mbs=$(awk -v s="$read_s" 'BEGIN { printf "%.0f", 64 / (s > 0 ? s : 0.01) }')
-t=$(now); dd if=/dev/zero of=/mnt/written bs=1M count=64 conv=fsync 2>/dev/null; write_s=$(lap "$t")
-write_mbs=$(awk -v s="$write_s" 'BEGIN { printf "%.0f", 64 / (s > 0 ? s : 0.01) }')
-echo "RESULT touch=$touch_s stat=$stat_s stat-cold=$cold_s neg1000=$neg_s missing-again=$miss_s rm=$rm_s read64M=${read_mbs}MB/s write64M=${write_mbs}MB/s"
+read_mbs=$(awk -v s="$read_s" -v m="$MIB" 'BEGIN { printf "%.0f", m / (s > 0 ? s : 0.01) }')
+t=$(now); dd if=/dev/zero of=/mnt/written bs=1M count="$MIB" conv=fsync 2>/dev/null; write_s=$(lap "$t")
+write_mbs=$(awk -v s="$write_s" -v m="$MIB" 'BEGIN { printf "%.0f", m / (s > 0 ? s : 0.01) }')
+echo "RESULT touch=$touch_s stat=$stat_s stat-cold=$cold_s neg1000=$neg_s missing-again=$miss_s rm=$rm_s read${MIB}M=${read_mbs}MB/s write${MIB}M=${write_mbs}MB/s"
 umount /mnt
 EOF
 
@@ -126,7 +130,7 @@ run_once() {
     local name=$1; shift
     rm -rf "$export_dir" "$work/sock" "$work/9p"
     mkdir -p "$export_dir"
-    head -c $((64 << 20)) /dev/zero >"$export_dir/big"
+    head -c $((mib << 20)) /dev/zero >"$export_dir/big"
     "$@" >"$work/server-$name.log" 2>&1 &
     server_pid=$!
     local guest_args=()
@@ -144,14 +148,24 @@ run_once() {
         done
         guest_args=(--virtiofs "$work/sock:bench")
     fi
+    # The server's CPU time (user + system: /proc/PID/stat's utime and stime), sampled while
+    # the guest runs, since virtiofsd exits with the VMM.
+    local sampler
+    (while kill -0 "$server_pid" 2>/dev/null; do
+        cat "/proc/$server_pid/stat" >"$work/stat.new" 2>/dev/null && mv "$work/stat.new" "$work/stat"
+        sleep 0.2
+    done) &
+    sampler=$!
     local out
     out=$(scripts/guest/run.sh --port "$port" --fwd socat --mem 768 --timeout 600 \
         --script "$work/guest.sh" "${guest_args[@]}" 2>&1) || { echo "$out" >&2; echo "bench-virtiofs: $name failed" >&2; exit 1; }
-    # The server's CPU time over the boot (user + system; /proc/PID/stat's utime and stime,
-    # counted from after the ") " that ends the command name).
+    kill "$sampler" 2>/dev/null || true
+    wait "$sampler" 2>/dev/null || true
+    # Fields counted from after the ") " that ends the command name.
     local cpu
     cpu=$(awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.2f", ($12 + $13) / hz }' \
-        "/proc/$server_pid/stat" 2>/dev/null || echo 0)
+        "$work/stat" 2>/dev/null || echo 0)
+    rm -f "$work/stat"
     kill "$server_pid" 2>/dev/null || true
     wait "$server_pid" 2>/dev/null || true
     server_pid=""
@@ -161,7 +175,7 @@ run_once() {
 }
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-echo "guest: Debian kernel $(cat "${CROSSFS_GUEST_DIR:-$REPO/.guest-cache}/kernel-version" 2>/dev/null), QEMU TCG, 1 vCPU; $files files; seconds unless noted"
+echo "guest: Debian kernel $(cat "${CROSSFS_GUEST_DIR:-$REPO/.guest-cache}/kernel-version" 2>/dev/null), QEMU TCG, 1 vCPU; $files files, $mib MiB; seconds unless noted"
 run_virtiofsd() {  # CACHE [writeback]: virtiofsd on $work/sock, in the flags of its kind
     if [[ -n $c_virtiofsd ]]; then
         exec "$virtiofsd" --socket-path="$work/sock" -o source="$export_dir" -o cache="$1" \
