@@ -2,13 +2,23 @@
 //! session) on arbitrary bytes: it must never panic; what it accepts must hold together (the
 //! header's length within the bytes, names without NUL, a WRITE's data inside the request),
 //! and the in-structs beyond the op decode only from the request's own body. The bytes
-//! also go through the io_uring entry layout (`uring::reassemble`), which must not panic.
+//! also go through the io_uring entry layout (`uring::reassemble`), which must not panic,
+//! and through the virtio door's WRITE head decoder (`decode_write_head`, the data left
+//! elsewhere), which must agree with the whole decoder.
 #![no_main]
 
-use crossfs_fuse_abi::{decode, uring, Op};
+use crossfs_fuse_abi::{decode, decode_write_head, uring, Op, WRITE_HEAD_LEN};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
+    // A WRITE's head alone, its data elsewhere: decoded so exactly when the whole is.
+    if let Some((head, rest)) = data.split_at_checked(WRITE_HEAD_LEN) {
+        let whole = decode(data)
+            .ok()
+            .filter(|r| matches!(r.op, Ok(Op::Write { .. })))
+            .map(|r| (r.header, r.write_in().expect("a decoded WRITE's write_in")));
+        assert_eq!(decode_write_head(head, rest.len()).ok(), whole);
+    }
     // The same bytes as a FUSE-over-io_uring entry: a header buffer, then the payload.
     if let Some((header, payload)) = data.split_at_checked(uring::HEADER_BUFFER_LEN) {
         let mut request = Vec::new();

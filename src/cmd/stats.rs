@@ -262,7 +262,8 @@ mod tests {
                              "Twalk": {"count": 3, "bytes": 90, "errors": 1}}],
             "events": {"overflows": 2},
             "latency": {"reply": {"Twalk": {"count": 3, "p50_us": 12.5, "p90_us": 20.0, "p99_us": 31.2, "max_us": 40.0, "mean_us": 15.0}}, "queued": {}},
-            "virtiofs": [{"listen": "unix:/v", "ops": {"LOOKUP": {"count": 4, "errors": 0, "bytes_in": 200, "bytes_out": 100}}}]
+            "virtiofs": [{"listen": "unix:/v", "ops": {"LOOKUP": {"count": 4, "errors": 0, "bytes_in": 200, "bytes_out": 100}},
+                          "data": {"read_copied": 0, "read_into_guest": 1048576, "write_copied": 0, "write_from_guest": 4097}}]
         });
         let text = render(&doc);
         assert!(
@@ -302,13 +303,17 @@ mod tests {
             text.contains("events\n  overflows: 2\n"),
             "the event engine's counters: {text}"
         );
-        assert!(
-            text.contains("virtiofs 0\n  listen: \"unix:/v\"\n  ops\n"),
-            "{text}"
-        );
+        assert!(text.contains("virtiofs 0\n  data\n"), "{text}");
+        assert!(text.contains("\n  listen: \"unix:/v\"\n  ops\n"), "{text}");
         assert!(
             text.contains("    LOOKUP                    4              300        0"),
             "{text}"
+        );
+        assert!(
+            text.contains(
+                "  data\n    read_copied: 0\n    read_into_guest: 1048576\n    write_copied: 0\n    write_from_guest: 4097\n"
+            ),
+            "the virtio door's bytes by path: {text}"
         );
     }
 

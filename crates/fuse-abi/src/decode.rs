@@ -460,12 +460,55 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// Decodes one request from the readable bytes of a descriptor chain.
+/// A WRITE's head: `fuse_in_header` and `fuse_write_in`, after which its data starts.
+pub const WRITE_HEAD_LEN: usize = IN_HEADER_LEN + 40;
+
+/// The header and `fuse_write_in` of a WRITE of which only the head (the first
+/// [`WRITE_HEAD_LEN`] bytes) is in `head`, and `rest` more bytes of the request lie
+/// elsewhere: the virtio door leaves a WRITE's data in the guest's memory and writes it to
+/// the file from there. The rules are [`decode`]'s, as if the `WRITE_HEAD_LEN + rest`
+/// bytes were given: the header's length within them, the data (`size` bytes, the first of
+/// the `rest`) within the length.
 ///
 /// # Errors
-/// [`DecodeError::ShortHeader`] or [`DecodeError::BadLength`] when not even the header can be
-/// trusted (nothing can be answered); any other problem is in [`Request::op`].
-pub fn decode(buf: &[u8]) -> Result<Request<'_>, DecodeError> {
+/// [`DecodeError::ShortHeader`] and [`DecodeError::BadLength`] as [`decode`];
+/// [`DecodeError::NotThis`] for another opcode; [`DecodeError::Truncated`] when `head` is
+/// shorter than a WRITE's head or the data passes the header's length.
+pub fn decode_write_head(head: &[u8], rest: usize) -> Result<(InHeader, WriteIn), DecodeError> {
+    let header = in_header(head)?;
+    let available = head.len().saturating_add(rest);
+    if header.opcode != Opcode::WRITE as u32 {
+        return Err(DecodeError::NotThis(Opcode::WRITE));
+    }
+    let Some(total) = usize::try_from(header.len)
+        .ok()
+        .filter(|&l| (IN_HEADER_LEN..=available).contains(&l))
+    else {
+        return Err(DecodeError::BadLength {
+            len: header.len,
+            available,
+        });
+    };
+    let Some(body) = head
+        .get(IN_HEADER_LEN..WRITE_HEAD_LEN)
+        .filter(|_| total >= WRITE_HEAD_LEN)
+    else {
+        return Err(DecodeError::Truncated(Opcode::WRITE));
+    };
+    let request = Request {
+        header,
+        op: Err(DecodeError::Truncated(Opcode::WRITE)),
+        body,
+    };
+    let write = request.write_in()?;
+    if write.size as usize > total - WRITE_HEAD_LEN {
+        return Err(DecodeError::Truncated(Opcode::WRITE));
+    }
+    Ok((header, write))
+}
+
+/// The `fuse_in_header` at the start of `buf`, its length not yet checked.
+fn in_header(buf: &[u8]) -> Result<InHeader, DecodeError> {
     if buf.len() < IN_HEADER_LEN {
         return Err(DecodeError::ShortHeader(buf.len()));
     }
@@ -480,8 +523,7 @@ pub fn decode(buf: &[u8]) -> Result<Request<'_>, DecodeError> {
     let uid = c.u32()?;
     let gid = c.u32()?;
     let pid = c.u32()?;
-    c.skip(4)?; // total_extlen, padding
-    let header = InHeader {
+    Ok(InHeader {
         len,
         opcode,
         unique,
@@ -489,7 +531,17 @@ pub fn decode(buf: &[u8]) -> Result<Request<'_>, DecodeError> {
         uid,
         gid,
         pid,
-    };
+    })
+}
+
+/// Decodes one request from the readable bytes of a descriptor chain.
+///
+/// # Errors
+/// [`DecodeError::ShortHeader`] or [`DecodeError::BadLength`] when not even the header can be
+/// trusted (nothing can be answered); any other problem is in [`Request::op`].
+pub fn decode(buf: &[u8]) -> Result<Request<'_>, DecodeError> {
+    let header = in_header(buf)?;
+    let InHeader { len, opcode, .. } = header;
     let Some(total) = usize::try_from(len)
         .ok()
         .filter(|&l| (IN_HEADER_LEN..=buf.len()).contains(&l))
@@ -925,6 +977,60 @@ mod tests {
                 old: b"a",
                 new: b"b"
             })
+        );
+    }
+
+    /// A WRITE of `size` bytes whose header says `len`, with `data` after its head.
+    fn write_request(len: u32, size: u32, data: &[u8]) -> Vec<u8> {
+        let mut v = header(len, Opcode::WRITE as u32, 9, 3);
+        v.extend_from_slice(&5u64.to_le_bytes()); // fh
+        v.extend_from_slice(&4096u64.to_le_bytes()); // offset
+        v.extend_from_slice(&size.to_le_bytes());
+        v.extend_from_slice(&[0; 20]);
+        v.extend_from_slice(data);
+        v
+    }
+
+    #[test]
+    fn a_write_head_decodes_as_the_whole_write_does() {
+        let cases = [
+            // (header's len, size, data bytes given)
+            (80, 0, 0),
+            (81, 1, 1),
+            (80 + 4096, 4096, 4096),
+            (80 + 4096, 4096, 5000), // more bytes in the chain than the request says
+            (80 + 4096, 4097, 4096), // the data passes the length
+            (80 + 4097, 4096, 4096), // the length passes the bytes
+            (79, 0, 0),              // shorter than a WRITE's head
+            (39, 0, 0),
+        ];
+        for (i, (len, size, given)) in cases.into_iter().enumerate() {
+            let bytes = write_request(len, size, &vec![1; given]);
+            let whole = decode(&bytes)
+                .ok()
+                .filter(|r| r.op.is_ok())
+                .map(|r| (r.header, r.write_in().unwrap()));
+            let head = decode_write_head(&bytes[..WRITE_HEAD_LEN.min(bytes.len())], given).ok();
+            assert_eq!(whole, head, "{len} {size} {given}");
+            assert_eq!(head.is_some(), i < 4, "{len} {size} {given}");
+            if let Some((_, w)) = head {
+                assert_eq!((w.fh, w.offset, w.size), (5, 4096, size));
+            }
+        }
+        // Another opcode, or too few bytes for a header.
+        let read = request(Opcode::READ as u32, &[0; 40]);
+        assert_eq!(
+            decode_write_head(&read, 0),
+            Err(DecodeError::NotThis(Opcode::WRITE))
+        );
+        assert_eq!(
+            decode_write_head(&read[..20], 100),
+            Err(DecodeError::ShortHeader(20))
+        );
+        let bytes = write_request(80 + 10, 10, &[1; 10]);
+        assert_eq!(
+            decode_write_head(&bytes[..60], 30),
+            Err(DecodeError::Truncated(Opcode::WRITE))
         );
     }
 }

@@ -304,6 +304,16 @@ impl Default for Reply {
     }
 }
 
+/// The header of a successful reply of `body_len` body bytes that the caller places after
+/// it itself: the virtio door reads a READ's data straight into the guest's buffers.
+pub fn header(unique: u64, body_len: usize) -> [u8; OUT_HEADER_LEN] {
+    let mut h = [0; OUT_HEADER_LEN];
+    let len = u32::try_from(OUT_HEADER_LEN + body_len).unwrap_or(u32::MAX);
+    h[0..4].copy_from_slice(&len.to_le_bytes());
+    h[8..16].copy_from_slice(&unique.to_le_bytes());
+    h
+}
+
 /// An error reply: just the header, with `-errno`.
 pub fn error(unique: u64, errno: i32) -> Vec<u8> {
     let mut buf = Vec::with_capacity(OUT_HEADER_LEN);

@@ -16,7 +16,7 @@ pub mod encode;
 pub mod notify;
 pub mod uring;
 
-pub use decode::{decode, DecodeError, InHeader, Op, Request};
+pub use decode::{decode, decode_write_head, DecodeError, InHeader, Op, Request, WRITE_HEAD_LEN};
 
 /// The FUSE major version spoken.
 pub const KERNEL_VERSION: u32 = 7;

@@ -2,15 +2,18 @@
 //! with the VMM and one epoll thread per queue; this module only moves buffers between
 //! descriptor chains and [`FuseFs`].
 //!
-//! Queues: 0 is the high-priority queue (FORGET, INTERRUPT), 1.. carry requests. A chain is
-//! read through `virtio-queue`'s `Reader` and `Writer`, which check every descriptor against
-//! the guest's memory map. A chain that cannot be read (an address outside guest memory, a
-//! length overflow, a request larger than any we accept) is logged and returned with nothing
-//! written; a reply that does not fit the chain's writable part is replaced by `ERANGE`
-//! when that fits, else the chain is returned empty. The guest only ever waits; the device
-//! never panics on its input.
+//! Queues: 0 is the high-priority queue (FORGET, INTERRUPT), 1.. carry requests. A chain's
+//! readable and writable parts become [`GuestBuffers`], every descriptor checked against
+//! the guest's memory map. A chain that cannot be read (a descriptor outside guest memory, a
+//! length overflow, a request larger than any we accept) is logged, counted as malformed and
+//! returned with nothing written and nothing done; a reply that does not fit the chain's
+//! writable part is replaced by `ERANGE` when that fits, else the chain is returned empty.
+//! The guest only ever waits; the device never panics on its input. The file system copies
+//! a request out of the buffers, and the device copies the reply in, but for a READ's and
+//! a WRITE's data, which go straight between the file and the guest's memory
+//! (`fs/in_guest.rs`).
 //!
-//! Out of order: a request the file system parks ([`Handled::Later`]: a control-file READ
+//! Out of order: a request the file system parks ([`Answer::Later`]: a control-file READ
 //! waiting for events, a sync waiting for the agent) keeps its chain here, keyed by the
 //! request's unique id, and the queue goes on with the next chain; the reply comes through
 //! [`LaterReplies`] from another thread, which writes the chain, puts it in the used ring
@@ -18,7 +21,6 @@
 //! before its chain is parked (a race between the two threads) waits for it here.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
 use std::sync::{Arc, Mutex, Weak};
 
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
@@ -27,12 +29,15 @@ use virtio_bindings::bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::bindings::virtio_ring::{
     VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC,
 };
-use virtio_queue::{DescriptorChain, QueueT, Reader, Writer};
-use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryLoadGuard, GuestMemoryMmap};
+use virtio_queue::{DescriptorChain, QueueT};
+use vm_memory::{
+    GuestAddressSpace, GuestMemoryAtomic, GuestMemoryLoadGuard, GuestMemoryMmap, Permissions,
+};
 use vmm_sys_util::epoll::EventSet;
 
-use crate::fs::{FuseFs, Handled, LaterReplies};
+use crate::fs::{Answer, FuseFs, LaterReplies};
 use crate::fuse;
+use crate::guest::GuestBuffers;
 use crate::stats::Stats;
 
 /// A descriptor chain as popped from a queue.
@@ -44,8 +49,8 @@ pub(crate) type Memory = GuestMemoryAtomic<GuestMemoryMmap>;
 /// The largest queue the device accepts (QEMU's `queue-size` must not exceed it).
 pub const MAX_QUEUE_SIZE: usize = 32768;
 
-/// Largest request read from a chain: a 16 MiB WRITE and its headers. Larger chains are
-/// refused before anything is copied.
+/// Largest request a chain may carry: a 16 MiB WRITE and its headers. Larger chains are
+/// refused before anything is copied or written.
 const MAX_REQUEST: usize = (16 << 20) + 4096;
 
 /// The vhost-user backend of one guest connection.
@@ -125,35 +130,51 @@ impl FsBackend {
     /// Answers one chain, or parks it.
     fn serve_chain(&self, chain: &Chain) -> Served {
         let stats = self.inner.fs.stats();
-        let mut reader = match Reader::new(chain.memory(), chain.clone()) {
+        let mem = chain.memory();
+        let request = match GuestBuffers::of(mem, chain.clone().readable(), Permissions::Read) {
             Ok(r) => r,
             Err(e) => {
-                tracing::warn!("virtiofs: unreadable descriptor chain: {e:?}");
+                tracing::warn!("virtiofs: unreadable descriptor chain: {e}");
                 stats.record_malformed();
                 return Served::Written(0);
             }
         };
-        let len = reader.available_bytes();
+        let len = request.len();
         if len > MAX_REQUEST {
             tracing::warn!("virtiofs: request of {len} bytes refused");
             stats.record_malformed();
             return Served::Written(0);
         }
-        let mut request = vec![0u8; len];
-        if let Err(e) = reader.read_exact(&mut request) {
-            tracing::warn!("virtiofs: reading a request: {e}");
-            stats.record_malformed();
+        let Some(room) = writable(chain, stats) else {
             return Served::Written(0);
-        }
-        match self.inner.fs.handle_request(&request) {
-            Handled::Reply(reply) => {
-                let opcode = crate::fs::opcode_of(&request);
-                Served::Written(write_reply(chain, reply, stats, opcode))
+        };
+        match self.inner.fs.handle_chain(&request, &room) {
+            Answer::Reply { bytes, in_guest } => {
+                Served::Written(write_reply(&room, &bytes, in_guest, || opcode_in(&request)))
             }
-            Handled::Nothing => Served::Written(0),
-            Handled::Later => Served::Parked(unique_of(&request)),
+            Answer::Nothing => Served::Written(0),
+            Answer::Later(unique) => Served::Parked(unique),
         }
     }
+}
+
+/// A chain's writable part, or `None` (logged, counted) when it is not all guest memory.
+fn writable<'m>(chain: &'m Chain, stats: &Stats) -> Option<GuestBuffers<'m>> {
+    match GuestBuffers::of(chain.memory(), chain.clone().writable(), Permissions::Write) {
+        Ok(room) => Some(room),
+        Err(e) => {
+            tracing::warn!("virtiofs: unwritable descriptor chain: {e}");
+            stats.record_malformed();
+            None
+        }
+    }
+}
+
+/// The opcode of the request in `request`, for logs.
+fn opcode_in(request: &GuestBuffers<'_>) -> Option<fuse::Opcode> {
+    let mut head = [0u8; 8];
+    request.copy_out(0, &mut head);
+    crate::fs::opcode_of(&head)
 }
 
 /// What became of a chain.
@@ -162,13 +183,6 @@ enum Served {
     Written(u32),
     /// Parked, for the request with this unique id.
     Parked(u64),
-}
-
-fn unique_of(request: &[u8]) -> u64 {
-    request
-        .get(8..16)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_le_bytes)
 }
 
 impl Inner {
@@ -188,7 +202,9 @@ impl Inner {
 
     /// Writes `reply` into a parked chain, returns it to the guest and signals it.
     fn complete(&self, vring: &VringRwLock, chain: &Chain, reply: Vec<u8>) {
-        let written = write_reply(chain, reply, self.fs.stats(), None);
+        let stats = self.fs.stats();
+        let written =
+            writable(chain, stats).map_or(0, |room| write_reply(&room, &reply, 0, || None));
         if let Err(e) = vring.add_used(chain.head_index(), written) {
             tracing::warn!("virtiofs: cannot return a parked descriptor: {e:?}");
             return;
@@ -216,41 +232,34 @@ impl LaterReplies for Inner {
     }
 }
 
-/// Writes `reply` into `chain`'s writable part; returns the bytes written.
-fn write_reply(chain: &Chain, reply: Vec<u8>, stats: &Stats, opcode: Option<fuse::Opcode>) -> u32 {
-    {
-        let mut writer = match Writer::new(chain.memory(), chain.clone()) {
-            Ok(w) => w,
-            Err(e) => {
-                tracing::warn!("virtiofs: unwritable descriptor chain: {e:?}");
-                stats.record_malformed();
-                return 0;
-            }
-        };
-        let room = writer.available_bytes();
-        let reply = if reply.len() <= room {
-            reply
-        } else {
-            tracing::warn!(
-                ?opcode,
-                "virtiofs: reply of {} bytes does not fit the guest's {room}",
-                reply.len()
-            );
-            let unique = u64::from_le_bytes(reply[8..16].try_into().unwrap_or([0; 8]));
-            let e = fuse::encode::error(unique, libc::ERANGE);
-            if e.len() > room {
-                return 0;
-            }
-            e
-        };
-        match writer.write_all(&reply) {
-            Ok(()) => reply.len() as u32,
-            Err(e) => {
-                tracing::warn!("virtiofs: writing a reply: {e}");
-                writer.bytes_written() as u32
-            }
-        }
+/// Writes `reply` at the start of `room` (a chain's writable part), where `in_guest` bytes
+/// of data already follow it; returns the bytes the chain now holds. `opcode` names the
+/// request in the log, should the reply not fit.
+fn write_reply(
+    room: &GuestBuffers<'_>,
+    reply: &[u8],
+    in_guest: usize,
+    opcode: impl FnOnce() -> Option<fuse::Opcode>,
+) -> u32 {
+    let total = reply.len() + in_guest;
+    if total <= room.len() {
+        let written = room.copy_in(0, reply) + in_guest;
+        return u32::try_from(written).unwrap_or(u32::MAX);
     }
+    tracing::warn!(
+        opcode = ?opcode(),
+        "virtiofs: reply of {total} bytes does not fit the guest's {}",
+        room.len()
+    );
+    let unique = reply
+        .get(8..16)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes);
+    let refused = fuse::encode::error(unique, libc::ERANGE);
+    if refused.len() > room.len() {
+        return 0;
+    }
+    room.copy_in(0, &refused) as u32
 }
 
 impl VhostUserBackend for FsBackend {
@@ -346,3 +355,6 @@ impl VhostUserBackend for FsBackend {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -12,12 +12,16 @@
 //!   calls.
 //! - `device`: the vhost-user-fs device on rust-vmm's `vhost-user-backend`: the hiprio
 //!   queue and `request_queues` request queues, one thread each; it moves buffers between
-//!   descriptor chains and the file system, checking every chain against guest memory.
+//!   descriptor chains and the file system. `guest`: a chain's buffers in guest memory
+//!   (vm-memory volatile slices), every descriptor checked against the guest's memory map.
+//!   A READ's file data is read straight into them and a WRITE's written straight from
+//!   them (`fs/in_guest.rs`, through the core's `sys::preadv_volatile` and
+//!   `sys::pwritev_volatile`); everything else is copied.
 //! - `fs/agent`: the guest agent's door: the hidden control file through which it reads
 //!   the export's change events (reads wait for events, parked off their queue), and its
 //!   replays of them, answered without touching the export (docs/virtiofs-agent.md).
-//! - [`Stats`]: counters per FUSE opcode, with READ and WRITE sizes; the agent's replays
-//!   apart.
+//! - [`Stats`]: counters per FUSE opcode, with READ and WRITE sizes; the bytes of file data
+//!   by the path they took ([`DataPath`]); the agent's replays apart.
 //!
 //! It does not parse command lines, serve 9P, or watch the export (it subscribes to the
 //! event hub it is given).
@@ -46,6 +50,7 @@
 
 mod device;
 mod fs;
+mod guest;
 pub use crossfs_fuse_abi as fuse;
 mod stats;
 
@@ -60,7 +65,7 @@ use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 pub use device::MAX_QUEUE_SIZE;
 pub use fs::{CacheMode, FsConfig, FuseFs, Handled, LaterReplies};
 pub use stats::AgentCounters;
-pub use stats::{Negotiated, Stats};
+pub use stats::{DataPath, Negotiated, Stats};
 
 /// Why the device could not be served.
 #[derive(Debug, thiserror::Error)]

@@ -1,5 +1,7 @@
 //! Counters per FUSE opcode: requests, errors, bytes in and out, and the data size of READ
-//! and WRITE requests (what FUSE_MAX_PAGES changes), for `crossfs stats`.
+//! and WRITE requests (what FUSE_MAX_PAGES changes); and the bytes of file data by the path
+//! they took (copied through the door's memory, or straight between the file and the
+//! guest's), for `crossfs stats`.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -98,10 +100,56 @@ impl AgentCounters {
     }
 }
 
+/// The path a READ's or WRITE's file data took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DataPath {
+    /// A READ's data read into the door's memory, then copied into the guest's: a request
+    /// that did not come from a chain (tests), or whose chain left less room than the
+    /// READ asked for.
+    ReadCopied,
+    /// A READ's data read from the file straight into the guest's buffers.
+    ReadIntoGuest,
+    /// A WRITE's data copied out of the guest's memory, then written: a WRITE that did not
+    /// come from a chain, or whose head did not decode on its own.
+    WriteCopied,
+    /// A WRITE's data written to the file straight from the guest's buffers.
+    WriteFromGuest,
+}
+
+/// Bytes of file data by [`DataPath`] (the guest agent's control file carries none).
+#[derive(Default, Debug)]
+struct DataPaths {
+    read_copied: AtomicU64,
+    read_into_guest: AtomicU64,
+    write_copied: AtomicU64,
+    write_from_guest: AtomicU64,
+}
+
+impl DataPaths {
+    fn counter(&self, path: DataPath) -> &AtomicU64 {
+        match path {
+            DataPath::ReadCopied => &self.read_copied,
+            DataPath::ReadIntoGuest => &self.read_into_guest,
+            DataPath::WriteCopied => &self.write_copied,
+            DataPath::WriteFromGuest => &self.write_from_guest,
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "read_copied": self.read_copied.load(Relaxed),
+            "read_into_guest": self.read_into_guest.load(Relaxed),
+            "write_copied": self.write_copied.load(Relaxed),
+            "write_from_guest": self.write_from_guest.load(Relaxed),
+        })
+    }
+}
+
 /// Counters of one virtio-fs device, over every guest connection it served.
 #[derive(Default)]
 pub struct Stats {
     slots: Slots,
+    data: DataPaths,
     agent: AgentCounters,
     /// Requests whose header could not be decoded, or chains that could not be read.
     malformed: AtomicU64,
@@ -140,6 +188,16 @@ impl Stats {
         }
     }
 
+    /// Counts `bytes` of file data that took `path`.
+    pub fn record_data(&self, path: DataPath, bytes: usize) {
+        self.data.counter(path).fetch_add(bytes as u64, Relaxed);
+    }
+
+    /// Bytes of file data that took `path` so far.
+    pub fn data(&self, path: DataPath) -> u64 {
+        self.data.counter(path).load(Relaxed)
+    }
+
     /// Counts a request that could not be decoded or a chain that could not be read.
     pub fn record_malformed(&self) {
         self.malformed.fetch_add(1, Relaxed);
@@ -165,10 +223,10 @@ impl Stats {
         self.slots[slot(opcode as u32)].count.load(Relaxed)
     }
 
-    /// `{"FUSE_LOOKUP":{"count","errors","bytes_in","bytes_out"[,"data","max_data",
-    /// "sizes":{"1048576":N,...}]},...,
-    /// "unknown":{...},"malformed":N,"connections":N,"init":{...},"agent":{...}}`; opcodes never seen are
-    /// left out.
+    /// `{"ops":{"FUSE_LOOKUP":{"count","errors","bytes_in","bytes_out"[,"data","max_data",
+    /// "sizes":{"1048576":N,...}]},...,"unknown":{...}},"data":{"read_copied",
+    /// "read_into_guest","write_copied","write_from_guest"},"malformed":N,"connections":N,
+    /// "init":{...},"agent":{...}}`; opcodes never seen are left out.
     pub fn to_json(&self) -> Value {
         let mut ops = Map::new();
         let mut add = |name: &str, c: &Counter| {
@@ -209,6 +267,7 @@ impl Stats {
             .clone();
         json!({
             "ops": ops,
+            "data": self.data.to_json(),
             "malformed": self.malformed.load(Relaxed),
             "connections": self.connections.load(Relaxed),
             "init": init,

@@ -8,7 +8,7 @@
 //! acts on the symlink (and fails), `linkat(AT_SYMLINK_FOLLOW)` links the symlink itself.
 //!
 //! Most wrappers are thin layers over rustix; libc is used where rustix lacks the call
-//! (open file description locks, file handles).
+//! (open file description locks, file handles, vectored I/O on guest memory: `volatile_io`).
 
 #![allow(unsafe_code)]
 
@@ -24,7 +24,9 @@ use rustix::io::{Errno, Result};
 use rustix::path::DecInt;
 
 mod file_handle;
+mod volatile_io;
 pub use file_handle::{file_handle, open_by_handle, open_dir_for_handles, FileHandle};
+pub use volatile_io::{preadv_volatile, pwritev_volatile, MAX_IOVECS};
 
 /// Flags of every descriptor that stands for a fid: a handle on the inode, not an open file,
 /// and never the target of a symlink.

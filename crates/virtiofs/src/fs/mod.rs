@@ -19,15 +19,18 @@ use rustix::io::Errno;
 use crate::fuse::decode::{InHeader, InitIn, ReadIn, SetattrIn};
 use crate::fuse::encode::{self, Reply, Ttl};
 use crate::fuse::{self, fattr, fopen, init, Op, Opcode};
-use crate::stats::{Negotiated, Stats};
+use crate::stats::{DataPath, Negotiated, Stats};
 
 mod agent;
 mod config;
+mod in_guest;
 mod nodes;
 
 pub use agent::LaterReplies;
 
 pub use config::{CacheMode, FsConfig};
+pub(crate) use in_guest::Answer;
+use in_guest::{InGuest, Outcome};
 use nodes::NodeTable;
 
 /// An open file or directory.
@@ -144,30 +147,44 @@ impl FuseFs {
 
     /// Answers one request now, or parks it ([`Handled::Later`]).
     pub fn handle_request(&self, request: &[u8]) -> Handled {
-        let req = match fuse::decode(request) {
-            Ok(req) => req,
-            Err(e) => {
-                tracing::warn!("virtiofs: undecodable request: {e}");
-                self.stats.record_malformed();
-                return Handled::Nothing;
-            }
-        };
-        let h = req.header;
-        let data = match &req.op {
-            Ok(Op::Read(r)) => u64::from(r.size),
-            Ok(Op::Write { data, .. }) => data.len() as u64,
+        match self.decode_and_answer(request, None) {
+            Answer::Reply { bytes, .. } => Handled::Reply(bytes),
+            Answer::Nothing => Handled::Nothing,
+            Answer::Later(_) => Handled::Later,
+        }
+    }
+
+    /// Answers a decoded request of `len_in` bytes; with `guest`, a READ's data goes
+    /// straight into the chain's room and a WRITE's comes straight from its buffers.
+    fn answer(
+        &self,
+        h: InHeader,
+        op: Result<Op<'_>, fuse::DecodeError>,
+        len_in: usize,
+        guest: Option<InGuest<'_, '_>>,
+    ) -> Answer {
+        let data = match (&op, &guest) {
+            (Ok(Op::Read(r)), _) => u64::from(r.size),
+            (
+                Ok(Op::Write { .. }),
+                Some(InGuest {
+                    write_data: Some(d),
+                    ..
+                }),
+            ) => d.len() as u64,
+            (Ok(Op::Write { data, .. }), _) => data.len() as u64,
             _ => 0,
         };
-        let result = match req.op {
+        let result = match op {
             Ok(op) => match self.intercept(&h, &op) {
-                Some(agent::Intercept::Answer(r)) => r,
+                Some(agent::Intercept::Answer(r)) => r.map(Outcome::from),
                 Some(agent::Intercept::Parked) => {
-                    self.stats.record(h.opcode, request.len(), 0, false, data);
-                    return Handled::Later;
+                    self.stats.record(h.opcode, len_in, 0, false, data);
+                    return Answer::Later(h.unique);
                 }
                 None => {
                     let own = self.own_changes(&h, &op);
-                    let r = self.dispatch(&h, op);
+                    let r = self.dispatch_in(&h, op, guest);
                     if r.is_ok() {
                         self.note_own_changes(own);
                     }
@@ -182,9 +199,10 @@ impl FuseFs {
                 })
             }
         };
-        let (reply, error) = match result {
-            Ok(Some(reply)) => (Some(reply.finish(h.unique)), false),
-            Ok(None) => (None, false),
+        let (reply, in_guest, error) = match result {
+            Ok(Outcome::Reply(Some(reply))) => (Some(reply.finish(h.unique)), 0, false),
+            Ok(Outcome::Reply(None)) => (None, 0, false),
+            Ok(Outcome::InGuest(n)) => (Some(encode::header(h.unique, n).to_vec()), n, false),
             Err(e) => {
                 tracing::debug!(
                     unique = h.unique,
@@ -192,12 +210,15 @@ impl FuseFs {
                     node = h.nodeid,
                     "virtiofs: {e}"
                 );
-                (Some(encode::error(h.unique, e.errno())), true)
+                (Some(encode::error(h.unique, e.errno())), 0, true)
             }
         };
-        let out = reply.as_ref().map_or(0, Vec::len);
-        self.stats.record(h.opcode, request.len(), out, error, data);
-        reply.map_or(Handled::Nothing, Handled::Reply)
+        let out = reply.as_ref().map_or(0, Vec::len) + in_guest;
+        self.stats.record(h.opcode, len_in, out, error, data);
+        match reply {
+            Some(bytes) => Answer::Reply { bytes, in_guest },
+            None => Answer::Nothing,
+        }
     }
 
     fn dispatch(&self, h: &InHeader, op: Op<'_>) -> OpResult<Option<Reply>> {
@@ -671,6 +692,7 @@ impl FuseFs {
             }
         }
         reply.truncate_body(done);
+        self.stats.record_data(DataPath::ReadCopied, done);
         Ok(reply)
     }
 
@@ -687,6 +709,7 @@ impl FuseFs {
                 Err(_) => break,
             }
         }
+        self.stats.record_data(DataPath::WriteCopied, done);
         let mut r = Reply::new();
         r.u32(done as u32).u32(0);
         Ok(r)
