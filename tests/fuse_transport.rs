@@ -1,8 +1,9 @@
 //! The mount's FUSE transports: with the kernel offering FUSE over io_uring
 //! (`enable_uring`, set to Y for these tests and put back after), a mount with
 //! `--io-uring` serves requests through its rings, and what goes through them reads back as
-//! written; without it (the default) every request comes through `/dev/fuse`. `crossfs stats` counts
-//! requests per transport.
+//! written; a request that waits for the server does not hold its CPU's ring (another
+//! thread of the queue takes it); without it (the default) every request comes through
+//! `/dev/fuse`. `crossfs stats` counts requests per transport.
 
 mod common;
 mod tools;
@@ -44,6 +45,64 @@ impl Drop for UringEnabled {
     }
 }
 
+/// Pins the calling thread to CPU 0, so that its FUSE requests go to the ring of CPU 0's
+/// queue.
+fn pin_to_cpu0() {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it, and
+    // sched_setaffinity reads `size_of` bytes of it.
+    let r = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    assert_eq!(
+        r,
+        0,
+        "sched_setaffinity: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// getxattr of `security.capability` (a FUSE request each time: the kernel keeps no
+/// extended attributes), returning the errno.
+fn capability_errno(path: &Path) -> i32 {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path and name; a zero size asks for no value.
+    let r = unsafe {
+        libc::getxattr(
+            c.as_ptr(),
+            c"security.capability".as_ptr(),
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    assert_eq!(r, -1, "{}: no capability", path.display());
+    std::io::Error::last_os_error().raw_os_error().unwrap()
+}
+
+/// Stops the server (SIGSTOP) and waits until every thread of it has stopped.
+fn stop(serve: &Serve) {
+    let pid = serve.child.id();
+    run_ok(std::process::Command::new("kill").args(["-STOP", &pid.to_string()]));
+    let stopped = |task: std::fs::DirEntry| {
+        std::fs::read_to_string(task.path().join("stat"))
+            .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('T')))
+    };
+    wait_until(
+        "the server's threads to stop",
+        std::time::Duration::from_secs(30),
+        || {
+            std::fs::read_dir(format!("/proc/{pid}/task"))
+                .unwrap()
+                .all(|t| stopped(t.unwrap()))
+        },
+    );
+}
+
+fn resume(serve: &Serve) {
+    run_ok(std::process::Command::new("kill").args(["-CONT", &serve.child.id().to_string()]));
+}
+
 fn transport(mount: &Mount) -> (u64, u64, u64) {
     let t = &mount.stats()["fuse_transport"];
     let n = |k: &str| t[k].as_u64().unwrap_or_else(|| panic!("no {k} in {t}"));
@@ -81,14 +140,35 @@ fn work(mnt: &Path, export: &Path) {
 }
 
 fn served(extra: &[&str], check: impl FnOnce(&Mount, &Path)) {
+    served_by(extra, |_, mount, export| check(mount, export));
+}
+
+fn served_by(extra: &[&str], check: impl FnOnce(&Serve, &Mount, &Path)) {
     let dir = tempfile::tempdir().unwrap();
     let export = dir.path().join("export");
     std::fs::create_dir(&export).unwrap();
     let addr = format!("unix:{}", dir.path().join("s.sock").display());
-    let _serve = Serve::start(&export, &addr, &[]);
+    let serve = Serve::start(&export, &addr, &[]);
     let mount = Mount::start(&addr, extra);
     mount.wait_following();
-    check(&mount, &export);
+    check(&serve, &mount, &export);
+}
+
+/// A file written on the host reads back through the mount's READs (their payload read
+/// from the 9P socket into the ring entries' buffers).
+fn read_host_file(mount: &Mount, export: &Path) {
+    let data: Vec<u8> = (0..5 << 20).map(|i: u32| (i % 253) as u8).collect();
+    std::fs::write(export.join("host"), &data).unwrap();
+    // The mount knows of the host's new file once it has applied the change events.
+    run_ok(
+        std::process::Command::new(crossfs_bin())
+            .arg("sync")
+            .arg(&mount.mountpoint),
+    );
+    let before = mount.stats()["data"]["read_copied"].as_u64().unwrap();
+    assert_eq!(std::fs::read(mount.mountpoint.join("host")).unwrap(), data);
+    let after = mount.stats()["data"]["read_copied"].as_u64().unwrap();
+    assert!(after - before >= data.len() as u64, "{before} -> {after}");
 }
 
 #[test]
@@ -97,9 +177,66 @@ fn io_uring_serves_where_the_kernel_offers_it_and_the_mount_asks() {
     let _enabled = UringEnabled::set();
     served(&["--io-uring"], |mount, export| {
         work(&mount.mountpoint, export);
+        read_host_file(mount, export);
         let (_, ring, queues) = transport(mount);
         assert!(ring > 0, "no request came through io_uring");
         assert!(queues >= 1);
+    });
+}
+
+/// With the server stopped, a mkdir made on CPU 0 waits for it in its handler; requests the
+/// mount answers itself, made on CPU 0 meanwhile, are still answered through CPU 0's ring
+/// (its leading thread handed the ring to another thread before it waited). Once the
+/// server goes on, the mkdir is answered and made.
+#[test]
+fn a_request_waiting_for_the_server_leaves_its_cpus_ring_serving() {
+    assert_root();
+    let _enabled = UringEnabled::set();
+    served_by(&["--io-uring"], |serve, mount, export| {
+        let mnt = mount.mountpoint.clone();
+        let local = mnt.join("local");
+        std::fs::write(&local, "here").unwrap();
+        assert_eq!(capability_errno(&local), libc::ENODATA);
+        let before = mount.stats()["fuse_transport"].clone();
+        stop(serve);
+        let mkdir = std::thread::spawn({
+            let dir = mnt.join("made-while-stopped");
+            move || {
+                pin_to_cpu0();
+                std::fs::create_dir(dir)
+            }
+        });
+        // The mkdir's handler waits before these start: its Tmkdir is in the socket.
+        wait_until(
+            "the mkdir to be sent",
+            std::time::Duration::from_secs(30),
+            || {
+                mount.stats()["fuse_transport"]["io_uring_handovers"].as_u64()
+                    > before["io_uring_handovers"].as_u64()
+            },
+        );
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            pin_to_cpu0();
+            let answers: Vec<i32> = (0..200).map(|_| capability_errno(&local)).collect();
+            let _ = tx.send(answers);
+        });
+        let answers = rx.recv_timeout(std::time::Duration::from_secs(20));
+        let during = mount.stats()["fuse_transport"].clone();
+        resume(serve);
+        let answers = answers.expect("requests the mount answers waited for the stopped server");
+        assert!(answers.iter().all(|&e| e == libc::ENODATA), "{answers:?}");
+        let n = |t: &serde_json::Value, k: &str| t[k].as_u64().unwrap();
+        assert!(
+            n(&during, "io_uring") >= n(&before, "io_uring") + 200,
+            "not through the rings: {before} -> {during}"
+        );
+        mkdir
+            .join()
+            .unwrap()
+            .expect("the mkdir, once the server went on");
+        assert!(export.join("made-while-stopped").is_dir());
+        assert!(mount.stats()["fuse_transport"]["io_uring_threads"].as_u64() > Some(1));
     });
 }
 
