@@ -186,14 +186,24 @@ fn io_uring_serves_where_the_kernel_offers_it_and_the_mount_asks() {
 
 /// With the server stopped, a mkdir made on CPU 0 waits for it in its handler; requests the
 /// mount answers itself, made on CPU 0 meanwhile, are still answered through CPU 0's ring
-/// (its leading thread handed the ring to another thread before it waited). Once the
-/// server goes on, the mkdir is answered and made.
+/// (its leading thread freed the ring before it waited, and another thread took it when
+/// they came). Once the server goes on, the mkdir is answered and made.
 #[test]
 fn a_request_waiting_for_the_server_leaves_its_cpus_ring_serving() {
     assert_root();
     let _enabled = UringEnabled::set();
     served_by(&["--io-uring"], |serve, mount, export| {
         let mnt = mount.mountpoint.clone();
+        // A first wait for the server on CPU 0's ring, which starts the thread that will
+        // take the ring from the next one.
+        let warm_up = mnt.join("warm-up");
+        std::thread::spawn(move || {
+            pin_to_cpu0();
+            std::fs::create_dir(warm_up)
+        })
+        .join()
+        .unwrap()
+        .unwrap();
         let local = mnt.join("local");
         std::fs::write(&local, "here").unwrap();
         assert_eq!(capability_errno(&local), libc::ENODATA);
@@ -230,6 +240,10 @@ fn a_request_waiting_for_the_server_leaves_its_cpus_ring_serving() {
         assert!(
             n(&during, "io_uring") >= n(&before, "io_uring") + 200,
             "not through the rings: {before} -> {during}"
+        );
+        assert!(
+            n(&during, "io_uring_takeovers") > n(&before, "io_uring_takeovers"),
+            "no other thread took the ring: {before} -> {during}"
         );
         mkdir
             .join()

@@ -25,3 +25,9 @@ pub fn before_wait() {
         hook();
     }
 }
+
+/// True while this thread runs completions (it reads a connection's replies, perhaps within
+/// a blocking call of its own): what it does there is for other callers.
+pub fn in_completion() -> bool {
+    crate::conn::dispatching_any()
+}

@@ -54,7 +54,7 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-pub use before_wait::{before_wait, set_before_wait};
+pub use before_wait::{before_wait, in_completion, set_before_wait};
 pub use client::{Client, WriteAttrDone};
 pub use config::{ClientConfig, MsizeNegotiation};
 pub use crossfs_wire::{

@@ -36,7 +36,7 @@ use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crossfs_client::Payload;
@@ -67,9 +67,11 @@ pub(crate) struct TransportCounters {
     pub io_uring: AtomicU64,
     /// Queues whose entries the kernel took (each possible CPU's, when in use).
     pub queues_registered: AtomicUsize,
-    /// Handlers that waited for the server on a ring's leading thread, which handed the
-    /// ring to another thread first.
+    /// Handlers that waited for the server on a ring's leading thread, which freed the
+    /// ring for another thread first.
     pub handed_over: AtomicU64,
+    /// Times another thread took a ring so freed (a request came, or a reply to commit).
+    pub taken_over: AtomicU64,
     /// Threads serving the rings, all queues together.
     pub ring_threads: AtomicUsize,
 }
@@ -81,6 +83,7 @@ impl TransportCounters {
             "io_uring": self.io_uring.load(Ordering::Relaxed),
             "io_uring_queues": self.queues_registered.load(Ordering::Relaxed),
             "io_uring_handovers": self.handed_over.load(Ordering::Relaxed),
+            "io_uring_takeovers": self.taken_over.load(Ordering::Relaxed),
             "io_uring_threads": self.ring_threads.load(Ordering::Relaxed),
         })
     }
@@ -106,8 +109,8 @@ pub(crate) fn possible_cpus() -> usize {
 /// max_write or max_pages, whichever is larger).
 ///
 /// # Errors
-/// Creating the eventfd or starting the thread; the thread returns an error setting up
-/// the ring, or a submission failing.
+/// Setting up the ring, its eventfds and its watch, or starting the thread; the thread
+/// returns a submission's error.
 pub(crate) fn start_queue<FS: Filesystem>(
     fs: Arc<FS>,
     dev: Arc<DevFuse>,
@@ -116,9 +119,23 @@ pub(crate) fn start_queue<FS: Filesystem>(
     acl: Acl,
     counters: Arc<TransportCounters>,
 ) -> io::Result<JoinHandle<io::Result<()>>> {
-    let wake = rustix::event::eventfd(
-        0,
-        rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+    use rustix::event::{epoll, eventfd, EventfdFlags};
+    let flags = EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK;
+    let (wake, stop) = (eventfd(0, flags)?, eventfd(0, flags)?);
+    let watch = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+    let ring = Ring::new(&dev, qid, &wake, payload_len)?;
+    // The ring only while it is free (armed then, one-shot); the end for good.
+    epoll::add(
+        &watch,
+        &ring.uring,
+        epoll::EventData::new_u64(0),
+        epoll::EventFlags::empty(),
+    )?;
+    epoll::add(
+        &watch,
+        &stop,
+        epoll::EventData::new_u64(1),
+        epoll::EventFlags::IN,
     )?;
     let follower_fs = fs.clone();
     let queue = Arc::new(Queue {
@@ -126,6 +143,8 @@ pub(crate) fn start_queue<FS: Filesystem>(
         dev,
         replies: Mutex::new(Vec::new()),
         wake,
+        watch,
+        stop,
         lead: Mutex::new(Lead {
             ring: None,
             free: false,
@@ -134,7 +153,6 @@ pub(crate) fn start_queue<FS: Filesystem>(
             ended: false,
             error: None,
         }),
-        lead_free: Condvar::new(),
         counters,
         start_thread: Box::new(move |queue| {
             let fs = follower_fs.clone();
@@ -147,13 +165,6 @@ pub(crate) fn start_queue<FS: Filesystem>(
     std::thread::Builder::new()
         .name(format!("crossfs-uring-{qid}"))
         .spawn(move || {
-            let ring = match Ring::new(&queue, payload_len) {
-                Ok(ring) => ring,
-                Err(e) => {
-                    queue.end(None);
-                    return Err(e);
-                }
-            };
             serve(&*fs, &queue, acl, Some(ring))?;
             lock(&queue.lead).error.take().map_or(Ok(()), Err)
         })
@@ -161,16 +172,24 @@ pub(crate) fn start_queue<FS: Filesystem>(
 
 /// One queue: its ring (held by the thread that leads), the replies waiting to be
 /// committed, and who leads.
+///
+/// Handing over costs no thread switch unless there is work: the ring is left parked and
+/// free, and the queue's idle threads wait on `watch`, which reports the ring's fd readable
+/// (a completion posted: a request, or the eventfd poll of posted replies) only while it is
+/// armed, from the hand-over until a thread takes the ring. The thread that handed it over
+/// takes it back on its way out if nobody did, and commits its own reply then.
 struct Queue {
     qid: u16,
     dev: Arc<DevFuse>,
     /// (entry, its buffers with the reply written in them), to be committed.
     replies: Mutex<Vec<(usize, Buffers)>>,
-    /// Written to wake the leading thread.
+    /// Written when a reply is posted: the ring polls it (a completion wakes its leader).
     wake: OwnedFd,
+    /// The idle threads' wait: the ring's fd (armed while the ring is free), `stop`.
+    watch: OwnedFd,
+    /// Written once the queue ended.
+    stop: OwnedFd,
     lead: Mutex<Lead>,
-    /// The ring became free to take, or the queue ended.
-    lead_free: Condvar,
     counters: Arc<TransportCounters>,
     /// Starts one more thread serving the queue (the file system's type erased).
     start_thread: Box<dyn Fn(Arc<Queue>) -> io::Result<()> + Send + Sync>,
@@ -179,12 +198,12 @@ struct Queue {
 /// Who leads a queue.
 struct Lead {
     /// The ring when no thread holds it: parked by the leading thread while it runs a
-    /// handler, or free to take.
+    /// handler, and free to take once that handler waits for the server.
     ring: Option<Box<Ring>>,
-    /// The leading thread's handler waits for the server: the next thread to look takes
-    /// the ring.
+    /// The leading thread's handler waits for the server: another thread may take the
+    /// ring (`watch` is armed).
     free: bool,
-    /// Threads waiting to lead.
+    /// Threads waiting on `watch`.
     idle: usize,
     /// Threads started.
     threads: usize,
@@ -200,6 +219,9 @@ thread_local! {
     /// The queue (its address) whose ring this thread leads while it runs a handler; 0
     /// when none.
     static LEADING: Cell<usize> = const { Cell::new(0) };
+    /// The queue whose ring this thread's handler handed over, and the entry (plus one)
+    /// of the request it runs: its reply may take the ring back.
+    static HANDED_OVER: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
 }
 
 fn address(queue: &Queue) -> usize {
@@ -220,16 +242,31 @@ fn hand_over() {
 }
 
 impl Queue {
-    /// Frees the parked ring for another thread, starting one if none is idle.
+    /// Frees the parked ring for another thread: arms `watch`, wakes a thread at once if
+    /// work is waiting already, and starts a thread if none is idle.
     fn hand_over(self: &Arc<Self>) {
         self.counters.handed_over.fetch_add(1, Ordering::Relaxed);
+        HANDED_OVER.with(|h| h.set((address(self), h.get().1)));
         let start = {
             let mut lead = lock(&self.lead);
+            let Some(ring) = lead.ring.as_mut() else {
+                return;
+            };
+            let waiting = !ring.completions.is_empty() || !lock(&self.replies).is_empty();
+            if let Err(e) = self.arm(&ring.uring, true) {
+                tracing::warn!(
+                    "FUSE over io_uring: queue {}: arming its watch: {e}",
+                    self.qid
+                );
+                return;
+            }
+            if waiting {
+                // Completions already reaped, or replies posted without a wake-up: the
+                // ring's poll of `wake` makes the ring's fd readable.
+                let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
+            }
             lead.free = true;
-            if lead.idle > 0 {
-                self.lead_free.notify_one();
-                false
-            } else if lead.threads < MAX_THREADS_PER_QUEUE {
+            if lead.idle == 0 && lead.threads < MAX_THREADS_PER_QUEUE {
                 lead.threads += 1;
                 true
             } else {
@@ -248,24 +285,52 @@ impl Queue {
         }
     }
 
-    /// Waits until the ring is free to take, and takes it; `None` once the queue ended.
+    /// Arms `watch` for the ring's fd (one-shot), or disarms it.
+    fn arm(&self, uring: &Uring, on: bool) -> io::Result<()> {
+        use rustix::event::epoll::{modify, EventData, EventFlags};
+        let flags = match on {
+            true => EventFlags::IN | EventFlags::ONESHOT,
+            false => EventFlags::empty(),
+        };
+        Ok(modify(&self.watch, uring, EventData::new_u64(0), flags)?)
+    }
+
+    /// Takes the ring if it is free (disarming `watch`).
+    fn take_free(&self, lead: &mut Lead) -> Option<Box<Ring>> {
+        if !lead.free {
+            return None;
+        }
+        let ring = lead.ring.take()?;
+        lead.free = false;
+        let _ = self.arm(&ring.uring, false);
+        Some(ring)
+    }
+
+    /// Waits until the ring is free and has work, or this thread handed it over, and takes
+    /// it; `None` once the queue ended.
     fn wait_to_lead(&self) -> Option<Box<Ring>> {
+        let mut events = Vec::with_capacity(2);
         let mut lead = lock(&self.lead);
         loop {
             if lead.ended {
                 return None;
             }
-            if lead.free {
-                if let Some(ring) = lead.ring.take() {
-                    lead.free = false;
-                    return Some(ring);
-                }
+            if let Some(ring) = self.take_free(&mut lead) {
+                self.counters.taken_over.fetch_add(1, Ordering::Relaxed);
+                return Some(ring);
             }
             lead.idle += 1;
-            lead = self
-                .lead_free
-                .wait(lead)
-                .unwrap_or_else(PoisonError::into_inner);
+            drop(lead);
+            events.clear();
+            match rustix::event::epoll::wait(
+                &self.watch,
+                rustix::buffer::spare_capacity(&mut events),
+                None,
+            ) {
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => tracing::warn!("FUSE over io_uring: queue {}: waiting: {e}", self.qid),
+            }
+            lead = lock(&self.lead);
             lead.idle -= 1;
         }
     }
@@ -275,13 +340,30 @@ impl Queue {
         let mut lead = lock(&self.lead);
         lead.ended = true;
         lead.error = error;
-        self.lead_free.notify_all();
+        let _ = rustix::io::write(&self.stop, &1u64.to_ne_bytes());
     }
 
-    /// Hands an entry's buffers, its reply written in them, to the leading thread.
+    /// Hands an entry's buffers, its reply written in them, to the leading thread. The
+    /// thread that handed the ring over, answering its own request, takes the ring back
+    /// if nobody took it, and commits the reply itself once its handler returns.
     fn post(&self, entry: usize, buffers: Buffers) -> io::Result<()> {
+        let me = address(self);
+        if LEADING.get() != me
+            && HANDED_OVER.get() == (me, entry + 1)
+            && !crossfs_client::in_completion()
+        {
+            HANDED_OVER.set((0, entry + 1));
+            let mut lead = lock(&self.lead);
+            if lead.free {
+                if let Some(ring) = lead.ring.as_ref() {
+                    let _ = self.arm(&ring.uring, false);
+                    lead.free = false;
+                    LEADING.set(me);
+                }
+            }
+        }
         lock(&self.replies).push((entry, buffers));
-        if LEADING.get() != address(self) {
+        if LEADING.get() != me {
             rustix::io::write(&self.wake, &1u64.to_ne_bytes())?;
         }
         Ok(())
@@ -316,8 +398,8 @@ fn serve<FS: Filesystem>(
 }
 
 /// Leads `queue` with `ring`: fetches requests, runs their handlers and commits their
-/// replies, until a handler waits for the server (the ring is then another thread's:
-/// `None`) or the queue is over (`Some`: how it ended).
+/// replies, until a handler waits for the server and another thread takes the ring
+/// (`None`) or the queue is over (`Some`: how it ended).
 fn lead<FS: Filesystem>(
     fs: &FS,
     queue: &Arc<Queue>,
@@ -353,14 +435,15 @@ fn lead<FS: Filesystem>(
             }
             continue;
         }
-        let Some((reply, laid_out)) = ring.take_request(queue, user_data as usize, result, request)
-        else {
+        let i = user_data as usize;
+        let Some((reply, laid_out)) = ring.take_request(queue, i, result, request) else {
             continue;
         };
         // The ring waits here while the handler runs, for this thread to take it back, or
         // for another to take it if the handler waits for the server (`hand_over`).
         lock(&queue.lead).ring = Some(ring);
         LEADING.set(address(queue));
+        HANDED_OVER.set((0, i + 1));
         let unique = reply.unique;
         let sender: ReplySender = reply;
         match laid_out.then(|| abi::decode(request)) {
@@ -373,10 +456,17 @@ fn lead<FS: Filesystem>(
             None => super::reply::send(&*sender, unique, -libc::EIO, &[]),
         }
         drop(sender);
+        HANDED_OVER.set((0, 0));
         if LEADING.replace(0) == 0 {
-            return None;
+            // Handed over: back to leading if nobody took the ring meanwhile.
+            let mut lead = lock(&queue.lead);
+            match queue.take_free(&mut lead) {
+                Some(r) => ring = r,
+                None => return None,
+            }
+        } else {
+            ring = lock(&queue.lead).ring.take()?;
         }
-        ring = lock(&queue.lead).ring.take()?;
     }
 }
 
@@ -430,7 +520,7 @@ impl Entry {
 struct Ring {
     /// Dropped before the entries (fields drop in order): the kernel is done with their
     /// buffers once the ring is closed.
-    uring: IoUring<squeue::Entry128, cqueue::Entry>,
+    uring: Uring,
     entries: Vec<Entry>,
     /// Completions reaped and not yet handled.
     completions: VecDeque<(u64, i32)>,
@@ -439,12 +529,15 @@ struct Ring {
     committing: Vec<(usize, Buffers)>,
 }
 
+/// A ring of 128-byte submissions, as FUSE's commands need.
+type Uring = IoUring<squeue::Entry128, cqueue::Entry>;
+
 /// `user_data` of the eventfd's poll.
 const WAKE: u64 = u64::MAX;
 
 impl Ring {
     /// A ring whose entries and eventfd poll are queued, submitted on the first wait.
-    fn new(queue: &Queue, payload_len: usize) -> io::Result<Box<Ring>> {
+    fn new(dev: &DevFuse, qid: u16, wake: &OwnedFd, payload_len: usize) -> io::Result<Box<Ring>> {
         let uring = IoUring::builder().build((ENTRIES_PER_QUEUE * 2 + 2) as u32)?;
         let mut ring = Box::new(Ring {
             uring,
@@ -455,16 +548,13 @@ impl Ring {
             registered: false,
             committing: Vec::new(),
         });
-        let fd = types::Fd(queue.dev.as_fd().as_raw_fd());
+        let fd = types::Fd(dev.as_fd().as_raw_fd());
         let Ring { uring, entries, .. } = &mut *ring;
         for (i, e) in entries.iter_mut().enumerate() {
-            push(
-                uring,
-                entry_command(fd, ring_abi::CMD_REGISTER, e, i, queue.qid),
-            )?;
+            push(uring, entry_command(fd, ring_abi::CMD_REGISTER, e, i, qid))?;
             e.in_kernel = true;
         }
-        push(uring, wake_poll(&queue.wake))?;
+        push(uring, wake_poll(wake))?;
         Ok(ring)
     }
 
