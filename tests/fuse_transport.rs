@@ -63,21 +63,32 @@ fn pin_to_cpu0() {
     );
 }
 
-/// getxattr of `security.capability` (a FUSE request each time: the kernel keeps no
-/// extended attributes), returning the errno.
-fn capability_errno(path: &Path) -> i32 {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-    // SAFETY: a NUL-terminated path and name; a zero size asks for no value.
+/// fgetxattr of `security.capability` (a FUSE request each time: the kernel keeps no
+/// extended attributes, and a descriptor needs no path walked), returning the errno.
+fn capability_errno(file: &std::fs::File) -> i32 {
+    use std::os::fd::AsRawFd;
+    // SAFETY: an open descriptor and a NUL-terminated name; a zero size asks for no value.
     let r = unsafe {
-        libc::getxattr(
-            c.as_ptr(),
+        libc::fgetxattr(
+            file.as_raw_fd(),
             c"security.capability".as_ptr(),
             std::ptr::null_mut(),
             0,
         )
     };
-    assert_eq!(r, -1, "{}: no capability", path.display());
+    assert_eq!(r, -1, "no capability");
     std::io::Error::last_os_error().raw_os_error().unwrap()
+}
+
+/// fchmod of `file` to `mode`, from a thread on CPU 0 (a SETATTR, which waits for the
+/// server in its handler).
+fn chmod_on_cpu0(file: &std::fs::File, mode: u32) -> std::thread::JoinHandle<std::io::Result<()>> {
+    use std::os::unix::fs::PermissionsExt;
+    let file = file.try_clone().unwrap();
+    std::thread::spawn(move || {
+        pin_to_cpu0();
+        file.set_permissions(std::fs::Permissions::from_mode(mode))
+    })
 }
 
 /// Stops the server (SIGSTOP) and waits until every thread of it has stopped.
@@ -184,41 +195,29 @@ fn io_uring_serves_where_the_kernel_offers_it_and_the_mount_asks() {
     });
 }
 
-/// With the server stopped, a mkdir made on CPU 0 waits for it in its handler; requests the
+/// With the server stopped, a chmod made on CPU 0 waits for it in its handler; requests the
 /// mount answers itself, made on CPU 0 meanwhile, are still answered through CPU 0's ring
 /// (its leading thread freed the ring before it waited, and another thread took it when
-/// they came). Once the server goes on, the mkdir is answered and made.
+/// they came). Once the server goes on, the chmod is answered and made. Every request goes
+/// through open descriptors: no path is walked, so none waits for the server on its way.
 #[test]
 fn a_request_waiting_for_the_server_leaves_its_cpus_ring_serving() {
+    use std::os::unix::fs::PermissionsExt;
     assert_root();
     let _enabled = UringEnabled::set();
     served_by(&["--io-uring"], |serve, mount, export| {
-        let mnt = mount.mountpoint.clone();
+        std::fs::write(mount.mountpoint.join("local"), "here").unwrap();
+        let file = std::fs::File::open(mount.mountpoint.join("local")).unwrap();
         // A first wait for the server on CPU 0's ring, which starts the thread that will
-        // take the ring from the next one.
-        let warm_up = mnt.join("warm-up");
-        std::thread::spawn(move || {
-            pin_to_cpu0();
-            std::fs::create_dir(warm_up)
-        })
-        .join()
-        .unwrap()
-        .unwrap();
-        let local = mnt.join("local");
-        std::fs::write(&local, "here").unwrap();
-        assert_eq!(capability_errno(&local), libc::ENODATA);
+        // take the ring the next time.
+        chmod_on_cpu0(&file, 0o640).join().unwrap().unwrap();
+        assert_eq!(capability_errno(&file), libc::ENODATA);
         let before = mount.stats()["fuse_transport"].clone();
         stop(serve);
-        let mkdir = std::thread::spawn({
-            let dir = mnt.join("made-while-stopped");
-            move || {
-                pin_to_cpu0();
-                std::fs::create_dir(dir)
-            }
-        });
-        // The mkdir's handler waits before these start: its Tmkdir is in the socket.
+        let chmod = chmod_on_cpu0(&file, 0o600);
+        // The chmod's handler waits before these start: its Tsetattrget is in the socket.
         wait_until(
-            "the mkdir to be sent",
+            "the chmod to wait",
             std::time::Duration::from_secs(30),
             || {
                 mount.stats()["fuse_transport"]["io_uring_handovers"].as_u64()
@@ -226,9 +225,10 @@ fn a_request_waiting_for_the_server_leaves_its_cpus_ring_serving() {
             },
         );
         let (tx, rx) = std::sync::mpsc::channel();
+        let again = file.try_clone().unwrap();
         std::thread::spawn(move || {
             pin_to_cpu0();
-            let answers: Vec<i32> = (0..200).map(|_| capability_errno(&local)).collect();
+            let answers: Vec<i32> = (0..200).map(|_| capability_errno(&again)).collect();
             let _ = tx.send(answers);
         });
         let answers = rx.recv_timeout(std::time::Duration::from_secs(20));
@@ -245,12 +245,15 @@ fn a_request_waiting_for_the_server_leaves_its_cpus_ring_serving() {
             n(&during, "io_uring_takeovers") > n(&before, "io_uring_takeovers"),
             "no other thread took the ring: {before} -> {during}"
         );
-        mkdir
+        chmod
             .join()
             .unwrap()
-            .expect("the mkdir, once the server went on");
-        assert!(export.join("made-while-stopped").is_dir());
-        assert!(mount.stats()["fuse_transport"]["io_uring_threads"].as_u64() > Some(1));
+            .expect("the chmod, once the server went on");
+        let mode = std::fs::metadata(export.join("local"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
     });
 }
 
