@@ -8,10 +8,12 @@
 //! gives it (`crossfs_fuse_abi::uring::reassemble`) and dispatched on the leading thread,
 //! so that a request the mount answers from what it holds costs no thread hop. A handler
 //! that waits for the server (a blocking 9P call, or a wait of the mount's on the server:
-//! `crossfs_client::before_wait`) first hands the ring to another thread of the queue
-//! (leader/followers, as the 9P client reads its socket), started when none is idle, so
-//! the ring goes on fetching while it waits; it becomes a follower once its handler is
-//! done. `crossfs stats` counts the hand-overs.
+//! `crossfs_client::before_wait`) first frees the ring for the queue's other threads
+//! (leader/followers, as the 9P client reads its socket; one is started when none is
+//! idle): one of them takes it as soon as a request or a reply to commit comes, so the
+//! ring goes on fetching while the handler waits; if none came, the handler's thread takes
+//! the ring back with its reply, and the wait cost no thread switch. `crossfs stats`
+//! counts both (`io_uring_handovers`, `io_uring_takeovers`).
 //!
 //! A reply, from whichever thread answers, is written into its entry's buffers there (a
 //! READ's payload read straight from the 9P socket into them), and the entry queued for
@@ -253,6 +255,11 @@ impl Queue {
                 return;
             };
             let waiting = !ring.completions.is_empty() || !lock(&self.replies).is_empty();
+            // What the leader queued goes in now (commits, the poll of `wake`): no thread
+            // may be in the ring to submit it until the next takes it.
+            if let Err(e) = ring.uring.submit() {
+                tracing::warn!("FUSE over io_uring: queue {}: submitting: {e}", self.qid);
+            }
             if let Err(e) = self.arm(&ring.uring, true) {
                 tracing::warn!(
                     "FUSE over io_uring: queue {}: arming its watch: {e}",
@@ -306,8 +313,8 @@ impl Queue {
         Some(ring)
     }
 
-    /// Waits until the ring is free and has work, or this thread handed it over, and takes
-    /// it; `None` once the queue ended.
+    /// Waits until the ring is free (woken when it has work, or at once if it is free
+    /// already), and takes it; `None` once the queue ended.
     fn wait_to_lead(&self) -> Option<Box<Ring>> {
         let mut events = Vec::with_capacity(2);
         let mut lead = lock(&self.lead);
