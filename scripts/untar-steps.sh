@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Where an untar's time goes: extracts one tarball natively and through a crossfs mount,
 # both on tmpfs (so the disk does not decide), and prints the times, the FUSE requests the
-# mount got and the 9P requests it sent, and the changes it sent behind.
+# mount got and the 9P requests it sent, which FUSE transport served them, and the changes
+# it sent behind.
 #
 #   sudo scripts/untar-steps.sh [-- MOUNT-OPTIONS...]
 #   sudo scripts/untar-steps.sh -- --changes behind
@@ -69,6 +70,7 @@ import json, sys
 m = json.load(sys.stdin)
 print("FUSE requests:", {k: v["count"] for k, v in sorted(m["fuse"].items())})
 print("9P requests:", {k: v["count"] for k, v in sorted(m["9p"].items()) if k.startswith("T")})
+print("FUSE transport:", m.get("fuse_transport", {}))
 b = m.get("behind", {})
 if b.get("sent"):
     print("sent behind:", b["sent"], "refused:", b["refused"],

@@ -485,10 +485,11 @@ pub struct MountArgs {
     pub threads: usize,
     /// Serve FUSE over io_uring where the kernel offers it (Linux 6.14+ with
     /// /sys/module/fuse/parameters/enable_uring set to Y), as libfuse 3.18's `-o io_uring`:
-    /// one ring and one pinned thread per CPU, beside the --threads /dev/fuse workers, which
-    /// serve alone when the kernel does not offer it or refuses it. Off by default: measured
-    /// on a 2-core VM, it halves what a request the mount answers itself costs but slows
-    /// those that wait for the server (sequential reads to half), docs/bench.md. `crossfs
+    /// one ring per CPU served by threads pinned to it (a handler that waits for the server
+    /// frees the ring for another), beside the --threads /dev/fuse workers, which serve
+    /// alone when the kernel does not offer it or refuses it. Off by default: measured on a
+    /// 2-core VM, it halves what a request the mount answers itself costs but small reads
+    /// and writes that wait for the server cost a thread hop more, docs/bench.md. `crossfs
     /// stats` counts the requests each transport served.
     #[arg(long)]
     pub io_uring: bool,

@@ -253,6 +253,9 @@ impl Connection {
     /// [`Completion::Wake`]s for `waiter`, reading the socket itself whenever nobody else
     /// does.
     pub(crate) fn wait(&self, waiter: &Arc<Waiter>) -> Vec<Result<Reply, ClientError>> {
+        if !waiter.is_done() {
+            crate::before_wait();
+        }
         while !waiter.is_done() {
             let mut state = lock(&self.state);
             if waiter.is_done() {
@@ -519,6 +522,7 @@ impl Connection {
                     state.deferred.push_back(Deferred { request, pending });
                     return;
                 }
+                crate::before_wait();
                 state = self
                     .tag_freed
                     .wait(state)

@@ -34,6 +34,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod before_wait;
 mod client;
 mod config;
 mod conn;
@@ -54,6 +55,7 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+pub use before_wait::{before_wait, in_completion, set_before_wait};
 pub use client::{Client, WriteAttrDone, WriteData};
 pub use config::{ClientConfig, MsizeNegotiation};
 pub use crossfs_wire::{

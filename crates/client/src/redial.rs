@@ -133,6 +133,7 @@ impl Link {
                 Some(_) => left.min(crate::GIVE_UP_POLL),
                 None => left,
             };
+            crate::before_wait();
             slot = self
                 .changed
                 .wait_timeout(slot, step)

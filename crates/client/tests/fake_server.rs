@@ -277,6 +277,45 @@ fn shutdown_fails_pending_calls_and_runs_the_closer() {
     assert!(!client.is_connected());
 }
 
+/// Waits run by the hook of `a_call_runs_its_threads_hook_before_it_waits`.
+static WAITS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn count_wait() {
+    WAITS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// A thread's hook runs once its blocking call is written and before the reply comes, and
+/// a thread that set none runs nothing.
+#[test]
+fn a_call_runs_its_threads_hook_before_it_waits() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let (client, mut fake) = pair(&ClientConfig::default(), 8192);
+    let clunk = |fid| Tmessage::Clunk(crossfs_wire::Tclunk { fid: Fid(fid) });
+    let hooked = {
+        let client = client.clone();
+        thread::spawn(move || {
+            crossfs_client::set_before_wait(Some(count_wait));
+            client.call(clunk(1)).map(|_| ())
+        })
+    };
+    let f = fake.read_request().unwrap();
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while WAITS.load(SeqCst) == 0 && std::time::Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(WAITS.load(SeqCst), 1, "the hook ran before the reply");
+    fake.reply(f.tag, Rmessage::Clunk(Rclunk {}));
+    assert_eq!(hooked.join().unwrap(), Ok(()));
+    let plain = {
+        let client = client.clone();
+        thread::spawn(move || client.call(clunk(2)).map(|_| ()))
+    };
+    let f = fake.read_request().unwrap();
+    fake.reply(f.tag, Rmessage::Clunk(Rclunk {}));
+    assert_eq!(plain.join().unwrap(), Ok(()));
+    assert_eq!(WAITS.load(SeqCst), 1);
+}
+
 #[test]
 fn callers_wait_for_a_free_tag() {
     let config = ClientConfig {

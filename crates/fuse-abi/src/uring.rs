@@ -137,12 +137,25 @@ pub fn put_reply(
         payload[at..at + b.len()].copy_from_slice(b);
         at += b.len();
     }
+    put_reply_header(header, unique, error, len)
+}
+
+/// Writes a reply's header into a ring entry whose body, `len` bytes, already lies at the
+/// start of its payload buffer (read there straight from where it came from). Returns
+/// false, writing nothing, when the header buffer is short.
+pub fn put_reply_header(header: &mut [u8], unique: u64, error: i32, len: usize) -> bool {
+    let Ok(len32) = u32::try_from(len) else {
+        return false;
+    };
+    if header.len() < HEADER_BUFFER_LEN {
+        return false;
+    }
     header[..OP_IN_OFFSET].fill(0);
-    header[0..4].copy_from_slice(&((super::OUT_HEADER_LEN + len) as u32).to_le_bytes());
+    header[0..4]
+        .copy_from_slice(&((super::OUT_HEADER_LEN as u32).saturating_add(len32)).to_le_bytes());
     header[4..8].copy_from_slice(&error.to_le_bytes());
     header[8..16].copy_from_slice(&unique.to_le_bytes());
-    header[ENT_IN_OUT_OFFSET + 16..ENT_IN_OUT_OFFSET + 20]
-        .copy_from_slice(&(len as u32).to_le_bytes());
+    header[ENT_IN_OUT_OFFSET + 16..ENT_IN_OUT_OFFSET + 20].copy_from_slice(&len32.to_le_bytes());
     true
 }
 
@@ -188,5 +201,12 @@ mod tests {
         assert_eq!(&payload, b"abcd");
         assert_eq!(ent_in_out(&header).unwrap().1, 4);
         assert!(!put_reply(&mut header, &mut payload, 5, 0, &[b"abcde"]));
+        // A body already in the payload buffer: only the header is written.
+        assert!(put_reply_header(&mut header, 6, -2, 3));
+        assert_eq!(ent_in_out(&header).unwrap().1, 3);
+        assert_eq!(&header[0..4], &19u32.to_le_bytes());
+        assert_eq!(&header[4..8], &(-2i32).to_le_bytes());
+        assert_eq!(&header[8..16], &6u64.to_le_bytes());
+        assert!(!put_reply_header(&mut header[..100], 6, 0, 3));
     }
 }

@@ -189,6 +189,9 @@ impl ChangesBehind {
                 return Ok(());
             }
         }
+        if q.creating.contains_key(&ino) {
+            crossfs_client::before_wait();
+        }
         while q.creating.contains_key(&ino) {
             if crossfs_client::caller_gave_up() {
                 return Err(NotAnswered::Interrupted);
@@ -228,6 +231,7 @@ impl ChangesBehind {
             let mut q = lock(&self.queue);
             if q.bytes + bytes > BYTES_LIMIT && !q.unanswered.is_empty() {
                 self.counters.waited_for_room.fetch_add(1, Relaxed);
+                crossfs_client::before_wait();
                 while q.bytes + bytes > BYTES_LIMIT && !q.unanswered.is_empty() {
                     q = self
                         .answered
@@ -456,6 +460,9 @@ impl ChangesBehind {
                 || q.lost.range(..=last).next().is_some()
                 || q.holds > 0
         };
+        if pending(&q) {
+            crossfs_client::before_wait();
+        }
         while pending(&q) {
             let now = Instant::now();
             if now >= deadline {

@@ -91,6 +91,9 @@ impl PagePush {
         ino: u64,
     ) -> MutexGuard<'a, State> {
         let deadline = Instant::now() + MAX_WAIT;
+        if st.pushing.contains_key(&ino) {
+            crossfs_client::before_wait();
+        }
         while st.pushing.contains_key(&ino) {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {

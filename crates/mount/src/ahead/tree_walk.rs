@@ -74,6 +74,7 @@ impl TreeWalk {
     pub(crate) fn wait_for(&self, dir: u64) {
         let fetching = crate::sync::lock(&self.fetching);
         if fetching.contains(&dir) {
+            crossfs_client::before_wait();
             let _ = self
                 .fetched
                 .wait_timeout_while(fetching, MAX_WAIT, |f| f.contains(&dir));

@@ -378,6 +378,7 @@ impl ChangeState {
             let _ = written.send(r);
         });
         client.write_async(*fid, 0, format!("sync {marker}").as_bytes(), done);
+        crossfs_client::before_wait();
         let written = loop {
             let now = Instant::now();
             if now >= deadline {

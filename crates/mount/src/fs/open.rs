@@ -207,6 +207,7 @@ impl MountState {
                 return Err(ClientError::Errno(refused));
             }
             if gave_back == 0 {
+                crossfs_client::before_wait();
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_secs(1));
             }

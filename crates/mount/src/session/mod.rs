@@ -163,16 +163,15 @@ impl<FS: Filesystem> Session<FS> {
                 .max(usize::from(agreed.max_pages) * crate::config::PAGE as usize)
                 .max(8192);
             for qid in 0..uring::possible_cpus() {
-                let (fs, dev, acl) = (fs.clone(), self.main.clone(), self.acl);
-                let counters = self.counters.clone();
                 let qid = u16::try_from(qid).unwrap_or(u16::MAX);
-                workers.push(
-                    std::thread::Builder::new()
-                        .name(format!("crossfs-uring-{qid}"))
-                        .spawn(move || {
-                            uring::serve_queue(&*fs, &dev, qid, payload, acl, &counters)
-                        })?,
-                );
+                workers.push(uring::start_queue(
+                    fs.clone(),
+                    self.main.clone(),
+                    qid,
+                    payload,
+                    self.acl,
+                    self.counters.clone(),
+                )?);
             }
         }
         let mut result = serve(

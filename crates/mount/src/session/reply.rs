@@ -34,6 +34,19 @@ pub(crate) trait Channel: Send + Sync {
     fn splice_target(&self) -> Option<BorrowedFd<'_>> {
         None
     }
+
+    /// Answers request `unique` with `payload` read straight into the channel's own buffer
+    /// (a ring entry's), returning its length; `None` when the channel has no such buffer,
+    /// or none that holds it: the caller then reads the payload and sends it. The request
+    /// is answered either way once this returns `Some` (EIO if reading failed).
+    fn send_payload(
+        &self,
+        unique: u64,
+        payload: &mut Payload<'_>,
+    ) -> Option<std::io::Result<usize>> {
+        let _ = (unique, payload);
+        None
+    }
 }
 
 /// The channel a reply goes back through.
@@ -172,7 +185,27 @@ impl ReplyData {
             .filter(|_| splice && payload.has_socket());
         let sent = match target.and_then(|s| s.splice_target().map(|fd| (s, fd))) {
             Some((_, fd)) => super::splice::reply(fd, self.0.unique, payload),
-            None => Sent::Copy(payload.read_to_vec()),
+            None => {
+                let unique = self.0.unique;
+                let into_channel = self
+                    .0
+                    .sender
+                    .as_ref()
+                    .and_then(|s| s.send_payload(unique, payload));
+                match into_channel {
+                    Some(read) => {
+                        self.0.sender.take();
+                        return match read {
+                            Ok(n) => Moved::Copied(n),
+                            Err(e) => {
+                                tracing::warn!("reading a read's reply of {len} bytes: {e}");
+                                Moved::Copied(0)
+                            }
+                        };
+                    }
+                    None => Sent::Copy(payload.read_to_vec()),
+                }
+            }
         };
         match sent {
             Sent::Spliced(n) => {
