@@ -170,7 +170,7 @@ impl<FS: Filesystem> Session<FS> {
                     qid,
                     payload,
                     self.acl,
-                    self.counters.clone(),
+                    (self.counters.clone(), poll.clone()),
                 )?);
             }
         }

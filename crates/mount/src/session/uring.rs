@@ -48,6 +48,7 @@ use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
 use super::dev::DevFuse;
 use super::dispatch::{self, Acl, Filesystem};
+use super::idle_poll::IdlePoll;
 use super::reply::{Channel, ReplySender};
 use crate::sync::lock;
 
@@ -119,7 +120,7 @@ pub(crate) fn start_queue<FS: Filesystem>(
     qid: u16,
     payload_len: usize,
     acl: Acl,
-    counters: Arc<TransportCounters>,
+    (counters, poll): (Arc<TransportCounters>, Option<Arc<IdlePoll>>),
 ) -> io::Result<JoinHandle<io::Result<()>>> {
     use rustix::event::{epoll, eventfd, EventfdFlags};
     let flags = EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK;
@@ -156,6 +157,7 @@ pub(crate) fn start_queue<FS: Filesystem>(
             error: None,
         }),
         counters,
+        poll,
         start_thread: Box::new(move |queue| {
             let fs = follower_fs.clone();
             std::thread::Builder::new()
@@ -193,6 +195,8 @@ struct Queue {
     stop: OwnedFd,
     lead: Mutex<Lead>,
     counters: Arc<TransportCounters>,
+    /// Keeps the CPUs awake while requests come (`idle_poll.rs`), if on.
+    poll: Option<Arc<IdlePoll>>,
     /// Starts one more thread serving the queue (the file system's type erased).
     start_thread: Box<dyn Fn(Arc<Queue>) -> io::Result<()> + Send + Sync>,
 }
@@ -617,6 +621,9 @@ impl Ring {
                 .fetch_add(1, Ordering::Relaxed);
         }
         queue.counters.io_uring.fetch_add(1, Ordering::Relaxed);
+        if let Some(poll) = &queue.poll {
+            poll.request();
+        }
         let buffers = e.buffers.take()?;
         let unique = u64::from_le_bytes(buffers.header[8..16].try_into().unwrap_or([0; 8]));
         let laid_out = match ring_abi::reassemble(&buffers.header[..], &buffers.payload, request) {
