@@ -104,7 +104,9 @@ owner), makes the change onto the copy and answers the copy's name in `kept_as`,
 file's own attributes as the host has them; the connection's next changes of the file
 based on "the previous change" go to the same copy, until one is based on the file as the
 client sees it again. So the host's file is never changed by them, and every byte and mode
-the client set is in the copy, on top of the host's version. Any other kind of file is
+the client set is in the copy, on top of the host's version. A change based on "the
+previous change" of a file this connection has no record of (that change went on an
+earlier connection, which was lost) is made onto the file as it stands. Any other kind of file is
 left as it is, and the change fails with `ESTALE`. What is compared misses a host change
 that leaves all five as they were (a write of the same size within one tick of a clock
 coarser than the file system's timestamps), and one made between the server's check and

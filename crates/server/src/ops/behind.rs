@@ -172,7 +172,13 @@ impl OwnChanges {
         let record = files.by_path.get_mut(&path);
         let own = |r: &Option<&mut Record>| r.as_ref().is_some_and(|r| r.stamps.contains(now));
         if base.is_after_previous() {
-            if let Some(kept) = record.as_ref().and_then(|r| r.kept.clone()) {
+            let Some(r) = &record else {
+                // Its previous change went on another connection (one lost, whose changes
+                // the client sends again as they stand): nothing here to tell a host's
+                // change from it, and the change goes as they do.
+                return Verdict::Onto;
+            };
+            if let Some(kept) = r.kept.clone() {
                 return Verdict::Kept(kept);
             }
             return if own(&record) {
@@ -431,11 +437,11 @@ mod tests {
             own.verdict(7, &BehindBase::after_previous(), &at(3, 5)),
             Verdict::Conflict
         ));
-        // Nothing known of another file: a change based on an earlier one cannot be told
-        // from a host's.
+        // Nothing known of another file (its previous change went on a connection that
+        // was lost, and was sent again as it stands): made as it stands too.
         assert!(matches!(
             own.verdict(8, &BehindBase::after_previous(), &at(3, 5)),
-            Verdict::Conflict
+            Verdict::Onto
         ));
     }
 
