@@ -45,7 +45,8 @@ fn quick_bench_runs_every_workload_on_every_target() {
             "crossfs --negative-ttl 0",
             "crossfs --send-opens",
             "crossfs --cache never",
-            "crossfs --io-uring"
+            "crossfs --io-uring",
+            "crossfs --idle-poll 0"
         ]
     );
     let workloads = report["workloads"].as_array().unwrap();
@@ -241,8 +242,8 @@ fn an_interrupted_bench_leaves_no_mount_process_or_directory_behind() {
         || std::fs::read_to_string(log.path()).is_ok_and(|l| l.contains("[1/")),
     );
     // crossfs, changes behind, small messages, no negative cache, --send-opens, --cache
-    // never, --io-uring.
-    assert_eq!(mounted(), 7);
+    // never, --io-uring, --idle-poll 0.
+    assert_eq!(mounted(), 8);
     let pid = rustix::process::Pid::from_child(&bench);
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
     let status = bench.wait().unwrap();

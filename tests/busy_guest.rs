@@ -3,7 +3,8 @@
 //! `/proc`, where every open file of every process is a link to read; that must never make
 //! it fall behind the host's changes: a burst of host changes is followed, and `crossfs
 //! sync` returns within its own timeout, however many files the guest holds open. And a
-//! watcher started on that busy guest still sees every host change under it.
+//! watcher started on that busy guest still sees every host change under it, and so does
+//! a program that was running before and starts watching later.
 //!
 //! Against a real `crossfs serve` and a real FUSE mount, as root. Nothing asserts how
 //! fast anything is; the sync's timeout is the product's own promise.
@@ -162,6 +163,80 @@ fn a_watcher_started_on_a_busy_guest_sees_every_host_change_under_it() {
     let _ = watcher.wait();
     let want: std::collections::BTreeSet<String> = (0..20).map(|i| format!("new{i}")).collect();
     assert_eq!(seen, want, "the guest watcher saw each host create");
+}
+
+#[test]
+fn a_program_running_before_that_starts_watching_later_sees_every_host_change() {
+    tools::assert_root();
+    let _busy = Hoarders::start(40_000);
+    let dir = tempfile::tempdir().unwrap();
+    let export = dir.path().join("export");
+    fs::create_dir_all(export.join("w")).unwrap();
+    let addr = format!("unix:{}", dir.path().join("s.sock").display());
+    let _serve = Serve::start(&export, &addr, &[]);
+    let mount = Mount::start(&addr, &[]);
+    mount.wait_following();
+    let watched = mount.mountpoint.join("w");
+    fs::read_dir(&watched).unwrap().for_each(drop);
+    // A program (an editor, a dev server) that watches nothing yet: inotify through libc,
+    // once told to on its stdin.
+    let script = "import ctypes, os, struct, sys\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         print('running', flush=True)\n\
+         path = sys.stdin.readline().strip().encode()\n\
+         fd = libc.inotify_init1(0)\n\
+         assert libc.inotify_add_watch(fd, path, 0x100) >= 0\n\
+         print('watching', flush=True)\n\
+         while True:\n\
+         \x20   buf = os.read(fd, 65536)\n\
+         \x20   i = 0\n\
+         \x20   while i < len(buf):\n\
+         \x20       wd, mask, cookie, n = struct.unpack_from('iIII', buf, i)\n\
+         \x20       print(buf[i + 16:i + 16 + n].rstrip(b'\\0').decode(), flush=True)\n\
+         \x20       i += 16 + n\n";
+    let mut program = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut lines = BufReader::new(program.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "running");
+    // Host changes while it runs, so the mount has looked at it and found no watch.
+    for i in 0..5 {
+        fs::write(export.join(format!("w/before{i}")), b"x").unwrap();
+    }
+    assert!(mount.sync().status.success());
+    writeln!(program.stdin.as_mut().unwrap(), "{}", watched.display()).unwrap();
+    assert_eq!(lines.next().unwrap().unwrap(), "watching");
+    for i in 0..20 {
+        fs::write(export.join(format!("w/new{i}")), b"x").unwrap();
+    }
+    let out = mount.sync();
+    assert!(out.status.success(), "{out:?}");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in lines {
+            let _ = tx.send(line.unwrap());
+        }
+    });
+    let mut seen = std::collections::BTreeSet::new();
+    while seen.len() < 20 {
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(name) => {
+                seen.insert(name);
+            }
+            Err(_) => break,
+        }
+    }
+    let _ = program.kill();
+    let _ = program.wait();
+    let want: std::collections::BTreeSet<String> = (0..20).map(|i| format!("new{i}")).collect();
+    assert_eq!(
+        seen, want,
+        "the program saw each host create after it began watching"
+    );
 }
 
 mod tools;

@@ -114,6 +114,7 @@ impl Applier<'_> {
                         .ok()
                 })
                 .collect();
+            self.watchers.batch_received();
             for (i, ev) in events.iter().enumerate() {
                 // Stopped (unmounting): the rest of a large batch would only be applied to
                 // a kernel that is gone, one failing notification at a time.

@@ -10,12 +10,15 @@
 //! 40,000 open files (an IDE, a browser and a build) take half a second of system time.
 //! So the event path never does that for the whole machine. It reads the watches of the
 //! descriptors found before ([`Known`]), and looks through the open files only of
-//! processes it has not looked at yet (a watcher just started); a look through every
-//! process (a process seen before that opened a new watch descriptor since) runs on a
-//! thread of its own, as often as costs at most a fifth of a CPU, and at least every
+//! processes it has not looked at yet (a watcher just started) and of small ones whose
+//! number of open files changed since (Linux 6.2 gives it as the size of `/proc/PID/fd`;
+//! before, every small process is looked through again): a program that starts watching
+//! opens a descriptor. A look through every process (a large one that opened a watch
+//! descriptor, one that closed a file and opened a watch descriptor in between) runs on a
+//! thread of its own, as often as it costs at most a fifth of the time, and at least every
 //! [`REDISCOVER_MIN`].
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,13 +27,20 @@ use std::time::{Duration, Instant};
 /// How old the list may be when it says "watched" (a watch that went away meanwhile costs
 /// one needless replay).
 const MAX_AGE: Duration = Duration::from_millis(1000);
-/// How old it may be when it says "not watched". Recursive watchers add a watch on each new
-/// directory as soon as they see it created, and the next event may be inside it; a watch
-/// added within this long before an event may still miss it.
+/// When the list says "not watched", it is read again for each batch of events received
+/// after the last read began, so a watch added before the host's change is seen. Those
+/// reads may take a fifth of the time, with [`READ_BUDGET`] saved up for a burst; past
+/// that, the list is read when it is this old, and a watch added within this long before
+/// an event may miss it.
 const MAX_AGE_UNWATCHED: Duration = Duration::from_millis(10);
+/// The time reads of the list may save up, at a fifth of the time passing.
+const READ_BUDGET: Duration = Duration::from_millis(50);
 /// The least time between looks through every process's open files, which otherwise run
 /// as often as they cost a fifth of the time between them.
 const REDISCOVER_MIN: Duration = Duration::from_millis(200);
+/// Open files of a process, at most, that the event path looks through again when their
+/// number changed (a larger process waits for the next look through everything).
+const SMALL_PROCESS: usize = 512;
 
 #[derive(Default)]
 struct Seen {
@@ -51,15 +61,21 @@ impl Seen {
 struct Known {
     /// (pid, descriptor) of every inotify and fanotify descriptor found.
     descriptors: HashSet<(u32, u32)>,
-    /// Processes whose open files were all looked at.
-    processes: HashSet<u32>,
+    /// Processes whose open files were all looked at, and how many there were (as
+    /// `/proc/PID/fd` gave their number, 0 where the kernel does not, and as counted).
+    processes: HashMap<u32, (u64, usize)>,
 }
 
 #[derive(Default)]
 struct State {
     seen: Seen,
-    /// When `seen` was read.
+    /// When the read that gave `seen` began.
     at: Option<Instant>,
+    /// The time reads of the list may still take (see [`READ_BUDGET`]), as of `budget_at`.
+    budget: Duration,
+    budget_at: Option<Instant>,
+    /// When the latest batch of events was received.
+    batch: Option<Instant>,
     known: Known,
     /// When the last look through every process began, and what it cost.
     rediscovered: Option<Instant>,
@@ -106,15 +122,31 @@ impl Watchers {
         }
     }
 
+    /// A batch of events was received: a "not watched" read before now may be too old
+    /// for them.
+    pub(crate) fn batch_received(&self) {
+        lock(&self.state).batch = Some(Instant::now());
+    }
+
     /// Whether any of `nodes` is watched (or the whole mount is).
     pub(crate) fn any_watched(&self, nodes: &[u64]) -> bool {
         let mut state = lock(&self.state);
         let age = state.at.map_or(Duration::MAX, |t| t.elapsed());
-        let watched = state.seen.any(nodes);
-        if age > MAX_AGE || (age > MAX_AGE_UNWATCHED && !watched) {
+        let now = Instant::now();
+        let saved = state.budget_at.map_or(READ_BUDGET, |t| (now - t) / 5);
+        state.budget = (state.budget + saved).min(READ_BUDGET);
+        state.budget_at = Some(now);
+        let before_batch = match (state.at, state.batch) {
+            (Some(at), Some(batch)) => at < batch,
+            _ => true,
+        };
+        let unwatched_too_old =
+            age > MAX_AGE_UNWATCHED || (before_batch && !state.budget.is_zero());
+        if age > MAX_AGE || (!state.seen.any(nodes) && unwatched_too_old) {
             let State { known, seen, .. } = &mut *state;
             *seen = self.scanner.refresh(known);
-            state.at = Some(Instant::now());
+            state.at = Some(now);
+            state.budget = state.budget.saturating_sub(now.elapsed());
             self.rediscover_if_due(&mut state);
         }
         state.seen.any(nodes)
@@ -136,11 +168,12 @@ impl Watchers {
             let began = Instant::now();
             let mut fresh = Known::default();
             scanner.discover(&mut fresh, |_| true);
+            let read = Instant::now();
             let seen = scanner.refresh(&mut fresh);
             let mut state = lock(&shared);
             state.known = fresh;
             state.seen = seen;
-            state.at = Some(Instant::now());
+            state.at = Some(read);
             state.rediscovery_cost = began.elapsed();
             drop(state);
             running.store(false, Ordering::Release);
@@ -157,7 +190,8 @@ impl Watchers {
 
 impl Scanner {
     /// The watches now: the descriptors in `known`, after looking through the processes
-    /// not looked at yet (those gone are forgotten).
+    /// not looked at yet and the small ones whose open files changed in number (those
+    /// gone are forgotten).
     fn refresh(&self, known: &mut Known) -> Seen {
         let Ok(procs) = std::fs::read_dir("/proc") else {
             // No /proc to tell: replay everything rather than nothing.
@@ -166,14 +200,26 @@ impl Scanner {
                 ..Seen::default()
             };
         };
+        // The mount's own process watches nothing (and its open files move as it looks).
+        let me = std::process::id();
         let alive: HashSet<u32> = procs
             .flatten()
             .filter_map(|p| p.file_name().to_str()?.parse().ok())
+            .filter(|&pid| pid != me)
             .collect();
-        known.processes.retain(|p| alive.contains(p));
+        known.processes.retain(|p, _| alive.contains(p));
         known.descriptors.retain(|(p, _)| alive.contains(p));
-        let new: HashSet<u32> = alive.difference(&known.processes).copied().collect();
-        self.discover(known, |pid| new.contains(&pid));
+        let again: HashSet<u32> = alive
+            .iter()
+            .copied()
+            .filter(|pid| match known.processes.get(pid) {
+                None => true,
+                Some(&(_, counted)) if counted > SMALL_PROCESS => false,
+                Some(&(0, _)) => true,
+                Some(&(number, _)) => open_files(*pid) != number,
+            })
+            .collect();
+        self.discover(known, |pid| again.contains(&pid));
         let mut seen = Seen::default();
         let mut gone = Vec::new();
         for &(pid, fd) in &known.descriptors {
@@ -202,17 +248,20 @@ impl Scanner {
             else {
                 continue;
             };
-            if !wanted(pid) {
+            if !wanted(pid) || pid == std::process::id() {
                 continue;
             }
+            let number = open_files(pid);
             let Ok(fds) = std::fs::read_dir(proc.path().join("fd")) else {
                 continue;
             };
-            known.processes.insert(pid);
+            known.descriptors.retain(|(p, _)| *p != pid);
+            let mut counted = 0;
             for fd in fds.flatten() {
                 let Some(n) = fd.file_name().to_str().and_then(|f| f.parse::<u32>().ok()) else {
                     continue;
                 };
+                counted += 1;
                 let Ok(target) = std::fs::read_link(fd.path()) else {
                     continue;
                 };
@@ -223,6 +272,7 @@ impl Scanner {
                     known.descriptors.insert((pid, n));
                 }
             }
+            known.processes.insert(pid, (number, counted));
         }
     }
 
@@ -250,6 +300,12 @@ impl Scanner {
             }
         }
     }
+}
+
+/// How many files process `pid` has open, as the size of `/proc/PID/fd` says (Linux 6.2);
+/// 0 where the kernel does not say, or the process is gone.
+fn open_files(pid: u32) -> u64 {
+    std::fs::metadata(format!("/proc/{pid}/fd")).map_or(0, |m| m.len())
 }
 
 /// The mount id of `mountpoint` (the first field of its /proc/self/mountinfo line).
