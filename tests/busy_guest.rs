@@ -11,6 +11,7 @@
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
@@ -143,26 +144,14 @@ fn a_watcher_started_on_a_busy_guest_sees_every_host_change_under_it() {
     }
     let out = mount.sync();
     assert!(out.status.success(), "{out:?}");
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stdout = watcher.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let _ = tx.send(line.unwrap());
-        }
-    });
-    let mut seen = std::collections::BTreeSet::new();
-    while seen.len() < 20 {
-        match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(name) => {
-                seen.insert(name);
-            }
-            Err(_) => break,
-        }
-    }
+    let seen = names_printed(BufReader::new(watcher.stdout.take().unwrap()).lines(), 20);
     let _ = watcher.kill();
     let _ = watcher.wait();
-    let want: std::collections::BTreeSet<String> = (0..20).map(|i| format!("new{i}")).collect();
-    assert_eq!(seen, want, "the guest watcher saw each host create");
+    assert_eq!(
+        seen,
+        new_names(20),
+        "the guest watcher saw each host create"
+    );
 }
 
 #[test]
@@ -215,14 +204,34 @@ fn a_program_running_before_that_starts_watching_later_sees_every_host_change() 
     }
     let out = mount.sync();
     assert!(out.status.success(), "{out:?}");
+    let seen = names_printed(lines, 20);
+    let _ = program.kill();
+    let _ = program.wait();
+    assert_eq!(
+        seen,
+        new_names(20),
+        "the program saw each host create after it began watching"
+    );
+}
+
+/// The names `new0` .. `new{n-1}`, as the host creates them.
+fn new_names(n: usize) -> BTreeSet<String> {
+    (0..n).map(|i| format!("new{i}")).collect()
+}
+
+/// The distinct lines a watcher prints, until `n` came or none came for 30 s.
+fn names_printed(
+    lines: impl Iterator<Item = std::io::Result<String>> + Send + 'static,
+    n: usize,
+) -> BTreeSet<String> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in lines {
             let _ = tx.send(line.unwrap());
         }
     });
-    let mut seen = std::collections::BTreeSet::new();
-    while seen.len() < 20 {
+    let mut seen = BTreeSet::new();
+    while seen.len() < n {
         match rx.recv_timeout(Duration::from_secs(30)) {
             Ok(name) => {
                 seen.insert(name);
@@ -230,13 +239,7 @@ fn a_program_running_before_that_starts_watching_later_sees_every_host_change() 
             Err(_) => break,
         }
     }
-    let _ = program.kill();
-    let _ = program.wait();
-    let want: std::collections::BTreeSet<String> = (0..20).map(|i| format!("new{i}")).collect();
-    assert_eq!(
-        seen, want,
-        "the program saw each host create after it began watching"
-    );
+    seen
 }
 
 mod tools;

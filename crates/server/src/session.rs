@@ -544,31 +544,30 @@ impl Session {
         msg: Result<Tmessage, DecodeError>,
         out: &mut Vec<u8>,
     ) {
-        out.clear();
-        let started = Instant::now();
-        let run =
-            AssertUnwindSafe(|| crate::ops::handle(&self.conn, tag, msg_type, msg, &mut *out));
-        let panicked = std::panic::catch_unwind(run).is_err();
-        let exec = started.elapsed();
-        self.conn.server.latency.exec.record(msg_type, exec);
-        if panicked {
-            tracing::error!(
-                id = self.conn.stats.id,
-                tag = tag.0,
-                "request handler panicked"
-            );
-            out.clear();
-            Rmessage::error(libc::EIO).encode(tag, out);
-        }
+        self.guarded(tag, msg_type, out, |out| {
+            crate::ops::handle(&self.conn, tag, msg_type, msg, out)
+        });
     }
 
     /// As [`Session::execute`], for a write whose payload waits in pipes.
     fn execute_piped(&self, tag: Tag, write: &mut PipedWrite, out: &mut Vec<u8>) {
-        out.clear();
         let msg_type = write.head.msg_type;
+        self.guarded(tag, msg_type, out, |out| {
+            crate::ops::handle_piped(&self.conn, tag, write, out)
+        });
+    }
+
+    /// Runs `handler` into `out` (cleared first), timed, a panic answered `EIO`.
+    fn guarded(
+        &self,
+        tag: Tag,
+        msg_type: u8,
+        out: &mut Vec<u8>,
+        handler: impl FnOnce(&mut Vec<u8>),
+    ) {
+        out.clear();
         let started = Instant::now();
-        let run = AssertUnwindSafe(|| crate::ops::handle_piped(&self.conn, tag, write, &mut *out));
-        let panicked = std::panic::catch_unwind(run).is_err();
+        let panicked = std::panic::catch_unwind(AssertUnwindSafe(|| handler(&mut *out))).is_err();
         self.conn
             .server
             .latency
