@@ -499,9 +499,10 @@ pub struct MountArgs {
     /// came for US). In a VM whose idle vCPUs halt at once, waking one is most of what a
     /// request costs (docs/bench.md): the spinning spends idle CPU time to save it, which
     /// `top` shows as the mount's (threads crossfs-poll-N). `auto`, the default: 200 in a
-    /// virtual machine, unless its kernel polls before halting (cpuidle-haltpoll with
-    /// guest_halt_poll_ns above 0) or a cgroup CPU quota applies (the spinning would spend
-    /// it); 0 elsewhere. The log says what auto chose and why.
+    /// virtual machine of at most 4 CPUs, unless its kernel polls before halting
+    /// (cpuidle-haltpoll with guest_halt_poll_ns above 0) or a cgroup CPU quota applies (the
+    /// spinning would spend it); 0 elsewhere (on more CPUs every one would spin after each
+    /// request). The log says what auto chose and why.
     #[arg(long, value_name = "auto|US", default_value = "auto", value_parser = parse_idle_poll)]
     pub idle_poll: IdlePoll,
     /// Copy every read's data through the mount's memory instead of splicing it from the

@@ -50,37 +50,73 @@ const SLEEP_CHECK: Duration = Duration::from_millis(500);
 /// through a file and between files of a busy program.
 pub(crate) const AUTO_WINDOW: Duration = Duration::from_micros(200);
 
-/// What `--idle-poll auto` decides on this machine: [`AUTO_WINDOW`] in a virtual machine
-/// whose kernel does not poll before halting an idle CPU itself and whose CPU time this
-/// process may spend freely, `None` otherwise; and why, for the log.
+/// The most CPUs `auto` keeps awake. Every CPU of the mount spins after each request, so
+/// on a larger guest a busy program would have the mount burn that many CPUs of the host
+/// for what one or two of them need (the program's and a worker's); polling there waits
+/// for a way to keep only those awake.
+pub(crate) const AUTO_MAX_CPUS: u32 = 4;
+
+/// What `--idle-poll auto` decides on this machine, and why (for the log); see
+/// [`Machine::decide`].
 pub fn auto_window() -> (Option<Duration>, &'static str) {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let in_vm = cpuinfo
-        .lines()
-        .filter(|l| l.starts_with("flags"))
-        .any(|l| l.split_whitespace().any(|f| f == "hypervisor"));
-    if !in_vm {
-        return (
-            None,
-            "not a virtual machine: an idle CPU wakes in microseconds",
-        );
-    }
     let read = |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string());
     let driver = read("/sys/devices/system/cpu/cpuidle/current_driver").unwrap_or_default();
     let polls = read("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
         .ok()
         .and_then(|n| n.parse::<u64>().ok())
         .unwrap_or(0);
-    if driver == "haltpoll" && polls > 0 {
-        return (None, "the kernel polls before halting (cpuidle-haltpoll)");
+    Machine {
+        virtual_machine: cpuinfo
+            .lines()
+            .filter(|l| l.starts_with("flags"))
+            .any(|l| l.split_whitespace().any(|f| f == "hypervisor")),
+        kernel_polls: driver == "haltpoll" && polls > 0,
+        cpu_quota: cpu_quota(),
+        cpus: rustix::thread::sched_getaffinity(None).map_or(0, |set| set.count()),
     }
-    if cpu_quota() {
-        return (None, "a CPU quota applies (spinning would spend it)");
+    .decide()
+}
+
+/// What `auto` looks at.
+#[derive(Clone, Copy)]
+struct Machine {
+    /// The CPU flags say `hypervisor`.
+    virtual_machine: bool,
+    /// cpuidle-haltpoll polls before halting (`guest_halt_poll_ns` above 0).
+    kernel_polls: bool,
+    /// A cgroup limits this process's CPU time.
+    cpu_quota: bool,
+    /// The CPUs the mount may run on.
+    cpus: u32,
+}
+
+impl Machine {
+    /// [`AUTO_WINDOW`] in a virtual machine of at most [`AUTO_MAX_CPUS`] CPUs whose kernel
+    /// does not poll before halting an idle CPU itself and whose CPU time this process may
+    /// spend freely; `None` otherwise.
+    fn decide(&self) -> (Option<Duration>, &'static str) {
+        if !self.virtual_machine {
+            (
+                None,
+                "not a virtual machine: an idle CPU wakes in microseconds",
+            )
+        } else if self.kernel_polls {
+            (None, "the kernel polls before halting (cpuidle-haltpoll)")
+        } else if self.cpu_quota {
+            (None, "a CPU quota applies (spinning would spend it)")
+        } else if self.cpus > AUTO_MAX_CPUS {
+            (
+                None,
+                "more than 4 CPUs: each would spin after every request",
+            )
+        } else {
+            (
+                Some(AUTO_WINDOW),
+                "a virtual machine that halts idle CPUs at once",
+            )
+        }
     }
-    (
-        Some(AUTO_WINDOW),
-        "a virtual machine that halts idle CPUs at once",
-    )
 }
 
 /// Whether this process's cgroup, or one above it, limits its CPU time (cgroup v2
@@ -231,5 +267,42 @@ mod tests {
         // The threads went to sleep: a request wakes them (they clear nothing else).
         poll.request();
         assert!(poll.shared.within_window());
+    }
+
+    #[test]
+    fn auto_polls_only_in_a_small_vm_that_halts_at_once_and_has_no_cpu_quota() {
+        let vm = Machine {
+            virtual_machine: true,
+            kernel_polls: false,
+            cpu_quota: false,
+            cpus: 2,
+        };
+        assert_eq!(vm.decide().0, Some(AUTO_WINDOW));
+        let at_most = Machine {
+            cpus: AUTO_MAX_CPUS,
+            ..vm
+        };
+        assert_eq!(at_most.decide().0, Some(AUTO_WINDOW));
+        for other in [
+            Machine {
+                virtual_machine: false,
+                ..vm
+            },
+            Machine {
+                kernel_polls: true,
+                ..vm
+            },
+            Machine {
+                cpu_quota: true,
+                ..vm
+            },
+            Machine {
+                cpus: AUTO_MAX_CPUS + 1,
+                ..vm
+            },
+        ] {
+            let (window, why) = other.decide();
+            assert_eq!(window, None, "{why}");
+        }
     }
 }
