@@ -39,7 +39,11 @@ impl Diod {
         );
         let export = tempfile::tempdir().unwrap();
         // Ask the kernel for a free port, then hand it to diod. Another process could take
-        // it in between; then diod exits and we try again.
+        // it in between; then diod exits and we try again. The tests of this file start
+        // their diods one at a time: else two could be handed one port, and the test whose
+        // diod lost it would find the other's listening there and talk to it.
+        static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one_at_a_time = STARTING.lock().unwrap_or_else(|e| e.into_inner());
         for _ in 0..5 {
             let port = TcpListener::bind("127.0.0.1:0")
                 .unwrap()
