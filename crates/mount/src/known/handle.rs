@@ -247,16 +247,30 @@ pub(crate) enum Unannounced {
 /// Unused unannounced handles kept at most: each may hold one of the server's
 /// descriptors, which it shares between all its clients.
 const UNANNOUNCED_KEPT: usize = 64;
+/// How long a file's handle from its create is spared while nothing used it yet: a
+/// program writes the file it created next, but one that extracts many files at once
+/// (npm, 400 packages) has more than [`UNANNOUNCED_KEPT`] created and not yet written, and
+/// each handle closed before its write cost a round trip to open the file again.
+const CREATED_SPARED_FOR: std::time::Duration = std::time::Duration::from_secs(1);
+/// Unannounced handles kept at most, those spared included.
+const UNANNOUNCED_MOST: usize = 1024;
 
 struct Kept {
     file: Arc<OpenFile>,
     used: std::time::Instant,
+    /// A created file's handle no request has used yet.
+    awaiting_first_use: bool,
 }
 
 impl Kept {
     /// Nothing but the table holds it.
     fn unused(&self) -> bool {
         Arc::strong_count(&self.file) == 1
+    }
+
+    /// Closed to make room (see [`CREATED_SPARED_FOR`]).
+    fn may_make_room(&self, now: std::time::Instant) -> bool {
+        self.unused() && !(self.awaiting_first_use && now - self.used < CREATED_SPARED_FOR)
     }
 }
 
@@ -325,11 +339,12 @@ impl HandleTable {
             // One that could not be opened again on a new connection is opened anew.
             if !k.file.stale.load(Ordering::Relaxed) {
                 k.used = std::time::Instant::now();
+                k.awaiting_first_use = false;
                 return k.file.clone();
             }
         }
         let file = OpenFile::new(OnceLock::new(), reopen, Some(deferred), false);
-        self.keep_unannounced(node, what, file.clone());
+        self.keep_unannounced(node, what, file.clone(), false);
         file
     }
 
@@ -344,7 +359,7 @@ impl HandleTable {
 
     /// Makes `file` directory `node`'s unannounced listing, in place of any before.
     pub(crate) fn keep_listing(&self, node: u64, file: Arc<OpenFile>) {
-        self.keep_unannounced(node, Unannounced::List, file);
+        self.keep_unannounced(node, Unannounced::List, file, false);
     }
 
     /// Closes directory `node`'s unannounced listing `file`: the kernel has read it all.
@@ -364,25 +379,46 @@ impl HandleTable {
         fid: Arc<FidRef>,
         reopen: Reopen,
     ) {
-        self.keep_unannounced(node, what, OpenFile::with_fid(fid, reopen));
+        self.keep_unannounced(node, what, OpenFile::with_fid(fid, reopen), true);
     }
 
-    fn keep_unannounced(&self, node: u64, what: Unannounced, file: Arc<OpenFile>) {
+    fn keep_unannounced(
+        &self,
+        node: u64,
+        what: Unannounced,
+        file: Arc<OpenFile>,
+        awaiting_first_use: bool,
+    ) {
         let mut kept = lock(&self.unannounced);
         let mut gone: Vec<Kept> = Vec::new();
+        let now = std::time::Instant::now();
         if kept.len() >= UNANNOUNCED_KEPT {
-            // The least recently used half of the unused ones.
+            // The least recently used half of the unused ones, sparing created files'
+            // handles not used yet, unless there are too many of them too.
+            let all = kept.len() >= UNANNOUNCED_MOST;
             let mut unused: Vec<_> = kept
                 .iter()
-                .filter(|(_, k)| k.unused())
+                .filter(|(_, k)| {
+                    if all {
+                        k.unused()
+                    } else {
+                        k.may_make_room(now)
+                    }
+                })
                 .map(|(&key, k)| (k.used, key))
                 .collect();
             unused.sort_unstable_by_key(|(used, _)| *used);
             let drop = unused.iter().take(UNANNOUNCED_KEPT / 2);
             gone.extend(drop.filter_map(|(_, key)| kept.remove(key)));
         }
-        let used = std::time::Instant::now();
-        let replaced = kept.insert((node, what), Kept { file, used });
+        let replaced = kept.insert(
+            (node, what),
+            Kept {
+                file,
+                used: now,
+                awaiting_first_use,
+            },
+        );
         drop(kept);
         drop((gone, replaced)); // clunked outside the lock
     }
@@ -473,6 +509,31 @@ mod tests {
         drop(held);
         let later = std::time::Instant::now() + std::time::Duration::from_secs(1);
         assert_eq!(t.expire_unannounced(Some(later)), 1);
+    }
+
+    #[test]
+    fn created_files_handles_are_spared_until_first_used_within_a_bound() {
+        let t = HandleTable::default();
+        let created = |node: u64| {
+            let file = OpenFile::new(OnceLock::new(), reopen(node), Some(libc::O_WRONLY), false);
+            t.keep_unannounced(node, Unannounced::Write(1), file, true);
+        };
+        // More created files than are kept unused, none written yet: all stay.
+        for node in 1..=(3 * UNANNOUNCED_KEPT as u64) {
+            created(node);
+        }
+        assert_eq!(kept(&t), 3 * UNANNOUNCED_KEPT);
+        // Once used, they are unused handles like any other, and make room.
+        for node in 1..=(3 * UNANNOUNCED_KEPT as u64) {
+            drop(t.unannounced(node, Unannounced::Write(1), libc::O_WRONLY, reopen(node)));
+        }
+        drop(unannounced(&t, 0, Unannounced::Read));
+        assert!(kept(&t) <= 3 * UNANNOUNCED_KEPT - UNANNOUNCED_KEPT / 2 + 1);
+        // Never more than UNANNOUNCED_MOST, spared or not.
+        for node in 1_000..(1_000 + 2 * UNANNOUNCED_MOST as u64) {
+            created(node);
+        }
+        assert!(kept(&t) <= UNANNOUNCED_MOST, "{}", kept(&t));
     }
 
     fn entry(offset: u64) -> DirEntry {
