@@ -636,3 +636,63 @@ fn attributes_known_missing_spare_a_request_per_write_and_host_changes_show_afte
         Err(libc::ENODATA)
     );
 }
+
+/// A unix socket at `path` that forwards each connection to `server`, the second and later
+/// ones (a mount's event connection) after `delay`: a busy machine's slow connect.
+fn slow_after_first(path: &Path, server: &Path, delay: Duration) {
+    let listener = std::os::unix::net::UnixListener::bind(path).unwrap();
+    let server = server.to_path_buf();
+    std::thread::spawn(move || {
+        for (n, client) in listener.incoming().enumerate() {
+            let Ok(client) = client else { return };
+            let server = server.clone();
+            std::thread::spawn(move || {
+                if n > 0 {
+                    std::thread::sleep(delay);
+                }
+                let Ok(upstream) = std::os::unix::net::UnixStream::connect(&server) else {
+                    return;
+                };
+                let (mut c_in, mut u_out) =
+                    (client.try_clone().unwrap(), upstream.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut c_in, &mut u_out);
+                    let _ = u_out.shutdown(std::net::Shutdown::Write);
+                });
+                let (mut u_in, mut c_out) = (upstream, client);
+                let _ = std::io::copy(&mut u_in, &mut c_out);
+                let _ = c_out.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+}
+
+#[test]
+fn a_sync_made_as_soon_as_the_mount_appears_waits_for_its_change_events() {
+    // `mount ...; crossfs sync ...` in a script: the file system appears before the mount
+    // process has connected its change events (slow here on purpose), and the sync used to
+    // fail then with "the mount does not follow change events".
+    let dir = tempfile::tempdir().unwrap();
+    let export = dir.path().join("export");
+    std::fs::create_dir(&export).unwrap();
+    let served = dir.path().join("s.sock");
+    let _serve = Serve::start(&export, &format!("unix:{}", served.display()), &[]);
+    let slow = dir.path().join("slow.sock");
+    slow_after_first(&slow, &served, Duration::from_millis(500));
+    let addr = format!("unix:{}", slow.display());
+    let mount = Mount::start_mounted(&addr, &[]);
+    let out = mount.sync();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Without events there is nothing to wait for: it says so at once.
+    let mount = Mount::start_mounted(&addr, &["--no-events"]);
+    let out = mount.sync();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("does not follow change events"),
+        "{out:?}"
+    );
+}

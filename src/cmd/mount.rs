@@ -113,6 +113,7 @@ pub fn run(args: MountArgs) -> Result<()> {
         io_uring: args.io_uring,
         idle_poll: idle_poll(args.idle_poll),
         splice_reads: !args.no_splice,
+        change_events_coming: !args.no_events,
         ..MountConfig::default()
     };
     *lock(&stage) = Stage::Mounting { requested: false };
@@ -152,7 +153,10 @@ pub fn run(args: MountArgs) -> Result<()> {
                 }
                 info!("following change events of {}", args.addr);
             }
-            Err(e) => warn!("no change events: {e:#}; host changes show as --cache timeouts allow"),
+            Err(e) => {
+                handle.no_change_events();
+                warn!("no change events: {e:#}; host changes show as --cache timeouts allow")
+            }
         }
     }
     let report = {

@@ -238,8 +238,23 @@ fn device_of(path: &Path) -> u64 {
 
 impl Mount {
     /// Starts `crossfs mount ADDR <tempdir> --control ...` plus `extra`, and waits until the
-    /// mount is up (the mount point's device changes).
+    /// mount is up (the mount point's device changes) and its control socket answers.
     pub fn start(addr: &str, extra: &[&str]) -> Mount {
+        let mount = Mount::start_mounted(addr, extra);
+        // The control socket is bound just after the mount appears: a test that asks for
+        // the mount's stats at once must not race it.
+        let control = mount.control.clone();
+        wait_until(
+            "the mount's control socket",
+            Duration::from_secs(20),
+            || std::os::unix::net::UnixStream::connect(&control).is_ok(),
+        );
+        mount
+    }
+
+    /// As [`Mount::start`], returning as soon as the file system is mounted, before the
+    /// mount process has connected its change events or bound its control socket.
+    pub fn start_mounted(addr: &str, extra: &[&str]) -> Mount {
         let dir = tempfile::tempdir().unwrap();
         let mountpoint = dir.path().join("mnt");
         std::fs::create_dir(&mountpoint).unwrap();
@@ -271,14 +286,6 @@ impl Mount {
                 }
                 device_of(&mnt) != parent
             },
-        );
-        // The control socket is bound just after the mount appears: a test that asks for
-        // the mount's stats at once must not race it.
-        let control = mount.control.clone();
-        wait_until(
-            "the mount's control socket",
-            Duration::from_secs(20),
-            || std::os::unix::net::UnixStream::connect(&control).is_ok(),
         );
         mount
     }

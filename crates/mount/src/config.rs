@@ -67,6 +67,11 @@ pub struct MountConfig {
     /// and the kernel allow it (default), rather than read into the mount's memory and
     /// written from there (`crossfs stats`: `data`).
     pub splice_reads: bool,
+    /// The caller will connect change events once the file system is mounted
+    /// ([`crate::MountHandle::follow_changes`], or
+    /// [`crate::MountHandle::no_change_events`] if it cannot): until then a sync waits for
+    /// them rather than failing for want of a feed.
+    pub change_events_coming: bool,
 }
 
 impl Default for MountConfig {
@@ -90,6 +95,7 @@ impl Default for MountConfig {
             replica_entries: crate::known::replica::DEFAULT_REPLICA_ENTRIES,
             io_uring: false,
             idle_poll: None,
+            change_events_coming: false,
             splice_reads: true,
         }
     }

@@ -380,6 +380,13 @@ impl MountHandle {
         Ok(())
     }
 
+    /// No change events will be followed (the server has none, or they could not be
+    /// connected): a sync waiting for them (see
+    /// [`MountConfig::change_events_coming`](crate::MountConfig)) fails now.
+    pub fn no_change_events(&self) {
+        self.state.changes.link_decided();
+    }
+
     /// Where the change feed stands, as `EPOCH:SEQ` of the last event applied (`None`
     /// before the first): a new event connection attaches with `?since=` this to resume
     /// (a hook given to the event client's `on_reconnect` does).

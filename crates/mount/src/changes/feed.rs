@@ -32,6 +32,7 @@ impl Feed {
         fid: Fid,
     ) -> std::io::Result<Feed> {
         let _ = mount.changes.link.set((client.clone(), fid));
+        mount.changes.link_decided();
         mount.changes.enabled.store(true, Relaxed);
         let reader = client.clone();
         let thread = std::thread::Builder::new()

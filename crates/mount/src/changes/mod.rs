@@ -219,6 +219,8 @@ pub(crate) struct ChangeState {
     synced_cv: Condvar,
     /// Where sync requests go: the event connection and its fid.
     link: OnceLock<(Arc<Client>, Fid)>,
+    /// The event connection is being made: a sync waits for `link`.
+    link_coming: AtomicBool,
     next_marker: AtomicU64,
     syncs_running: AtomicU32,
     /// The last event applied, "EPOCH:SEQ": where a new event connection resumes.
@@ -227,6 +229,40 @@ pub(crate) struct ChangeState {
 }
 
 impl ChangeState {
+    /// The state of a mount whose event connection is made after it is mounted
+    /// (`coming`), or that has none yet.
+    pub(crate) fn coming(coming: bool) -> ChangeState {
+        ChangeState {
+            link_coming: AtomicBool::new(coming),
+            ..ChangeState::default()
+        }
+    }
+
+    /// The event connection is made (`link` set), or will not be: syncs stop waiting for it.
+    pub(crate) fn link_decided(&self) {
+        self.link_coming.store(false, Relaxed);
+    }
+
+    /// The event connection, waited for while it is being made (a sync right after the
+    /// mount appeared), within `deadline`.
+    fn link_by(&self, deadline: Instant) -> Result<&(Arc<Client>, Fid), Errno> {
+        loop {
+            if let Some(link) = self.link.get() {
+                return Ok(link);
+            }
+            if !self.link_coming.load(Relaxed) {
+                return Err(Errno::EOPNOTSUPP);
+            }
+            if Instant::now() >= deadline {
+                return Err(Errno::ETIMEDOUT);
+            }
+            if crossfs_client::caller_gave_up() {
+                return Err(Errno::EINTR);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Whether a FUSE request from thread `pid` comes from the feed replaying a change.
     pub(crate) fn is_replay(&self, pid: u32) -> bool {
         pid != 0 && self.replay_tid.load(Relaxed) == pid
@@ -354,12 +390,13 @@ impl ChangeState {
     /// holding them all made every further sync fail with EAGAIN under load.
     ///
     /// # Errors
-    /// `EOPNOTSUPP` without a feed, `EAGAIN` past [`SYNCS_WAITING_LIMIT`] syncs waiting at
+    /// `EOPNOTSUPP` without a feed (after waiting for one being connected), `EAGAIN` past [`SYNCS_WAITING_LIMIT`] syncs waiting at
     /// once, `ETIMEDOUT` when the server did not take the marker, or the feed did not apply
     /// it, within [`SYNC_TIMEOUT`] (never an early return), `EINTR` once the caller got a
     /// signal (see `crossfs_client::caller_gave_up`), or the event connection's error.
     pub(crate) fn sync(&self) -> Result<u64, Errno> {
-        let (client, fid) = self.link.get().ok_or(Errno::EOPNOTSUPP)?;
+        let deadline = Instant::now() + SYNC_TIMEOUT;
+        let (client, fid) = self.link_by(deadline)?;
         let running = self.syncs_running.fetch_add(1, Relaxed);
         let _running = DecrementOnDrop(&self.syncs_running);
         if running >= SYNCS_WAITING_LIMIT {
@@ -370,7 +407,6 @@ impl ChangeState {
         // Awaited before it is asked for: the feed may apply it before the write returns.
         lock(&self.synced).insert(marker, false);
         let _awaited = ForgetMarker(&self.synced, marker);
-        let deadline = Instant::now() + SYNC_TIMEOUT;
         // Sent, not waited for as a plain call: a server that stopped answering (but kept
         // the connection) must not hold the caller past a signal or the timeout.
         let (written, answer) = std::sync::mpsc::sync_channel(1);

@@ -126,7 +126,7 @@ impl MountState {
             stats: Stats::default(),
             lock_client: format!("crossfs@{host}"),
             server: ServerSupport::default(),
-            changes: Arc::default(),
+            changes: Arc::new(ChangeState::coming(config.change_events_coming)),
             behind: Arc::default(),
             ahead: Ahead::default(),
             notifier: Default::default(),
