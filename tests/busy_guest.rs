@@ -112,17 +112,9 @@ fn a_burst_of_host_changes_is_followed_on_a_guest_holding_many_open_files() {
 
 #[test]
 fn a_watcher_started_on_a_busy_guest_sees_every_host_change_under_it() {
-    tools::assert_root();
-    let _busy = Hoarders::start(40_000);
-    let dir = tempfile::tempdir().unwrap();
-    let export = dir.path().join("export");
-    fs::create_dir_all(export.join("w")).unwrap();
-    let addr = format!("unix:{}", dir.path().join("s.sock").display());
-    let _serve = Serve::start(&export, &addr, &[]);
-    let mount = Mount::start(&addr, &[]);
-    mount.wait_following();
+    let busy = BusyGuest::start();
+    let (export, mount) = (busy.dir.path().join("export"), &busy.mount);
     let watched = mount.mountpoint.join("w");
-    fs::read_dir(&watched).unwrap().for_each(drop);
     // inotifywait (inotify-tools) prints each event as it comes; started now, after the
     // mount has looked for watchers many times.
     let mut watcher = Command::new("inotifywait")
@@ -156,17 +148,9 @@ fn a_watcher_started_on_a_busy_guest_sees_every_host_change_under_it() {
 
 #[test]
 fn a_program_running_before_that_starts_watching_later_sees_every_host_change() {
-    tools::assert_root();
-    let _busy = Hoarders::start(40_000);
-    let dir = tempfile::tempdir().unwrap();
-    let export = dir.path().join("export");
-    fs::create_dir_all(export.join("w")).unwrap();
-    let addr = format!("unix:{}", dir.path().join("s.sock").display());
-    let _serve = Serve::start(&export, &addr, &[]);
-    let mount = Mount::start(&addr, &[]);
-    mount.wait_following();
+    let busy = BusyGuest::start();
+    let (export, mount) = (busy.dir.path().join("export"), &busy.mount);
     let watched = mount.mountpoint.join("w");
-    fs::read_dir(&watched).unwrap().for_each(drop);
     // A program (an editor, a dev server) that watches nothing yet: inotify through libc,
     // once told to on its stdin.
     let script = "import ctypes, os, struct, sys\n\
@@ -212,6 +196,38 @@ fn a_program_running_before_that_starts_watching_later_sees_every_host_change() 
         new_names(20),
         "the program saw each host create after it began watching"
     );
+}
+
+/// A served export with a directory `w` the guest has listed, mounted beside processes
+/// holding 40,000 open files; dropped in order (the mount before its server).
+struct BusyGuest {
+    mount: Mount,
+    _serve: Serve,
+    dir: tempfile::TempDir,
+    _busy: Hoarders,
+}
+
+impl BusyGuest {
+    fn start() -> BusyGuest {
+        tools::assert_root();
+        let busy = Hoarders::start(40_000);
+        let dir = tempfile::tempdir().unwrap();
+        let export = dir.path().join("export");
+        fs::create_dir_all(export.join("w")).unwrap();
+        let addr = format!("unix:{}", dir.path().join("s.sock").display());
+        let serve = Serve::start(&export, &addr, &[]);
+        let mount = Mount::start(&addr, &[]);
+        mount.wait_following();
+        fs::read_dir(mount.mountpoint.join("w"))
+            .unwrap()
+            .for_each(drop);
+        BusyGuest {
+            mount,
+            _serve: serve,
+            dir,
+            _busy: busy,
+        }
+    }
 }
 
 /// The names `new0` .. `new{n-1}`, as the host creates them.
