@@ -46,7 +46,8 @@ pub enum Command {
     /// through another mount) shows through the mount, rescans the server owed the mount
     /// (it fell behind) included. It never returns early: when the mount has not caught up
     /// within 20 s in all, it fails (exit status 1) and says so, and a later sync waits
-    /// again.
+    /// again. Right after the mount appears, while it still connects its change events,
+    /// a sync waits for them within the same 20 s.
     Sync(SyncArgs),
     /// In a guest: replay the host's changes on a virtiofs mount of `crossfs serve`.
     ///
