@@ -390,10 +390,11 @@ impl ChangeState {
     /// holding them all made every further sync fail with EAGAIN under load.
     ///
     /// # Errors
-    /// `EOPNOTSUPP` without a feed (after waiting for one being connected), `EAGAIN` past [`SYNCS_WAITING_LIMIT`] syncs waiting at
-    /// once, `ETIMEDOUT` when the server did not take the marker, or the feed did not apply
-    /// it, within [`SYNC_TIMEOUT`] (never an early return), `EINTR` once the caller got a
-    /// signal (see `crossfs_client::caller_gave_up`), or the event connection's error.
+    /// `EOPNOTSUPP` without a feed (after waiting for one being connected), `EAGAIN` past
+    /// [`SYNCS_WAITING_LIMIT`] syncs waiting at once, `ETIMEDOUT` when the feed was not
+    /// connected, the server did not take the marker, or the feed did not apply it, within
+    /// [`SYNC_TIMEOUT`] (never an early return), `EINTR` once the caller got a signal (see
+    /// `crossfs_client::caller_gave_up`), or the event connection's error.
     pub(crate) fn sync(&self) -> Result<u64, Errno> {
         let deadline = Instant::now() + SYNC_TIMEOUT;
         let (client, fid) = self.link_by(deadline)?;
