@@ -147,18 +147,10 @@ impl FuseFs {
         }
         let file = self.file(r.fh)?;
         let want = r.size as usize;
-        let mut done = 0;
-        while done < want {
+        let done = as_much_as_goes(want, |done| {
             let bufs = room.range(OUT_HEADER_LEN + done, want - done);
-            let at = r.offset.saturating_add(done as u64);
-            match sys::preadv_volatile(file.fd.as_fd(), &bufs, at) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(Errno::INTR) => {}
-                Err(e) if done == 0 => return Err(e.into()),
-                Err(_) => break,
-            }
-        }
+            sys::preadv_volatile(file.fd.as_fd(), &bufs, r.offset.saturating_add(done as u64))
+        })?;
         self.stats.record_data(DataPath::ReadIntoGuest, done);
         Ok(done)
     }
@@ -167,21 +159,33 @@ impl FuseFs {
     fn write_from_guest(&self, fh: u64, offset: u64, data: &GuestBuffers<'_>) -> OpResult<Reply> {
         self.export.policy.check_writable()?;
         let file = self.file(fh)?;
-        let mut done = 0;
-        while done < data.len() {
+        let done = as_much_as_goes(data.len(), |done| {
             let bufs = data.range(done, data.len() - done);
-            let at = offset.saturating_add(done as u64);
-            match sys::pwritev_volatile(file.fd.as_fd(), &bufs, at) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(Errno::INTR) => {}
-                Err(e) if done == 0 => return Err(e.into()),
-                Err(_) => break,
-            }
-        }
+            sys::pwritev_volatile(file.fd.as_fd(), &bufs, offset.saturating_add(done as u64))
+        })?;
         self.stats.record_data(DataPath::WriteFromGuest, done);
         let mut r = Reply::new();
         r.u32(done as u32).u32(0);
         Ok(r)
     }
+}
+
+/// Repeats `io` (given the bytes moved so far) until `want` bytes moved, the file ends
+/// (0), or an error: returned only if nothing moved yet, else the bytes moved stand, as a
+/// short read or write does. Interrupted calls are made again.
+fn as_much_as_goes(
+    want: usize,
+    mut io: impl FnMut(usize) -> Result<usize, Errno>,
+) -> OpResult<usize> {
+    let mut done = 0;
+    while done < want {
+        match io(done) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(Errno::INTR) => {}
+            Err(e) if done == 0 => return Err(e.into()),
+            Err(_) => break,
+        }
+    }
+    Ok(done)
 }
