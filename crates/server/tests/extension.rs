@@ -929,6 +929,79 @@ fn createbehind_never_opens_a_taken_name_and_keeps_the_file_beside_it() {
 }
 
 #[test]
+fn a_marked_createbehind_sent_again_finds_the_file_its_earlier_try_made() {
+    use std::os::unix::fs::MetadataExt;
+    let h = Harness::new();
+    std::fs::write(h.path("taken"), b"host").unwrap();
+    let excl = open_flags::RDWR | open_flags::CREATE | open_flags::EXCL;
+    let create = |name: &str, atime_nsec: u64| Tcreatebehindmarked {
+        atime_sec: 1_500_000_000,
+        atime_nsec,
+        create: Tcreateattr {
+            dfid: ROOT,
+            nodefid: Fid(1),
+            openfid: Fid(2),
+            name: name.as_bytes().to_vec(),
+            flags: excl | open_flags::TRUNC,
+            mode: 0o640,
+            gid: !0,
+            request_mask: getattr::BASIC,
+        },
+    };
+    let made = |r: Rmessage| match r {
+        Rmessage::Createbehindmarked(m) => m.made,
+        r => panic!("{r:?}"),
+    };
+    let mut first = extended(&h);
+    let Rmessage::Features(f) = first.ok(Tfeatures {}) else {
+        panic!("no Rfeatures")
+    };
+    assert_ne!(f.features & features::MARKED_CREATE, 0);
+    let m = made(first.ok(create("new", 123)));
+    assert_eq!(m.name, b"new");
+    assert_eq!(
+        (m.created.attr.atime_sec, m.created.attr.atime_nsec),
+        (1_500_000_000, 123)
+    );
+    let host = std::fs::metadata(h.path("new")).unwrap();
+    assert_eq!((host.atime(), host.atime_nsec()), (1_500_000_000, 123));
+    assert_eq!(
+        (m.created.attr.ctime_sec, m.created.attr.ctime_nsec),
+        (host.ctime() as u64, host.ctime_nsec() as u64),
+        "answered as the host has it after the mark"
+    );
+    assert_eq!(first.write(Fid(2), 0, b"guest").unwrap(), 5);
+    // The same create again, on another connection (the first one's answer lost): the
+    // file the first try made, bound and open, not truncated, and nothing kept beside.
+    let mut again = extended(&h);
+    let m = made(again.ok(create("new", 123)));
+    assert_eq!(m.name, b"new");
+    assert_eq!(m.created.attr.size, 5);
+    assert_eq!(again.write(Fid(2), 5, b"!").unwrap(), 1);
+    assert_eq!(std::fs::read(h.path("new")).unwrap(), b"guest!");
+    assert!(!h.path("new.crossfs-conflict-1").exists());
+    // A file with another access time is not this create's: kept beside, as unmarked.
+    let mut other = extended(&h);
+    let m = made(other.ok(create("new", 124)));
+    assert_eq!(m.name, b"new.crossfs-conflict-1");
+    let m = made(extended(&h).ok(create("taken", 123)));
+    assert_eq!(m.name, b"taken.crossfs-conflict-1");
+    assert_eq!(std::fs::read(h.path("taken")).unwrap(), b"host");
+    // Nor is anything but a regular file, whatever its access time.
+    std::fs::create_dir(h.path("dir")).unwrap();
+    let t = std::time::UNIX_EPOCH + std::time::Duration::new(1_500_000_000, 123);
+    std::fs::File::open(h.path("dir"))
+        .unwrap()
+        .set_times(std::fs::FileTimes::new().set_accessed(t))
+        .unwrap();
+    let m = made(extended(&h).ok(create("dir", 123)));
+    assert_eq!(m.name, b"dir.crossfs-conflict-1");
+    // A mark no time has is refused, making nothing.
+    assert_eq!(extended(&h).err(create("bad", 1_000_000_000)), libc::EINVAL);
+    assert!(!h.path("bad").exists());
+}
+
+#[test]
 fn changes_sent_behind_go_onto_the_file_the_client_saw_and_beside_a_host_change() {
     let h = Harness::new();
     std::fs::write(h.path("f"), b"0123456789").unwrap();

@@ -271,6 +271,16 @@ messages! { Tmessage, "request" {
     /// Twriteattr of at most `INLINE_WRITE_MAX` bytes sent behind, made as
     /// Tsetattrbehind's change is: onto the file the client saw, or onto its copy.
     Writebehind(Twritebehind = 184) { base: BehindBase, fid: Fid, offset: u64, data: Data }
+    /// Tcreatebehind whose file is marked as this create's own: made with the access time
+    /// `atime_sec`.`atime_nsec` (the client's choice, as the client predicted it), so that
+    /// the same create sent again after its connection was lost (a server killed after
+    /// making the file, before answering) finds the file an earlier try made, a regular
+    /// file with that access time, and binds and answers it as made, where Tcreatebehind
+    /// would keep the guest's file beside its own earlier one. Only to a server whose
+    /// Rfeatures has [`crate::features::MARKED_CREATE`].
+    Createbehindmarked(Tcreatebehindmarked = 186) {
+        atime_sec: u64, atime_nsec: u64, create: Tcreateattr,
+    }
 }}
 
 messages! { Rmessage, "reply" {
@@ -389,6 +399,9 @@ messages! { Rmessage, "reply" {
     Setattrbehind(Rsetattrbehind = 183) { attr: Rgetattr, kept_as: Vec<u8> }
     /// Bytes written, then as Rsetattrbehind.
     Writebehind(Rwritebehind = 185) { count: u32, attr: Rgetattr, kept_as: Vec<u8> }
+    /// What Tcreatebehind answers (`made.name`: the name the file is under, its own
+    /// earlier try's included).
+    Createbehindmarked(Rcreatebehindmarked = 187) { made: Rcreatebehind }
 }}
 
 impl Tsetattr {

@@ -84,7 +84,7 @@ one order, which `crossfs mount --changes behind` relies on to send changes with
 waiting for their answers: it runs a `Tsetattr` or `Tsetattrget` that changes no size, and a
 `Twrite` or `Twriteattr` of at most 65,536 bytes (`INLINE_WRITE_MAX`) through a file
 opened without `O_DIRECT`, `O_SYNC` or `O_DSYNC`, and every `Tcreatebehind`,
-`Tsetattrbehind` and `Twritebehind`, before it reads the connection's next request, and
+`Tcreatebehindmarked`, `Tsetattrbehind` and `Twritebehind`, before it reads the connection's next request, and
 answers them in the order they came. Every later request on the connection,
 whatever it is, finds them done. A client must not assume this of any other server, or
 for any other request (creates, reads and fsync may run on worker threads, in parallel).
@@ -125,7 +125,10 @@ and its entries are cut to what msize leaves room for besides the qids walked.
 fid. `Tcreatebehind` fails like Tcreateattrdir, but never with `EEXIST` for a taken name:
 it makes the file beside it as `NAME.crossfs-conflict-N` instead (the lowest `N` from 1
 that is free; `ENAMETOOLONG` where that name is too long) and answers the name it used;
-without `O_EXCL` in its flags it is `EINVAL`. `Tsetattrget` fails like Tsetattr; the attributes are only sent on success.
+without `O_EXCL` in its flags it is `EINVAL`. `Tcreatebehindmarked` fails as Tcreatebehind
+does (and with `EINVAL` for `atime_nsec` of a second or more), and where the taken name
+holds a regular file with its access time, binds and opens that one (never truncating it)
+and answers it as made. `Tsetattrget` fails like Tsetattr; the attributes are only sent on success.
 `Twriteattr` fails like Twrite (a fid not open for writing: `EBADF`; a read-only export:
 `EROFS`); once written, it succeeds, and a file whose attributes could not be read then
 comes with `valid` 0. `Tsetattrbehind` and `Twritebehind` fail as Tsetattrget and

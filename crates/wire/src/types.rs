@@ -146,6 +146,9 @@ pub mod features {
     /// The server makes changes sent behind only onto the file the client saw
     /// (Tsetattrbehind, Twritebehind, [`crate::BehindBase`]).
     pub const CONDITIONAL_BEHIND: u64 = 0x2;
+    /// The server takes Tcreatebehindmarked: a create sent again after a lost connection
+    /// finds the file its earlier try made.
+    pub const MARKED_CREATE: u64 = 0x4;
 }
 
 /// What a change sent behind (Tsetattrbehind, Twritebehind) was predicted from: the file

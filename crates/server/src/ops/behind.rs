@@ -6,7 +6,9 @@
 //! changed the file since (its change events had not reached the client yet). Host data is
 //! never overwritten by such a change:
 //! - **Tcreatebehind** never opens a name a host program took: the file is made beside it as
-//!   `NAME.crossfs-conflict-N`.
+//!   `NAME.crossfs-conflict-N`. **Tcreatebehindmarked** also gives the file the access
+//!   time the client chose, and takes a file with that access time under a taken name as
+//!   its own (the same create sent again after a lost connection: an earlier try made it).
 //! - **Tsetattrbehind** and **Twritebehind** carry their base ([`BehindBase`]): the file's
 //!   modification time, size, mode and owner as the client saw them, or "as my previous
 //!   change of it left it". The change is made onto the file only if the file is still as
@@ -27,8 +29,9 @@ use std::sync::{Arc, Mutex};
 use crossfs_export::handles::PathHandle;
 use crossfs_export::sys;
 use crossfs_wire::{
-    BehindBase, Fid, Rcreatebehind, Rgetattr, Rmessage, Rsetattrbehind, Rwritebehind, Tcreateattr,
-    Tcreatebehind, Tsetattrbehind, Tsetattrget, Twrite, Twritebehind,
+    BehindBase, Fid, Rcreatebehind, Rcreatebehindmarked, Rgetattr, Rmessage, Rsetattrbehind,
+    Rwritebehind, Tcreateattr, Tcreatebehind, Tcreatebehindmarked, Tsetattrbehind, Tsetattrget,
+    Twrite, Twritebehind,
 };
 use rustix::io::Errno;
 
@@ -232,29 +235,65 @@ fn stripe(f: &FileFid) -> usize {
 /// as `NAME.crossfs-conflict-N`, so the guest's file and its later writes to these fids are
 /// kept, and the host's file is left as it is.
 pub(crate) fn createbehind(conn: &Conn, m: Tcreatebehind) -> OpResult<Rmessage> {
+    let made = create_behind(conn, m.create, None)?;
+    Ok(Rmessage::Createbehind(made))
+}
+
+/// Tcreatebehindmarked: Tcreatebehind, the file made with the access time the client
+/// chose, and a taken name that holds a regular file with that access time taken as this
+/// create's own (an earlier try made it, and its answer was lost with the connection).
+pub(crate) fn createbehindmarked(conn: &Conn, m: Tcreatebehindmarked) -> OpResult<Rmessage> {
+    if m.atime_nsec >= 1_000_000_000 {
+        return Err(Errno::INVAL.into());
+    }
+    let made = create_behind(conn, m.create, Some((m.atime_sec, m.atime_nsec)))?;
+    Ok(Rmessage::Createbehindmarked(Rcreatebehindmarked { made }))
+}
+
+/// A create sent behind, under the first name of `NAME`, `NAME.crossfs-conflict-1`, ...
+/// that is free, or, with `mark`, that holds the file an earlier try made.
+fn create_behind(
+    conn: &Conn,
+    create: Tcreateattr,
+    mark: Option<(u64, u64)>,
+) -> OpResult<Rcreatebehind> {
     use crossfs_wire::open_flags as of;
-    let create = m.create;
     if create.flags & of::EXCL == 0 {
         return Err(OpError::Invalid("createbehind needs O_EXCL"));
     }
     conn.own.start_recording();
+    let own_try = |a: &Rgetattr| mark == Some((a.atime_sec, a.atime_nsec));
     let mut name = create.name.clone();
     for n in 1..=CONFLICT_NAMES_MAX {
         let attempt = Tcreateattr {
             name: name.clone(),
             ..create.clone()
         };
-        match bulk::createattr(conn, attempt) {
-            Ok(Rmessage::Createattr(created)) => {
-                conn.own
-                    .record(created.attr.qid.path, BehindBase::seen(&created.attr), None);
-                let dir = bulk::attr_after_change(conn, create.dfid, create.request_mask);
-                return Ok(Rmessage::Createbehind(Rcreatebehind { name, created, dir }));
-            }
+        let made = match mark {
+            Some(atime) => bulk::createattr_marked(conn, attempt.clone(), atime),
+            None => bulk::createattr(conn, attempt.clone()),
+        };
+        let created = match made {
+            Ok(Rmessage::Createattr(created)) => created,
             Ok(_) => return Err(OpError::Invalid("Tcreateattr answered something else")),
-            Err(OpError::Os(Errno::EXIST)) => name = next_conflict_name(&create.name, n)?,
+            Err(OpError::Os(Errno::EXIST)) => {
+                match mark.map(|_| bulk::open_made(conn, &attempt, own_try)) {
+                    Some(Ok(Some(created))) => created,
+                    // Removed since: made again under the same name.
+                    Some(Err(OpError::Os(Errno::NOENT))) => continue,
+                    Some(Err(e)) => return Err(e),
+                    _ => {
+                        name = next_conflict_name(&create.name, n)?;
+                        continue;
+                    }
+                }
+            }
             Err(e) => return Err(e),
-        }
+        };
+        conn.own
+            .record(created.attr.qid.path, BehindBase::seen(&created.attr), None);
+        let dir = bulk::attr_after_change(conn, create.dfid, create.request_mask);
+        return Ok(Rcreatebehind { name, created, dir });
     }
     Err(Errno::EXIST.into())
 }

@@ -9,9 +9,9 @@ use crossfs_wire::{
     Data, DirEntry, DirEntryAttr, Fid, FileData, Rcreateattr, Rcreateattrdir, Rgetattr, Rmessage,
     Rreaddirattr, Rreadfiles, Rrenameatattr, Rsetattrget, Runlinkatattr, Rwalkgetattr, Rwalkopen,
     Rwalkread, Rwalkreaddirattr, Rwriteattr, Tcreateattr, Tcreateattrdir, Tgetattr, Tlcreate,
-    Tlopen, Treaddirattr, Treadfiles, Trenameat, Trenameatattr, Tsetattrget, Tunlinkat,
-    Tunlinkatattr, Twalk, Twalkgetattr, Twalkopen, Twalkread, Twalkreaddirattr, Twriteattr,
-    RREAD_HEADER_LEN,
+    Tlink, Tlopen, Treaddirattr, Treadfiles, Trenameat, Trenameatattr, Tsetattr, Tsetattrget,
+    Ttmpfile, Tunlinkat, Tunlinkatattr, Twalk, Twalkgetattr, Twalkopen, Twalkread,
+    Twalkreaddirattr, Twriteattr, RREAD_HEADER_LEN,
 };
 use rustix::fs::OFlags;
 use rustix::io::Errno;
@@ -20,7 +20,7 @@ use crossfs_export::budget::OpenFd;
 use crossfs_export::sys;
 
 use crate::error::{OpError, OpResult};
-use crate::fid::{lock, FidState, FileFid};
+use crate::fid::{lock, FidState, FileFid, Location};
 use crate::ops::{attr, dir, io, walk};
 use crate::session::Conn;
 
@@ -269,6 +269,128 @@ pub(crate) fn createattr(conn: &Conn, m: Tcreateattr) -> OpResult<Rmessage> {
         Err(e) => {
             let _ = conn.fids.remove(m.openfid);
             let _ = conn.fids.remove(m.nodefid);
+            Err(e)
+        }
+    }
+}
+
+/// Tcreateattr of a file with the access time `atime` (a mark a later try of the same
+/// create knows it by): made without a name, marked, then linked under `m.name`, so that
+/// no file is ever under the name unmarked (a server killed in between leaves nothing).
+/// Where the host cannot make a file without a name (its file system, or an open that
+/// does not write), made under the name and marked after. `EEXIST` for a taken name.
+pub(crate) fn createattr_marked(
+    conn: &Conn,
+    m: Tcreateattr,
+    (atime_sec, atime_nsec): (u64, u64),
+) -> OpResult<Rmessage> {
+    use crossfs_wire::open_flags as of;
+    if m.nodefid == m.openfid || m.nodefid == m.dfid || m.openfid == m.dfid {
+        return Err(OpError::Invalid("createattr needs two new fids"));
+    }
+    if conn.fids.contains(m.nodefid) {
+        return Err(Errno::BADF.into());
+    }
+    let mark = |fid| {
+        let set = Tsetattr {
+            valid: crossfs_wire::setattr::ATIME | crossfs_wire::setattr::ATIME_SET,
+            atime_sec,
+            atime_nsec,
+            ..Tsetattr::unchanged(fid)
+        };
+        attr::setattr(conn, set)
+    };
+    let unnamed = Ttmpfile {
+        dfid: m.dfid,
+        newfid: m.openfid,
+        // Tmpfile's O_EXCL would make it never linked.
+        flags: m.flags & !(of::CREATE | of::EXCL | of::TRUNC),
+        mode: m.mode,
+        gid: m.gid,
+        request_mask: m.request_mask,
+    };
+    let iounit = match io::tmpfile(conn, unnamed) {
+        Ok(_) => conn.iounit(),
+        Err(OpError::Os(Errno::OPNOTSUPP | Errno::INVAL | Errno::ISDIR)) => {
+            let Rmessage::Createattr(mut made) = createattr(conn, m.clone())? else {
+                return Err(OpError::Invalid("Tcreateattr answered something else"));
+            };
+            // Made and bound: it stands even unmarked (a later try keeps it beside).
+            if mark(m.nodefid).is_ok() {
+                made.attr = getattr(conn, m.nodefid, m.request_mask).unwrap_or(made.attr);
+            }
+            return Ok(Rmessage::Createattr(made));
+        }
+        Err(e) => return Err(e),
+    };
+    let named = mark(m.openfid)
+        .and_then(|_| {
+            dir::link(
+                conn,
+                Tlink {
+                    dfid: m.dfid,
+                    fid: m.openfid,
+                    name: m.name.clone(),
+                },
+            )
+        })
+        .and_then(|_| {
+            let dstate = conn.fids.get(m.dfid)?;
+            let state = conn.fids.get(m.openfid)?;
+            let f = state.file()?;
+            f.set_location(Location {
+                parent: dstate.file()?.handle.clone(),
+                name: m.name.clone(),
+            });
+            let node = FileFid::new(
+                f.handle.clone(),
+                f.qid,
+                (f.dev, f.kind),
+                f.location(),
+                f.n_uname,
+            );
+            conn.fids.insert_new(m.nodefid, FidState::File(node))?;
+            getattr(conn, m.nodefid, m.request_mask)
+        });
+    match named {
+        Ok(attr) => Ok(Rmessage::Createattr(Rcreateattr { iounit, attr })),
+        Err(e) => {
+            // Unnamed, the file goes with its fid.
+            let _ = conn.fids.remove(m.openfid);
+            let _ = conn.fids.remove(m.nodefid);
+            Err(e)
+        }
+    }
+}
+
+/// The regular file `m.name` in `m.dfid`, where `is_own` says an earlier try of the same
+/// create made it: bound to both fids, opened with `m.flags` but never created or
+/// truncated again, and answered as Tcreateattr would. `None` (nothing bound) where the
+/// name is not such a file.
+pub(crate) fn open_made(
+    conn: &Conn,
+    m: &Tcreateattr,
+    is_own: impl FnOnce(&Rgetattr) -> bool,
+) -> OpResult<Option<Rcreateattr>> {
+    use crossfs_wire::open_flags as of;
+    if m.nodefid == m.openfid || m.nodefid == m.dfid || m.openfid == m.dfid {
+        return Err(OpError::Invalid("createattr needs two new fids"));
+    }
+    walk_all(conn, m.dfid, m.nodefid, vec![m.name.clone()])?;
+    let found = getattr(conn, m.nodefid, m.request_mask)?;
+    if found.mode & libc::S_IFMT != libc::S_IFREG || !is_own(&found) {
+        unbind(conn, m.dfid, m.nodefid);
+        return Ok(None);
+    }
+    let flags = m.flags & !(of::CREATE | of::EXCL | of::TRUNC);
+    let opened = walk_all(conn, m.nodefid, m.openfid, Vec::new())
+        .and_then(|_| lopen(conn, m.openfid, flags))
+        .and_then(|iounit| Ok((iounit, getattr(conn, m.nodefid, m.request_mask)?)));
+    match opened {
+        Ok((iounit, attr)) => Ok(Some(Rcreateattr { iounit, attr })),
+        Err(e) => {
+            let _ = conn.fids.remove(m.openfid);
+            unbind(conn, m.dfid, m.nodefid);
             Err(e)
         }
     }

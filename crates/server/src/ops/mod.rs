@@ -129,6 +129,7 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
         // Its client answered it already and sends what follows it without waiting: the
         // order promise (docs/protocol.md, "Order") covers it.
         | T::Createbehind(_)
+        | T::Createbehindmarked(_)
         | T::Setattrbehind(_)
         | T::Writebehind(_) => true,
         T::Lopen(m) => match conn.fids.get(m.fid) {
@@ -295,13 +296,15 @@ fn dispatch(conn: &Conn, msg: Tmessage) -> OpResult<Rmessage> {
         T::Unlinkatattr(m) => bulk::unlinkatattr(conn, m),
         T::Createattrdir(m) => bulk::createattrdir(conn, m),
         T::Createbehind(m) => behind::createbehind(conn, m),
+        T::Createbehindmarked(m) => behind::createbehindmarked(conn, m),
         T::Setattrbehind(m) => behind::setattrbehind(conn, m),
         T::Writebehind(m) => behind::writebehind(conn, m),
         T::Renameatattr(m) => bulk::renameatattr(conn, m),
         T::Features(crossfs_wire::Tfeatures {}) => {
             Ok(Rmessage::Features(crossfs_wire::Rfeatures {
                 features: crossfs_wire::features::KILL_SUIDGID
-                    | crossfs_wire::features::CONDITIONAL_BEHIND,
+                    | crossfs_wire::features::CONDITIONAL_BEHIND
+                    | crossfs_wire::features::MARKED_CREATE,
             }))
         }
         // Handled by the session before dispatch; never queued.
