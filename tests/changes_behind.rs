@@ -610,7 +610,10 @@ fn files_created_behind_reach_the_host_and_a_name_a_host_program_took_keeps_both
     assert!(out.status.success(), "crossfs sync: {out:?}");
 
     let stats = s.mount.stats()["behind"].clone();
-    assert_eq!(stats["to_host"]["Tcreatebehind"]["count"], 21, "{stats}");
+    assert_eq!(
+        stats["to_host"]["Tcreatebehindmarked"]["count"], 21,
+        "{stats}"
+    );
     assert_eq!(behind(&s.mount, "refused"), 0);
     assert_eq!(behind(&s.mount, "conflicts"), 1);
     // Host data is never overwritten: the guest's file is beside it.

@@ -38,8 +38,9 @@
 //!   more requests than the connection has tags); past it, a change waits for room.
 //! - **Faults.** A change whose connection was lost is sent again, in order, on the new
 //!   connection before anything else (setattrs and writes at an offset do the same thing
-//!   twice). One the mount cannot tell the fate of otherwise (lost again, or lost by a
-//!   mount that does not reconnect) counts as refused with EIO.
+//!   twice; a create is marked, `Tcreatebehindmarked`, so that sent again it finds the
+//!   file an earlier try made). One the mount cannot tell the fate of otherwise (lost
+//!   again, or lost by a mount that does not reconnect) counts as refused with EIO.
 //!
 //! What this must not do: decide what the kernel is told (the FUSE side does), or send
 //! anything but the changes handed to it.
@@ -50,7 +51,7 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crossfs_client::{Client, ClientError};
-use crossfs_wire::{Rgetattr, Rmessage, Tmessage};
+use crossfs_wire::{Fid, Rgetattr, Rmessage, Tmessage};
 use serde_json::{json, Value};
 
 use crate::sync::lock;
@@ -205,6 +206,15 @@ impl ChangesBehind {
         Ok(())
     }
 
+    /// Whether a change of node `ino` is unanswered (sent, or lost and to be sent again).
+    pub(crate) fn has_pending(&self, ino: u64) -> bool {
+        let q = lock(&self.queue);
+        q.unanswered
+            .values()
+            .chain(q.lost.values())
+            .any(|c| c.ino == ino)
+    }
+
     /// The nodes created behind that the server has not made yet.
     pub(crate) fn creating_nodes(&self) -> std::collections::HashSet<u64> {
         lock(&self.queue).creating.keys().copied().collect()
@@ -247,7 +257,7 @@ impl ChangesBehind {
             if let Some((other, a)) = &also {
                 q.predicted.insert(*other, (seq, a.clone()));
             }
-            if matches!(msg, Tmessage::Createbehind(_)) {
+            if create_of(&msg).is_some() {
                 q.creating.insert(ino, (seq, Some(pid)));
             }
             q.unanswered.insert(
@@ -329,13 +339,13 @@ impl ChangesBehind {
         match &attrs {
             Ok(a) => {
                 self.counters.answered.fetch_add(1, Relaxed);
-                if let (Some((made, _)), Tmessage::Createbehind(c)) = (&a.created, &change.msg) {
-                    if *made != c.create.name {
+                if let (Some((made, _)), Some(c)) = (&a.created, create_of(&change.msg)) {
+                    if *made != c.name {
                         self.counters.conflicts.fetch_add(1, Relaxed);
                         tracing::warn!(
                             node = change.ino,
                             "a host program made '{}' first: the guest's file is kept beside it as '{}'",
-                            String::from_utf8_lossy(&c.create.name),
+                            String::from_utf8_lossy(&c.name),
                             String::from_utf8_lossy(made)
                         );
                     }
@@ -393,21 +403,56 @@ impl ChangesBehind {
         );
     }
 
-    /// Sends again, in order and before anything else, the changes lost with the last
-    /// connection: run by the client's reconnect hook, which alone may use the new
-    /// connection. First waits (a moment) for the old connection's requests to fail.
-    pub(crate) fn resend_lost(&self, client: &Client) -> Result<(), ClientError> {
+    /// Waits (a moment at most) until every change written to the lost connection is
+    /// answered and taken in, or lost: what the reconnect hooks look at (the nodes not made
+    /// yet, the changes to send again) must not move under them. A change still being sent
+    /// waits for the hooks to end (sent after the lost ones, as it came after them); one
+    /// sent on the old connection fails as it dies, and the answers that connection read
+    /// before are taken in by its reader meanwhile.
+    pub(crate) fn settle_lost_connection(&self) {
+        drop(self.settled());
+    }
+
+    /// [`Self::settle_lost_connection`], keeping the queue locked.
+    fn settled(&self) -> std::sync::MutexGuard<'_, Queue> {
         let deadline = Instant::now() + Duration::from_secs(2);
         let mut q = lock(&self.queue);
-        // A change still being sent waits for this hook to end (sent after the lost ones, as
-        // it came after them); one sent on the old connection fails as it dies.
-        while q.unanswered.values().any(|c| c.submitted) && Instant::now() < deadline {
+        while (q.holds > 0 || q.unanswered.values().any(|c| c.submitted))
+            && Instant::now() < deadline
+        {
             q = self
                 .answered
                 .wait_timeout(q, Duration::from_millis(20))
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .0;
         }
+        q
+    }
+
+    /// The fids of the changes not yet answered, each with its node and whether it must be
+    /// open for writing (a write's): a change holds its fid until the server has used it,
+    /// past its file's close, so a reconnect binds these again with the open files.
+    pub(crate) fn pending_fids(&self) -> Vec<(u64, Fid, bool)> {
+        let q = lock(&self.queue);
+        let fid_of = |c: &Unanswered| match &c.msg {
+            Tmessage::Writebehind(w) => Some((c.ino, w.fid, true)),
+            Tmessage::Writeattr(w) => Some((c.ino, w.fid, true)),
+            Tmessage::Setattrbehind(s) => Some((c.ino, s.set.fid, false)),
+            Tmessage::Setattrget(s) => Some((c.ino, s.set.fid, false)),
+            _ => None,
+        };
+        q.unanswered
+            .values()
+            .chain(q.lost.values())
+            .filter_map(fid_of)
+            .collect()
+    }
+
+    /// Sends again, in order and before anything else, the changes lost with the last
+    /// connection: run by the client's reconnect hook, which alone may use the new
+    /// connection. First waits (a moment) for the old connection's requests to fail.
+    pub(crate) fn resend_lost(&self, client: &Client) -> Result<(), ClientError> {
+        let mut q = self.settled();
         let lost = std::mem::take(&mut q.lost);
         drop(q);
         for (seq, change) in lost {
@@ -571,6 +616,15 @@ impl Drop for Hold {
 /// next fsync: the guest's view of the file was stale (a host program changed it first).
 pub(crate) const KEPT_BESIDE: i32 = libc::ESTALE;
 
+/// The create `msg` sends behind, if it is one.
+fn create_of(msg: &Tmessage) -> Option<&crossfs_wire::Tcreateattr> {
+    match msg {
+        Tmessage::Createbehind(c) => Some(&c.create),
+        Tmessage::Createbehindmarked(c) => Some(&c.create),
+        _ => None,
+    }
+}
+
 /// Bytes a write carries (0 for anything else).
 fn written(msg: &Tmessage) -> usize {
     match msg {
@@ -622,7 +676,10 @@ fn attrs_after(msg: &Tmessage, r: Result<Rmessage, ClientError>) -> Result<Answe
         Ok(Rmessage::Writebehind(w)) if !w.kept_as.is_empty() => {
             Err(Refusal::KeptBeside(w.kept_as))
         }
-        Ok(Rmessage::Createbehind(c)) => Ok(Answered {
+        Ok(
+            Rmessage::Createbehind(c)
+            | Rmessage::Createbehindmarked(crossfs_wire::Rcreatebehindmarked { made: c }),
+        ) => Ok(Answered {
             attrs: c.created.attr,
             created: Some((c.name, c.dir)),
         }),

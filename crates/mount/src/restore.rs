@@ -14,6 +14,11 @@
 //! 2. Open files: each open fid is walked from its node's fid and opened with the flags it
 //!    was opened with (never create, exclusive or truncate again). One that cannot be
 //!    opened again answers ESTALE, as an NFS file handle would.
+//! 3. Fids of changes sent behind and not answered (`crate::behind`), which a change holds
+//!    past its file's close: walked from the node, and opened for writing for a write.
+//!
+//! First it waits for the old connection's requests to settle (`crate::behind`), so that
+//! what it binds does not move under it.
 //!
 //! What cannot come back: files unlinked while open (there is no name to walk), and POSIX
 //! locks (the server that held them is gone; a warning says so). Requests that were in flight
@@ -37,6 +42,8 @@ const BATCH: usize = 64;
 /// Only a lost connection ([`ClientError::Disconnected`]), so that the client dials again;
 /// a file that cannot be bound again is logged and left unbound.
 pub(crate) fn restore(shared: &MountState, client: &Client) -> Result<(), ClientError> {
+    // A create the old connection answered changes its node's `qid.path`: taken in first.
+    shared.behind.settle_lost_connection();
     // The files may have changed while the server was away.
     shared.known.listed.all_changed();
     // Idle open fids are not in the handle table: not worth reopening.
@@ -84,12 +91,33 @@ pub(crate) fn restore(shared: &MountState, client: &Client) -> Result<(), Client
             // A deferred open: its first read opens it through the node, as bound now.
             (_, None) => {}
             (Some(&(node_fid, _)), Some(fid)) => {
-                reopen.push((node_fid, fid.fid(), file.reopen.flags))
+                reopen.push((node_fid, fid.fid(), Some(file.reopen.flags)))
             }
             (None, Some(_)) => file.stale.store(true, Relaxed),
         }
     }
     let reopened = reopen_files(client, &reopen)?;
+    // Changes sent behind hold their fids past their files' close until answered: those
+    // still to be answered (or sent again) need theirs, walked from the node (and opened
+    // for writing, for a write).
+    let node_fids: HashSet<Fid> = bound.values().map(|&(fid, _)| fid).collect();
+    let mut held: HashMap<Fid, (Fid, Option<u32>)> = HashMap::new();
+    for (ino, fid, write) in shared.behind.pending_fids() {
+        if unmade.contains(&ino) || node_fids.contains(&fid) || reopened.contains(&fid) {
+            continue;
+        }
+        if let Some(&(node_fid, _)) = bound.get(&ino) {
+            let h = held.entry(fid).or_insert((node_fid, None));
+            if write {
+                h.1 = Some(crossfs_wire::open_flags::WRONLY);
+            }
+        }
+    }
+    let held: Vec<_> = held
+        .into_iter()
+        .map(|(fid, (node, flags))| (node, fid, flags))
+        .collect();
+    let held = reopen_files(client, &held)?.len();
     for file in &files {
         let lost = file.fid().is_some_and(|f| !reopened.contains(&f.fid()))
             && !unmade.contains(&file.reopen.node);
@@ -105,6 +133,7 @@ pub(crate) fn restore(shared: &MountState, client: &Client) -> Result<(), Client
     tracing::info!(
         nodes = format!("{}/{}", bound.len(), nodes.len()),
         open_files = format!("{}/{}", reopened.len(), files.len()),
+        held_by_changes = held,
         "bound the mount's files again after reconnecting"
     );
     Ok(())
@@ -171,8 +200,12 @@ fn rebind_nodes(
     }
 }
 
-/// Opens each `(node fid, open fid, flags)` again; returns the open fids that opened.
-fn reopen_files(client: &Client, files: &[(Fid, Fid, u32)]) -> Result<HashSet<Fid>, ClientError> {
+/// Opens each `(node fid, open fid, flags)` again (only walks it, without flags); returns
+/// the fids bound.
+fn reopen_files(
+    client: &Client,
+    files: &[(Fid, Fid, Option<u32>)],
+) -> Result<HashSet<Fid>, ClientError> {
     let mut opened = HashSet::new();
     for chunk in files.chunks(BATCH) {
         let walks = chunk
@@ -187,10 +220,13 @@ fn reopen_files(client: &Client, files: &[(Fid, Fid, u32)]) -> Result<HashSet<Fi
             .collect();
         let mut walked = Vec::new();
         for (&(_, fid, flags), reply) in chunk.iter().zip(client.call_all(walks)) {
-            match reply {
-                Ok(_) => walked.push((fid, flags)),
-                Err(e @ ClientError::Disconnected(_)) => return Err(e),
-                Err(_) => {}
+            match (reply, flags) {
+                (Ok(_), Some(flags)) => walked.push((fid, flags)),
+                (Ok(_), None) => {
+                    opened.insert(fid);
+                }
+                (Err(e @ ClientError::Disconnected(_)), _) => return Err(e),
+                (Err(_), _) => {}
             }
         }
         // Sent after the walks are answered: 9P does not order a connection's requests.

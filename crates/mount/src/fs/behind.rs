@@ -217,7 +217,28 @@ impl MountState {
             }
             // The fid stayed bound until the server had used it.
             drop(fid);
+            shared.release_after_changes(ino);
         })
+    }
+
+    /// Node `ino`, forgotten by the kernel while changes of it were unanswered, goes once
+    /// none is.
+    pub(super) fn release_after_changes(&self, ino: u64) {
+        if self
+            .known
+            .inodes
+            .release(ino, |ino| self.behind.has_pending(ino))
+        {
+            self.forgotten(ino);
+        }
+    }
+
+    /// What the mount holds of node `ino`, which the kernel forgot, goes.
+    pub(super) fn forgotten(&self, ino: u64) {
+        self.known.replicas.forget(ino);
+        self.known.idle.forget(ino);
+        self.known.handles.forget_unannounced(ino);
+        self.ahead.page_push.forget(ino);
     }
 }
 

@@ -24,7 +24,8 @@ use std::time::{Duration, SystemTime};
 
 use crate::session::INodeNo;
 use crossfs_wire::{
-    open_flags, Qid, Rgetattr, Tcreateattr, Tcreatebehind, Tmessage, QID_TYPE_FILE,
+    features, open_flags, Qid, Rgetattr, Tcreateattr, Tcreatebehind, Tcreatebehindmarked, Tmessage,
+    QID_TYPE_FILE,
 };
 
 use super::behind::SET_ID;
@@ -80,19 +81,28 @@ impl MountState {
         });
 
         let (nodefid, openfid) = (self.client.alloc_fid(), self.client.alloc_fid());
-        let msg = Tmessage::Createbehind(Tcreatebehind {
-            create: Tcreateattr {
-                dfid: dir.fid(),
-                nodefid,
-                openfid,
-                name: name.to_vec(),
-                // The guest saw no such name: a host program's file there is never opened.
-                flags: wire | open_flags::EXCL,
-                mode: mode & 0o7777,
-                gid: caller.gid,
-                request_mask: ATTR_MASK,
-            },
-        });
+        let create = Tcreateattr {
+            dfid: dir.fid(),
+            nodefid,
+            openfid,
+            name: name.to_vec(),
+            // The guest saw no such name: a host program's file there is never opened.
+            flags: wire | open_flags::EXCL,
+            mode: mode & 0o7777,
+            gid: caller.gid,
+            request_mask: ATTR_MASK,
+        };
+        // Marked with the access time predicted (to the nanosecond, no host file's), so
+        // that sent again after a lost connection it finds its own file, not a host's.
+        let msg = if self.client.negotiation().features & features::MARKED_CREATE != 0 {
+            Tmessage::Createbehindmarked(Tcreatebehindmarked {
+                atime_sec: predicted.atime_sec,
+                atime_nsec: predicted.atime_nsec,
+                create,
+            })
+        } else {
+            Tmessage::Createbehind(Tcreatebehind { create })
+        };
         let (node, fid) = (
             FidRef::new(&self.client, nodefid),
             FidRef::new(&self.client, openfid),
@@ -169,6 +179,7 @@ impl MountState {
             }
             // The node's fid stayed with the create until the server had bound it.
             drop(node);
+            shared.release_after_changes(ino);
         })
     }
 

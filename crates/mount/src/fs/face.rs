@@ -219,11 +219,9 @@ impl Filesystem for CrossFs {
 
     fn forget(&self, req: &Request, ino: INodeNo, nlookup: u64) {
         let s = self.s(req, Op::Forget);
-        if s.known.inodes.forget(ino.0, nlookup) {
-            s.known.replicas.forget(ino.0);
-            s.known.idle.forget(ino.0);
-            s.known.handles.forget_unannounced(ino.0);
-            s.ahead.page_push.forget(ino.0);
+        let pending = |ino| s.behind.has_pending(ino);
+        if s.known.inodes.forget_unless(ino.0, nlookup, pending) {
+            s.forgotten(ino.0);
         }
     }
 

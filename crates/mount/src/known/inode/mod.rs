@@ -165,6 +165,9 @@ struct Inner {
     next_spare: u64,
     /// The next `qid.path` for a file created behind (see [`InodeTable::unmade_path`]).
     next_unmade: u64,
+    /// Nodes the kernel forgot that stay while changes of theirs are unanswered (see
+    /// [`InodeTable::forget_unless`]).
+    kept_for_changes: std::collections::HashSet<u64>,
 }
 
 /// How a file being remembered was reached.
@@ -484,6 +487,14 @@ impl InodeTable {
     /// The kernel dropped `n` of its references to `ino`; at zero the node goes (and this
     /// returns true).
     pub(crate) fn forget(&self, ino: u64, n: u64) -> bool {
+        self.forget_unless(ino, n, |_| false)
+    }
+
+    /// [`Self::forget`], except that a node `keep` says is still needed stays, without
+    /// the kernel's references, until [`Self::release`] (a node whose changes sent behind
+    /// are unanswered: a reconnect binds their fids again through it, `crate::restore`).
+    /// `keep` runs under the table's lock.
+    pub(crate) fn forget_unless(&self, ino: u64, n: u64, keep: impl FnOnce(u64) -> bool) -> bool {
         if ino == ROOT {
             return false;
         }
@@ -495,12 +506,24 @@ impl InodeTable {
         if node.nlookup > 0 {
             return false;
         }
+        if keep(ino) {
+            inner.kept_for_changes.insert(ino);
+            return false;
+        }
         let path = node.qid_path;
+        inner.kept_for_changes.remove(&ino);
         let gone = inner.by_ino.remove(&ino);
         inner.unmap_path(path, ino);
         drop(inner);
         drop(gone); // its fid is clunked outside the lock
         true
+    }
+
+    /// Node `ino`, if the kernel forgot it and [`Self::forget_unless`] kept it, goes now
+    /// unless `keep` still says otherwise; returns whether it went.
+    pub(crate) fn release(&self, ino: u64, keep: impl FnOnce(u64) -> bool) -> bool {
+        let kept = self.lock().kept_for_changes.contains(&ino);
+        kept && self.forget_unless(ino, 0, keep)
     }
 
     /// Notes attributes fresh from the server (`fetched`: as for [`InodeTable::remember`]).
