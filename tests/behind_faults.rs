@@ -226,6 +226,8 @@ fn run_case(steps: &[Step]) -> Result<(), TestCaseError> {
     );
     let behind = &mount.stats()["behind"];
     prop_assert_eq!(behind["refused"].as_u64(), Some(0), "{}", behind);
+    // No host program changes anything here: nothing may be kept beside as a conflict.
+    prop_assert_eq!(behind["conflicts"].as_u64(), Some(0), "{}", behind);
     for name in NAMES {
         let shown_if_there = |p: &Path| p.exists().then(|| shown(p));
         prop_assert_eq!(
