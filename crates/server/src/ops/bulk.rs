@@ -223,12 +223,7 @@ fn read_whole(
 /// the same file (sharing its `O_PATH` handle: the name is not walked again, so a rename on
 /// the host in between cannot give `nodefid` another file).
 pub(crate) fn createattr(conn: &Conn, m: Tcreateattr) -> OpResult<Rmessage> {
-    if m.nodefid == m.openfid || m.nodefid == m.dfid || m.openfid == m.dfid {
-        return Err(OpError::Invalid("createattr needs two new fids"));
-    }
-    if conn.fids.contains(m.nodefid) {
-        return Err(Errno::BADF.into());
-    }
+    two_new_fids(conn, &m)?;
     walk_all(conn, m.dfid, m.openfid, Vec::new())?;
     let created = io::lcreate(
         conn,
@@ -245,16 +240,7 @@ pub(crate) fn createattr(conn: &Conn, m: Tcreateattr) -> OpResult<Rmessage> {
         _ => Err(OpError::Invalid("lcreate gave no Rlcreate")),
     })
     .and_then(|iounit| {
-        let state = conn.fids.get(m.openfid)?;
-        let f = state.file()?;
-        let node = FileFid::new(
-            f.handle.clone(),
-            f.qid,
-            (f.dev, f.kind),
-            f.location(),
-            f.n_uname,
-        );
-        conn.fids.insert_new(m.nodefid, FidState::File(node))?;
+        bind_node_of(conn, m.openfid, m.nodefid)?;
         Ok(iounit)
     });
     let iounit = match created {
@@ -285,12 +271,7 @@ pub(crate) fn createattr_marked(
     (atime_sec, atime_nsec): (u64, u64),
 ) -> OpResult<Rmessage> {
     use crossfs_wire::open_flags as of;
-    if m.nodefid == m.openfid || m.nodefid == m.dfid || m.openfid == m.dfid {
-        return Err(OpError::Invalid("createattr needs two new fids"));
-    }
-    if conn.fids.contains(m.nodefid) {
-        return Err(Errno::BADF.into());
-    }
+    two_new_fids(conn, &m)?;
     let mark = |fid| {
         let set = Tsetattr {
             valid: crossfs_wire::setattr::ATIME | crossfs_wire::setattr::ATIME_SET,
@@ -336,20 +317,11 @@ pub(crate) fn createattr_marked(
         })
         .and_then(|_| {
             let dstate = conn.fids.get(m.dfid)?;
-            let state = conn.fids.get(m.openfid)?;
-            let f = state.file()?;
-            f.set_location(Location {
+            conn.fids.get(m.openfid)?.file()?.set_location(Location {
                 parent: dstate.file()?.handle.clone(),
                 name: m.name.clone(),
             });
-            let node = FileFid::new(
-                f.handle.clone(),
-                f.qid,
-                (f.dev, f.kind),
-                f.location(),
-                f.n_uname,
-            );
-            conn.fids.insert_new(m.nodefid, FidState::File(node))?;
+            bind_node_of(conn, m.openfid, m.nodefid)?;
             getattr(conn, m.nodefid, m.request_mask)
         });
     match named {
@@ -373,9 +345,7 @@ pub(crate) fn open_made(
     is_own: impl FnOnce(&Rgetattr) -> bool,
 ) -> OpResult<Option<Rcreateattr>> {
     use crossfs_wire::open_flags as of;
-    if m.nodefid == m.openfid || m.nodefid == m.dfid || m.openfid == m.dfid {
-        return Err(OpError::Invalid("createattr needs two new fids"));
-    }
+    two_new_fids(conn, m)?;
     walk_all(conn, m.dfid, m.nodefid, vec![m.name.clone()])?;
     let found = getattr(conn, m.nodefid, m.request_mask)?;
     if found.mode & libc::S_IFMT != libc::S_IFREG || !is_own(&found) {
@@ -394,6 +364,33 @@ pub(crate) fn open_made(
             Err(e)
         }
     }
+}
+
+/// A create's node and open fids: two, distinct from the directory's and from each other,
+/// the node's not in use (the open fid's use is checked as it is bound).
+fn two_new_fids(conn: &Conn, m: &Tcreateattr) -> OpResult<()> {
+    if m.nodefid == m.openfid || m.nodefid == m.dfid || m.openfid == m.dfid {
+        return Err(OpError::Invalid("createattr needs two new fids"));
+    }
+    if conn.fids.contains(m.nodefid) {
+        return Err(Errno::BADF.into());
+    }
+    Ok(())
+}
+
+/// Binds `nodefid` to the file open fid `openfid` names, unopened.
+fn bind_node_of(conn: &Conn, openfid: Fid, nodefid: Fid) -> OpResult<()> {
+    let state = conn.fids.get(openfid)?;
+    let f = state.file()?;
+    let node = FileFid::new(
+        f.handle.clone(),
+        f.qid,
+        (f.dev, f.kind),
+        f.location(),
+        f.n_uname,
+    );
+    conn.fids.insert_new(nodefid, FidState::File(node))?;
+    Ok(())
 }
 
 /// Tsetattrget: Tsetattr, then Tgetattr of the same fid.
