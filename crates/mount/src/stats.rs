@@ -102,6 +102,8 @@ pub(crate) struct CacheCounters {
     /// GETATTRs of a directory answered with the attributes a change through the mount
     /// left it with (Tunlinkatattr, Trenameatattr; see `DirReplicas::left_attrs`).
     pub dir_attrs_left: AtomicU64,
+    /// LOOKUPs of a directory answered the same way (see `changed_subdir_attrs`).
+    pub subdir_lookups_left: AtomicU64,
     /// GETXATTRs answered "no such attribute" from what is known missing
     /// (`crate::known::missing_xattrs`): the kernel's question before each write, mostly.
     pub missing_xattrs_answered: AtomicU64,
@@ -276,6 +278,7 @@ impl Stats {
                 "split_reads": c.split_reads.load(Relaxed),
                 "lookup_attrs_reused": c.lookup_attrs_reused.load(Relaxed),
                 "dir_attrs_left": c.dir_attrs_left.load(Relaxed),
+                "subdir_lookups_left": c.subdir_lookups_left.load(Relaxed),
                 "missing_xattrs_answered": c.missing_xattrs_answered.load(Relaxed),
             },
         })

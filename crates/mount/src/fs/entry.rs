@@ -112,7 +112,12 @@ impl MountState {
                     }));
                 }
                 Answer::Missing => return self.missing(parent.0, name).map(Then::alone),
-                Answer::Ask => {}
+                Answer::Ask => {
+                    if let Some(a) = self.changed_subdir_attrs(parent.0, name) {
+                        self.stats.caches.subdir_lookups_left.fetch_add(1, Relaxed);
+                        return Ok(Then::alone(self.subdir_entry((parent, name), &a)));
+                    }
+                }
             }
         }
         let dir = self.node(parent)?;
@@ -171,6 +176,33 @@ impl MountState {
             self.known.replicas.anchor(parent.0, name, ino, ticket);
         }
         let (fa, attr_ttl) = self.unless_predicted(attr::file_attr(ino, a, self.ids), attr_ttl);
+        Entry {
+            attr: fa,
+            attr_ttl,
+            entry_ttl: self.entry_ttl_for(fa.kind),
+        }
+    }
+
+    /// The attributes of the directory `name` in `dir` where a change in it through the
+    /// mount is what moved its times (its entry in `dir`'s replica then says "ask"), as a
+    /// GETATTR of it would answer without a message: sent behind and not answered yet
+    /// (the prediction), or as the change's answer left it (`left_attrs`). Creates and
+    /// removals in a directory are followed by lookups of it (`mkdir -p`, npm's next
+    /// file in it), which would otherwise each wait for a Twalkgetattr.
+    fn changed_subdir_attrs(&self, dir: u64, name: &[u8]) -> Option<Rgetattr> {
+        let child = self.known.replicas.subdir(dir, name)?;
+        self.behind
+            .predicted(child)
+            .or_else(|| self.known.replicas.left_attrs(child))
+    }
+
+    /// The entry of the directory `name` in `parent` with the attributes
+    /// [`Self::changed_subdir_attrs`] found, as a GETATTR of it would be answered: for the
+    /// usual timeout, or at once again while predicted.
+    fn subdir_entry(&self, (parent, name): (INodeNo, &[u8]), a: &Rgetattr) -> Entry {
+        let ino = self.known.inodes.remember_lazy((parent.0, name), a, None);
+        let fa = attr::file_attr(ino, a, self.ids);
+        let (fa, attr_ttl) = self.unless_predicted(fa, self.attr_ttl());
         Entry {
             attr: fa,
             attr_ttl,
@@ -278,6 +310,7 @@ impl MountState {
             .replicas_usable()
             .then(|| self.known.replicas.ticket(parent.0))
             .flatten();
+        let filled = self.known.listed.before_fetch();
         self.client.call(make(&dir)).map_err(|e| errno(&e))?;
         let r = resolve_one(&self.client, &dir, name, None).and_then(|(fid, a)| match caller {
             Some(c) => Ok((fid.clone(), self.give_to(c, &fid, a)?)),
@@ -312,7 +345,7 @@ impl MountState {
             (true, Some(before)) => Then::new(entry, move || {
                 self.known
                     .replicas
-                    .own_made_dir(parent.0, name, ino, before);
+                    .own_made_dir((parent.0, name), ino, before, filled);
             }),
             _ => Then::alone(entry),
         })

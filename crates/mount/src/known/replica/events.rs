@@ -122,15 +122,53 @@ impl DirReplicas {
     /// (lookups in it may then fill and use its replica), if nothing but that creation
     /// ([`DirReplicas::own_created`], one change) touched `parent` since `before`, taken
     /// before the request was sent: an event about the name meanwhile may have moved it.
-    pub(crate) fn own_made_dir(&self, parent: u64, name: &[u8], ino: u64, before: Ticket) {
+    /// If no event about a name in any directory of `parent` came either (its entries'
+    /// count), nothing was made in the new directory as far as the mount can know, and
+    /// it gets an empty replica (`filled`: taken before the request), complete: the
+    /// lookups and creates that follow a mkdir need not list it first. Whatever the
+    /// host makes in it from now on comes as events, applied to that replica.
+    pub(crate) fn own_made_dir(
+        &self,
+        (parent, name): (u64, &[u8]),
+        ino: u64,
+        before: Ticket,
+        filled: Fetched,
+    ) {
+        // `own_created` bumped both counts once.
         let made = Ticket {
             changes: Changes {
                 names: before.changes.names + 1,
-                ..before.changes
+                entries: before.changes.entries + 1,
             },
             ..before
         };
-        self.anchor(parent, name, ino, made);
+        let mut inner = self.lock();
+        if !inner.names_still(parent, made) {
+            return;
+        }
+        let gone = inner.tree.anchor(parent, name, ino);
+        let n = inner.drop_dirs(&gone);
+        self.counters.dropped.fetch_add(n, Relaxed);
+        if !inner.still(parent, made) || inner.dirs.contains_key(&ino) {
+            return;
+        }
+        inner.clock += 1;
+        let used = inner.clock;
+        inner.dirs.insert(
+            ino,
+            Replica {
+                slots: HashMap::new(),
+                unknown: 0,
+                complete: true,
+                used,
+                listing: None,
+                // No cookies of the server's: its listings are still asked for.
+                order: Vec::new(),
+                cookied: false,
+                filled,
+            },
+        );
+        self.counters.made_empty.fetch_add(1, Relaxed);
     }
 
     /// `name` in `dir` was removed through the mount; `file`: the `qid.path` of the file it
@@ -230,6 +268,11 @@ impl DirReplicas {
     /// `name` in `dir` did not lead where the replica said: ask the server from now on.
     pub(crate) fn stale(&self, dir: u64, name: &[u8]) {
         let mut inner = self.lock();
+        // Nor may a lookup of the name answer with what a change left of the directory
+        // the name led to (`DirReplicas::subdir`).
+        if let Some(child) = inner.tree.child(dir, name) {
+            inner.left.remove(&child);
+        }
         inner.touch(dir, name, None);
         inner.bump(dir);
     }
@@ -251,6 +294,7 @@ impl DirReplicas {
             "filled_entries": c.filled_entries.load(Relaxed),
             "fills_discarded": c.fills_discarded.load(Relaxed),
             "dropped": c.dropped.load(Relaxed),
+            "made_empty": c.made_empty.load(Relaxed),
             "evicted": c.evicted.load(Relaxed),
         })
     }

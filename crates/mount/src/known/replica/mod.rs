@@ -32,7 +32,13 @@
 //!   change when the stat of the directory it carries equals them: then nothing else has
 //!   changed the directory's attributes since (a later change shows in its own event).
 //!   Anchors found meanwhile likewise hold across changes to entries' attributes: tickets
-//!   count changes of names apart from changes of entries.
+//!   count changes of names apart from changes of entries. Those attributes (or, with
+//!   `--changes behind`, the prediction) also answer a lookup of the directory by name
+//!   while its entry in its parent is unknown for that change (`DirReplicas::subdir`):
+//!   `mkdir -p` before each file, as npm does, asks nothing. A directory made through the
+//!   mount gets an empty, complete replica when no event about anything in its parent's
+//!   directories came since the mkdir was sent (`own_made_dir`): nothing can be in it that
+//!   no event will bring.
 //! - **Names over 255 bytes** are never answered "missing": the server says ENAMETOOLONG.
 //!
 //! So after `crossfs sync` (every host change before it applied) a replica answers what
@@ -178,6 +184,8 @@ struct Counters {
     fills_discarded: AtomicU64,
     dropped: AtomicU64,
     evicted: AtomicU64,
+    /// Empty replicas of directories made through the mount (`own_made_dir`).
+    made_empty: AtomicU64,
 }
 
 /// The mount's directory replicas (see the module doc).
@@ -249,6 +257,14 @@ impl DirReplicas {
             Answer::Ask => c.asked.fetch_add(1, Relaxed),
         };
         answer
+    }
+
+    /// The node of the directory `name` in `dir`, where the mount follows it there
+    /// (anchored): its entry in `dir` says "ask" once a change in it moved its times, but
+    /// what the mount knows of the directory itself (its GETATTR's answer, such as
+    /// [`DirReplicas::left_attrs`]) may then answer a lookup of the name as well.
+    pub(crate) fn subdir(&self, dir: u64, name: &[u8]) -> Option<u64> {
+        self.lock().tree.child(dir, name)
     }
 
     /// When the listing `dir`'s replica was made from was fetched, if it has one.

@@ -279,3 +279,50 @@ fn a_removal_or_rename_through_the_mount_touches_the_files_other_names_even_if_u
         "the replaced file's other name"
     );
 }
+
+#[test]
+fn a_directory_made_through_the_mount_is_known_empty_unless_an_event_came_from_inside_it() {
+    let dir = |ino: u64| Rgetattr {
+        mode: libc::S_IFDIR | 0o755,
+        qid: crossfs_wire::Qid {
+            path: ino,
+            ..Default::default()
+        },
+        ..Rgetattr::default()
+    };
+    let created = |name: &str| Event {
+        epoch: 1,
+        seq: 1,
+        kind: EventKind::Created,
+        path: RelPath::new(name).unwrap(),
+        qid: Some(99),
+        attrs: None,
+        dir: None,
+        from_dir: None,
+    };
+    // Made, and nothing else came: empty and complete, so a name in it is missing.
+    let r = root_listing_one_file();
+    let before = r.ticket(ROOT).unwrap();
+    r.own_created(ROOT, b"d", &dir(30), None);
+    r.own_made_dir((ROOT, b"d"), 300, before, now());
+    assert_eq!(r.lookup(300, b"x"), Answer::Missing);
+    assert_eq!(r.entries(300), Some(0));
+
+    // The host made a file in it before the mount anchored it: the event could not be
+    // applied to any replica, so the directory's names are asked of the server.
+    let r = root_listing_one_file();
+    let before = r.ticket(ROOT).unwrap();
+    r.own_created(ROOT, b"d", &dir(30), None);
+    r.apply(&created("d/x"), false, &|_, _| false);
+    r.own_made_dir((ROOT, b"d"), 300, before, now());
+    assert!(!r.has(300), "no replica");
+    assert_eq!(r.subdir(ROOT, b"d"), Some(300), "anchored all the same");
+
+    // Anchored and empty: what the host makes in it later lands in the replica.
+    let r = root_listing_one_file();
+    let before = r.ticket(ROOT).unwrap();
+    r.own_created(ROOT, b"d", &dir(30), None);
+    r.own_made_dir((ROOT, b"d"), 300, before, now());
+    r.apply(&created("d/y"), false, &|_, _| false);
+    assert_ne!(r.lookup(300, b"y"), Answer::Missing);
+}
