@@ -1448,6 +1448,16 @@ fn mkdir_p_over_directories_the_mount_just_changed_asks_the_server_nothing() {
                 .map(|m| stats["9p"][m]["count"].as_u64().unwrap_or(0))
         };
         std::fs::create_dir_all(s.guest("pkg/lib/sub")).unwrap();
+        // A mkdir is one round trip: the directory made, bound, its attributes and its
+        // parent's (Tmkdirattr), then the parent's next GETATTR answered with those.
+        let count = |s: &Setup, m: &str| s.mount.stats()["9p"][m]["count"].as_u64().unwrap_or(0);
+        let (made, all) = (count(&s, "Tmkdirattr"), s.requests());
+        for i in 0..20 {
+            std::fs::create_dir(s.guest(&format!("pkg/d{i}"))).unwrap();
+        }
+        assert_eq!(count(&s, "Tmkdirattr") - made, 20, "{mode:?}");
+        let extra = s.requests() - all - 20;
+        assert!(extra < 10, "{mode:?}: {extra} more requests for 20 mkdirs");
         let before = asked(&s);
         for i in 0..50 {
             std::fs::create_dir_all(s.guest("pkg/lib/sub")).unwrap();

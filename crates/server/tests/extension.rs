@@ -721,6 +721,71 @@ fn removals_and_renames_return_the_directories_as_they_left_them() {
 }
 
 #[test]
+fn mkdirattr_makes_binds_and_answers_both_directories_and_a_failure_binds_nothing() {
+    use std::os::unix::fs::MetadataExt;
+    let o = Outside::new();
+    let h = &o.h;
+    std::fs::create_dir(h.path("d")).unwrap();
+    std::os::unix::fs::symlink(&o.dir, h.path("escape")).unwrap();
+    let mut c = extended(h);
+    let r = c.ok(Tfeatures {});
+    let Rmessage::Features(f) = r else {
+        panic!("{r:?}")
+    };
+    assert_ne!(f.features & features::MKDIR_ATTR, 0, "offered");
+    c.walk(ROOT, Fid(1), &["d"]).unwrap();
+    let mkdir = |dfid: Fid, newfid: Fid, name: &str| Tmkdirattr {
+        dfid,
+        newfid,
+        name: name.as_bytes().to_vec(),
+        mode: 0o750,
+        gid: 0,
+        request_mask: getattr::ALL,
+    };
+    let r = c.ok(mkdir(Fid(1), Fid(2), "new"));
+    let Rmessage::Mkdirattr(m) = r else {
+        panic!("{r:?}")
+    };
+    let (new, parent) = (
+        std::fs::metadata(h.path("d/new")).unwrap(),
+        std::fs::metadata(h.path("d")).unwrap(),
+    );
+    assert!(new.is_dir());
+    assert_eq!(new.mode() & 0o7777, 0o750);
+    assert_eq!((m.attr.qid.path, m.attr.mode), (new.ino(), new.mode()));
+    assert_eq!(
+        c.getattr(Fid(2)).unwrap(),
+        m.attr,
+        "newfid is the new directory"
+    );
+    assert_eq!(
+        (m.dir.qid.path, m.dir.nlink),
+        (parent.ino(), parent.nlink())
+    );
+    assert_eq!(
+        (m.dir.mtime_sec, m.dir.mtime_nsec),
+        (parent.mtime() as u64, parent.mtime_nsec() as u64),
+        "the parent as the mkdir left it"
+    );
+    // A taken name, a fid in use, names that leave the directory: errors, nothing bound
+    // and nothing made outside.
+    assert_eq!(c.err(mkdir(Fid(1), Fid(3), "new")), libc::EEXIST);
+    assert_eq!(c.getattr(Fid(3)), Err(libc::EBADF));
+    assert_eq!(c.err(mkdir(Fid(1), Fid(2), "other")), libc::EBADF);
+    assert!(!h.path("d/other").exists());
+    for bad in ["..", ".", "a/b", "", "escape/x"] {
+        assert_ne!(c.err(mkdir(ROOT, Fid(4), bad)), 0, "{bad:?}");
+        assert_eq!(c.getattr(Fid(4)), Err(libc::EBADF), "{bad:?}");
+    }
+    assert!(!o.dir.join("x").exists(), "made outside the export");
+    // Read-only holds.
+    let ro = Harness::with(|c| c.read_only = true);
+    let mut c = extended(&ro);
+    assert_eq!(c.err(mkdir(ROOT, Fid(5), "n")), libc::EROFS);
+    assert_eq!(c.getattr(Fid(5)), Err(libc::EBADF));
+}
+
+#[test]
 fn fallocate_does_what_fallocate_does_locally_and_read_only_holds() {
     use std::os::unix::fs::MetadataExt;
     let h = Harness::new();

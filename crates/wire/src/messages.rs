@@ -281,6 +281,15 @@ messages! { Tmessage, "request" {
     Createbehindmarked(Tcreatebehindmarked = 186) {
         atime_sec: u64, atime_nsec: u64, create: Tcreateattr,
     }
+    /// Tmkdir of `name` in `dfid`, then `newfid` bound to the new directory, its
+    /// attributes, and `dfid`'s as the mkdir left them, in one round trip (a mkdir
+    /// otherwise costs three: Tmkdir, Twalkgetattr, and the parent's Tgetattr). A mkdir
+    /// that fails is an error. Made, but not found when walked (a host program removed or
+    /// renamed it at once): `attr.valid` is 0 and `newfid` stays unbound. Only to a server
+    /// whose Rfeatures has [`crate::features::MKDIR_ATTR`].
+    Mkdirattr(Tmkdirattr = 188) {
+        dfid: Fid, newfid: Fid, name: Vec<u8>, mode: u32, gid: u32, request_mask: u64,
+    }
 }}
 
 messages! { Rmessage, "reply" {
@@ -402,6 +411,9 @@ messages! { Rmessage, "reply" {
     /// What Tcreatebehind answers (`made.name`: the name the file is under, its own
     /// earlier try's included).
     Createbehindmarked(Rcreatebehindmarked = 187) { made: Rcreatebehind }
+    /// The new directory's attributes (`valid` 0: made, but `newfid` not bound), then its
+    /// parent's after the mkdir (`valid` 0 where they could not be taken).
+    Mkdirattr(Rmkdirattr = 189) { attr: Rgetattr, dir: Rgetattr }
 }}
 
 impl Tsetattr {

@@ -31,7 +31,7 @@ message for.
   on a plain connection answers it all the same (a plain client never sends them).
 - Right after a `9P2000.L.crossfs` Rversion, the client sends `Tfeatures` (tag 0) and
   learns the server's optional behaviours from `Rfeatures`; a crossfs that predates it
-  answers `EOPNOTSUPP`, which means none. The one defined so far, `KILL_SUIDGID` (1): the
+  answers `EOPNOTSUPP`, which means none. The first, `KILL_SUIDGID` (1): the
   server honours the `Tsetattr` valid bit `KILL_SUIDGID` (`0x80000000`, in `Tsetattrget`
   too): after the other changes succeed, it clears `S_ISUID`, and `S_ISGID` where group
   execute is set, of a file that is not a directory or symlink, as Linux does for a write
@@ -40,7 +40,9 @@ message for.
   sends it after a write the kernel flagged `FUSE_WRITE_KILL_SUIDGID` whose answer shows
   such bits, and with a truncate or chown flagged `FATTR_KILL_SUIDGID`, and negotiates
   `FUSE_HANDLE_KILLPRIV_V2` only with a server that has it. A server without it ignores
-  the bit.
+  the bit. The others say that the server takes a message, which a client sends only
+  then: `CONDITIONAL_BEHIND` (2, "Changes sent behind" below), `MARKED_CREATE` (4,
+  `Tcreatebehindmarked`), `MKDIR_ATTR` (8, `Tmkdirattr`).
 
 ## Layouts
 Every message is `size[4] type[1] tag[2]` followed by its fields in the order shown,

@@ -149,6 +149,8 @@ pub mod features {
     /// The server takes Tcreatebehindmarked: a create sent again after a lost connection
     /// finds the file its earlier try made.
     pub const MARKED_CREATE: u64 = 0x4;
+    /// The server takes Tmkdirattr.
+    pub const MKDIR_ATTR: u64 = 0x8;
 }
 
 /// What a change sent behind (Tsetattrbehind, Twritebehind) was predicted from: the file

@@ -7,8 +7,9 @@ use std::time::Duration;
 use crate::session::{Errno, FileType, INodeNo, RenameFlags, ReplyData};
 use crossfs_client::ClientError;
 use crossfs_wire::{
-    setattr as valid, Qid, Rgetattr, Rmessage, Tlink, Tmessage, Tmkdir, Tmknod, Treadlink, Tremove,
-    Trename, Trenameat, Trenameatattr, Tsetattr, Tsymlink, Tunlinkat, Tunlinkatattr,
+    features, setattr as valid, Fid, Qid, Rgetattr, Rmessage, Tlink, Tmessage, Tmkdir, Tmkdirattr,
+    Tmknod, Treadlink, Tremove, Trename, Trenameat, Trenameatattr, Tsetattr, Tsymlink, Tunlinkat,
+    Tunlinkatattr,
 };
 
 use super::reply::{answer, Entry, Later, Then};
@@ -293,26 +294,65 @@ impl MountState {
     }
 
     /// Sends a request that creates `name` in `parent` for `caller`, then looks the new
-    /// file up. A directory made is anchored once the kernel has the answer. `format`: the
-    /// file type made (`S_IFMT` bits), which the kernel checks the answer against.
+    /// file up, unless the request bound fid `binds` to it and answered its attributes
+    /// (Tmkdirattr). A directory made is anchored once the kernel has the answer.
+    /// `format`: the file type made (`S_IFMT` bits), which the kernel checks the answer
+    /// against.
     fn create_entry<'a>(
         &'a self,
         parent: INodeNo,
         (name, format): (&'a [u8], u32),
-        caller: Option<Caller>,
+        (caller, binds): (Option<Caller>, Option<Fid>),
         make: impl FnOnce(&FidRef) -> Tmessage,
     ) -> Result<Then<'a, Entry>, Errno> {
-        self.writable()?;
-        let dir = self.node(parent)?;
+        let unbound = |binds: Option<Fid>| {
+            if let Some(fid) = binds {
+                self.client.free_fid(fid);
+            }
+        };
+        if let Err(e) = self.writable() {
+            unbound(binds);
+            return Err(e);
+        }
+        let dir = match self.node(parent) {
+            Ok(dir) => dir,
+            Err(e) => {
+                unbound(binds);
+                return Err(e);
+            }
+        };
         // Taken before the request: a directory made here is anchored only if nothing
         // else touched `parent` meanwhile.
         let before = self
             .replicas_usable()
             .then(|| self.known.replicas.ticket(parent.0))
             .flatten();
+        let before_left = self.ticket_for_left(parent.0);
         let filled = self.known.listed.before_fetch();
-        self.client.call(make(&dir)).map_err(|e| errno(&e))?;
-        let r = resolve_one(&self.client, &dir, name, None).and_then(|(fid, a)| match caller {
+        let (found, left) = match (self.client.call(make(&dir)), binds) {
+            (Ok(Rmessage::Mkdirattr(m)), Some(fid)) if m.attr.valid != 0 => {
+                let left = before_left
+                    .filter(|_| m.dir.valid != 0)
+                    .map(|before| DirLeft {
+                        before,
+                        attrs: m.dir,
+                    });
+                (Some((FidRef::new(&self.client, fid), m.attr)), left)
+            }
+            (Ok(_), binds) => {
+                unbound(binds);
+                (None, None)
+            }
+            (Err(e), binds) => {
+                unbound(binds);
+                return Err(errno(&e));
+            }
+        };
+        let r = match found {
+            Some(found) => Ok(found),
+            None => resolve_one(&self.client, &dir, name, None),
+        };
+        let r = r.and_then(|(fid, a)| match caller {
             Some(c) => Ok((fid.clone(), self.give_to(c, &fid, a)?)),
             None => Ok((fid, a)),
         });
@@ -322,7 +362,7 @@ impl MountState {
                 // A new file: what the mount kept of an earlier one of the same number
                 // (the host reused it), such as a link's target, is not it.
                 self.known.listed.changed([a.qid.path]);
-                self.known.replicas.own_created(parent.0, name, a, None)
+                self.known.replicas.own_created(parent.0, name, a, left)
             }
             // Created, but its attributes are unknown.
             Err(_) => self.known.replicas.stale(parent.0, name),
@@ -358,14 +398,29 @@ impl MountState {
         mode: u32,
         caller: Caller,
     ) -> Result<Then<'a, Entry>, Errno> {
-        self.create_entry(parent, (name, libc::S_IFDIR), Some(caller), |dir| {
-            Tmessage::Mkdir(Tmkdir {
-                dfid: dir.fid(),
-                name: name.to_vec(),
-                mode: mode & 0o7777,
-                gid: caller.gid,
-            })
-        })
+        let in_one = self.client.negotiation().features & features::MKDIR_ATTR != 0;
+        let newfid = in_one.then(|| self.client.alloc_fid());
+        self.create_entry(
+            parent,
+            (name, libc::S_IFDIR),
+            (Some(caller), newfid),
+            |dir| match newfid {
+                Some(newfid) => Tmessage::Mkdirattr(Tmkdirattr {
+                    dfid: dir.fid(),
+                    newfid,
+                    name: name.to_vec(),
+                    mode: mode & 0o7777,
+                    gid: caller.gid,
+                    request_mask: ATTR_MASK,
+                }),
+                None => Tmessage::Mkdir(Tmkdir {
+                    dfid: dir.fid(),
+                    name: name.to_vec(),
+                    mode: mode & 0o7777,
+                    gid: caller.gid,
+                }),
+            },
+        )
     }
 
     pub(super) fn mknod<'a>(
@@ -377,16 +432,21 @@ impl MountState {
         caller: Caller,
     ) -> Result<Then<'a, Entry>, Errno> {
         let (major, minor) = decode_dev(rdev);
-        self.create_entry(parent, (name, mode & libc::S_IFMT), Some(caller), |dir| {
-            Tmessage::Mknod(Tmknod {
-                dfid: dir.fid(),
-                name: name.to_vec(),
-                mode,
-                major,
-                minor,
-                gid: caller.gid,
-            })
-        })
+        self.create_entry(
+            parent,
+            (name, mode & libc::S_IFMT),
+            (Some(caller), None),
+            |dir| {
+                Tmessage::Mknod(Tmknod {
+                    dfid: dir.fid(),
+                    name: name.to_vec(),
+                    mode,
+                    major,
+                    minor,
+                    gid: caller.gid,
+                })
+            },
+        )
     }
 
     pub(super) fn symlink<'a>(
@@ -396,7 +456,7 @@ impl MountState {
         target: &[u8],
         caller: Caller,
     ) -> Result<Then<'a, Entry>, Errno> {
-        self.create_entry(parent, (name, libc::S_IFLNK), Some(caller), |dir| {
+        self.create_entry(parent, (name, libc::S_IFLNK), (Some(caller), None), |dir| {
             Tmessage::Symlink(Tsymlink {
                 fid: dir.fid(),
                 name: name.to_vec(),
@@ -419,7 +479,7 @@ impl MountState {
             .status(ino.0)
             .map_or(libc::S_IFREG, |s| s.mode)
             & libc::S_IFMT;
-        self.create_entry(newparent, (name, format), None, |dir| {
+        self.create_entry(newparent, (name, format), (None, None), |dir| {
             Tmessage::Link(Tlink {
                 dfid: dir.fid(),
                 fid: file.fid(),

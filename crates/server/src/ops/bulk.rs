@@ -7,11 +7,11 @@ use std::os::fd::AsFd;
 
 use crossfs_wire::{
     Data, DirEntry, DirEntryAttr, Fid, FileData, Rcreateattr, Rcreateattrdir, Rgetattr, Rmessage,
-    Rreaddirattr, Rreadfiles, Rrenameatattr, Rsetattrget, Runlinkatattr, Rwalkgetattr, Rwalkopen,
-    Rwalkread, Rwalkreaddirattr, Rwriteattr, Tcreateattr, Tcreateattrdir, Tgetattr, Tlcreate,
-    Tlink, Tlopen, Treaddirattr, Treadfiles, Trenameat, Trenameatattr, Tsetattr, Tsetattrget,
-    Ttmpfile, Tunlinkat, Tunlinkatattr, Twalk, Twalkgetattr, Twalkopen, Twalkread,
-    Twalkreaddirattr, Twriteattr, RREAD_HEADER_LEN,
+    Rmkdirattr, Rreaddirattr, Rreadfiles, Rrenameatattr, Rsetattrget, Runlinkatattr, Rwalkgetattr,
+    Rwalkopen, Rwalkread, Rwalkreaddirattr, Rwriteattr, Tcreateattr, Tcreateattrdir, Tgetattr,
+    Tlcreate, Tlink, Tlopen, Tmkdir, Tmkdirattr, Treaddirattr, Treadfiles, Trenameat,
+    Trenameatattr, Tsetattr, Tsetattrget, Ttmpfile, Tunlinkat, Tunlinkatattr, Twalk, Twalkgetattr,
+    Twalkopen, Twalkread, Twalkreaddirattr, Twriteattr, RREAD_HEADER_LEN,
 };
 use rustix::fs::OFlags;
 use rustix::io::Errno;
@@ -405,6 +405,32 @@ pub(crate) fn setattrget(conn: &Conn, m: Tsetattrget) -> OpResult<Rmessage> {
 /// finds, so a failure is `valid` 0, not an error.
 pub(crate) fn attr_after_change(conn: &Conn, dir: Fid, request_mask: u64) -> Rgetattr {
     getattr(conn, dir, request_mask).unwrap_or_default()
+}
+
+/// Tmkdirattr: Tmkdir, then the new directory bound to `newfid` with its attributes, then
+/// the parent's. The mkdir stands whatever follows it: a new directory not found when
+/// walked is answered `valid` 0, unbound.
+pub(crate) fn mkdirattr(conn: &Conn, m: Tmkdirattr) -> OpResult<Rmessage> {
+    if m.newfid == m.dfid || conn.fids.contains(m.newfid) {
+        return Err(Errno::BADF.into());
+    }
+    dir::mkdir(
+        conn,
+        Tmkdir {
+            dfid: m.dfid,
+            name: m.name.clone(),
+            mode: m.mode,
+            gid: m.gid,
+        },
+    )?;
+    let attr = walk_all(conn, m.dfid, m.newfid, vec![m.name])
+        .and_then(|_| getattr(conn, m.newfid, m.request_mask))
+        .unwrap_or_else(|_| {
+            unbind(conn, m.dfid, m.newfid);
+            Rgetattr::default()
+        });
+    let dir = attr_after_change(conn, m.dfid, m.request_mask);
+    Ok(Rmessage::Mkdirattr(Rmkdirattr { attr, dir }))
 }
 
 /// Tcreateattrdir: Tcreateattr, then the directory's attributes.

@@ -114,6 +114,7 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
         | T::Xattrwalk(_)
         | T::Xattrcreate(_)
         | T::Mkdir(_)
+        | T::Mkdirattr(_)
         | T::Symlink(_)
         | T::Mknod(_)
         | T::Link(_)
@@ -297,6 +298,7 @@ fn dispatch(conn: &Conn, msg: Tmessage) -> OpResult<Rmessage> {
         T::Createattrdir(m) => bulk::createattrdir(conn, m),
         T::Createbehind(m) => behind::createbehind(conn, m),
         T::Createbehindmarked(m) => behind::createbehindmarked(conn, m),
+        T::Mkdirattr(m) => bulk::mkdirattr(conn, m),
         T::Setattrbehind(m) => behind::setattrbehind(conn, m),
         T::Writebehind(m) => behind::writebehind(conn, m),
         T::Renameatattr(m) => bulk::renameatattr(conn, m),
@@ -304,7 +306,8 @@ fn dispatch(conn: &Conn, msg: Tmessage) -> OpResult<Rmessage> {
             Ok(Rmessage::Features(crossfs_wire::Rfeatures {
                 features: crossfs_wire::features::KILL_SUIDGID
                     | crossfs_wire::features::CONDITIONAL_BEHIND
-                    | crossfs_wire::features::MARKED_CREATE,
+                    | crossfs_wire::features::MARKED_CREATE
+                    | crossfs_wire::features::MKDIR_ATTR,
             }))
         }
         // Handled by the session before dispatch; never queued.
