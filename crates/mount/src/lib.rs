@@ -35,7 +35,8 @@
 //! last time (`known/idle.rs`): no round trip. Round trips without a replica: with the extension,
 //! a LOOKUP costs one (Twalkgetattr), an open one (Twalkopen), binding and listing a
 //! directory answered from its parent's replica one (Twalkreaddirattr), a create one (Tcreateattr: the file, its node's fid and its
-//! attributes; Tcreateattrdir also returns the directory's), a setattr one (Tsetattrget),
+//! attributes; Tcreateattrdir also returns the directory's), a mkdir one (Tmkdirattr: the
+//! directory made and bound, its attributes and its parent's), a setattr one (Tsetattrget),
 //! a write one (Twriteattr: with the file's attributes afterwards), an unlink or rename one
 //! (Tunlinkatattr, Trenameatattr: with the directories' attributes afterwards), a
 //! fallocate one (Tfallocate; without the extension, EOPNOTSUPP). What a

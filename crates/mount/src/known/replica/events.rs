@@ -143,13 +143,10 @@ impl DirReplicas {
             ..before
         };
         let mut inner = self.lock();
-        if !inner.names_still(parent, made) {
-            return;
-        }
-        let gone = inner.tree.anchor(parent, name, ino);
-        let n = inner.drop_dirs(&gone);
-        self.counters.dropped.fetch_add(n, Relaxed);
-        if !inner.still(parent, made) || inner.dirs.contains_key(&ino) {
+        if !inner.anchor_if((parent, name), ino, made, &self.counters)
+            || !inner.still(parent, made)
+            || inner.dirs.contains_key(&ino)
+        {
             return;
         }
         inner.clock += 1;

@@ -427,13 +427,8 @@ impl DirReplicas {
     /// Directory node `ino` was found as `name` in `parent` by a request sent under
     /// `ticket` (of `parent`): it is anchored there if no name of `parent` changed since.
     pub(crate) fn anchor(&self, parent: u64, name: &[u8], ino: u64, ticket: Ticket) {
-        let mut inner = self.lock();
-        if !inner.names_still(parent, ticket) {
-            return;
-        }
-        let gone = inner.tree.anchor(parent, name, ino);
-        let n = inner.drop_dirs(&gone);
-        self.counters.dropped.fetch_add(n, Relaxed);
+        self.lock()
+            .anchor_if((parent, name), ino, ticket, &self.counters);
     }
 
     /// The kernel forgot directory node `ino`: its replica and subtree go.

@@ -165,6 +165,24 @@ impl Inner {
         }
     }
 
+    /// Anchors directory node `ino` as `name` in `parent`, found under `ticket` (of
+    /// `parent`), if no name of `parent` changed since; returns whether it did.
+    pub(super) fn anchor_if(
+        &mut self,
+        (parent, name): (u64, &[u8]),
+        ino: u64,
+        ticket: Ticket,
+        counters: &Counters,
+    ) -> bool {
+        if !self.names_still(parent, ticket) {
+            return false;
+        }
+        let gone = self.tree.anchor(parent, name, ino);
+        let n = self.drop_dirs(&gone);
+        counters.dropped.fetch_add(n, Relaxed);
+        true
+    }
+
     /// The directory's own entry in its parent's replica: its times changed.
     pub(super) fn touch_self(&mut self, dir: u64) {
         if let Some((parent, name)) = self.tree.parent(dir) {
