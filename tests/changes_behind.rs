@@ -265,6 +265,11 @@ impl SmallFs {
     }
 }
 
+fn free_bytes(path: &Path) -> u64 {
+    let st = rustix::fs::statvfs(path).unwrap();
+    st.f_bavail * st.f_frsize
+}
+
 impl Drop for SmallFs {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg("-l").arg(&self.path).status();
@@ -290,6 +295,7 @@ fn refused(extra: &[&str]) {
     let mnt = s.mount.mountpoint.clone();
     // The host leaves about 64 KiB free.
     fs::write(s.export.join("filler"), vec![1u8; 960 << 10]).unwrap();
+    let free = free_bytes(&small.path);
     let mut f = File::create(mnt.join("big")).unwrap();
     f.write_all(b"start").unwrap();
     f.sync_all().unwrap();
@@ -323,6 +329,11 @@ fn refused(extra: &[&str]) {
     }
     // A close reports a refusal found by then.
     fs::remove_file(mnt.join("big")).unwrap();
+    // Its space comes back once the server closes it, after the kernel's RELEASE, which
+    // the kernel sends without waiting for it.
+    wait_until("the removed file's space to come back", PATIENCE, || {
+        free_bytes(&small.path) >= free
+    });
     let mut f = File::create(mnt.join("second")).unwrap();
     f.write_all(b"start").unwrap();
     f.sync_all().unwrap();
@@ -353,19 +364,22 @@ fn changes_lost_with_the_connection_are_sent_again_in_order() {
     let mut f = File::create(mnt.join("kept")).unwrap();
     f.write_all(b"first").unwrap();
     f.sync_all().unwrap();
+    fs::write(s.export.join("gone"), b"removed by the guest").unwrap();
     let sent_before = behind(&s.mount, "sent");
 
     // The server stops reading: what the mount sends behind waits in the socket, unanswered.
+    let gone = mnt.join("gone");
     let f = while_stopped(&s, move || {
         for i in 0..16u64 {
             f.write_all_at(&[b'0' + i as u8; 4096], 4096 * i).unwrap();
         }
         f.set_permissions(fs::Permissions::from_mode(0o604))
             .unwrap();
+        fs::remove_file(gone).unwrap();
         f
     });
-    assert_eq!(behind(&s.mount, "sent"), sent_before + 17);
-    assert!(behind(&s.mount, "queued") >= 17);
+    assert_eq!(behind(&s.mount, "sent"), sent_before + 18);
+    assert!(behind(&s.mount, "queued") >= 18);
     // It dies with them; another takes its place.
     s.serve.child.kill().unwrap();
     s.serve.child.wait().unwrap();
@@ -374,8 +388,9 @@ fn changes_lost_with_the_connection_are_sent_again_in_order() {
         behind(&s.mount, "queued") == 0
     });
     assert!(s.mount.sync().status.success());
-    assert_eq!(behind(&s.mount, "resent"), 17);
+    assert_eq!(behind(&s.mount, "resent"), 18);
     assert_eq!(behind(&s.mount, "refused"), 0);
+    assert!(!s.export.join("gone").exists());
     let host = fs::read(s.export.join("kept")).unwrap();
     assert_eq!(host.len(), 16 * 4096);
     for i in 0..16 {
@@ -638,6 +653,90 @@ fn files_created_behind_reach_the_host_and_a_name_a_host_program_took_keeps_both
         b"the guest's"
     );
     assert_eq!(fs::read_dir(mnt.join("d")).unwrap().count(), 22);
+}
+
+/// The names in `dir`, sorted.
+fn listed(dir: &Path) -> Vec<std::ffi::OsString> {
+    let mut names: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn files_removed_behind_leave_the_host_and_one_a_host_program_changed_first_stays() {
+    let s = setup(None, &[]);
+    let (mnt, export) = (s.mount.mountpoint.clone(), s.export.clone());
+    fs::create_dir(export.join("d")).unwrap();
+    for i in 0..20 {
+        fs::write(export.join(format!("d/f{i}")), format!("host {i}")).unwrap();
+    }
+    for name in ["changed", "replaced"] {
+        fs::write(export.join("d").join(name), b"as the guest saw it").unwrap();
+    }
+    fs::write(export.join("d/open"), b"read on after its removal").unwrap();
+    std::os::unix::fs::symlink("f0", export.join("d/link")).unwrap();
+    first_create(&mnt);
+
+    // The server stopped: the removals (and a create of a name removed) are answered by
+    // the mount. One file is open as its name goes.
+    let (m, open) = (mnt.clone(), File::open(mnt.join("d/open")).unwrap());
+    let open = while_stopped(&s, move || {
+        for i in 0..20 {
+            fs::remove_file(m.join(format!("d/f{i}"))).unwrap();
+        }
+        fs::write(m.join("d/f3"), b"the guest's again").unwrap();
+        for name in ["changed", "replaced", "open", "link"] {
+            fs::remove_file(m.join("d").join(name)).unwrap();
+        }
+        open
+    });
+    // Before the server reads the removals, a host program changes one file and puts a
+    // new file under another name.
+    fs::write(export.join("d/changed"), b"changed by the host").unwrap();
+    fs::remove_file(export.join("d/replaced")).unwrap();
+    fs::write(export.join("d/replaced"), b"a host program's new file").unwrap();
+    resume(&s.serve);
+    // The two refused removals fail one sync.
+    let out = s.mount.sync();
+    assert!(!out.status.success(), "{out:?}");
+    assert!(s.mount.sync().status.success());
+
+    let stats = s.mount.stats()["behind"].clone();
+    assert_eq!(stats["to_host"]["Tunlinkbehind"]["count"], 24, "{stats}");
+    assert_eq!(behind(&s.mount, "refused"), 2, "{stats}");
+    // The host: the guest's removals in order, and the host programs' files kept.
+    assert_eq!(
+        listed(&export.join("d")),
+        ["changed", "f3", "replaced"].map(std::ffi::OsString::from)
+    );
+    assert_eq!(fs::read(export.join("d/f3")).unwrap(), b"the guest's again");
+    assert_eq!(
+        fs::read(export.join("d/changed")).unwrap(),
+        b"changed by the host"
+    );
+    assert_eq!(
+        fs::read(export.join("d/replaced")).unwrap(),
+        b"a host program's new file"
+    );
+    // The file open as its name went reads on.
+    let mut read = String::new();
+    std::io::Read::read_to_string(&mut &open, &mut read).unwrap();
+    assert_eq!(read, "read on after its removal");
+    assert_eq!(open.metadata().unwrap().nlink(), 0);
+    // The mount shows what the host has.
+    assert_eq!(listed(&mnt.join("d")), listed(&export.join("d")));
+    for name in ["changed", "f3", "replaced"] {
+        let (on_mount, host) = (mnt.join("d").join(name), export.join("d").join(name));
+        assert_eq!(
+            fs::read(&on_mount).unwrap(),
+            fs::read(&host).unwrap(),
+            "{name}"
+        );
+        assert_eq!(shown(&on_mount), shown(&host), "{name}");
+    }
 }
 
 #[test]

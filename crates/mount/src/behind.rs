@@ -7,7 +7,7 @@
 //!   answers it, and the server runs these requests (Tsetattrbehind, Twritebehind of at
 //!   most [`crossfs_wire::INLINE_WRITE_MAX`] bytes, Tcreatebehind; Tsetattrget and
 //!   Twriteattr to a server without `CONDITIONAL_BEHIND`) on the connection's reader, in
-//!   the order they arrive, before it reads the next request: every later request of this
+//!   the order they arrive (Tunlinkbehind too), before it reads the next request: every later request of this
 //!   mount, sent behind or not, finds them done.
 //! - **Conflicts.** A setattr or write of a regular file is made only onto the file as the
 //!   mount saw it ([`crossfs_wire::BehindBase`]); where a host program changed it first,
@@ -19,7 +19,8 @@
 //!   (`default_permissions`), and the change keeps set-user-ID and set-group-ID bits out of
 //!   it (which the host's kernel may strip) and ownership as it is (which the host's
 //!   kernel may refuse). A create goes behind where the directory's replica shows the
-//!   name missing (`crate::fs::create_behind`). Everything else, and every other change
+//!   name missing (`crate::fs::create_behind`), a removal of a file of one name where it
+//!   shows the file (`crate::fs::unlink_behind`). Everything else, and every other change
 //!   of names, waits for the server as in the exact mode.
 //! - **What the guest sees.** The attributes the change will leave, predicted, given to
 //!   the kernel to be asked again at once (a zero timeout): until the server has
@@ -140,11 +141,13 @@ pub(crate) struct ChangesBehind {
 
 /// What the server answered to a change sent behind.
 pub(crate) struct Answered {
-    /// The node's attributes after the change.
+    /// The node's attributes after the change (`valid` 0: not said).
     pub attrs: Rgetattr,
     /// For a create: the name the file was made under (the one asked for, or a conflict
-    /// name beside it), and the directory's attributes after it.
-    pub created: Option<(Vec<u8>, Rgetattr)>,
+    /// name beside it).
+    pub made_as: Option<Vec<u8>>,
+    /// For a create or a removal: the directory's attributes after it.
+    pub dir: Option<Rgetattr>,
 }
 
 /// What the mount does once a change sent behind is answered: update what it knows of
@@ -339,7 +342,7 @@ impl ChangesBehind {
         match &attrs {
             Ok(a) => {
                 self.counters.answered.fetch_add(1, Relaxed);
-                if let (Some((made, _)), Some(c)) = (&a.created, create_of(&change.msg)) {
+                if let (Some(made), Some(c)) = (&a.made_as, create_of(&change.msg)) {
                     if *made != c.name {
                         self.counters.conflicts.fetch_add(1, Relaxed);
                         tracing::warn!(
@@ -463,7 +466,17 @@ impl ChangesBehind {
             // answering), so a change is made again as it stands, as it was before changes
             // were made only onto the file the mount saw.
             let msg = unconditional(&change.msg);
-            let attrs = attrs_after(&msg, client.call(msg.clone()));
+            let mut attrs = attrs_after(&msg, client.call(msg.clone()));
+            // A removal the lost connection made already: done.
+            if matches!(msg, Tmessage::Unlinkbehind(_))
+                && matches!(attrs, Err(Refusal::Errno(libc::ENOENT)))
+            {
+                attrs = Ok(Answered {
+                    attrs: Rgetattr::default(),
+                    made_as: None,
+                    dir: None,
+                });
+            }
             self.settle(lock(&self.queue), seq, change, attrs);
         }
         Ok(())
@@ -647,6 +660,10 @@ fn unconditional(msg: &Tmessage) -> Tmessage {
             offset: w.offset,
             data: w.data.clone(),
         }),
+        Tmessage::Unlinkbehind(u) => Tmessage::Unlinkbehind(crossfs_wire::Tunlinkbehind {
+            base: crossfs_wire::BehindBase::after_previous(),
+            ..u.clone()
+        }),
         other => other.clone(),
     }
 }
@@ -664,7 +681,8 @@ enum Refusal {
 fn attrs_after(msg: &Tmessage, r: Result<Rmessage, ClientError>) -> Result<Answered, Refusal> {
     let attrs = |attrs| Answered {
         attrs,
-        created: None,
+        made_as: None,
+        dir: None,
     };
     let whole = |count: u32| count as usize == written(msg);
     match r {
@@ -681,7 +699,13 @@ fn attrs_after(msg: &Tmessage, r: Result<Rmessage, ClientError>) -> Result<Answe
             | Rmessage::Createbehindmarked(crossfs_wire::Rcreatebehindmarked { made: c }),
         ) => Ok(Answered {
             attrs: c.created.attr,
-            created: Some((c.name, c.dir)),
+            made_as: Some(c.name),
+            dir: Some(c.dir),
+        }),
+        Ok(Rmessage::Unlinkbehind(u)) => Ok(Answered {
+            attrs: u.attr,
+            made_as: None,
+            dir: Some(u.dir),
         }),
         // Short: the rest did not reach the host (a full disk, say).
         Ok(Rmessage::Writeattr(_) | Rmessage::Writebehind(_)) => Err(Refusal::Errno(libc::ENOSPC)),

@@ -80,9 +80,10 @@
 //!   and the kernel's cache policy (`cache.rs`). Nothing there sends anything.
 //! - `ahead/`: what the mount fetches ahead (small files, pushed pages, primed
 //!   directories, tree walks). Dropping any of it changes no answer.
-//! - `behind.rs`: changes sent behind (`--changes behind`): the queue of setattrs and
-//!   writes answered here and not yet by the server, their answers and refusals;
-//!   `fs/behind.rs` decides what goes behind and what the kernel is told meanwhile.
+//! - `behind.rs`: changes sent behind (`--changes behind`): the queue of setattrs,
+//!   writes, creates and removals answered here and not yet by the server, their answers
+//!   and refusals; `fs/behind.rs`, `fs/create_behind.rs` and `fs/unlink_behind.rs`
+//!   decide what goes behind and what the kernel is told meanwhile.
 //! - `changes/`: the change feed, which holds only what it must touch
 //!   (`changes::FeedTarget`), not the FUSE side's state.
 //! - `mount.rs` (the session and [`MountHandle`]), `direct.rs` (mount(2) itself, so that the

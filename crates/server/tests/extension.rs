@@ -1179,3 +1179,106 @@ fn changes_sent_behind_go_onto_the_file_the_client_saw_and_beside_a_host_change(
     let entries = std::fs::read_dir(h.path("")).unwrap().count();
     assert_eq!(entries, 4, "f, d and the two copies");
 }
+
+#[test]
+fn unlinkbehind_removes_only_the_file_the_client_saw_and_binds_it_first() {
+    use std::os::unix::fs::MetadataExt;
+    let o = Outside::new();
+    let h = &o.h;
+    std::fs::create_dir(h.path("d")).unwrap();
+    for name in ["seen", "open", "changed", "replaced"] {
+        std::fs::write(h.path(&format!("d/{name}")), name).unwrap();
+    }
+    std::os::unix::fs::symlink(&o.dir, h.path("d/escape")).unwrap();
+    let mut c = extended(h);
+    let Rmessage::Features(f) = c.ok(Tfeatures {}) else {
+        panic!("no Rfeatures")
+    };
+    assert_ne!(f.features & features::UNLINK_BEHIND, 0, "offered");
+    c.walk(ROOT, Fid(1), &["d"]).unwrap();
+    let seen = |name: &str| {
+        let m = std::fs::symlink_metadata(h.path(&format!("d/{name}"))).unwrap();
+        let a = Rgetattr {
+            mtime_sec: m.mtime() as u64,
+            mtime_nsec: m.mtime_nsec() as u64,
+            size: m.size(),
+            mode: m.mode(),
+            uid: m.uid(),
+            gid: m.gid(),
+            ..Rgetattr::default()
+        };
+        (BehindBase::seen(&a), m.ino())
+    };
+    let unlink = |(base, path): (BehindBase, u64), name: &str, newfid: Fid| Tunlinkbehind {
+        base,
+        path,
+        dirfd: Fid(1),
+        name: name.as_bytes().to_vec(),
+        newfid,
+        request_mask: getattr::ALL,
+    };
+    // As the client saw it: removed, the directory as the removal left it.
+    let r = c.ok(unlink(seen("seen"), "seen", NOFID));
+    let Rmessage::Unlinkbehind(u) = r else {
+        panic!("{r:?}")
+    };
+    assert!(!h.path("d/seen").exists());
+    assert_eq!(u.attr.valid, 0, "no newfid, no attributes");
+    let dir = std::fs::metadata(h.path("d")).unwrap();
+    assert_eq!(
+        (u.dir.mtime_sec, u.dir.mtime_nsec),
+        (dir.mtime() as u64, dir.mtime_nsec() as u64)
+    );
+    // With a newfid: bound to the file before it goes, and it reads on.
+    let r = c.ok(unlink(seen("open"), "open", Fid(2)));
+    let Rmessage::Unlinkbehind(u) = r else {
+        panic!("{r:?}")
+    };
+    assert!(!h.path("d/open").exists());
+    assert_eq!(u.attr.nlink, 0);
+    c.lopen(Fid(2), open_flags::RDONLY).unwrap();
+    assert_eq!(c.read(Fid(2), 0, 100).unwrap(), b"open");
+
+    // Changed or replaced by a host program since: nothing removed, nothing bound.
+    let before = seen("changed");
+    std::fs::write(h.path("d/changed"), b"the host's").unwrap();
+    assert_eq!(c.err(unlink(before, "changed", Fid(3))), libc::ESTALE);
+    assert_eq!(c.getattr(Fid(3)), Err(libc::EBADF));
+    let before = seen("replaced");
+    std::fs::rename(h.path("d/changed"), h.path("d/replaced")).unwrap();
+    assert_eq!(c.err(unlink(before, "replaced", Fid(3))), libc::ESTALE);
+    assert_eq!(std::fs::read(h.path("d/replaced")).unwrap(), b"the host's");
+    // Not a directory, nor anything outside the export.
+    std::fs::create_dir(h.path("d/sub")).unwrap();
+    assert_eq!(c.err(unlink(seen("sub"), "sub", NOFID)), libc::ESTALE);
+    assert!(h.path("d/sub").is_dir());
+    let (base, _) = seen("escape");
+    for bad in ["..", ".", "a/b", "", "escape/x"] {
+        assert_ne!(c.err(unlink((base, 0), bad, NOFID)), 0, "{bad:?}");
+    }
+    assert!(o.dir.exists(), "the outside is left alone");
+    // Read-only holds.
+    let ro = Harness::with(|c| c.read_only = true);
+    std::fs::write(ro.path("f"), b"f").unwrap();
+    let mut c = extended(&ro);
+    let m = std::fs::metadata(ro.path("f")).unwrap();
+    let a = Rgetattr {
+        mtime_sec: m.mtime() as u64,
+        mtime_nsec: m.mtime_nsec() as u64,
+        size: m.size(),
+        mode: m.mode(),
+        uid: m.uid(),
+        gid: m.gid(),
+        ..Rgetattr::default()
+    };
+    let r = c.err(Tunlinkbehind {
+        base: BehindBase::seen(&a),
+        path: m.ino(),
+        dirfd: ROOT,
+        name: b"f".to_vec(),
+        newfid: NOFID,
+        request_mask: getattr::ALL,
+    });
+    assert_eq!(r, libc::EROFS);
+    assert!(ro.path("f").exists());
+}

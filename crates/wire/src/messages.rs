@@ -290,6 +290,17 @@ messages! { Tmessage, "request" {
     Mkdirattr(Tmkdirattr = 188) {
         dfid: Fid, newfid: Fid, name: Vec<u8>, mode: u32, gid: u32, request_mask: u64,
     }
+    /// Tunlinkatattr of a removal the client answered before sending (changes sent
+    /// behind), run before the connection's next request is read, and only of the file
+    /// the client saw: `name` in `dirfd` must still be the file whose `qid.path` is `path`
+    /// (not a directory), and that file as [`BehindBase`] says, or as this connection's
+    /// changes left it; otherwise nothing is removed (`ESTALE`: a host program changed or
+    /// replaced it first). `newfid` (unless `NOFID`) is bound to the file before it goes,
+    /// so that the client's open files of it read on. Only to a server whose Rfeatures
+    /// has [`crate::features::UNLINK_BEHIND`].
+    Unlinkbehind(Tunlinkbehind = 190) {
+        base: BehindBase, path: u64, dirfd: Fid, name: Vec<u8>, newfid: Fid, request_mask: u64,
+    }
 }}
 
 messages! { Rmessage, "reply" {
@@ -414,6 +425,9 @@ messages! { Rmessage, "reply" {
     /// The new directory's attributes (`valid` 0: made, but `newfid` not bound), then its
     /// parent's after the mkdir (`valid` 0 where they could not be taken).
     Mkdirattr(Rmkdirattr = 189) { attr: Rgetattr, dir: Rgetattr }
+    /// The removed file's attributes through `newfid` (`valid` 0 without one), then the
+    /// directory's after the removal (`valid` 0 where they could not be taken).
+    Unlinkbehind(Runlinkbehind = 191) { attr: Rgetattr, dir: Rgetattr }
 }}
 
 impl Tsetattr {

@@ -42,7 +42,8 @@ message for.
   `FUSE_HANDLE_KILLPRIV_V2` only with a server that has it. A server without it ignores
   the bit. The others say that the server takes a message, which a client sends only
   then: `CONDITIONAL_BEHIND` (2, "Changes sent behind" below), `MARKED_CREATE` (4,
-  `Tcreatebehindmarked`), `MKDIR_ATTR` (8, `Tmkdirattr`).
+  `Tcreatebehindmarked`), `MKDIR_ATTR` (8, `Tmkdirattr`), `UNLINK_BEHIND` (16,
+  `Tunlinkbehind`).
 
 ## Layouts
 Every message is `size[4] type[1] tag[2]` followed by its fields in the order shown,
@@ -86,7 +87,7 @@ one order, which `crossfs mount --changes behind` relies on to send changes with
 waiting for their answers: it runs a `Tsetattr` or `Tsetattrget` that changes no size, and a
 `Twrite` or `Twriteattr` of at most 65,536 bytes (`INLINE_WRITE_MAX`) through a file
 opened without `O_DIRECT`, `O_SYNC` or `O_DSYNC`, and every `Tcreatebehind`,
-`Tcreatebehindmarked`, `Tsetattrbehind` and `Twritebehind`, before it reads the connection's next request, and
+`Tcreatebehindmarked`, `Tsetattrbehind`, `Twritebehind` and `Tunlinkbehind`, before it reads the connection's next request, and
 answers them in the order they came. Every later request on the connection,
 whatever it is, finds them done. A client must not assume this of any other server, or
 for any other request (creates, reads and fsync may run on worker threads, in parallel).
@@ -114,6 +115,13 @@ that leaves all five as they were (a write of the same size within one tick of a
 coarser than the file system's timestamps), and one made between the server's check and
 its change (microseconds, on the connection's reader).
 
+`Tunlinkbehind` (to a server whose `Rfeatures` has `UNLINK_BEHIND`) removes `name` from
+`dirfd` only while the name is the file whose `qid.path` is `path` and that file is as
+`base` says (or as this connection's changes left it); first it binds `newfid` (unless
+`NOFID`) to the file, so that the client's open files of it go on. Otherwise nothing is
+removed or bound, and it fails with `ESTALE`: a host program changed the file, or put
+another under the name, first. It never removes a directory (`ESTALE`).
+
 ## Errors
 Each compound succeeds or fails whole, with `Rlerror` carrying the errno of the step that
 failed, and binds no new fid when it fails: `Twalkgetattr`, `Twalkopen`, `Twalkread` and
@@ -135,7 +143,9 @@ and answers it as made. `Tsetattrget` fails like Tsetattr; the attributes are on
 `EROFS`); once written, it succeeds, and a file whose attributes could not be read then
 comes with `valid` 0. `Tsetattrbehind` and `Twritebehind` fail as Tsetattrget and
 Twriteattr do, and as making the copy fails (`ENOSPC`, `ENAMETOOLONG`; a copy that fails
-is removed).
+is removed). `Tunlinkbehind` fails like Tunlinkat (`ENOENT`, `EROFS`, ...), with `EBADF`
+for a `newfid` in use, and with `ESTALE` as above; once the name is gone it succeeds, and
+attributes it could not read come with `valid` 0.
 `Tunlinkatattr`, `Trenameatattr` and `Tcreateattrdir` fail like Tunlinkat, Trenameat and
 Tcreateattr; once the change is made they succeed, and a directory whose attributes could not be read afterwards comes with
 `valid` 0 (a client then asks with Tgetattr if it needs them). A server that predates them

@@ -151,6 +151,8 @@ pub mod features {
     pub const MARKED_CREATE: u64 = 0x4;
     /// The server takes Tmkdirattr.
     pub const MKDIR_ATTR: u64 = 0x8;
+    /// The server takes Tunlinkbehind.
+    pub const UNLINK_BEHIND: u64 = 0x10;
 }
 
 /// What a change sent behind (Tsetattrbehind, Twritebehind) was predicted from: the file

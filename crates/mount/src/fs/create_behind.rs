@@ -60,25 +60,10 @@ impl MountState {
         let owner = (*crate::sync::lock(&self.server.new_file_owner))
             .filter(|o| o.asked == (caller.uid, caller.gid))?
             .got;
-        // The directory's attributes after the create, predicted from the newest the
-        // mount has (exact where it can tell): the kernel asks for them before the next
-        // change in it, to check permissions, which events keep exact; without them the
-        // server would answer, after the create, and the next create would wait for it.
-        let dir_attrs = self
-            .behind
-            .predicted(parent.0)
-            .or_else(|| self.known.replicas.left_attrs(parent.0))
-            .or_else(|| self.exact_attrs(parent.0, Some(change)))
-            .or_else(|| self.known.inodes.fetched_attrs(parent.0).map(|f| f.0))
-            .filter(|d| d.mode & libc::S_IFMT == libc::S_IFDIR);
         let now = wire_time(SystemTime::now());
         let unmade = self.known.inodes.unmade_path();
         let predicted = predict_created(unmade, mode, owner, now);
-        let dir_after = dir_attrs.map(|mut d| {
-            (d.mtime_sec, d.mtime_nsec) = now;
-            (d.ctime_sec, d.ctime_nsec) = now;
-            (parent.0, d)
-        });
+        let dir_after = self.dir_after_name_change(parent.0, change, now);
 
         let (nodefid, openfid) = (self.client.alloc_fid(), self.client.alloc_fid());
         let create = Tcreateattr {
@@ -144,7 +129,8 @@ impl MountState {
             let made = match r {
                 Ok(Answered {
                     attrs,
-                    created: Some((made_as, dir)),
+                    made_as: Some(made_as),
+                    dir: Some(dir),
                 }) => Some((attrs, made_as, dir)),
                 _ => None,
             };
@@ -183,11 +169,35 @@ impl MountState {
         })
     }
 
+    /// The attributes directory `parent` will have once a name in it changes at `now`
+    /// (made or removed behind), predicted from the newest the mount has (exact where it
+    /// can tell): the kernel asks for them before the next change in it, to check
+    /// permissions, which events keep exact; without them the server would answer, after
+    /// the change, and the next change there would wait for it.
+    pub(super) fn dir_after_name_change(
+        &self,
+        parent: u64,
+        change: &ChangeInFlight,
+        now: (u64, u64),
+    ) -> Option<(u64, Rgetattr)> {
+        let mut d = self
+            .behind
+            .predicted(parent)
+            .or_else(|| self.known.replicas.left_attrs(parent))
+            .or_else(|| self.exact_attrs(parent, Some(change)))
+            .or_else(|| self.known.inodes.fetched_attrs(parent).map(|f| f.0))
+            .filter(|d| d.mode & libc::S_IFMT == libc::S_IFDIR)?;
+        (d.mtime_sec, d.mtime_nsec) = now;
+        (d.ctime_sec, d.ctime_nsec) = now;
+        Some((parent, d))
+    }
+
     /// Drops the kernel's entry for `name` in `parent` (it leads to a file created behind
-    /// that the server made elsewhere, or not at all), on a thread of its own: the kernel
+    /// that the server made elsewhere, or not at all, or removed behind and kept by the
+    /// host), on a thread of its own: the kernel
     /// takes the directory's lock for it, which a lookup waiting for the thread that reads
     /// answers may hold. A sync waits for it.
-    fn drop_kernel_entry(&self, parent: u64, name: &[u8]) {
+    pub(super) fn drop_kernel_entry(&self, parent: u64, name: &[u8]) {
         let Some(notifier) = self.notifier.get().cloned() else {
             return;
         };

@@ -18,6 +18,7 @@ use crate::attr::{self, decode_dev};
 use crate::fid::FidRef;
 use crate::known::cache::CacheMode;
 use crate::known::inode::NodeFid;
+use crate::known::listed_attrs::ChangeInFlight;
 use crate::known::listed_attrs::Fetched;
 use crate::known::replica::{Answer, DirLeft};
 use crate::remote::{expect_reply, resolve_one, ATTR_MASK};
@@ -517,7 +518,18 @@ impl MountState {
         crate::remote::walk_name(&self.client, dir, name)
     }
 
-    pub(super) fn unlink(&self, parent: INodeNo, name: &[u8], flags: u32) -> Result<(), Errno> {
+    /// UNLINK (`flags` 0) or RMDIR (`AT_REMOVEDIR`) of `name` in `parent`, from thread
+    /// `pid`: sent behind where it may be (`super::unlink_behind`), else waiting.
+    pub(super) fn unlink(
+        self: &Arc<Self>,
+        (parent, name): (INodeNo, &[u8]),
+        flags: u32,
+        pid: u32,
+        change: &ChangeInFlight,
+    ) -> Result<(), Errno> {
+        if flags == 0 && !self.config.read_only && self.unlink_behind((parent, name), pid, change) {
+            return Ok(());
+        }
         let left = self.unlink_on_server(parent, name, flags)?;
         let file = self.file_named(parent.0, name);
         self.known.inodes.removed(parent.0, name);

@@ -68,13 +68,13 @@ impl CrossFs {
         flags: u32,
         reply: ReplyEmpty,
     ) {
-        let (s, _change) = self.s_changing(req, op, &[], &[(parent.0, name)]);
+        let (s, change) = self.s_changing(req, op, &[], &[(parent.0, name)]);
         if s.changes.is_replay(req.pid()) {
             s.known.inodes.removed(parent.0, name);
             return answer(reply, Ok(()));
         }
         s.changes.note_name(parent.0, name);
-        answer(reply, s.unlink(parent, name, flags));
+        answer(reply, s.unlink((parent, name), flags, req.pid(), &change));
     }
 
     fn caller(&self, req: &Request, parent: INodeNo) -> Caller {

@@ -36,6 +36,7 @@ mod pushes;
 mod read_write;
 mod replayed;
 mod reply;
+mod unlink_behind;
 mod xattr;
 
 use std::sync::Arc;

@@ -17,6 +17,9 @@
 //!   change made to the copy; the connection's next changes of the file based on that one
 //!   go to the same copy, until one is based on the file as the client sees it again. Any
 //!   other kind of file is left as it is, and the change fails with `ESTALE`.
+//! - **Tunlinkbehind** removes a name only while it is the file the client saw, as its base
+//!   says or as this connection left it: a file a host program changed or put there first
+//!   stays, and the removal fails with `ESTALE`.
 //!
 //! What this module must not do: decide anything for requests that wait for their answer
 //! (their client saw the answer before it went on), or hold anything past the connection.
@@ -30,8 +33,8 @@ use crossfs_export::handles::PathHandle;
 use crossfs_export::sys;
 use crossfs_wire::{
     BehindBase, Fid, Rcreatebehind, Rcreatebehindmarked, Rgetattr, Rmessage, Rsetattrbehind,
-    Rwritebehind, Tcreateattr, Tcreatebehind, Tcreatebehindmarked, Tsetattrbehind, Tsetattrget,
-    Twrite, Twritebehind,
+    Runlinkbehind, Rwritebehind, Tcreateattr, Tcreatebehind, Tcreatebehindmarked, Tsetattrbehind,
+    Tsetattrget, Tunlinkbehind, Twrite, Twritebehind,
 };
 use rustix::io::Errno;
 
@@ -365,6 +368,56 @@ pub(crate) fn writebehind(conn: &Conn, m: Twritebehind) -> OpResult<Rmessage> {
         attr,
         kept_as,
     }))
+}
+
+/// Tunlinkbehind: removes `name` from `dirfd` only if it is still the file the client saw
+/// (`path`), as `base` says or as this connection's changes left it; otherwise the host's
+/// file stays and the removal fails with `ESTALE`. The check and the removal are one step
+/// for the file's other changes on this connection; a host program's change between them
+/// (microseconds) is not seen, as for Tsetattrbehind.
+pub(crate) fn unlinkbehind(conn: &Conn, m: Tunlinkbehind) -> OpResult<Rmessage> {
+    let own = &conn.own;
+    own.start_recording();
+    let state = conn.fids.get(m.dirfd)?;
+    let dir = state.file()?;
+    let name = crossfs_export::names::component(&m.name)?;
+    let st = sys::stat_at(dir.fd()?.as_fd(), &name)?;
+    let is_dir = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR;
+    if is_dir || conn.server.qid(&st).path != m.path {
+        return Err(Errno::STALE.into());
+    }
+    let _step = lock(&own.stripes[(m.path % STRIPES as u64) as usize]);
+    if !matches!(own.verdict(m.path, &m.base, &stamp(&st)), Verdict::Onto) {
+        return Err(Errno::STALE.into());
+    }
+    let bound = m.newfid != crossfs_wire::NOFID;
+    // Bound already to the file: a reconnecting client bound its fids again before
+    // sending this again.
+    let bound_to_it = || {
+        conn.fids
+            .get(m.newfid)
+            .is_ok_and(|s| s.file().is_ok_and(|f| f.qid.path == m.path))
+    };
+    if bound && !bound_to_it() {
+        if m.newfid == m.dirfd || conn.fids.contains(m.newfid) {
+            return Err(Errno::BADF.into());
+        }
+        let walked = bulk::walk_all(conn, m.dirfd, m.newfid, vec![m.name.clone()])?;
+        if walked.first().map(|q| q.path) != Some(m.path) {
+            bulk::unbind(conn, m.dirfd, m.newfid);
+            return Err(Errno::STALE.into());
+        }
+    }
+    conn.server
+        .export
+        .unlink(conn.server.dir(dir), &m.name, false)?;
+    let attr = if bound {
+        bulk::attr_after_change(conn, m.newfid, m.request_mask)
+    } else {
+        Rgetattr::default()
+    };
+    let dir = bulk::attr_after_change(conn, m.dirfd, m.request_mask);
+    Ok(Rmessage::Unlinkbehind(Runlinkbehind { attr, dir }))
 }
 
 /// Makes a change sent behind of `fid`'s file, based on `base`: `onto_file` where the

@@ -29,7 +29,7 @@ const GETDENTS_BUF: usize = 64 * 1024;
 
 /// Walks every name of `wnames` from `fid` to `newfid`, or fails binding nothing: a partial
 /// walk, which plain Twalk reports with fewer qids, is `ENOENT` here.
-fn walk_all(
+pub(crate) fn walk_all(
     conn: &Conn,
     fid: Fid,
     newfid: Fid,
@@ -51,13 +51,13 @@ fn walk_all(
 }
 
 /// Unbinds `newfid` after a later step failed, unless the walk was in place.
-fn unbind(conn: &Conn, fid: Fid, newfid: Fid) {
+pub(crate) fn unbind(conn: &Conn, fid: Fid, newfid: Fid) {
     if newfid != fid {
         let _ = conn.fids.remove(newfid);
     }
 }
 
-fn getattr(conn: &Conn, fid: Fid, request_mask: u64) -> OpResult<Rgetattr> {
+pub(crate) fn getattr(conn: &Conn, fid: Fid, request_mask: u64) -> OpResult<Rgetattr> {
     match attr::getattr(conn, Tgetattr { fid, request_mask })? {
         Rmessage::Getattr(a) => Ok(a),
         _ => Err(OpError::Invalid("getattr gave no Rgetattr")),

@@ -132,7 +132,8 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
         | T::Createbehind(_)
         | T::Createbehindmarked(_)
         | T::Setattrbehind(_)
-        | T::Writebehind(_) => true,
+        | T::Writebehind(_)
+        | T::Unlinkbehind(_) => true,
         T::Lopen(m) => match conn.fids.get(m.fid) {
             Ok(state) => match &*state {
                 FidState::File(f) => matches!(f.kind, libc::S_IFREG | libc::S_IFDIR),
@@ -301,13 +302,15 @@ fn dispatch(conn: &Conn, msg: Tmessage) -> OpResult<Rmessage> {
         T::Mkdirattr(m) => bulk::mkdirattr(conn, m),
         T::Setattrbehind(m) => behind::setattrbehind(conn, m),
         T::Writebehind(m) => behind::writebehind(conn, m),
+        T::Unlinkbehind(m) => behind::unlinkbehind(conn, m),
         T::Renameatattr(m) => bulk::renameatattr(conn, m),
         T::Features(crossfs_wire::Tfeatures {}) => {
             Ok(Rmessage::Features(crossfs_wire::Rfeatures {
                 features: crossfs_wire::features::KILL_SUIDGID
                     | crossfs_wire::features::CONDITIONAL_BEHIND
                     | crossfs_wire::features::MARKED_CREATE
-                    | crossfs_wire::features::MKDIR_ATTR,
+                    | crossfs_wire::features::MKDIR_ATTR
+                    | crossfs_wire::features::UNLINK_BEHIND,
             }))
         }
         // Handled by the session before dispatch; never queued.
