@@ -258,3 +258,35 @@ proptest! {
         run_case(&all)?;
     }
 }
+
+/// A case the property found (2026-12-02): a chmod and then the removal of a file sent
+/// behind while the server is stopped, and lost with it: the new server still has the
+/// name, and the chmod sent again must find the file through it.
+#[test]
+fn a_chmod_and_a_removal_lost_with_the_connection_are_both_sent_again() {
+    use Step::*;
+    let mut steps: Vec<Step> = (0..NAMES.len())
+        .flat_map(|name| {
+            [
+                Create { name },
+                Write {
+                    name,
+                    offset: 0,
+                    len: 5000,
+                    byte: b'x',
+                },
+            ]
+        })
+        .collect();
+    steps.extend([
+        StopServer { ms: 20 },
+        Chmod { name: 1, mode: 0 },
+        Remove { name: 1 },
+        KillServer,
+        SetTimes {
+            name: 0,
+            secs: 1404083259,
+        },
+    ]);
+    run_case(&steps).unwrap();
+}

@@ -669,7 +669,9 @@ fn listed(dir: &Path) -> Vec<std::ffi::OsString> {
 fn files_removed_behind_leave_the_host_and_one_a_host_program_changed_first_stays() {
     let s = setup(None, &[]);
     let (mnt, export) = (s.mount.mountpoint.clone(), s.export.clone());
-    fs::create_dir(export.join("d")).unwrap();
+    // Made through the mount, so that the mount has its fid: a directory known only from
+    // its parent's replica is walked at the first change in it, which waits.
+    fs::create_dir(mnt.join("d")).unwrap();
     for i in 0..20 {
         fs::write(export.join(format!("d/f{i}")), format!("host {i}")).unwrap();
     }
@@ -678,7 +680,11 @@ fn files_removed_behind_leave_the_host_and_one_a_host_program_changed_first_stay
     }
     fs::write(export.join("d/open"), b"read on after its removal").unwrap();
     std::os::unix::fs::symlink("f0", export.join("d/link")).unwrap();
+    // A second name of f5, which stays.
+    fs::hard_link(export.join("d/f5"), export.join("d/linked")).unwrap();
     first_create(&mnt);
+    // The host's files are in the mount's view of d once their events came.
+    assert!(s.mount.sync().status.success());
 
     // The server stopped: the removals (and a create of a name removed) are answered by
     // the mount. One file is open as its name goes.
@@ -707,11 +713,13 @@ fn files_removed_behind_leave_the_host_and_one_a_host_program_changed_first_stay
     let stats = s.mount.stats()["behind"].clone();
     assert_eq!(stats["to_host"]["Tunlinkbehind"]["count"], 24, "{stats}");
     assert_eq!(behind(&s.mount, "refused"), 2, "{stats}");
-    // The host: the guest's removals in order, and the host programs' files kept.
+    // The host: the guest's removals in order, the second name of a file removed under
+    // its first, and the host programs' files kept.
     assert_eq!(
         listed(&export.join("d")),
-        ["changed", "f3", "replaced"].map(std::ffi::OsString::from)
+        ["changed", "f3", "linked", "replaced"].map(std::ffi::OsString::from)
     );
+    assert_eq!(fs::read(export.join("d/linked")).unwrap(), b"host 5");
     assert_eq!(fs::read(export.join("d/f3")).unwrap(), b"the guest's again");
     assert_eq!(
         fs::read(export.join("d/changed")).unwrap(),
@@ -728,7 +736,7 @@ fn files_removed_behind_leave_the_host_and_one_a_host_program_changed_first_stay
     assert_eq!(open.metadata().unwrap().nlink(), 0);
     // The mount shows what the host has.
     assert_eq!(listed(&mnt.join("d")), listed(&export.join("d")));
-    for name in ["changed", "f3", "replaced"] {
+    for name in ["changed", "f3", "linked", "replaced"] {
         let (on_mount, host) = (mnt.join("d").join(name), export.join("d").join(name));
         assert_eq!(
             fs::read(&on_mount).unwrap(),

@@ -76,6 +76,8 @@ struct Unanswered {
     ino: u64,
     /// Another node the change predicts attributes of: a create's directory.
     also: Option<u64>,
+    /// See [`Change::removes`].
+    removes: Option<(u64, Vec<u8>)>,
     /// The process that made the change.
     process: u32,
     msg: Tmessage,
@@ -163,6 +165,10 @@ pub(crate) struct Change {
     pub predicted: Rgetattr,
     /// Another node's attributes the change predicts: a create's directory.
     pub also: Option<(u64, Rgetattr)>,
+    /// The name a removal takes from the node (its directory's node, the name): until the
+    /// change is answered the server still has it, and a reconnect binds the node
+    /// through it.
+    pub removes: Option<(u64, Vec<u8>)>,
 }
 
 impl ChangesBehind {
@@ -238,6 +244,7 @@ impl ChangesBehind {
             msg,
             predicted,
             also,
+            removes,
         } = change;
         let bytes = OVERHEAD + written(&msg);
         let seq = {
@@ -268,6 +275,7 @@ impl ChangesBehind {
                 Unanswered {
                     ino,
                     also: also.map(|(other, _)| other),
+                    removes,
                     process,
                     msg: msg.clone(),
                     bytes,
@@ -451,6 +459,18 @@ impl ChangesBehind {
             .collect()
     }
 
+    /// The names removed by changes not yet answered (sent, or lost and to be sent
+    /// again), as `(directory node, name, node)`: the server still has them, and a
+    /// reconnect binds the nodes through them.
+    pub(crate) fn pending_removals(&self) -> Vec<(u64, Vec<u8>, u64)> {
+        let q = lock(&self.queue);
+        q.unanswered
+            .values()
+            .chain(q.lost.values())
+            .filter_map(|c| c.removes.clone().map(|(dir, name)| (dir, name, c.ino)))
+            .collect()
+    }
+
     /// Sends again, in order and before anything else, the changes lost with the last
     /// connection: run by the client's reconnect hook, which alone may use the new
     /// connection. First waits (a moment) for the old connection's requests to fail.
@@ -458,6 +478,14 @@ impl ChangesBehind {
         let mut q = self.settled();
         let lost = std::mem::take(&mut q.lost);
         drop(q);
+        // Nodes a lost change removes: if the lost connection made that removal, the
+        // node could not be bound again, and the changes of it before the removal find
+        // no fid; the guest removed the file after them, so they are done with it.
+        let removed: std::collections::HashSet<u64> = lost
+            .values()
+            .filter(|c| c.removes.is_some())
+            .map(|c| c.ino)
+            .collect();
         for (seq, change) in lost {
             self.counters.resent.fetch_add(1, Relaxed);
             // Lost again, this connection is gone too: refused rather than kept hanging.
@@ -467,10 +495,14 @@ impl ChangesBehind {
             // were made only onto the file the mount saw.
             let msg = unconditional(&change.msg);
             let mut attrs = attrs_after(&msg, client.call(msg.clone()));
-            // A removal the lost connection made already: done.
-            if matches!(msg, Tmessage::Unlinkbehind(_))
-                && matches!(attrs, Err(Refusal::Errno(libc::ENOENT)))
-            {
+            // A removal the lost connection made already, and the changes before it of
+            // the file it removed: done.
+            let gone = match msg {
+                Tmessage::Unlinkbehind(_) => libc::ENOENT,
+                _ if removed.contains(&change.ino) => libc::EBADF,
+                _ => 0,
+            };
+            if matches!(attrs, Err(Refusal::Errno(e)) if e == gone) {
                 attrs = Ok(Answered {
                     attrs: Rgetattr::default(),
                     made_as: None,

@@ -16,6 +16,8 @@
 //!    opened again answers ESTALE, as an NFS file handle would.
 //! 3. Fids of changes sent behind and not answered (`crate::behind`), which a change holds
 //!    past its file's close: walked from the node, and opened for writing for a write.
+//!    A node whose name a removal sent behind took is walked through that name while
+//!    the removal is unanswered (the server has the name until it is made).
 //!
 //! First it waits for the old connection's requests to settle (`crate::behind`), so that
 //! what it binds does not move under it.
@@ -49,6 +51,9 @@ pub(crate) fn restore(shared: &MountState, client: &Client) -> Result<(), Client
     // Idle open fids are not in the handle table: not worth reopening.
     shared.known.idle.clear();
     let (mut nodes, mut lazy, mut names) = shared.known.inodes.snapshot();
+    // Names removed behind and not answered: the server has them until the removal,
+    // sent again after this hook, is made.
+    names.extend(shared.behind.pending_removals());
     // Files created behind and not made yet: their create, sent again after this hook
     // (`crate::behind`), binds their fids.
     let unmade = shared.behind.creating_nodes();

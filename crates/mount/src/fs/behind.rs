@@ -98,6 +98,7 @@ impl MountState {
             msg,
             predicted: new.clone(),
             also: None,
+            removes: None,
         };
         self.behind.send(&self.client, change, on_answer);
         Some(self.predicted_answer(ino.0, &new))
@@ -155,6 +156,7 @@ impl MountState {
             msg,
             predicted: new,
             also: None,
+            removes: None,
         };
         self.behind.send(&self.client, change, on_answer);
         true

@@ -106,6 +106,7 @@ impl MountState {
             msg,
             predicted,
             also: dir_after,
+            removes: None,
         };
         self.behind.send(&self.client, sent, on_answer);
         let mut created = self.open_created(fa, fid, (flags, wire));

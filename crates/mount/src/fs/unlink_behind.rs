@@ -4,7 +4,7 @@
 //! Only where the mount can tell the server will remove the file it shows: the
 //! directory's replica holds the name with its attributes (events keep them exact) or a
 //! change sent behind predicted them, the file is a regular file or a symbolic link of
-//! one name and at most [`UNLINK_BEHIND_MAX`] bytes (the server removes it on the
+//! at most [`UNLINK_BEHIND_MAX`] bytes (the server removes it on the
 //! connection's reader, before the next request), and the kernel has checked the caller's
 //! permission (the directory's write and search bits, its sticky bit) against exact
 //! attributes. Everything else waits, as in the exact mode.
@@ -66,7 +66,7 @@ impl MountState {
         };
         let format = old.mode & libc::S_IFMT;
         if !matches!(format, libc::S_IFREG | libc::S_IFLNK)
-            || old.nlink != 1
+            || old.nlink == 0
             || old.size > UNLINK_BEHIND_MAX
             || self.known.inodes.qid_path(ino) != Some(old.qid.path)
         {
@@ -93,7 +93,8 @@ impl MountState {
         };
         let now = wire_time(SystemTime::now());
         let mut predicted = old.clone();
-        predicted.nlink = 0;
+        // Its other names, if any, are asked of the server from now on (`own_removed`).
+        predicted.nlink -= 1;
         (predicted.ctime_sec, predicted.ctime_nsec) = now;
         let dir_after = self.dir_after_name_change(parent.0, change, now);
         let msg = Tmessage::Unlinkbehind(Tunlinkbehind {
@@ -117,6 +118,7 @@ impl MountState {
             msg,
             predicted,
             also: dir_after,
+            removes: Some((parent.0, name.to_vec())),
         };
         self.behind.send(&self.client, sent, on_answer);
         true
