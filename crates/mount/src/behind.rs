@@ -19,13 +19,13 @@
 //!   (`default_permissions`), and the change keeps set-user-ID and set-group-ID bits out of
 //!   it (which the host's kernel may strip) and ownership as it is (which the host's
 //!   kernel may refuse). A create goes behind where the directory's replica shows the
-//!   name missing (`crate::fs::create_behind`), a removal of a file of one name where it
-//!   shows the file (`crate::fs::unlink_behind`). Everything else, and every other change
+//!   name missing (`crate::fs::create_behind`), a removal of a file where it shows the
+//!   file (`crate::fs::unlink_behind`). Everything else, and every other change
 //!   of names, waits for the server as in the exact mode.
 //! - **What the guest sees.** The attributes the change will leave, predicted, given to
-//!   the kernel to be asked again at once (a zero timeout): until the server has
-//!   answered, the prediction; after, the server's own, so that after `crossfs sync` a
-//!   stat shows exactly what the host has.
+//!   the kernel to keep until the server has answered, when the kernel is told to drop
+//!   them ([`ChangesBehind::tell_kernel`]); after, the server's own, so that after
+//!   `crossfs sync` a stat shows exactly what the host has.
 //! - **Errors.** A change the server refuses is logged, counted (`crossfs stats`), and
 //!   its errno is returned once, by the next fsync of that file or (where the kernel
 //!   sends FLUSH: `--send-opens`) the next close of it by the process that made the
@@ -139,6 +139,10 @@ pub(crate) struct ChangesBehind {
     /// From the mount's answer to the server's, by request type: how long the host took
     /// to see each change (a resent one counts from its first sending).
     to_host: crossfs_wire::LatencyHistograms,
+    /// Tells the kernel to drop a node's attributes once no prediction of them is left:
+    /// the kernel keeps a prediction it was given as long as any other attributes, and
+    /// must then ask for the server's.
+    kernel: std::sync::OnceLock<crate::session::Notifier>,
 }
 
 /// What the server answered to a change sent behind.
@@ -172,7 +176,15 @@ pub(crate) struct Change {
 }
 
 impl ChangesBehind {
-    /// The attributes the newest unanswered change of `ino` predicts.
+    /// Has the kernel drop the attributes of each node whose predictions have all been
+    /// answered, so that it asks for the server's (see [`ChangesBehind::predicted`]).
+    pub(crate) fn tell_kernel(&self, notifier: crate::session::Notifier) {
+        let _ = self.kernel.set(notifier);
+    }
+
+    /// The attributes the newest unanswered change of `ino` predicts. The kernel may keep
+    /// them for its usual attribute timeout: once they are answered (or refused), it is
+    /// told to drop them ([`ChangesBehind::tell_kernel`]).
     pub(crate) fn predicted(&self, ino: u64) -> Option<Rgetattr> {
         lock(&self.queue)
             .predicted
@@ -373,16 +385,27 @@ impl ChangesBehind {
         // The prediction answers until the mount has taken in the server's answer: a
         // directory replica, say, still shows the file as it was until then.
         let mut q = lock(&self.queue);
+        let mut settled = Vec::new();
         for node in std::iter::once(ino).chain(also) {
             if q.predicted.get(&node).is_some_and(|(s, _)| *s == seq) {
                 q.predicted.remove(&node);
+                settled.push(node);
             }
         }
         if q.creating.get(&ino).is_some_and(|(s, _)| *s == seq) {
             q.creating.remove(&ino);
         }
-        q.holds -= 1;
         drop(q);
+        // Before anyone waiting (a sync) goes on: the kernel then shows the server's.
+        // A reply carrying the prediction sent meanwhile is older than this, and the
+        // kernel takes nothing from it (its attribute version moved).
+        if let Some(kernel) = self.kernel.get() {
+            for node in settled {
+                // ENOENT: the kernel holds no such inode, nothing to drop.
+                let _ = kernel.inval_inode(crate::session::INodeNo(node), -1, 0);
+            }
+        }
+        lock(&self.queue).holds -= 1;
         self.answered.notify_all();
     }
 

@@ -120,6 +120,7 @@ pub fn mount(
     let transports = session.counters();
     let notifier = session.notifier();
     let _ = state.notifier.set(notifier.clone());
+    state.behind.tell_kernel(notifier.clone());
     state.start_page_push(notifier.clone());
     state.start_dir_priming(mountpoint.to_path_buf());
     state.start_no_opens(mountpoint.to_path_buf());

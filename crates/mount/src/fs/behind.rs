@@ -170,8 +170,8 @@ impl MountState {
     }
 
     /// What the kernel is given for node `fa.ino` with attributes `fa` for `ttl`, from a
-    /// lookup or a listing: while a change sent behind is unanswered, its prediction, for
-    /// no time (a replica or the server may still show the file as it was before).
+    /// lookup or a listing: while a change sent behind is unanswered, its prediction (a
+    /// replica or the server may still show the file as it was before).
     pub(super) fn unless_predicted(
         &self,
         fa: crate::session::FileAttr,
@@ -186,12 +186,20 @@ impl MountState {
         }
     }
 
-    /// Attributes predicted by a change sent behind, for the kernel to ask again at once:
-    /// after the server's answer it gets the server's own.
+    /// Attributes predicted by a change sent behind, for the kernel to keep as any others:
+    /// once the server has answered, the kernel is told to drop them
+    /// (`ChangesBehind::tell_kernel`), and then gets the server's own. Those of a file
+    /// created behind and not made yet are for no time: its stats wait for it to be made
+    /// (`ChangesBehind::wait_made`), so that its times never move under a stat.
     pub(super) fn predicted_answer(&self, ino: u64, a: &Rgetattr) -> Attr {
+        let ttl = if self.behind.is_creating(ino) {
+            Duration::ZERO
+        } else {
+            self.attr_ttl()
+        };
         Attr {
             attr: crate::attr::file_attr(ino, a, self.ids),
-            ttl: Duration::ZERO,
+            ttl,
         }
     }
 
