@@ -1196,19 +1196,7 @@ fn unlinkbehind_removes_only_the_file_the_client_saw_and_binds_it_first() {
     };
     assert_ne!(f.features & features::UNLINK_BEHIND, 0, "offered");
     c.walk(ROOT, Fid(1), &["d"]).unwrap();
-    let seen = |name: &str| {
-        let m = std::fs::symlink_metadata(h.path(&format!("d/{name}"))).unwrap();
-        let a = Rgetattr {
-            mtime_sec: m.mtime() as u64,
-            mtime_nsec: m.mtime_nsec() as u64,
-            size: m.size(),
-            mode: m.mode(),
-            uid: m.uid(),
-            gid: m.gid(),
-            ..Rgetattr::default()
-        };
-        (BehindBase::seen(&a), m.ino())
-    };
+    let seen = |name: &str| seen_as(&h.path(&format!("d/{name}")));
     let unlink = |(base, path): (BehindBase, u64), name: &str, newfid: Fid| Tunlinkbehind {
         base,
         path,
@@ -1261,7 +1249,24 @@ fn unlinkbehind_removes_only_the_file_the_client_saw_and_binds_it_first() {
     let ro = Harness::with(|c| c.read_only = true);
     std::fs::write(ro.path("f"), b"f").unwrap();
     let mut c = extended(&ro);
-    let m = std::fs::metadata(ro.path("f")).unwrap();
+    let (base, path) = seen_as(&ro.path("f"));
+    let r = c.err(Tunlinkbehind {
+        base,
+        path,
+        dirfd: ROOT,
+        name: b"f".to_vec(),
+        newfid: NOFID,
+        request_mask: getattr::ALL,
+    });
+    assert_eq!(r, libc::EROFS);
+    assert!(ro.path("f").exists());
+}
+
+/// The file at `path` as a client that saw it would name it in a change sent behind: its
+/// base and its `qid.path`.
+fn seen_as(path: &std::path::Path) -> (BehindBase, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(path).unwrap();
     let a = Rgetattr {
         mtime_sec: m.mtime() as u64,
         mtime_nsec: m.mtime_nsec() as u64,
@@ -1271,14 +1276,5 @@ fn unlinkbehind_removes_only_the_file_the_client_saw_and_binds_it_first() {
         gid: m.gid(),
         ..Rgetattr::default()
     };
-    let r = c.err(Tunlinkbehind {
-        base: BehindBase::seen(&a),
-        path: m.ino(),
-        dirfd: ROOT,
-        name: b"f".to_vec(),
-        newfid: NOFID,
-        request_mask: getattr::ALL,
-    });
-    assert_eq!(r, libc::EROFS);
-    assert!(ro.path("f").exists());
+    (BehindBase::seen(&a), m.ino())
 }

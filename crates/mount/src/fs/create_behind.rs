@@ -136,7 +136,7 @@ impl MountState {
                 _ => None,
             };
             let Some((a, made_as, dir)) = made else {
-                shared.known.inodes.never_made(ino);
+                shared.known.inodes.never_bound(ino);
                 shared.known.replicas.stale(parent, &name);
                 shared.forget_refused(ino);
                 shared.drop_kernel_entry(parent, &name);

@@ -111,7 +111,8 @@ impl MountState {
             .replicas
             .own_removed(parent.0, name, Some(old.qid.path), None);
         let shown = self.ticket_for_left(parent.0);
-        let on_answer = self.on_unlinked((parent.0, name), ino, dir, shown);
+        let binds = newfid != NOFID;
+        let on_answer = self.on_unlinked((parent.0, name), (ino, binds), dir, shown);
         let sent = behind::Change {
             ino,
             pid,
@@ -125,12 +126,13 @@ impl MountState {
     }
 
     /// What the mount learns from the answer to the removal of `name` in `parent`, node
-    /// `ino`, sent behind through directory fid `dir`; `shown`: the directory's ticket once
-    /// the replica showed the name gone.
+    /// `ino`, sent behind through directory fid `dir`; `binds`: whether the removal was to
+    /// bind the node's fid; `shown`: the directory's ticket once the replica showed the
+    /// name gone.
     fn on_unlinked(
         self: &Arc<Self>,
         (parent, name): (u64, &[u8]),
-        ino: u64,
+        (ino, binds): (u64, bool),
         dir: Arc<FidRef>,
         shown: Option<Ticket>,
     ) -> OnAnswer {
@@ -147,7 +149,11 @@ impl MountState {
                     }
                 }
                 Err(_) => {
-                    // The host kept the file: the guest sees it again.
+                    // The host kept the file: the guest sees it again, through a new node
+                    // if this one's fid was to be bound by the removal.
+                    if binds {
+                        shared.known.inodes.never_bound(ino);
+                    }
                     shared.known.replicas.stale(parent, &name);
                     shared.forget_refused(ino);
                     shared.drop_kernel_entry(parent, &name);

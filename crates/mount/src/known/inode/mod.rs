@@ -677,9 +677,10 @@ impl InodeTable {
         inner.map_path(made.qid.path, ino);
     }
 
-    /// The server refused to make node `ino`'s file, created behind: it answers ESTALE
-    /// (its fid was never bound), and is found by no `qid.path`.
-    pub(crate) fn never_made(&self, ino: u64) {
+    /// The server refused the change sent behind that was to bind node `ino`'s fid (the
+    /// create of its file, or the removal that was to bind it first): the node answers
+    /// ESTALE, and is found by no `qid.path` (the next lookup of its file makes a new one).
+    pub(crate) fn never_bound(&self, ino: u64) {
         let mut inner = self.lock();
         let Some(node) = inner.by_ino.get_mut(&ino) else {
             return;
