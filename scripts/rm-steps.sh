@@ -56,7 +56,7 @@ for round in $(seq "$rounds"); do
         fuse=$(($(stat_of "sum(v['count'] for v in d['fuse'].values())") - fuse_before))
         sent=$(stat_of "d.get('behind', {}).get('to_host', {}).get('Tunlinkbehind', {}).get('count', 0)")
         printf '%d %-6s %.3f s  FUSE requests %d, Tunlinkbehind %d, steal %d ticks\n' \
-            "$round" "$mode" "$(echo "$t1 - $t0" | bc)" "$fuse" "$sent" $((s2 - s1))
+            "$round" "$mode" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$fuse" "$sent" $((s2 - s1))
         umount "$tmp/mnt"
         wait "$mount_pid" || true
     done
