@@ -122,8 +122,8 @@ impl DirReplicas {
     /// (lookups in it may then fill and use its replica), if nothing but that creation
     /// ([`DirReplicas::own_created`], one change) touched `parent` since `before`, taken
     /// before the request was sent: an event about the name meanwhile may have moved it.
-    /// If no event about a name in any directory of `parent` came either (its entries'
-    /// count), nothing was made in the new directory as far as the mount can know, and
+    /// If no event about a name in a subdirectory of `parent` the mount had not placed came
+    /// either, nothing was made in the new directory as far as the mount can know, and
     /// it gets an empty replica (`filled`: taken before the request), complete: the
     /// lookups and creates that follow a mkdir need not list it first. Whatever the
     /// host makes in it from now on comes as events, applied to that replica.
@@ -139,12 +139,13 @@ impl DirReplicas {
             changes: Changes {
                 names: before.changes.names + 1,
                 entries: before.changes.entries + 1,
+                ..before.changes
             },
             ..before
         };
         let mut inner = self.lock();
         if !inner.anchor_if((parent, name), ino, made, &self.counters)
-            || !inner.still(parent, made)
+            || !inner.nothing_unplaced_since(parent, made)
             || inner.dirs.contains_key(&ino)
         {
             return;

@@ -36,9 +36,9 @@
 //!   `--changes behind`, the prediction) also answer a lookup of the directory by name
 //!   while its entry in its parent is unknown for that change (`DirReplicas::subdir`):
 //!   `mkdir -p` before each file, as npm does, asks nothing. A directory made through the
-//!   mount gets an empty, complete replica when no event about anything in its parent's
-//!   directories came since the mkdir was sent (`own_made_dir`): nothing can be in it that
-//!   no event will bring.
+//!   mount gets an empty, complete replica when no event about a name in a directory of its
+//!   parent that the mount had not placed came since the mkdir was sent (`own_made_dir`):
+//!   nothing can be in it that no event will bring.
 //! - **Names over 255 bytes** are never answered "missing": the server says ENAMETOOLONG.
 //!
 //! So after `crossfs sync` (every host change before it applied) a replica answers what
@@ -153,6 +153,9 @@ struct Changes {
     names: u64,
     /// Those, and changes to its entries' attributes (a file's, a subdirectory's times).
     entries: u64,
+    /// Events about names in a subdirectory of it the mount has not placed (one made a
+    /// moment ago, not anchored yet): see [`DirReplicas::own_made_dir`].
+    unplaced: u64,
 }
 
 #[derive(Default)]

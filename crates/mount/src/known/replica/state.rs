@@ -70,6 +70,12 @@ impl Inner {
             && t.changes.entries == self.changes.get(&dir).map_or(0, |c| c.entries)
     }
 
+    /// Whether no event about a name in a subdirectory of `dir` that was not anchored came
+    /// since `t` (see [`Self::touch_container`]).
+    pub(super) fn nothing_unplaced_since(&self, dir: u64, t: Ticket) -> bool {
+        t.changes.unplaced == self.changes.get(&dir).map_or(0, |c| c.unplaced)
+    }
+
     /// As [`Self::still`], for `dir`'s names and own attributes only.
     pub(super) fn names_still(&self, dir: u64, t: Ticket) -> bool {
         self.following
@@ -162,6 +168,12 @@ impl Inner {
         if let Some(g) = grandparent {
             self.touch(g, dir.file_name(), None);
             self.bump_entry(g);
+            // An event about a name in a directory made a moment ago, before the mount
+            // anchored it: the new directory is not empty as far as the mount knows. (In
+            // one it placed, the event updates its replica, if it has one.)
+            if self.tree.child(g, dir.file_name()).is_none() {
+                self.changes.entry(g).or_default().unplaced += 1;
+            }
         }
     }
 

@@ -318,6 +318,23 @@ fn a_directory_made_through_the_mount_is_known_empty_unless_an_event_came_from_i
     assert!(!r.has(300), "no replica");
     assert_eq!(r.subdir(ROOT, b"d"), Some(300), "anchored all the same");
 
+    // Events about names in a directory the mount placed before (the echoes of files an
+    // untar made in the directory before, as it makes the next) tell nothing of the new one.
+    let r = root_listing_one_file();
+    let before = r.ticket(ROOT).unwrap();
+    r.own_created(ROOT, b"e", &dir(31), None);
+    r.own_made_dir((ROOT, b"e"), 301, before, now());
+    let before = r.ticket(ROOT).unwrap();
+    r.own_created(ROOT, b"d", &dir(30), None);
+    r.apply(&created("e/x"), false, &|_, _| false);
+    r.own_made_dir((ROOT, b"d"), 300, before, now());
+    assert_eq!(r.lookup(300, b"x"), Answer::Missing);
+    assert_ne!(
+        r.lookup(301, b"x"),
+        Answer::Missing,
+        "the event landed in e"
+    );
+
     // Anchored and empty: what the host makes in it later lands in the replica.
     let r = root_listing_one_file();
     let before = r.ticket(ROOT).unwrap();
