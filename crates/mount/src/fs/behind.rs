@@ -91,7 +91,7 @@ impl MountState {
             Tmessage::Setattrget(Tsetattrget { set, request_mask })
         };
         self.changing_behind(ino.0, &new);
-        let on_answer = self.on_behind_answer(ino.0, fid.clone(), in_flight.take());
+        let on_answer = self.on_behind_answer(ino.0, fid.clone(), sent_behind(in_flight));
         let change = behind::Change {
             ino: ino.0,
             pid,
@@ -149,7 +149,7 @@ impl MountState {
             })
         };
         self.changing_behind(ino, &new);
-        let on_answer = self.on_behind_answer(ino, fid.clone(), change.take());
+        let on_answer = self.on_behind_answer(ino, fid.clone(), sent_behind(change));
         let change = behind::Change {
             ino,
             pid,
@@ -273,6 +273,15 @@ impl MountState {
             tracing::warn!("cannot drop the pages of node {ino} after a refused change: {e}");
         }
     }
+}
+
+/// The change in flight `change`, noted as sent behind.
+fn sent_behind(change: &mut Option<ChangeInFlight>) -> Option<ChangeInFlight> {
+    let mut change = change.take();
+    if let Some(c) = &mut change {
+        c.sent_behind();
+    }
+    change
 }
 
 /// The attributes a setattr leaves a file with attributes `old`, at time `now`, if the

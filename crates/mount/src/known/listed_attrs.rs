@@ -20,7 +20,9 @@
 //!   stay good until a change or an event says otherwise; losing the event stream, and
 //!   binding files again after a reconnect, count for every file.
 //!
-//! Files are named by `qid.path`, so a hard link changed under another name counts too.
+//! Files are named by `qid.path`, so a hard link changed under another name counts too. A
+//! file created behind has a `qid.path` of the mount's own until the server has made it; a
+//! change that started on that one marks the file's own once it is known.
 //! Only the clock and these rules live here; the attributes are kept with their node in the
 //! inode table. What this module must not do: decide anything for LOOKUP (directory
 //! replicas do), or for a GETATTR while events are not followed (it then asks the
@@ -37,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use crossfs_wire::Rgetattr;
 
-use crate::known::inode::Status;
+use crate::known::inode::{is_unmade, Status};
 
 /// Files remembered as changed, beyond which all count as changed and are forgotten.
 const CHANGED_LIMIT: usize = 1 << 16;
@@ -68,6 +70,20 @@ pub(crate) struct ListedAttrs {
     read: Mutex<HashMap<u64, u64>>,
     all_read: AtomicU64,
     following: AtomicBool,
+    /// `qid.path` -> the start tick of the newest change of it sent behind and not yet
+    /// answered (locked after `changed`; see [`ChangeInFlight::sent_behind`]).
+    behind: Mutex<HashMap<u64, u64>>,
+    /// `qid.path` of a file created behind, until made -> the changes in flight that
+    /// started while the file was known by it, and the file's own once made (locked after
+    /// `changed`; see [`ListedAttrs::made`]).
+    unmade: Mutex<HashMap<u64, Unmade>>,
+}
+
+/// See [`ListedAttrs::unmade`].
+#[derive(Debug, Default)]
+struct Unmade {
+    changes: usize,
+    made_as: Option<u64>,
 }
 
 /// Change events that marked a file one after the other, all showing it in the same state,
@@ -94,11 +110,17 @@ pub(crate) struct ChangeInFlight {
     marked_before: Vec<u64>,
     /// Also run once the server has answered (the directory replicas' update).
     at_end: Option<Box<dyn FnOnce() + Send>>,
+    /// Sent behind (see [`ChangeInFlight::sent_behind`]).
+    behind: bool,
 }
 
 impl Drop for ChangeInFlight {
     fn drop(&mut self) {
-        self.listed.changed(self.files.iter().copied());
+        let files = self.listed.ended(&self.files);
+        self.listed.changed(files);
+        if self.behind {
+            self.listed.end_behind(&self.files, self.started);
+        }
         if let Some(f) = self.at_end.take() {
             f();
         }
@@ -115,6 +137,7 @@ impl ChangeInFlight {
     pub(crate) fn end_with_answer(mut self, answer: &Rgetattr) -> Option<Fetched> {
         let l = self.listed.clone();
         let files = std::mem::take(&mut self.files);
+        let own = l.ended(&files);
         let mut changed = crate::sync::lock(&l.changed);
         let qid_path = answer.qid.path;
         // The change's own echo may come before its answer: an event showing the file as
@@ -122,16 +145,28 @@ impl ChangeInFlight {
         let alone = (changed.get(&qid_path) == Some(&self.started)
             || l.shown_since(&changed, qid_path, self.started, Status::of(answer)))
             && l.all_changed.load(SeqCst) <= self.started;
-        // The end mark, under the same lock as the check: a mark after it is later.
+        // The end mark, under the same lock as the check: a mark after it is later. Not
+        // where the file's last mark is the start of a later change sent behind: the
+        // server answers that one after this one, and its end marks the file then.
         let tick = l.clock.fetch_add(1, SeqCst) + 1;
-        for file in files {
-            changed.insert(file, tick);
+        let behind = crate::sync::lock(&l.behind);
+        for (&file, &own) in files.iter().zip(&own) {
+            let later_behind = behind
+                .get(&file)
+                .is_some_and(|&s| s > self.started && changed.get(&own) == Some(&s));
+            if !(self.behind && later_behind) {
+                changed.insert(own, tick);
+            }
         }
+        drop(behind);
         if changed.len() > CHANGED_LIMIT {
             changed.clear();
             l.all_changed.store(tick, SeqCst);
         }
         drop(changed);
+        if self.behind {
+            l.end_behind(&files, self.started);
+        }
         let fetched = Fetched {
             tick,
             at: Instant::now(),
@@ -158,6 +193,24 @@ impl ChangeInFlight {
             && changed.get(&qid_path) == Some(&self.started)
     }
 
+    /// Notes that this change is sent behind: the server runs such changes in the order
+    /// they were sent and answers them in that order, so the end of one whose file a later
+    /// one (started, nothing else marking the file since) changes too leaves the file's
+    /// mark to the later one. The last change of a run of them (a create's write, chown,
+    /// chmod and utimens) then ends alone, and the attributes it is answered with are
+    /// what the next change starts from, with no Tgetattr and no waiting.
+    pub(crate) fn sent_behind(&mut self) {
+        self.behind = true;
+        let mut behind = crate::sync::lock(&self.listed.behind);
+        for &file in &self.files {
+            behind.insert(file, self.started);
+        }
+        if behind.len() > CHANGED_LIMIT {
+            // Forgetting only costs end marks.
+            behind.clear();
+        }
+    }
+
     /// Runs `f` too once the server has answered.
     pub(crate) fn also_at_end(mut self, f: impl FnOnce() + Send + 'static) -> Self {
         self.at_end = Some(Box::new(f));
@@ -175,6 +228,54 @@ impl Fetched {
 }
 
 impl ListedAttrs {
+    /// The files' own `qid.path`s, as a change of `files` starts: a file created behind
+    /// and made since the caller looked its path up is marked by its own (and any still
+    /// unmade is counted, so that its own can be marked as the change ends).
+    fn started_on(&self, files: &[u64]) -> Vec<u64> {
+        let mut unmade = crate::sync::lock(&self.unmade);
+        files
+            .iter()
+            .map(|&file| {
+                if !is_unmade(file) {
+                    return file;
+                }
+                let e = unmade.entry(file).or_default();
+                e.changes += 1;
+                e.made_as.unwrap_or(file)
+            })
+            .collect()
+    }
+
+    /// As a change of `files` (as it started) ends: their own `qid.path`s now (see
+    /// [`Self::made`]).
+    fn ended(&self, files: &[u64]) -> Vec<u64> {
+        let mut unmade = crate::sync::lock(&self.unmade);
+        files
+            .iter()
+            .map(|&file| {
+                let Some(e) = unmade.get_mut(&file) else {
+                    return file;
+                };
+                let own = e.made_as.unwrap_or(file);
+                e.changes -= 1;
+                if e.changes == 0 {
+                    unmade.remove(&file);
+                }
+                own
+            })
+            .collect()
+    }
+
+    /// The change sent behind that started at tick `started` to `files` ended.
+    fn end_behind(&self, files: &[u64], started: u64) {
+        let mut behind = crate::sync::lock(&self.behind);
+        for file in files {
+            if behind.get(file) == Some(&started) {
+                behind.remove(file);
+            }
+        }
+    }
+
     /// Call before sending the request that fetches attributes.
     pub(crate) fn before_fetch(&self) -> Fetched {
         Fetched {
@@ -277,6 +378,12 @@ impl ListedAttrs {
         let qid_path = answer.qid.path;
         let mut changed = crate::sync::lock(&self.changed);
         let later = unmade.and_then(|u| changed.remove(&u));
+        if let Some(u) = unmade {
+            // Changes still in flight that started on `unmade` mark the file's own from now on.
+            if let Some(e) = crate::sync::lock(&self.unmade).get_mut(&u) {
+                e.made_as = Some(qid_path);
+            }
+        }
         let untouched = self.all_changed.load(SeqCst) <= asked.tick
             && (changed
                 .get(&qid_path)
@@ -336,7 +443,8 @@ impl ListedAttrs {
     pub(crate) fn change(self: &Arc<Self>, files: Vec<u64>) -> ChangeInFlight {
         let started = self.clock.fetch_add(1, SeqCst) + 1;
         let mut changed = crate::sync::lock(&self.changed);
-        let marked_before = files
+        let own = self.started_on(&files);
+        let marked_before = own
             .iter()
             .map(|&file| changed.insert(file, started).unwrap_or(0))
             .collect();
@@ -351,6 +459,7 @@ impl ListedAttrs {
             started,
             marked_before,
             at_end: None,
+            behind: false,
         }
     }
 
@@ -489,6 +598,38 @@ mod tests {
     }
 
     #[test]
+    fn the_last_of_a_run_of_changes_sent_behind_is_answered_alone() {
+        let l = Arc::new(ListedAttrs::default());
+        l.set_following(true);
+        let behind = |l: &Arc<ListedAttrs>| {
+            let mut c = l.change(vec![1]);
+            c.sent_behind();
+            c
+        };
+        // A write, a chown, a chmod: answered in the order sent.
+        let (write, chown, chmod) = (behind(&l), behind(&l), behind(&l));
+        assert!(write.end_with_answer(&answer(1)).is_none());
+        assert!(chown.end_with_answer(&answer(2)).is_none());
+        let f = chmod.end_with_answer(&answer(3)).unwrap();
+        assert!(l.reusable_for(1, &f, TTL).is_some());
+        // Anything else marking the file meanwhile still counts.
+        let (first, last) = (behind(&l), behind(&l));
+        l.changed([1]);
+        assert!(first.end_with_answer(&answer(4)).is_none());
+        assert!(last.end_with_answer(&answer(5)).is_none());
+        // So does a later change that waits for the server: its answer may come first.
+        let first = behind(&l);
+        let waiting = l.change(vec![1]);
+        assert!(first.end_with_answer(&answer(6)).is_none());
+        assert!(waiting.end_with_answer(&answer(7)).is_none());
+        // A refused change marks its file as any other.
+        let (refused, last) = (behind(&l), behind(&l));
+        drop(refused);
+        assert!(last.end_with_answer(&answer(8)).is_none());
+        assert!(l.behind.lock().unwrap().is_empty());
+    }
+
+    #[test]
     fn a_change_overtaken_by_its_own_echo_is_still_answered_alone() {
         let l = Arc::new(ListedAttrs::default());
         l.set_following(true);
@@ -531,6 +672,30 @@ mod tests {
         let asked = l.before_fetch();
         l.changed_as_shown([], (1, Status::of(&answer(3))));
         assert!(l.created(&answer(4), &asked).is_none(), "a host change");
+    }
+
+    #[test]
+    fn a_change_that_started_before_its_file_was_made_marks_the_file_made() {
+        let l = Arc::new(ListedAttrs::default());
+        l.set_following(true);
+        let unmade = 0xffff_0000_0000_0007;
+        let asked = l.before_fetch();
+        // A removal that waits for the server, started while the create was unanswered.
+        let removal = l.change(vec![unmade]);
+        assert!(l.made(Some(unmade), &answer(1), &asked).is_none());
+        // Fetched before the removal's answer: maybe without it.
+        let during = l.before_fetch();
+        assert!(l.reusable_for(1, &during, TTL).is_some());
+        // A change that looked the file up before it was made, and starts after.
+        let late = l.change(vec![unmade]);
+        assert_eq!(l.reusable_for(1, &during, TTL), None, "marked as it starts");
+        let after_late_start = l.before_fetch();
+        drop(removal);
+        assert_eq!(l.reusable_for(1, &after_late_start, TTL), None, "and ends");
+        let after_removal = l.before_fetch();
+        drop(late);
+        assert_eq!(l.reusable_for(1, &after_removal, TTL), None);
+        assert!(l.unmade.lock().unwrap().is_empty());
     }
 
     #[test]

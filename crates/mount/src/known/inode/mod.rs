@@ -30,6 +30,11 @@ const PLACEHOLDER: u64 = u64::MAX;
 /// numbers, with a device's index from bit 48 for files on other devices).
 const UNMADE_PATHS: u64 = 0xffff_0000_0000_0000;
 
+/// Whether `qid_path` is one of [`InodeTable::unmade_path`]'s.
+pub(crate) fn is_unmade(qid_path: u64) -> bool {
+    qid_path & UNMADE_PATHS == UNMADE_PATHS
+}
+
 /// Statuses a node remembers from before its newest (see `Inode::passed`).
 const PASSED_STATUSES: usize = 3;
 
