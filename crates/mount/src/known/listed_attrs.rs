@@ -44,6 +44,10 @@ use crate::known::inode::{is_unmade, Status};
 /// Files remembered as changed, beyond which all count as changed and are forgotten.
 const CHANGED_LIMIT: usize = 1 << 16;
 
+/// Files created behind remembered by their placeholder `qid.path` once made (see
+/// [`ListedAttrs::unmade`]), beyond which those no change in flight started on are forgotten.
+const MADE_LIMIT: usize = 1 << 12;
+
 /// When attributes were fetched (taken before the request is sent).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Fetched {
@@ -73,13 +77,22 @@ pub(crate) struct ListedAttrs {
     /// `qid.path` -> the start tick of the newest change of it sent behind and not yet
     /// answered (locked after `changed`; see [`ChangeInFlight::sent_behind`]).
     behind: Mutex<HashMap<u64, u64>>,
-    /// `qid.path` of a file created behind, until made -> the changes in flight that
-    /// started while the file was known by it, and the file's own once made (locked after
-    /// `changed`; see [`ListedAttrs::made`]).
-    unmade: Mutex<HashMap<u64, Unmade>>,
+    /// Files created behind by their placeholder `qid.path` (locked after `changed`; see
+    /// [`ListedAttrs::made`]).
+    unmade: Mutex<UnmadeFiles>,
 }
 
-/// See [`ListedAttrs::unmade`].
+/// Placeholder `qid.path` -> the changes in flight that started on it, and the file's own
+/// once made: a change may start on the placeholder it looked up just before the file was
+/// made, or end after. Made files no change is in flight on are forgotten past
+/// [`MADE_LIMIT`]; a change that starts on one of them later counts for every file.
+#[derive(Debug, Default)]
+struct UnmadeFiles {
+    files: HashMap<u64, Unmade>,
+    /// The highest placeholder forgotten (placeholders are handed out in order).
+    forgotten_up_to: u64,
+}
+
 #[derive(Debug, Default)]
 struct Unmade {
     changes: usize,
@@ -233,17 +246,27 @@ impl ListedAttrs {
     /// unmade is counted, so that its own can be marked as the change ends).
     fn started_on(&self, files: &[u64]) -> Vec<u64> {
         let mut unmade = crate::sync::lock(&self.unmade);
-        files
+        let mut forgotten = false;
+        let own = files
             .iter()
             .map(|&file| {
                 if !is_unmade(file) {
                     return file;
                 }
-                let e = unmade.entry(file).or_default();
+                if !unmade.files.contains_key(&file) && file <= unmade.forgotten_up_to {
+                    forgotten = true;
+                    return file;
+                }
+                let e = unmade.files.entry(file).or_default();
                 e.changes += 1;
                 e.made_as.unwrap_or(file)
             })
-            .collect()
+            .collect();
+        drop(unmade);
+        if forgotten {
+            self.all_changed();
+        }
+        own
     }
 
     /// As a change of `files` (as it started) ends: their own `qid.path`s now (see
@@ -253,13 +276,14 @@ impl ListedAttrs {
         files
             .iter()
             .map(|&file| {
-                let Some(e) = unmade.get_mut(&file) else {
+                let Some(e) = unmade.files.get_mut(&file) else {
                     return file;
                 };
                 let own = e.made_as.unwrap_or(file);
                 e.changes -= 1;
-                if e.changes == 0 {
-                    unmade.remove(&file);
+                // Kept once made: a change may still start on the placeholder.
+                if e.changes == 0 && e.made_as.is_none() {
+                    unmade.files.remove(&file);
                 }
                 own
             })
@@ -379,9 +403,22 @@ impl ListedAttrs {
         let mut changed = crate::sync::lock(&self.changed);
         let later = unmade.and_then(|u| changed.remove(&u));
         if let Some(u) = unmade {
-            // Changes still in flight that started on `unmade` mark the file's own from now on.
-            if let Some(e) = crate::sync::lock(&self.unmade).get_mut(&u) {
-                e.made_as = Some(qid_path);
+            // Changes that started on `unmade`, or start on it from now on, mark the
+            // file's own.
+            let mut unmade = crate::sync::lock(&self.unmade);
+            unmade.files.entry(u).or_default().made_as = Some(qid_path);
+            if unmade.files.len() > MADE_LIMIT {
+                let UnmadeFiles {
+                    files,
+                    forgotten_up_to,
+                } = &mut *unmade;
+                files.retain(|&placeholder, e| {
+                    let keep = e.changes > 0 || e.made_as.is_none();
+                    if !keep {
+                        *forgotten_up_to = (*forgotten_up_to).max(placeholder);
+                    }
+                    keep
+                });
             }
         }
         let untouched = self.all_changed.load(SeqCst) <= asked.tick
@@ -531,16 +568,36 @@ mod tests {
 
     /// A file's attributes as the server answers them: `qid.path` 1 and change time `c`.
     fn answer(c: u64) -> Rgetattr {
+        answer_of(1, c)
+    }
+
+    /// The attributes of the file with `qid.path` `path` and change time `c`.
+    fn answer_of(path: u64, c: u64) -> Rgetattr {
         Rgetattr {
             qid: crossfs_wire::Qid {
                 ty: 0,
                 version: 0,
-                path: 1,
+                path,
             },
             mode: libc::S_IFREG | 0o644,
             ctime_sec: c,
             ..Rgetattr::default()
         }
+    }
+
+    #[test]
+    fn made_files_past_the_limit_are_forgotten_and_a_change_on_one_counts_for_all() {
+        let l = Arc::new(ListedAttrs::default());
+        l.set_following(true);
+        let first = 0xffff_0000_0000_0000;
+        for n in 0..=MADE_LIMIT as u64 {
+            let asked = l.before_fetch();
+            l.made(Some(first + n), &answer_of(10 + n, 1), &asked);
+        }
+        assert!(l.unmade.lock().unwrap().files.len() <= MADE_LIMIT);
+        let f = l.before_fetch();
+        drop(l.change(vec![first]));
+        assert_eq!(l.reusable_for(99, &f, TTL), None, "every file");
     }
 
     #[test]
@@ -695,7 +752,21 @@ mod tests {
         let after_removal = l.before_fetch();
         drop(late);
         assert_eq!(l.reusable_for(1, &after_removal, TTL), None);
-        assert!(l.unmade.lock().unwrap().is_empty());
+        // A change that looked the placeholder up before the file was made, and starts
+        // after, with no change in flight on it when it was made.
+        let asked = l.before_fetch();
+        let other = unmade + 1;
+        let created = l.made(Some(other), &answer_of(2, 1), &asked).unwrap();
+        assert!(l.reusable_for(2, &created, TTL).is_some());
+        drop(l.change(vec![other]));
+        assert_eq!(l.reusable_for(2, &created, TTL), None);
+        assert!(l
+            .unmade
+            .lock()
+            .unwrap()
+            .files
+            .values()
+            .all(|e| e.changes == 0));
     }
 
     #[test]
