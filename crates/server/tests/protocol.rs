@@ -206,8 +206,17 @@ fn truncated_frame_closes() {
     c.expect_closed();
 }
 
-/// A request that blocks until the test lets it go: opening a fifo for reading.
-fn blocking_fifo(h: &Harness) -> std::path::PathBuf {
+/// Tests with a fifo run one at a time: [`wait_for_blocked_fifo_open`] cannot tell one
+/// test's open of its fifo from another's (it looks at every thread of the process), and
+/// would let a test go on before its own server started the open.
+static ONE_FIFO_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A request that blocks until the test lets it go: opening a fifo for reading. Hold the
+/// guard until the test is done with the fifo.
+fn blocking_fifo(h: &Harness) -> (std::path::PathBuf, std::sync::MutexGuard<'static, ()>) {
+    let one_at_a_time = ONE_FIFO_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let p = h.path("fifo");
     rustix::fs::mknodat(
         rustix::fs::CWD,
@@ -217,7 +226,7 @@ fn blocking_fifo(h: &Harness) -> std::path::PathBuf {
         0,
     )
     .unwrap();
-    p
+    (p, one_at_a_time)
 }
 
 /// Waits until a thread of this process (the in-process server's worker) is blocked opening
@@ -263,7 +272,7 @@ fn release_fifo(p: &std::path::Path) -> std::fs::File {
 #[test]
 fn flush_answers_after_the_flushed_reply_and_slow_requests_do_not_block_others() {
     let h = Harness::new();
-    let fifo = blocking_fifo(&h);
+    let (fifo, _one_at_a_time) = blocking_fifo(&h);
     let mut c = h.connect();
     open_blocked_fifo(&mut c, Tag(100));
     // Other requests are served while that one blocks.
@@ -300,7 +309,7 @@ fn flush_answers_after_the_flushed_reply_and_slow_requests_do_not_block_others()
 fn flushed_request_that_had_not_started_is_dropped() {
     // One worker, busy with a blocked open: the next request waits in the queue.
     let h = Harness::with(|c| c.workers_per_connection = 1);
-    let fifo = blocking_fifo(&h);
+    let (fifo, _one_at_a_time) = blocking_fifo(&h);
     let mut c = h.connect();
     open_blocked_fifo(&mut c, Tag(1));
     // (A Tlcreate: requests that cannot block for long, a Tmkdir say, run on the reader
@@ -340,7 +349,7 @@ fn flushed_request_that_had_not_started_is_dropped() {
 #[test]
 fn duplicate_tag_in_flight_closes_the_connection() {
     let h = Harness::new();
-    let fifo = blocking_fifo(&h);
+    let (fifo, _one_at_a_time) = blocking_fifo(&h);
     let mut c = h.connect();
     open_blocked_fifo(&mut c, Tag(5));
     c.send(
@@ -499,7 +508,7 @@ fn stats_json_shape_and_totals_include_closed_connections() {
 fn fifo_helper_sanity() {
     // The fifo trick used above depends on a writer open blocking until a reader appears.
     let h = Harness::new();
-    let p = blocking_fifo(&h);
+    let (p, _one_at_a_time) = blocking_fifo(&h);
     let e = std::fs::OpenOptions::new()
         .write(true)
         .custom_flags(libc::O_NONBLOCK)
@@ -753,7 +762,7 @@ fn memory_per_connection_follows_what_it_holds() {
 #[test]
 fn quick_changes_are_answered_while_the_workers_are_busy() {
     let h = Harness::with(|c| c.workers_per_connection = 1);
-    let fifo = blocking_fifo(&h);
+    let (fifo, _one_at_a_time) = blocking_fifo(&h);
     let mut c = h.connect();
     std::fs::write(h.path("f"), b"").unwrap();
     c.open(Fid(2), "f", open_flags::WRONLY);
