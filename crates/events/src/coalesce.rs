@@ -45,6 +45,12 @@ impl Hints {
     pub(crate) fn contains(self, other: Hints) -> bool {
         self.0 & other.0 == other.0
     }
+
+    /// Whether the kernel told the name made or removed (not only a change of what it
+    /// names).
+    pub(crate) fn names(self) -> bool {
+        self.0 & (Hints::CREATED.0 | Hints::REMOVED.0) != 0
+    }
 }
 
 impl std::ops::BitOr for Hints {

@@ -429,6 +429,10 @@ impl Engine {
         let old = self.snapshot.get(path).copied();
         let link = self.links_made.remove(path);
         match (old, now) {
+            // A file without a name changed: the kernel tells the changes of an `O_TMPFILE`
+            // file (made by this server, to be linked once marked) as a child "#INO" of its
+            // directory, a name no lookup can reach. Nothing to publish.
+            (None, None) if !hints.names() => {}
             // Here and gone within the window: a subscriber may have looked it up meanwhile.
             // A link of a file carries the file (its link count and change time moved).
             (None, None) => {

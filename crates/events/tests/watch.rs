@@ -5,7 +5,7 @@ mod common;
 use std::fs;
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::time::Duration;
 
 use common::*;
@@ -315,6 +315,72 @@ fn fanotify_a_link_gone_before_it_was_read_still_moves_its_files_change_time() {
     assert_eq!(told.kind, EventKind::Attrib, "{evs:?}");
     let attrs = told.attrs.expect("the attributes the file has now");
     assert_eq!(attrs.ctime_ns, ctime, "{evs:?}");
+}
+
+/// A file made without a name (`O_TMPFILE`, as the server makes a create it marks before
+/// linking it), changed, then linked: one creation, under its name. The kernel tells the
+/// unnamed file's changes as a child "#INO" of its directory, which is no name anyone can
+/// look up: no event about it (each cost the mount a look at who watches it). A file
+/// without a name that is never linked: no event at all.
+fn unnamed_file_shows_only_once_linked(backend: BackendKind) {
+    use std::os::fd::AsRawFd;
+    let t = tempdir();
+    let root = t.path();
+    let hub = EventHub::start(root, config(backend)).unwrap();
+    let sub = hub.subscribe();
+    until_sync(&hub, &sub);
+    let unnamed = || {
+        fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_TMPFILE)
+            .open(root)
+            .expect("O_TMPFILE in the test's temporary directory")
+    };
+    let mut f = unnamed();
+    f.write_all(b"made").unwrap();
+    f.set_permissions(fs::Permissions::from_mode(0o640))
+        .unwrap();
+    f.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1 << 30))
+        .unwrap();
+    let proc_path = std::ffi::CString::new(format!("/proc/self/fd/{}", f.as_raw_fd())).unwrap();
+    let name = std::ffi::CString::new(root.join("made").as_os_str().as_bytes()).unwrap();
+    // SAFETY: both paths are NUL-terminated strings that live across the call.
+    let linked = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            proc_path.as_ptr(),
+            libc::AT_FDCWD,
+            name.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    assert_eq!(linked, 0, "linkat: {}", std::io::Error::last_os_error());
+    let evs = until_sync(&hub, &sub);
+    assert_eq!(summary(&evs), pairs(&[("created", "made")]), "{backend:?}");
+    let mut never_linked = unnamed();
+    never_linked.write_all(b"gone").unwrap();
+    never_linked
+        .set_permissions(fs::Permissions::from_mode(0o600))
+        .unwrap();
+    drop(never_linked);
+    let evs = until_sync(&hub, &sub);
+    assert_eq!(summary(&evs), pairs(&[]), "{backend:?}");
+}
+
+#[test]
+fn inotify_unnamed_file_shows_only_once_linked() {
+    unnamed_file_shows_only_once_linked(BackendKind::Inotify);
+}
+
+#[test]
+fn fanotify_unnamed_file_shows_only_once_linked() {
+    let t = tempdir();
+    if !fanotify_available(t.path()) {
+        eprintln!("SKIPPED: fanotify unavailable");
+        return;
+    }
+    unnamed_file_shows_only_once_linked(BackendKind::Fanotify);
 }
 
 /// A directory filled and then moved into another directory, all within one coalescing window
