@@ -11,6 +11,10 @@
 # the work directory. Prints the CPU idle settings first: in a VM, waking an idle CPU is
 # most of what a FUSE request costs (docs/bench.md, "Why a FUSE request costs what it
 # does"). The crossfs binary: $CROSSFS, else this repository's release build.
+#
+# With FUSE_TRACE=1, the kernel's fuse tracepoints (tracefs) time each FUSE request of the
+# crossfs untar, from the kernel queueing it to the mount's answer reaching the kernel, and
+# the script prints the count and mean per opcode (the tracing itself adds a little).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -61,9 +65,57 @@ seconds() {
     end=$(date +%s.%N)
     python3 -c "print(f'{$end - $start:.2f}')"
 }
+trace=/sys/kernel/tracing
+fuse_trace() {
+    [[ ${FUSE_TRACE:-} == 1 ]] || return 0
+    if [[ ! -d $trace/events/fuse ]]; then
+        echo "FUSE_TRACE: no fuse tracepoints under $trace" >&2
+        return 0
+    fi
+    case $1 in
+    on)
+        echo 65536 >"$trace/buffer_size_kb"
+        echo >"$trace/trace"
+        echo 1 >"$trace/events/fuse/enable"
+        echo 1 >"$trace/tracing_on"
+        ;;
+    off)
+        echo 0 >"$trace/events/fuse/enable"
+        grep -v '^#' "$trace/trace" >"$tmp/fuse.trace"
+        echo >"$trace/trace"
+        ;;
+    esac
+}
 echo "native untar: $(seconds tar -C "$tmp/native" -xf "$tmp/tree.tar") s"
-echo "crossfs untar: $(seconds tar -C "$tmp/mnt" -xf "$tmp/tree.tar") s" \
-    "(then crossfs sync: $(seconds "$crossfs" sync "$tmp/mnt") s)"
+trap 'fuse_trace off; cleanup' EXIT
+fuse_trace on
+echo "crossfs untar: $(seconds tar -C "$tmp/mnt" -xf "$tmp/tree.tar") s"
+fuse_trace off
+trap cleanup EXIT
+echo "then crossfs sync: $(seconds "$crossfs" sync "$tmp/mnt") s"
+if [[ -s $tmp/fuse.trace ]]; then
+    python3 - "$tmp/fuse.trace" <<'EOF'
+import collections, re, sys
+line = re.compile(r" (\d+\.\d+): fuse_request_(send|end): connection (\d+) req (\d+)"
+                  r"(?: opcode \d+ \((\w+)\))?")
+sent, total, count = {}, collections.Counter(), collections.Counter()
+for l in open(sys.argv[1]):
+    m = line.search(l)
+    if not m:
+        continue
+    t, key = float(m[1]), (m[3], m[4])
+    if m[2] == "send":
+        sent[key] = (t, m[5])
+    elif key in sent:
+        t0, op = sent.pop(key)
+        total[op] += t - t0
+        count[op] += 1
+print(f"FUSE requests as the kernel timed them: {sum(count.values())},"
+      f" {sum(total.values()):.2f} s waiting in all")
+for op, n in count.most_common():
+    print(f"  {op}: {n}, mean {total[op] / n * 1e6:.1f} us")
+EOF
+fi
 
 "$crossfs" stats "$tmp/mount.ctl" --json | python3 -c '
 import json, sys

@@ -7,6 +7,7 @@
 //! it too ([`before_wait`]).
 //!
 //! The hook must not call this client (it may run with the client's locks held).
+//! [`before_wait`] also writes the requests the thread holds (`crate::holding_sends`).
 
 use std::cell::Cell;
 
@@ -19,8 +20,16 @@ pub fn set_before_wait(hook: Option<fn()>) {
     HOOK.with(|h| h.set(hook));
 }
 
-/// Runs this thread's hook, if it set one.
+/// Writes the requests this thread holds (`crate::holding_sends`: the wait may be for
+/// their answers), then runs this thread's hook, if it set one. Not with a lock of this
+/// client held.
 pub fn before_wait() {
+    crate::held::write_own_held();
+    run_hook();
+}
+
+/// Runs this thread's hook, if it set one (safe with the client's locks held).
+pub(crate) fn run_hook() {
     if let Some(hook) = HOOK.with(Cell::get) {
         hook();
     }

@@ -106,6 +106,8 @@ pub(crate) struct Connection {
     /// stops reading requests until its replies are read.
     outbox: Mutex<VecDeque<(Tag, Request<'static>)>>,
     outbox_ready: Condvar,
+    /// Requests held until the next write, in order (see `crate::held`).
+    held: Mutex<VecDeque<(Tag, Request<'static>)>>,
 }
 
 /// What a connection counts and times, shared with the connections that replace it.
@@ -170,6 +172,14 @@ struct Deferred {
     pending: Pending,
 }
 
+/// A request that could not be written.
+enum Unsent {
+    /// Larger than msize: its caller is told, the connection goes on.
+    TooLarge(Tag, ClientError),
+    /// The stream failed mid-frame: the connection dies.
+    Broken(String),
+}
+
 struct Writer {
     sink: Box<dyn Write + Send>,
     /// Reused for every frame; bounded by msize.
@@ -224,6 +234,7 @@ impl Connection {
             on_loss: OnceLock::new(),
             outbox: Mutex::new(VecDeque::new()),
             outbox_ready: Condvar::new(),
+            held: Mutex::new(VecDeque::new()),
         })
     }
 
@@ -483,7 +494,7 @@ fn reader_thread(shared: &Connection) {
 impl Connection {
     /// Takes a tag for `request`, writes it, and arranges for `completion` to run.
     pub(crate) fn submit(
-        &self,
+        self: &Arc<Self>,
         request: Request<'_>,
         release_fid: Option<Fid>,
         completion: Completion,
@@ -522,7 +533,15 @@ impl Connection {
                     state.deferred.push_back(Deferred { request, pending });
                     return;
                 }
-                crate::before_wait();
+                if self.has_held() {
+                    // Some of the tags are requests held (perhaps this thread's): written,
+                    // they free their tags as they are answered.
+                    drop(state);
+                    self.write_held();
+                    state = lock(&self.state);
+                    continue;
+                }
+                crate::before_wait::run_hook();
                 state = self
                     .tag_freed
                     .wait(state)
@@ -531,6 +550,9 @@ impl Connection {
         };
         if self.is_dispatching() {
             self.send_later(tag, request.into_owned());
+        } else if !caller_reads && matches!(request, Request::Msg(_)) && crate::held::hold_on(self)
+        {
+            self.hold(tag, request.into_owned());
         } else {
             self.send(tag, &request);
         }
@@ -542,11 +564,80 @@ impl Connection {
         self.outbox_ready.notify_one();
     }
 
-    /// Writes `request` under `tag`, whose slot is already filled.
+    /// Writes `request` under `tag`, whose slot is already filled, after the requests held
+    /// before it (see `crate::held`).
     fn send(&self, tag: Tag, request: &Request<'_>) {
-        let msize = self.negotiation.effective as usize;
         let mut writer = lock(&self.writer);
-        let Writer { sink, buf } = &mut *writer;
+        let mut unsent = self.write_held_locked(&mut writer);
+        let written = match unsent.last() {
+            Some(Unsent::Broken(_)) => None,
+            _ => Some(self.write_one(&mut writer, tag, request)),
+        };
+        drop(writer);
+        match written {
+            Some(Ok(bytes)) => {
+                if let Some(borrowed) = request.write_borrowed() {
+                    self.data.count(borrowed, bytes);
+                }
+            }
+            Some(Err(e)) => unsent.push(e),
+            None => {}
+        }
+        self.settle(unsent);
+    }
+
+    /// Holds `request` under `tag` until the next write on this connection, or until this
+    /// thread stops holding its sends or waits (see `crate::held`).
+    fn hold(&self, tag: Tag, request: Request<'static>) {
+        lock(&self.held).push_back((tag, request));
+    }
+
+    /// Whether requests are held on this connection, by any thread.
+    pub(crate) fn has_held(&self) -> bool {
+        !lock(&self.held).is_empty()
+    }
+
+    /// Writes the requests held on this connection, in order.
+    pub(crate) fn write_held(&self) {
+        if !self.has_held() {
+            return;
+        }
+        let mut writer = lock(&self.writer);
+        let unsent = self.write_held_locked(&mut writer);
+        drop(writer);
+        self.settle(unsent);
+    }
+
+    /// Writes the held requests, in order, with the writer lock held; what could not be
+    /// written, for [`Connection::settle`] once it is released.
+    fn write_held_locked(&self, writer: &mut Writer) -> Vec<Unsent> {
+        let mut unsent = Vec::new();
+        loop {
+            // Popped under the writer lock: no other thread writes between.
+            let Some((tag, request)) = lock(&self.held).pop_front() else {
+                return unsent;
+            };
+            match self.write_one(writer, tag, &request) {
+                Ok(_) => {}
+                Err(e @ Unsent::TooLarge(..)) => unsent.push(e),
+                Err(e @ Unsent::Broken(_)) => {
+                    unsent.push(e);
+                    return unsent;
+                }
+            }
+        }
+    }
+
+    /// Writes one frame; `Ok`: the bytes of data written from where they lie (behind the
+    /// head).
+    fn write_one(
+        &self,
+        writer: &mut Writer,
+        tag: Tag,
+        request: &Request<'_>,
+    ) -> Result<usize, Unsent> {
+        let msize = self.negotiation.effective as usize;
+        let Writer { sink, buf } = writer;
         buf.clear();
         // A write's data goes from where it lies, behind its head (see `write_frame`).
         let data = request.encode_split(tag, buf);
@@ -555,30 +646,37 @@ impl Connection {
             // Names are up to 64 KiB each: don't keep a buffer sized for a refused request.
             buf.clear();
             buf.shrink_to(msize);
-            drop(writer);
             let err = ClientError::TooLarge {
                 size: len as u64,
                 max: msize as u64,
             };
-            if let Some(p) = self.take(tag) {
-                p.completion.fail(err);
-            }
-            return;
+            return Err(Unsent::TooLarge(tag, err));
         }
         self.counters.record(request.msg_type(), len);
         if let Some(slot) = self.sent_at.get(tag.0 as usize) {
             slot.store(self.since_epoch(), Ordering::Relaxed);
         }
-        let written = write_frame(sink, buf, data).and_then(|()| sink.flush());
-        drop(writer);
-        match written {
-            Ok(()) => {
-                if let Some(borrowed) = request.write_borrowed() {
-                    self.data.count(borrowed, data.len());
-                }
-            }
+        match write_frame(sink, buf, data).and_then(|()| sink.flush()) {
+            Ok(()) => Ok(data.len()),
             // A partial frame may be on the wire: the stream cannot be resynchronised.
-            Err(e) => self.kill(format!("writing {}: {e}", name(request.msg_type())), true),
+            Err(e) => Err(Unsent::Broken(format!(
+                "writing {}: {e}",
+                name(request.msg_type())
+            ))),
+        }
+    }
+
+    /// Fails what could not be written (without the writer lock: a completion may send).
+    fn settle(&self, unsent: Vec<Unsent>) {
+        for u in unsent {
+            match u {
+                Unsent::TooLarge(tag, err) => {
+                    if let Some(p) = self.take(tag) {
+                        p.completion.fail(err);
+                    }
+                }
+                Unsent::Broken(reason) => self.kill(reason, true),
+            }
         }
     }
 
@@ -770,6 +868,8 @@ impl Connection {
         // Under the outbox lock, so the sender either sees `closed` or is waiting for this.
         lock(&self.outbox).clear();
         self.outbox_ready.notify_all();
+        // Their tags were drained above: their callers are told the connection died.
+        lock(&self.held).clear();
         if unexpected {
             tracing::error!(reason = %reason, pending = pending.len(), "9P connection lost");
         } else {

@@ -41,6 +41,7 @@ mod conn;
 mod error;
 mod fids;
 mod give_up;
+mod held;
 mod ops;
 mod payload;
 mod redial;
@@ -63,6 +64,7 @@ pub use crossfs_wire::{
 };
 pub use error::ClientError;
 pub use give_up::{caller_gave_up, current as give_up_now, give_up_when, GiveUp, GIVE_UP_POLL};
+pub use held::holding_sends;
 pub use payload::Payload;
 pub use redial::{Dial, RestoreHook, Transport};
 pub use request::PayloadDone;

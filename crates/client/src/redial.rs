@@ -133,7 +133,7 @@ impl Link {
                 Some(_) => left.min(crate::GIVE_UP_POLL),
                 None => left,
             };
-            crate::before_wait();
+            crate::before_wait::run_hook();
             slot = self
                 .changed
                 .wait_timeout(slot, step)

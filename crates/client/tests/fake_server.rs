@@ -646,3 +646,96 @@ fn a_blocking_caller_reading_its_own_reply_sees_the_server_die() {
         Err(ClientError::Disconnected(_))
     ));
 }
+
+fn getattr_of(fid: u32) -> Tmessage {
+    Tmessage::Getattr(crossfs_wire::Tgetattr {
+        fid: Fid(fid),
+        request_mask: 1,
+    })
+}
+
+fn fid_of(frame: &Tframe) -> u32 {
+    let Ok(Tmessage::Getattr(g)) = &frame.msg else {
+        panic!("expected Tgetattr, got {frame:?}")
+    };
+    g.fid.0
+}
+
+/// Whether the fake has a request to read within a tenth of a second (a request that
+/// should not be written yet would be there at once).
+fn request_waiting(fake: &Fake) -> bool {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let mut fds = [PollFd::new(&fake.stream, PollFlags::IN)];
+    let tenth = Timespec {
+        tv_sec: 0,
+        tv_nsec: 100_000_000,
+    };
+    poll(&mut fds, Some(&tenth)).unwrap() > 0
+}
+
+#[test]
+fn sends_held_go_out_in_order_once_the_holder_is_done_or_waits() {
+    let (client, mut fake) = pair(&ClientConfig::default(), 8192);
+    let (done_tx, done_rx) = mpsc::channel();
+    let answered = move |tx: mpsc::Sender<u32>, fid: u32| -> Box<dyn FnOnce(_) + Send> {
+        Box::new(move |r: Result<Rmessage, ClientError>| {
+            assert!(r.is_ok(), "{r:?}");
+            tx.send(fid).unwrap();
+        })
+    };
+    // Held until the closure returns: nothing on the wire before, all three after, in order.
+    crossfs_client::holding_sends(|| {
+        for fid in 1..=3 {
+            client.call_async(getattr_of(fid), answered(done_tx.clone(), fid));
+        }
+        assert!(!request_waiting(&fake), "a held request was written early");
+    });
+    let first: Vec<Tframe> = (0..3).map(|_| fake.read_request().unwrap()).collect();
+    assert_eq!(first.iter().map(fid_of).collect::<Vec<_>>(), [1, 2, 3]);
+
+    // A request another thread writes meanwhile goes after the held one, and a thread
+    // about to wait writes what it holds.
+    let (asked_tx, asked_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let holder = {
+        let (client, done_tx) = (client.clone(), done_tx.clone());
+        thread::spawn(move || {
+            crossfs_client::holding_sends(|| {
+                client.call_async(getattr_of(4), answered(done_tx.clone(), 4));
+                asked_tx.send(()).unwrap();
+                // Until the other thread's call went out (after 4) and was answered.
+                go_rx.recv_timeout(PATIENCE).unwrap();
+                client.call_async(getattr_of(6), answered(done_tx.clone(), 6));
+                crossfs_client::before_wait();
+                asked_tx.send(()).unwrap();
+                // Held again after the wait: written when the closure ends.
+                client.call_async(getattr_of(7), answered(done_tx, 7));
+            })
+        })
+    };
+    asked_rx.recv_timeout(PATIENCE).unwrap();
+    let other = {
+        let client = client.clone();
+        thread::spawn(move || client.getattr(Fid(5), 1).map(|a| a.size))
+    };
+    let four = fake.read_request().unwrap();
+    let five = fake.read_request().unwrap();
+    assert_eq!((fid_of(&four), fid_of(&five)), (4, 5));
+    fake.reply(five.tag, sized_getattr(5));
+    assert_eq!(other.join().unwrap().unwrap(), 5);
+    go_tx.send(()).unwrap();
+    asked_rx.recv_timeout(PATIENCE).unwrap();
+    let six = fake.read_request().unwrap();
+    assert_eq!(fid_of(&six), 6);
+    holder.join().unwrap();
+    let seven = fake.read_request().unwrap();
+    assert_eq!(fid_of(&seven), 7);
+    for r in first.iter().chain([&four, &six, &seven]) {
+        fake.reply(r.tag, getattr_reply());
+    }
+    let mut answered_fids: Vec<u32> = (0..6)
+        .map(|_| done_rx.recv_timeout(PATIENCE).unwrap())
+        .collect();
+    answered_fids.sort_unstable();
+    assert_eq!(answered_fids, [1, 2, 3, 4, 6, 7]);
+}

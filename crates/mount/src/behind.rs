@@ -450,6 +450,8 @@ impl ChangesBehind {
     /// [`Self::settle_lost_connection`], keeping the queue locked.
     fn settled(&self) -> std::sync::MutexGuard<'_, Queue> {
         let deadline = Instant::now() + Duration::from_secs(2);
+        // What this thread holds unwritten would never be answered.
+        crossfs_client::before_wait();
         let mut q = lock(&self.queue);
         while (q.holds > 0 || q.unanswered.values().any(|c| c.submitted))
             && Instant::now() < deadline

@@ -304,7 +304,9 @@ fn serve<FS: Filesystem>(
             poll.request();
         }
         match abi::decode(&buf[..n]) {
-            Ok(req) => dispatch::dispatch(fs, &req, &sender, acl),
+            // A change the handler sends behind its answer goes to the server once the
+            // kernel has the answer (`crossfs_client::holding_sends`).
+            Ok(req) => crossfs_client::holding_sends(|| dispatch::dispatch(fs, &req, &sender, acl)),
             // Not even a header to answer: the kernel never sends one.
             Err(e) => tracing::warn!("undecodable FUSE request of {n} bytes: {e}"),
         }
