@@ -748,6 +748,87 @@ fn files_removed_behind_leave_the_host_and_one_a_host_program_changed_first_stay
 }
 
 #[test]
+fn files_renamed_behind_move_on_the_host_and_a_name_a_host_program_took_first_stays() {
+    let s = setup(None, &[]);
+    let (mnt, export) = (s.mount.mountpoint.clone(), s.export.clone());
+    fs::create_dir(mnt.join("d")).unwrap();
+    // Made through the mount, so that the mount holds their fids (a file known only from
+    // a replica is renamed waiting, as in the exact mode).
+    for i in 0..10 {
+        fs::write(mnt.join(format!("d/a{i}")), format!("guest {i}")).unwrap();
+    }
+    for name in ["to-taken", "edited", "gone", "open"] {
+        fs::write(mnt.join("d").join(name), name).unwrap();
+    }
+    first_create(&mnt);
+    assert!(s.mount.sync().status.success());
+
+    // The server stopped: the renames are answered by the mount. One file is open as
+    // it moves.
+    let (m, open) = (mnt.clone(), File::open(mnt.join("d/open")).unwrap());
+    let open = while_stopped(&s, move || {
+        for i in 0..10 {
+            fs::rename(m.join(format!("d/a{i}")), m.join(format!("d/b{i}"))).unwrap();
+        }
+        for (from, to) in [
+            ("to-taken", "taken"),
+            ("edited", "edited2"),
+            ("gone", "gone2"),
+            ("open", "open2"),
+        ] {
+            fs::rename(m.join("d").join(from), m.join("d").join(to)).unwrap();
+        }
+        // The guest sees its renames at once.
+        assert!(!m.join("d/a0").exists() && m.join("d/b0").exists());
+        open
+    });
+    // Before the server reads the renames, host programs put a file under one new name,
+    // change one file's data (which does not stop its rename), and remove another.
+    fs::write(export.join("d/taken"), b"the host's").unwrap();
+    fs::write(export.join("d/edited"), b"edited by the host").unwrap();
+    fs::remove_file(export.join("d/gone")).unwrap();
+    resume(&s.serve);
+    // The two refused renames fail one sync.
+    let out = s.mount.sync();
+    assert!(!out.status.success(), "{out:?}");
+    assert!(s.mount.sync().status.success());
+
+    let stats = s.mount.stats()["behind"].clone();
+    assert_eq!(stats["to_host"]["Trenamebehind"]["count"], 14, "{stats}");
+    assert_eq!(behind(&s.mount, "refused"), 2, "{stats}");
+    let mut expected: Vec<String> = (0..10).map(|i| format!("b{i}")).collect();
+    expected.extend(["edited2", "open2", "taken", "to-taken"].map(String::from));
+    expected.sort();
+    let expected: Vec<std::ffi::OsString> = expected.into_iter().map(Into::into).collect();
+    assert_eq!(listed(&export.join("d")), expected);
+    for i in 0..10 {
+        let host = export.join(format!("d/b{i}"));
+        assert_eq!(fs::read(host).unwrap(), format!("guest {i}").as_bytes());
+    }
+    // The host's file under the taken name is its own; the guest's stayed where it was.
+    assert_eq!(fs::read(export.join("d/taken")).unwrap(), b"the host's");
+    assert_eq!(fs::read(export.join("d/to-taken")).unwrap(), b"to-taken");
+    assert_eq!(
+        fs::read(export.join("d/edited2")).unwrap(),
+        b"edited by the host"
+    );
+    let mut read = String::new();
+    std::io::Read::read_to_string(&mut &open, &mut read).unwrap();
+    assert_eq!(read, "open");
+    // The mount shows what the host has.
+    assert_eq!(listed(&mnt.join("d")), expected);
+    for name in &expected {
+        let (on_mount, host) = (mnt.join("d").join(name), export.join("d").join(name));
+        assert_eq!(
+            fs::read(&on_mount).unwrap(),
+            fs::read(&host).unwrap(),
+            "{name:?}"
+        );
+        assert_eq!(shown(&on_mount), shown(&host), "{name:?}");
+    }
+}
+
+#[test]
 fn a_create_the_host_refuses_fails_the_next_fsync_and_sync_and_the_file_is_gone() {
     let small = SmallFs::mount_with("size=1m,nr_inodes=16");
     let s = setup(Some(&small.path), &[]);

@@ -293,6 +293,35 @@ impl Export {
         Ok(())
     }
 
+    /// rename(2) that never replaces: a taken `new` is `EEXIST`. Where the file system
+    /// lacks `RENAME_NOREPLACE`, the name is looked at first, and a file another program
+    /// makes under it between the look and the rename (microseconds) is replaced.
+    ///
+    /// # Errors
+    /// As [`Export::rename`], and `EEXIST`.
+    pub fn rename_no_replace(
+        &self,
+        from: Dir<'_>,
+        old: &[u8],
+        to: Dir<'_>,
+        new: &[u8],
+    ) -> ExportResult<()> {
+        let old = self.name_to_change(from, old)?;
+        let new = self.name_to_change(to, new)?;
+        let (from, to) = (from.handle.fd()?, to.handle.fd()?);
+        match sys::rename_no_replace(from.as_fd(), &old, to.as_fd(), &new) {
+            Err(Errno::INVAL) => match sys::stat_at(to.as_fd(), &new) {
+                Ok(_) => Err(Errno::EXIST.into()),
+                Err(Errno::NOENT) => {
+                    sys::rename(from.as_fd(), &old, to.as_fd(), &new)?;
+                    Ok(())
+                }
+                Err(e) => Err(e.into()),
+            },
+            r => Ok(r?),
+        }
+    }
+
     /// Removes a name; `is_dir` for a directory (rmdir).
     ///
     /// # Errors

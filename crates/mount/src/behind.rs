@@ -152,7 +152,7 @@ pub(crate) struct Answered {
     /// For a create: the name the file was made under (the one asked for, or a conflict
     /// name beside it).
     pub made_as: Option<Vec<u8>>,
-    /// For a create or a removal: the directory's attributes after it.
+    /// For a create, a removal or a rename: the directory's attributes after it.
     pub dir: Option<Rgetattr>,
 }
 
@@ -166,12 +166,15 @@ pub(crate) struct Change {
     pub ino: u64,
     pub pid: u32,
     pub msg: Tmessage,
-    pub predicted: Rgetattr,
+    /// `None` where the mount cannot tell them (a rename of a file whose attributes it
+    /// does not know exactly): the node's attributes are then asked of the server, which
+    /// answers after the change.
+    pub predicted: Option<Rgetattr>,
     /// Another node's attributes the change predicts: a create's directory.
     pub also: Option<(u64, Rgetattr)>,
-    /// The name a removal takes from the node (its directory's node, the name): until the
-    /// change is answered the server still has it, and a reconnect binds the node
-    /// through it.
+    /// The name a removal or a rename takes from the node (its directory's node, the
+    /// name): until the change is answered the server still has it, and a reconnect binds
+    /// the node through it.
     pub removes: Option<(u64, Vec<u8>)>,
 }
 
@@ -275,7 +278,9 @@ impl ChangesBehind {
             q.next_seq += 1;
             let process = q.process_of(pid);
             q.bytes += bytes;
-            q.predicted.insert(ino, (seq, predicted));
+            if let Some(predicted) = predicted {
+                q.predicted.insert(ino, (seq, predicted));
+            }
             if let Some((other, a)) = &also {
                 q.predicted.insert(*other, (seq, a.clone()));
             }
@@ -508,7 +513,7 @@ impl ChangesBehind {
         // no fid; the guest removed the file after them, so they are done with it.
         let removed: std::collections::HashSet<u64> = lost
             .values()
-            .filter(|c| c.removes.is_some())
+            .filter(|c| matches!(c.msg, Tmessage::Unlinkbehind(_)))
             .map(|c| c.ino)
             .collect();
         for (seq, change) in lost {
@@ -763,6 +768,11 @@ fn attrs_after(msg: &Tmessage, r: Result<Rmessage, ClientError>) -> Result<Answe
             attrs: u.attr,
             made_as: None,
             dir: Some(u.dir),
+        }),
+        Ok(Rmessage::Renamebehind(r)) => Ok(Answered {
+            attrs: Rgetattr::default(),
+            made_as: None,
+            dir: Some(r.dir),
         }),
         // Short: the rest did not reach the host (a full disk, say).
         Ok(Rmessage::Writeattr(_) | Rmessage::Writebehind(_)) => Err(Refusal::Errno(libc::ENOSPC)),

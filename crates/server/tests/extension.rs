@@ -1262,6 +1262,93 @@ fn unlinkbehind_removes_only_the_file_the_client_saw_and_binds_it_first() {
     assert!(ro.path("f").exists());
 }
 
+#[test]
+fn renamebehind_moves_only_the_file_the_client_saw_and_never_over_another() {
+    use std::os::unix::fs::MetadataExt;
+    let o = Outside::new();
+    let h = &o.h;
+    std::fs::create_dir(h.path("d")).unwrap();
+    for name in ["seen", "to-taken", "taken", "replaced"] {
+        std::fs::write(h.path(&format!("d/{name}")), name).unwrap();
+    }
+    std::os::unix::fs::symlink(&o.dir, h.path("d/escape")).unwrap();
+    let mut c = extended(h);
+    let Rmessage::Features(f) = c.ok(Tfeatures {}) else {
+        panic!("no Rfeatures")
+    };
+    assert_ne!(f.features & features::RENAME_BEHIND, 0, "offered");
+    c.walk(ROOT, Fid(1), &["d"]).unwrap();
+    let path_of = |name: &str| seen_as(&h.path(&format!("d/{name}"))).1;
+    let rename = |path: u64, from: &str, to: &str| Trenamebehind {
+        path,
+        dirfd: Fid(1),
+        oldname: from.as_bytes().to_vec(),
+        newname: to.as_bytes().to_vec(),
+        request_mask: getattr::ALL,
+    };
+    // The file the client saw: renamed, the directory as the rename left it.
+    let seen = path_of("seen");
+    let r = c.ok(rename(seen, "seen", "moved"));
+    let Rmessage::Renamebehind(r) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(std::fs::read(h.path("d/moved")).unwrap(), b"seen");
+    assert!(!h.path("d/seen").exists());
+    let dir = std::fs::metadata(h.path("d")).unwrap();
+    assert_eq!(
+        (r.dir.mtime_sec, r.dir.mtime_nsec),
+        (dir.mtime() as u64, dir.mtime_nsec() as u64)
+    );
+    // Sent again after a lost connection: made already, done, nothing moves.
+    assert!(matches!(
+        c.ok(rename(seen, "seen", "moved")),
+        Rmessage::Renamebehind(_)
+    ));
+    assert_eq!(std::fs::read(h.path("d/moved")).unwrap(), b"seen");
+    // Never over another file: the host's stays, and so does the one to move.
+    assert_eq!(
+        c.err(rename(path_of("to-taken"), "to-taken", "taken")),
+        libc::EEXIST
+    );
+    assert_eq!(std::fs::read(h.path("d/taken")).unwrap(), b"taken");
+    assert_eq!(std::fs::read(h.path("d/to-taken")).unwrap(), b"to-taken");
+    // Another file under the old name (a host program replaced it): nothing moves.
+    let before = path_of("replaced");
+    std::fs::write(h.path("d/the-hosts"), b"the host's").unwrap();
+    std::fs::rename(h.path("d/the-hosts"), h.path("d/replaced")).unwrap();
+    assert_eq!(c.err(rename(before, "replaced", "elsewhere")), libc::ESTALE);
+    assert_eq!(std::fs::read(h.path("d/replaced")).unwrap(), b"the host's");
+    assert!(!h.path("d/elsewhere").exists());
+    // Not a directory, nor anything outside the export.
+    std::fs::create_dir(h.path("d/sub")).unwrap();
+    assert_eq!(c.err(rename(path_of("sub"), "sub", "sub2")), libc::ESTALE);
+    assert!(h.path("d/sub").is_dir());
+    let escape = path_of("escape");
+    for (from, to) in [
+        ("..", "x"),
+        ("escape", "../x"),
+        ("escape/x", "y"),
+        ("escape", ""),
+    ] {
+        assert_ne!(c.err(rename(escape, from, to)), 0, "{from:?} -> {to:?}");
+    }
+    assert!(o.dir.exists(), "the outside is left alone");
+    assert!(h.path("d/escape").is_symlink());
+    // Read-only holds.
+    let ro = Harness::with(|c| c.read_only = true);
+    std::fs::write(ro.path("f"), b"f").unwrap();
+    let mut c = extended(&ro);
+    let r = c.err(Trenamebehind {
+        path: seen_as(&ro.path("f")).1,
+        dirfd: ROOT,
+        oldname: b"f".to_vec(),
+        newname: b"g".to_vec(),
+        request_mask: getattr::ALL,
+    });
+    assert_eq!(r, libc::EROFS);
+    assert!(ro.path("f").exists());
+}
+
 /// The file at `path` as a client that saw it would name it in a change sent behind: its
 /// base and its `qid.path`.
 fn seen_as(path: &std::path::Path) -> (BehindBase, u64) {

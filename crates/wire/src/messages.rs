@@ -301,6 +301,15 @@ messages! { Tmessage, "request" {
     Unlinkbehind(Tunlinkbehind = 190) {
         base: BehindBase, path: u64, dirfd: Fid, name: Vec<u8>, newfid: Fid, request_mask: u64,
     }
+    /// Trenameat within one directory, of a rename the client answered before sending
+    /// (changes sent behind), run before the connection's next request is read, and only
+    /// of the file the client saw: `oldname` in `dirfd` must still be the file whose
+    /// `qid.path` is `path` (not a directory; otherwise `ESTALE`), and `newname` must be
+    /// free (otherwise `EEXIST`: a host program took it first; nothing is replaced). Only
+    /// to a server whose Rfeatures has [`crate::features::RENAME_BEHIND`].
+    Renamebehind(Trenamebehind = 192) {
+        path: u64, dirfd: Fid, oldname: Vec<u8>, newname: Vec<u8>, request_mask: u64,
+    }
 }}
 
 messages! { Rmessage, "reply" {
@@ -428,6 +437,9 @@ messages! { Rmessage, "reply" {
     /// The removed file's attributes through `newfid` (`valid` 0 without one), then the
     /// directory's after the removal (`valid` 0 where they could not be taken).
     Unlinkbehind(Runlinkbehind = 191) { attr: Rgetattr, dir: Rgetattr }
+    /// The directory's attributes after the rename (`valid` 0 where they could not be
+    /// taken).
+    Renamebehind(Rrenamebehind = 193) { dir: Rgetattr }
 }}
 
 impl Tsetattr {

@@ -153,6 +153,8 @@ pub mod features {
     pub const MKDIR_ATTR: u64 = 0x8;
     /// The server takes Tunlinkbehind.
     pub const UNLINK_BEHIND: u64 = 0x10;
+    /// The server takes Trenamebehind.
+    pub const RENAME_BEHIND: u64 = 0x20;
 }
 
 /// What a change sent behind (Tsetattrbehind, Twritebehind) was predicted from: the file

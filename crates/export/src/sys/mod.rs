@@ -539,6 +539,25 @@ pub fn rename(
     rustix::fs::renameat(old_dir, old, new_dir, new)
 }
 
+/// `renameat2(2)` with `RENAME_NOREPLACE`: fails with `EEXIST` rather than replace `new`.
+///
+/// # Errors
+/// As [`rename`], and `EEXIST`; `EINVAL` where the file system lacks the flag.
+pub fn rename_no_replace(
+    old_dir: BorrowedFd<'_>,
+    old: &CStr,
+    new_dir: BorrowedFd<'_>,
+    new: &CStr,
+) -> Result<()> {
+    rustix::fs::renameat_with(
+        old_dir,
+        old,
+        new_dir,
+        new,
+        rustix::fs::RenameFlags::NOREPLACE,
+    )
+}
+
 /// `unlinkat(2)`; `dir_only` means `AT_REMOVEDIR`.
 ///
 /// # Errors

@@ -96,7 +96,7 @@ impl MountState {
             ino: ino.0,
             pid,
             msg,
-            predicted: new.clone(),
+            predicted: Some(new.clone()),
             also: None,
             removes: None,
         };
@@ -154,7 +154,7 @@ impl MountState {
             ino,
             pid,
             msg,
-            predicted: new,
+            predicted: Some(new),
             also: None,
             removes: None,
         };

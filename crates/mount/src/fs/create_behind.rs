@@ -104,7 +104,7 @@ impl MountState {
             ino,
             pid,
             msg,
-            predicted,
+            predicted: Some(predicted),
             also: dir_after,
             removes: None,
         };

@@ -641,15 +641,21 @@ impl MountState {
     }
 
     /// RENAME_NOREPLACE and RENAME_EXCHANGE have no 9P2000.L form (a check-then-rename
-    /// would race), so they fail with EINVAL, as on file systems that lack them.
+    /// would race), so they fail with EINVAL, as on file systems that lack them. Sent
+    /// behind where it may be (`super::rename_behind`), else waiting.
     pub(super) fn rename(
-        &self,
-        parent: INodeNo,
-        name: &[u8],
-        newparent: INodeNo,
-        newname: &[u8],
+        self: &Arc<Self>,
+        (parent, name): (INodeNo, &[u8]),
+        (newparent, newname): (INodeNo, &[u8]),
         flags: RenameFlags,
+        (pid, change): (u32, &ChangeInFlight),
     ) -> Result<(), Errno> {
+        if parent == newparent
+            && flags.is_empty()
+            && self.rename_behind((parent, name, newname), pid, change)
+        {
+            return Ok(());
+        }
         let left = self.rename_on_server((parent, name), (newparent, newname), flags)?;
         let files = (
             self.file_named(parent.0, name),

@@ -356,7 +356,7 @@ impl Filesystem for CrossFs {
             let stale: Result<(), Errno> = Err(Errno::ESTALE);
             return answer(reply, stale);
         }
-        let (s, _change) = self.s_changing(
+        let (s, change) = self.s_changing(
             req,
             Op::Rename,
             &[],
@@ -371,10 +371,13 @@ impl Filesystem for CrossFs {
         }
         s.changes.note_name(parent.0, bytes(name));
         s.changes.note_name(newparent.0, bytes(newname));
-        answer(
-            reply,
-            s.rename(parent, bytes(name), newparent, bytes(newname), flags),
+        let renamed = s.rename(
+            (parent, bytes(name)),
+            (newparent, bytes(newname)),
+            flags,
+            (req.pid(), &change),
         );
+        answer(reply, renamed);
     }
 
     fn link(

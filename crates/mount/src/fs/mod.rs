@@ -34,6 +34,7 @@ mod lock;
 mod open;
 mod pushes;
 mod read_write;
+mod rename_behind;
 mod replayed;
 mod reply;
 mod unlink_behind;

@@ -117,7 +117,7 @@ impl MountState {
             ino,
             pid,
             msg,
-            predicted,
+            predicted: Some(predicted),
             also: dir_after,
             removes: Some((parent.0, name.to_vec())),
         };

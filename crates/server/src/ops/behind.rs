@@ -20,6 +20,9 @@
 //! - **Tunlinkbehind** removes a name only while it is the file the client saw, as its base
 //!   says or as this connection left it: a file a host program changed or put there first
 //!   stays, and the removal fails with `ESTALE`.
+//! - **Trenamebehind** renames a name within its directory only while it leads to the file
+//!   the client saw, and never over another file: a name a host program took first stays
+//!   its (`EEXIST`).
 //!
 //! What this module must not do: decide anything for requests that wait for their answer
 //! (their client saw the answer before it went on), or hold anything past the connection.
@@ -32,9 +35,9 @@ use std::sync::{Arc, Mutex};
 use crossfs_export::handles::PathHandle;
 use crossfs_export::sys;
 use crossfs_wire::{
-    BehindBase, Fid, Rcreatebehind, Rcreatebehindmarked, Rgetattr, Rmessage, Rsetattrbehind,
-    Runlinkbehind, Rwritebehind, Tcreateattr, Tcreatebehind, Tcreatebehindmarked, Tsetattrbehind,
-    Tsetattrget, Tunlinkbehind, Twrite, Twritebehind,
+    BehindBase, Fid, Rcreatebehind, Rcreatebehindmarked, Rgetattr, Rmessage, Rrenamebehind,
+    Rsetattrbehind, Runlinkbehind, Rwritebehind, Tcreateattr, Tcreatebehind, Tcreatebehindmarked,
+    Trenamebehind, Tsetattrbehind, Tsetattrget, Tunlinkbehind, Twrite, Twritebehind,
 };
 use rustix::io::Errno;
 
@@ -418,6 +421,39 @@ pub(crate) fn unlinkbehind(conn: &Conn, m: Tunlinkbehind) -> OpResult<Rmessage> 
     };
     let dir = bulk::attr_after_change(conn, m.dirfd, m.request_mask);
     Ok(Rmessage::Unlinkbehind(Runlinkbehind { attr, dir }))
+}
+
+/// Trenamebehind: renames `oldname` to `newname` in `dirfd` only if `oldname` is still the
+/// file the client saw (`path`; otherwise `ESTALE`), and never over another file
+/// (`EEXIST`). Its data and mode may have changed: a rename overwrites neither. Sent again
+/// after a lost connection, a rename already made (`oldname` gone, `newname` the file)
+/// is done.
+pub(crate) fn renamebehind(conn: &Conn, m: Trenamebehind) -> OpResult<Rmessage> {
+    let state = conn.fids.get(m.dirfd)?;
+    let dir = state.file()?;
+    let fd = dir.fd()?;
+    let old = crossfs_export::names::component(&m.oldname)?;
+    let new = crossfs_export::names::component(&m.newname)?;
+    let is_it = |st: &rustix::fs::Statx| {
+        u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFDIR && conn.server.qid(st).path == m.path
+    };
+    let st = match sys::stat_at(fd.as_fd(), &old) {
+        Ok(st) => st,
+        Err(Errno::NOENT) if sys::stat_at(fd.as_fd(), &new).is_ok_and(|st| is_it(&st)) => {
+            let dir = bulk::attr_after_change(conn, m.dirfd, m.request_mask);
+            return Ok(Rmessage::Renamebehind(Rrenamebehind { dir }));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if !is_it(&st) {
+        return Err(Errno::STALE.into());
+    }
+    let at = conn.server.dir(dir);
+    conn.server
+        .export
+        .rename_no_replace(at, &m.oldname, at, &m.newname)?;
+    let dir = bulk::attr_after_change(conn, m.dirfd, m.request_mask);
+    Ok(Rmessage::Renamebehind(Rrenamebehind { dir }))
 }
 
 /// Makes a change sent behind of `fid`'s file, based on `base`: `onto_file` where the

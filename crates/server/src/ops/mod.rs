@@ -133,7 +133,8 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
         | T::Createbehindmarked(_)
         | T::Setattrbehind(_)
         | T::Writebehind(_)
-        | T::Unlinkbehind(_) => true,
+        | T::Unlinkbehind(_)
+        | T::Renamebehind(_) => true,
         T::Lopen(m) => match conn.fids.get(m.fid) {
             Ok(state) => match &*state {
                 FidState::File(f) => matches!(f.kind, libc::S_IFREG | libc::S_IFDIR),
@@ -303,6 +304,7 @@ fn dispatch(conn: &Conn, msg: Tmessage) -> OpResult<Rmessage> {
         T::Setattrbehind(m) => behind::setattrbehind(conn, m),
         T::Writebehind(m) => behind::writebehind(conn, m),
         T::Unlinkbehind(m) => behind::unlinkbehind(conn, m),
+        T::Renamebehind(m) => behind::renamebehind(conn, m),
         T::Renameatattr(m) => bulk::renameatattr(conn, m),
         T::Features(crossfs_wire::Tfeatures {}) => {
             Ok(Rmessage::Features(crossfs_wire::Rfeatures {
@@ -310,7 +312,8 @@ fn dispatch(conn: &Conn, msg: Tmessage) -> OpResult<Rmessage> {
                     | crossfs_wire::features::CONDITIONAL_BEHIND
                     | crossfs_wire::features::MARKED_CREATE
                     | crossfs_wire::features::MKDIR_ATTR
-                    | crossfs_wire::features::UNLINK_BEHIND,
+                    | crossfs_wire::features::UNLINK_BEHIND
+                    | crossfs_wire::features::RENAME_BEHIND,
             }))
         }
         // Handled by the session before dispatch; never queued.
