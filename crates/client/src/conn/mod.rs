@@ -22,6 +22,8 @@
 //! When anything breaks the stream, [`Connection::kill`] fails every pending and queued request
 //! once, and every later one at once.
 
+mod write;
+
 use crate::lock;
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -32,6 +34,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
+use write::Writer;
 
 use crossfs_wire::{
     check_frame_size, decode_rframe, message_name, Fid, LatencyHistograms, MessageCounters,
@@ -170,20 +173,6 @@ struct Pending {
 struct Deferred {
     request: Request<'static>,
     pending: Pending,
-}
-
-/// A request that could not be written.
-enum Unsent {
-    /// Larger than msize: its caller is told, the connection goes on.
-    TooLarge(Tag, ClientError),
-    /// The stream failed mid-frame: the connection dies.
-    Broken(String),
-}
-
-struct Writer {
-    sink: Box<dyn Write + Send>,
-    /// Reused for every frame; bounded by msize.
-    buf: Vec<u8>,
 }
 
 fn name(ty: u8) -> &'static str {
@@ -564,122 +553,6 @@ impl Connection {
         self.outbox_ready.notify_one();
     }
 
-    /// Writes `request` under `tag`, whose slot is already filled, after the requests held
-    /// before it (see `crate::held`).
-    fn send(&self, tag: Tag, request: &Request<'_>) {
-        let mut writer = lock(&self.writer);
-        let mut unsent = self.write_held_locked(&mut writer);
-        let written = match unsent.last() {
-            Some(Unsent::Broken(_)) => None,
-            _ => Some(self.write_one(&mut writer, tag, request)),
-        };
-        drop(writer);
-        match written {
-            Some(Ok(bytes)) => {
-                if let Some(borrowed) = request.write_borrowed() {
-                    self.data.count(borrowed, bytes);
-                }
-            }
-            Some(Err(e)) => unsent.push(e),
-            None => {}
-        }
-        self.settle(unsent);
-    }
-
-    /// Holds `request` under `tag` until the next write on this connection, or until this
-    /// thread stops holding its sends or waits (see `crate::held`).
-    fn hold(&self, tag: Tag, request: Request<'static>) {
-        lock(&self.held).push_back((tag, request));
-    }
-
-    /// Whether requests are held on this connection, by any thread.
-    pub(crate) fn has_held(&self) -> bool {
-        !lock(&self.held).is_empty()
-    }
-
-    /// Writes the requests held on this connection, in order.
-    pub(crate) fn write_held(&self) {
-        if !self.has_held() {
-            return;
-        }
-        let mut writer = lock(&self.writer);
-        let unsent = self.write_held_locked(&mut writer);
-        drop(writer);
-        self.settle(unsent);
-    }
-
-    /// Writes the held requests, in order, with the writer lock held; what could not be
-    /// written, for [`Connection::settle`] once it is released.
-    fn write_held_locked(&self, writer: &mut Writer) -> Vec<Unsent> {
-        let mut unsent = Vec::new();
-        loop {
-            // Popped under the writer lock: no other thread writes between.
-            let Some((tag, request)) = lock(&self.held).pop_front() else {
-                return unsent;
-            };
-            match self.write_one(writer, tag, &request) {
-                Ok(_) => {}
-                Err(e @ Unsent::TooLarge(..)) => unsent.push(e),
-                Err(e @ Unsent::Broken(_)) => {
-                    unsent.push(e);
-                    return unsent;
-                }
-            }
-        }
-    }
-
-    /// Writes one frame; `Ok`: the bytes of data written from where they lie (behind the
-    /// head).
-    fn write_one(
-        &self,
-        writer: &mut Writer,
-        tag: Tag,
-        request: &Request<'_>,
-    ) -> Result<usize, Unsent> {
-        let msize = self.negotiation.effective as usize;
-        let Writer { sink, buf } = writer;
-        buf.clear();
-        // A write's data goes from where it lies, behind its head (see `write_frame`).
-        let data = request.encode_split(tag, buf);
-        let len = buf.len() + data.len();
-        if len > msize {
-            // Names are up to 64 KiB each: don't keep a buffer sized for a refused request.
-            buf.clear();
-            buf.shrink_to(msize);
-            let err = ClientError::TooLarge {
-                size: len as u64,
-                max: msize as u64,
-            };
-            return Err(Unsent::TooLarge(tag, err));
-        }
-        self.counters.record(request.msg_type(), len);
-        if let Some(slot) = self.sent_at.get(tag.0 as usize) {
-            slot.store(self.since_epoch(), Ordering::Relaxed);
-        }
-        match write_frame(sink, buf, data).and_then(|()| sink.flush()) {
-            Ok(()) => Ok(data.len()),
-            // A partial frame may be on the wire: the stream cannot be resynchronised.
-            Err(e) => Err(Unsent::Broken(format!(
-                "writing {}: {e}",
-                name(request.msg_type())
-            ))),
-        }
-    }
-
-    /// Fails what could not be written (without the writer lock: a completion may send).
-    fn settle(&self, unsent: Vec<Unsent>) {
-        for u in unsent {
-            match u {
-                Unsent::TooLarge(tag, err) => {
-                    if let Some(p) = self.take(tag) {
-                        p.completion.fail(err);
-                    }
-                }
-                Unsent::Broken(reason) => self.kill(reason, true),
-            }
-        }
-    }
-
     /// Now, in ns since the connection's epoch (what `sent_at` holds).
     fn since_epoch(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
@@ -902,23 +775,6 @@ impl Connection {
             }
         }
     }
-}
-
-/// Writes `head` then `data` as one frame: one `writev` where the sink takes it (a socket
-/// does), so that a write's data reaches the socket from the caller's buffer without being
-/// copied into the frame first.
-fn write_frame(sink: &mut dyn Write, head: &[u8], data: &[u8]) -> io::Result<()> {
-    let mut parts = [io::IoSlice::new(head), io::IoSlice::new(data)];
-    let mut parts = &mut parts[..];
-    while !parts.is_empty() {
-        match sink.write_vectored(parts) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => io::IoSlice::advance_slices(&mut parts, n),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 /// `read_exact`, with an early end of stream told apart from other failures.
