@@ -142,7 +142,13 @@ fn force_stat(path: &Path) {
             &mut st,
         )
     };
-    assert_eq!(r, 0, "statx {}: {}", path.display(), std::io::Error::last_os_error());
+    assert_eq!(
+        r,
+        0,
+        "statx {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
 }
 
 /// Stops the server and waits until every thread of it has stopped. SIGSTOP stops a
