@@ -110,8 +110,8 @@ fn settle(s: &Setup) {
             if md.is_dir() {
                 dirs.push(path);
             } else if md.is_file() {
-                force_stat(&path);
                 let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+                force_stat(&c);
                 // SAFETY: a NUL-terminated path and name; a zero size asks for no value.
                 let r = unsafe {
                     libc::getxattr(
@@ -129,26 +129,19 @@ fn settle(s: &Setup) {
 
 /// A stat of `path` that the kernel sends to the mount whatever it has cached
 /// (statx(2) with `AT_STATX_FORCE_SYNC`).
-fn force_stat(path: &Path) {
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+fn force_stat(path: &std::ffi::CStr) {
     // SAFETY: a NUL-terminated path and a statx buffer of the right type to fill.
     let r = unsafe {
         let mut st: libc::statx = std::mem::zeroed();
         libc::statx(
             libc::AT_FDCWD,
-            c.as_ptr(),
+            path.as_ptr(),
             libc::AT_SYMLINK_NOFOLLOW | libc::AT_STATX_FORCE_SYNC,
             libc::STATX_BASIC_STATS,
             &mut st,
         )
     };
-    assert_eq!(
-        r,
-        0,
-        "statx {}: {}",
-        path.display(),
-        std::io::Error::last_os_error()
-    );
+    assert_eq!(r, 0, "statx {path:?}: {}", std::io::Error::last_os_error());
 }
 
 /// Stops the server and waits until every thread of it has stopped. SIGSTOP stops a
