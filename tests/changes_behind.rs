@@ -386,23 +386,26 @@ fn changes_lost_with_the_connection_are_sent_again_in_order() {
     f.write_all(b"first").unwrap();
     f.sync_all().unwrap();
     fs::write(s.export.join("gone"), b"removed by the guest").unwrap();
+    fs::create_dir(mnt.join("emptied")).unwrap();
     let sent_before = behind(&s.mount, "sent");
 
     // The server stops reading: what the mount sends behind waits in the socket, unanswered.
-    let gone = mnt.join("gone");
+    let m = mnt.clone();
     let f = while_stopped(&s, move || {
         for i in 0..16u64 {
             f.write_all_at(&[b'0' + i as u8; 4096], 4096 * i).unwrap();
         }
         f.set_permissions(fs::Permissions::from_mode(0o604))
             .unwrap();
-        fs::remove_file(gone).unwrap();
+        fs::remove_file(m.join("gone")).unwrap();
+        fs::remove_dir(m.join("emptied")).unwrap();
         f
     });
     // At least one change a call: the kernel may split a write where copying it from the
     // caller's memory faults.
-    assert!(behind(&s.mount, "sent") >= sent_before + 18);
-    assert!(behind(&s.mount, "queued") >= 18);
+    assert!(behind(&s.mount, "sent") >= sent_before + 19);
+    let queued = behind(&s.mount, "queued");
+    assert!(queued >= 19);
     // It dies with them; another takes its place.
     s.serve.child.kill().unwrap();
     s.serve.child.wait().unwrap();
@@ -411,9 +414,10 @@ fn changes_lost_with_the_connection_are_sent_again_in_order() {
         behind(&s.mount, "queued") == 0
     });
     assert!(s.mount.sync().status.success());
-    assert_eq!(behind(&s.mount, "resent"), 18);
+    assert_eq!(behind(&s.mount, "resent"), queued);
     assert_eq!(behind(&s.mount, "refused"), 0);
     assert!(!s.export.join("gone").exists());
+    assert!(!s.export.join("emptied").exists());
     let host = fs::read(s.export.join("kept")).unwrap();
     assert_eq!(host.len(), 16 * 4096);
     for i in 0..16 {
@@ -772,6 +776,67 @@ fn files_removed_behind_leave_the_host_and_one_a_host_program_changed_first_stay
         );
         assert_eq!(shown(&on_mount), shown(&host), "{name}");
     }
+}
+
+#[test]
+fn directories_removed_behind_leave_the_host_and_one_a_host_program_filled_first_stays() {
+    let s = setup(None, &[]);
+    let (mnt, export) = (s.mount.mountpoint.clone(), s.export.clone());
+    // Made through the mount, so that the mount has their fids (as above); their files
+    // by a host program.
+    let dirs = ["t", "t/a", "t/b", "t/b/c", "t/keep"];
+    for dir in dirs {
+        fs::create_dir(mnt.join(dir)).unwrap();
+    }
+    for dir in &dirs[1..] {
+        for i in 0..3 {
+            fs::write(export.join(dir).join(format!("f{i}")), "host").unwrap();
+        }
+    }
+    first_create(&mnt);
+
+    // The server stopped: `rm -r` of the tree, answered by the mount.
+    let m = mnt.clone();
+    while_stopped(&s, move || fs::remove_dir_all(m.join("t")).unwrap());
+    assert!(!mnt.join("t").exists());
+    // Before the server reads the removals, a host program puts a file into one of the
+    // directories: it stays, and so does the directory above it.
+    fs::write(export.join("t/keep/new"), b"a host program's").unwrap();
+    resume(&s.serve);
+    let out = s.mount.sync();
+    assert!(
+        !out.status.success(),
+        "the refused removals fail one sync: {out:?}"
+    );
+    assert!(s.mount.sync().status.success());
+
+    let stats = s.mount.stats()["behind"].clone();
+    assert_eq!(stats["to_host"]["Trmdirbehind"]["count"], 5, "{stats}");
+    assert_eq!(stats["to_host"]["Tunlinkbehind"]["count"], 12, "{stats}");
+    assert_eq!(behind(&s.mount, "refused"), 2, "t/keep and t: {stats}");
+    assert_eq!(
+        listed(&export.join("t")),
+        ["keep"].map(std::ffi::OsString::from)
+    );
+    assert_eq!(
+        listed(&export.join("t/keep")),
+        ["new"].map(std::ffi::OsString::from)
+    );
+    assert_eq!(
+        fs::read(export.join("t/keep/new")).unwrap(),
+        b"a host program's"
+    );
+    // The mount shows what the host has.
+    assert_eq!(listed(&mnt.join("t")), listed(&export.join("t")));
+    assert_eq!(listed(&mnt.join("t/keep")), listed(&export.join("t/keep")));
+    assert_eq!(
+        fs::read(mnt.join("t/keep/new")).unwrap(),
+        b"a host program's"
+    );
+    // And it removes them, now empty but for the host's file, as any mount does.
+    fs::remove_dir_all(mnt.join("t")).unwrap();
+    assert!(s.mount.sync().status.success());
+    assert!(!export.join("t").exists());
 }
 
 #[test]

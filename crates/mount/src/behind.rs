@@ -513,7 +513,7 @@ impl ChangesBehind {
         // no fid; the guest removed the file after them, so they are done with it.
         let removed: std::collections::HashSet<u64> = lost
             .values()
-            .filter(|c| matches!(c.msg, Tmessage::Unlinkbehind(_)))
+            .filter(|c| matches!(c.msg, Tmessage::Unlinkbehind(_) | Tmessage::Rmdirbehind(_)))
             .map(|c| c.ino)
             .collect();
         for (seq, change) in lost {
@@ -528,7 +528,7 @@ impl ChangesBehind {
             // A removal the lost connection made already, and the changes before it of
             // the file it removed: done.
             let gone = match msg {
-                Tmessage::Unlinkbehind(_) => libc::ENOENT,
+                Tmessage::Unlinkbehind(_) | Tmessage::Rmdirbehind(_) => libc::ENOENT,
                 _ if removed.contains(&change.ino) => libc::EBADF,
                 _ => 0,
             };
@@ -764,10 +764,13 @@ fn attrs_after(msg: &Tmessage, r: Result<Rmessage, ClientError>) -> Result<Answe
             made_as: Some(c.name),
             dir: Some(c.dir),
         }),
-        Ok(Rmessage::Unlinkbehind(u)) => Ok(Answered {
-            attrs: u.attr,
+        Ok(
+            Rmessage::Unlinkbehind(crossfs_wire::Runlinkbehind { attr, dir })
+            | Rmessage::Rmdirbehind(crossfs_wire::Rrmdirbehind { attr, dir }),
+        ) => Ok(Answered {
+            attrs: attr,
             made_as: None,
-            dir: Some(u.dir),
+            dir: Some(dir),
         }),
         Ok(Rmessage::Renamebehind(r)) => Ok(Answered {
             attrs: Rgetattr::default(),

@@ -1351,6 +1351,89 @@ fn renamebehind_moves_only_the_file_the_client_saw_and_never_over_another() {
 
 /// The file at `path` as a client that saw it would name it in a change sent behind: its
 /// base and its `qid.path`.
+#[test]
+fn rmdirbehind_removes_only_the_empty_directory_the_client_saw() {
+    use std::os::unix::fs::MetadataExt;
+    let o = Outside::new();
+    let h = &o.h;
+    for name in ["d", "d/empty", "d/open", "d/filled", "d/replaced"] {
+        std::fs::create_dir(h.path(name)).unwrap();
+    }
+    std::fs::write(h.path("d/file"), b"f").unwrap();
+    let mut c = extended(h);
+    let Rmessage::Features(f) = c.ok(Tfeatures {}) else {
+        panic!("no Rfeatures")
+    };
+    assert_ne!(f.features & features::RMDIR_BEHIND, 0, "offered");
+    c.walk(ROOT, Fid(1), &["d"]).unwrap();
+    let path = |name: &str| seen_as(&h.path(&format!("d/{name}"))).1;
+    let rmdir = |path: u64, name: &str, newfid: Fid| Trmdirbehind {
+        path,
+        dirfd: Fid(1),
+        name: name.as_bytes().to_vec(),
+        newfid,
+        request_mask: getattr::ALL,
+    };
+    let nlink = |p: &str| std::fs::metadata(h.path(p)).unwrap().nlink();
+    let before = nlink("d");
+    // As the client saw it, empty: removed; the parent lost the link `..` gave it.
+    let r = c.ok(rmdir(path("empty"), "empty", NOFID));
+    let Rmessage::Rmdirbehind(r) = r else {
+        panic!("{r:?}")
+    };
+    assert!(!h.path("d/empty").exists());
+    assert_eq!(r.attr.valid, 0, "no newfid, no attributes");
+    assert_eq!(r.dir.nlink, before - 1);
+    assert_eq!(nlink("d"), before - 1);
+    // With a newfid: bound to it before it goes.
+    let r = c.ok(rmdir(path("open"), "open", Fid(2)));
+    let Rmessage::Rmdirbehind(r) = r else {
+        panic!("{r:?}")
+    };
+    assert!(!h.path("d/open").exists());
+    assert_eq!(r.attr.nlink, 0);
+    assert_eq!(c.getattr(Fid(2)).map(|a| a.nlink), Ok(0));
+
+    // Filled by a host program since: it stays, with what the host put in, and the newfid
+    // is not left bound.
+    let filled = path("filled");
+    std::fs::write(h.path("d/filled/host"), b"the host's").unwrap();
+    assert_eq!(c.err(rmdir(filled, "filled", Fid(3))), libc::ENOTEMPTY);
+    assert_eq!(c.getattr(Fid(3)), Err(libc::EBADF));
+    assert_eq!(
+        std::fs::read(h.path("d/filled/host")).unwrap(),
+        b"the host's"
+    );
+    // Replaced by another directory: ESTALE, and the new one stays.
+    let replaced = path("replaced");
+    std::fs::remove_dir(h.path("d/replaced")).unwrap();
+    std::fs::create_dir(h.path("d/other")).unwrap();
+    std::fs::create_dir(h.path("d/replaced")).unwrap();
+    assert_ne!(path("replaced"), replaced, "a new inode");
+    assert_eq!(c.err(rmdir(replaced, "replaced", NOFID)), libc::ESTALE);
+    assert!(h.path("d/replaced").is_dir());
+    // Not a file, nor anything outside the export.
+    assert_eq!(c.err(rmdir(path("file"), "file", NOFID)), libc::ESTALE);
+    assert!(h.path("d/file").exists());
+    for bad in ["..", ".", "a/b", "", "file/x"] {
+        assert_ne!(c.err(rmdir(0, bad, NOFID)), 0, "{bad:?}");
+    }
+    assert!(o.dir.exists(), "the outside is left alone");
+    // Read-only holds.
+    let ro = Harness::with(|c| c.read_only = true);
+    std::fs::create_dir(ro.path("e")).unwrap();
+    let mut c = extended(&ro);
+    let r = c.err(Trmdirbehind {
+        path: seen_as(&ro.path("e")).1,
+        dirfd: ROOT,
+        name: b"e".to_vec(),
+        newfid: NOFID,
+        request_mask: getattr::ALL,
+    });
+    assert_eq!(r, libc::EROFS);
+    assert!(ro.path("e").is_dir());
+}
+
 fn seen_as(path: &std::path::Path) -> (BehindBase, u64) {
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::symlink_metadata(path).unwrap();

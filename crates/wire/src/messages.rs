@@ -310,6 +310,16 @@ messages! { Tmessage, "request" {
     Renamebehind(Trenamebehind = 192) {
         path: u64, dirfd: Fid, oldname: Vec<u8>, newname: Vec<u8>, request_mask: u64,
     }
+    /// Tunlinkatattr with `AT_REMOVEDIR` of a removal the client answered before sending
+    /// (changes sent behind), run before the connection's next request is read, and only
+    /// of the directory the client saw: `name` in `dirfd` must still be the directory
+    /// whose `qid.path` is `path` (otherwise `ESTALE`), and empty (otherwise `ENOTEMPTY`:
+    /// a host program put something in it first; nothing is removed). `newfid` (unless
+    /// `NOFID`) is bound to it before it goes, as for Tunlinkbehind. Only to a server
+    /// whose Rfeatures has [`crate::features::RMDIR_BEHIND`].
+    Rmdirbehind(Trmdirbehind = 194) {
+        path: u64, dirfd: Fid, name: Vec<u8>, newfid: Fid, request_mask: u64,
+    }
 }}
 
 messages! { Rmessage, "reply" {
@@ -440,6 +450,9 @@ messages! { Rmessage, "reply" {
     /// The directory's attributes after the rename (`valid` 0 where they could not be
     /// taken).
     Renamebehind(Rrenamebehind = 193) { dir: Rgetattr }
+    /// The removed directory's attributes through `newfid` (`valid` 0 without one), then
+    /// the parent's after the removal (`valid` 0 where they could not be taken).
+    Rmdirbehind(Rrmdirbehind = 195) { attr: Rgetattr, dir: Rgetattr }
 }}
 
 impl Tsetattr {

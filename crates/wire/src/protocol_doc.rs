@@ -43,7 +43,8 @@ message for.
   the bit. The others say that the server takes a message, which a client sends only
   then: `CONDITIONAL_BEHIND` (2, "Changes sent behind" below), `MARKED_CREATE` (4,
   `Tcreatebehindmarked`), `MKDIR_ATTR` (8, `Tmkdirattr`), `UNLINK_BEHIND` (16,
-  `Tunlinkbehind`), `RENAME_BEHIND` (32, `Trenamebehind`).
+  `Tunlinkbehind`), `RENAME_BEHIND` (32, `Trenamebehind`), `RMDIR_BEHIND` (64,
+  `Trmdirbehind`).
 
 ## Layouts
 Every message is `size[4] type[1] tag[2]` followed by its fields in the order shown,
@@ -87,7 +88,8 @@ one order, which `crossfs mount --changes behind` relies on to send changes with
 waiting for their answers: it runs a `Tsetattr` or `Tsetattrget` that changes no size, and a
 `Twrite` or `Twriteattr` of at most 65,536 bytes (`INLINE_WRITE_MAX`) through a file
 opened without `O_DIRECT`, `O_SYNC` or `O_DSYNC`, and every `Tcreatebehind`,
-`Tcreatebehindmarked`, `Tsetattrbehind`, `Twritebehind`, `Tunlinkbehind` and `Trenamebehind`, before it reads the connection's next request, and
+`Tcreatebehindmarked`, `Tsetattrbehind`, `Twritebehind`, `Tunlinkbehind`, `Trmdirbehind` and
+`Trenamebehind`, before it reads the connection's next request, and
 answers them in the order they came. Every later request on the connection,
 whatever it is, finds them done. A client must not assume this of any other server, or
 for any other request (creates, reads and fsync may run on worker threads, in parallel).
@@ -122,6 +124,12 @@ its change (microseconds, on the connection's reader).
 removed or bound, and it fails with `ESTALE`: a host program changed the file, or put
 another under the name, first. It never removes a directory (`ESTALE`).
 
+`Trmdirbehind` (to a server whose `Rfeatures` has `RMDIR_BEHIND`) removes the directory
+`name` from `dirfd` only while the name is the directory whose `qid.path` is `path`
+(otherwise `ESTALE`: a host program replaced it, or it is not a directory) and it is
+empty (otherwise `ENOTEMPTY`: a host program put something in it first). It binds
+`newfid` first, as Tunlinkbehind does, and unbinds it if the removal fails.
+
 `Trenamebehind` (to a server whose `Rfeatures` has `RENAME_BEHIND`) renames `oldname` to
 `newname` within the directory `dirfd` only while `oldname` is the file whose `qid.path`
 is `path` (otherwise `ESTALE`; a host program's change of the file's data or mode does
@@ -154,7 +162,8 @@ comes with `valid` 0. `Tsetattrbehind` and `Twritebehind` fail as Tsetattrget an
 Twriteattr do, and as making the copy fails (`ENOSPC`, `ENAMETOOLONG`; a copy that fails
 is removed). `Tunlinkbehind` fails like Tunlinkat (`ENOENT`, `EROFS`, ...), with `EBADF`
 for a `newfid` in use, and with `ESTALE` as above; once the name is gone it succeeds, and
-attributes it could not read come with `valid` 0. `Trenamebehind` fails like Trenameat
+attributes it could not read come with `valid` 0. `Trmdirbehind` fails as Tunlinkbehind
+does, and with `ENOTEMPTY` as above. `Trenamebehind` fails like Trenameat
 (`ENOENT`, `EROFS`, ...), with `ESTALE` and `EEXIST` as above; once renamed it succeeds,
 and a directory whose attributes could not be read comes with `valid` 0.
 `Tunlinkatattr`, `Trenameatattr` and `Tcreateattrdir` fail like Tunlinkat, Trenameat and

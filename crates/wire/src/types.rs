@@ -155,6 +155,8 @@ pub mod features {
     pub const UNLINK_BEHIND: u64 = 0x10;
     /// The server takes Trenamebehind.
     pub const RENAME_BEHIND: u64 = 0x20;
+    /// The server takes Trmdirbehind.
+    pub const RMDIR_BEHIND: u64 = 0x40;
 }
 
 /// What a change sent behind (Tsetattrbehind, Twritebehind) was predicted from: the file

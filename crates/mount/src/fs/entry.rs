@@ -527,7 +527,11 @@ impl MountState {
         pid: u32,
         change: &ChangeInFlight,
     ) -> Result<(), Errno> {
-        if flags == 0 && !self.config.read_only && self.unlink_behind((parent, name), pid, change) {
+        let is_dir = flags == crossfs_wire::AT_REMOVEDIR;
+        if (flags == 0 || is_dir)
+            && !self.config.read_only
+            && self.unlink_behind((parent, name, is_dir), pid, change)
+        {
             return Ok(());
         }
         let left = self.unlink_on_server(parent, name, flags)?;

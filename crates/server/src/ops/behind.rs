@@ -20,6 +20,8 @@
 //! - **Tunlinkbehind** removes a name only while it is the file the client saw, as its base
 //!   says or as this connection left it: a file a host program changed or put there first
 //!   stays, and the removal fails with `ESTALE`.
+//! - **Trmdirbehind** removes a directory only while it is the one the client saw, and
+//!   empty: one a host program put something in first stays (`ENOTEMPTY`).
 //! - **Trenamebehind** renames a name within its directory only while it leads to the file
 //!   the client saw, and never over another file: a name a host program took first stays
 //!   its (`EEXIST`).
@@ -36,8 +38,9 @@ use crossfs_export::handles::PathHandle;
 use crossfs_export::sys;
 use crossfs_wire::{
     BehindBase, Fid, Rcreatebehind, Rcreatebehindmarked, Rgetattr, Rmessage, Rrenamebehind,
-    Rsetattrbehind, Runlinkbehind, Rwritebehind, Tcreateattr, Tcreatebehind, Tcreatebehindmarked,
-    Trenamebehind, Tsetattrbehind, Tsetattrget, Tunlinkbehind, Twrite, Twritebehind,
+    Rrmdirbehind, Rsetattrbehind, Runlinkbehind, Rwritebehind, Tcreateattr, Tcreatebehind,
+    Tcreatebehindmarked, Trenamebehind, Trmdirbehind, Tsetattrbehind, Tsetattrget, Tunlinkbehind,
+    Twrite, Twritebehind,
 };
 use rustix::io::Errno;
 
@@ -381,46 +384,103 @@ pub(crate) fn writebehind(conn: &Conn, m: Twritebehind) -> OpResult<Rmessage> {
 pub(crate) fn unlinkbehind(conn: &Conn, m: Tunlinkbehind) -> OpResult<Rmessage> {
     let own = &conn.own;
     own.start_recording();
-    let state = conn.fids.get(m.dirfd)?;
+    let seen = Seen {
+        dirfd: m.dirfd,
+        name: &m.name,
+        path: m.path,
+        newfid: m.newfid,
+        is_dir: false,
+    };
+    let (attr, dir) = remove_seen(conn, seen, m.request_mask, |st| {
+        let step = lock(&own.stripes[(m.path % STRIPES as u64) as usize]);
+        matches!(own.verdict(m.path, &m.base, &stamp(st)), Verdict::Onto).then_some(step)
+    })?;
+    Ok(Rmessage::Unlinkbehind(Runlinkbehind { attr, dir }))
+}
+
+/// Trmdirbehind: removes the directory `name` from `dirfd` only if it is still the one the
+/// client saw (`path`; otherwise `ESTALE`) and empty: one a host program put something in
+/// first stays (`ENOTEMPTY`, from the removal itself).
+pub(crate) fn rmdirbehind(conn: &Conn, m: Trmdirbehind) -> OpResult<Rmessage> {
+    let seen = Seen {
+        dirfd: m.dirfd,
+        name: &m.name,
+        path: m.path,
+        newfid: m.newfid,
+        is_dir: true,
+    };
+    let (attr, dir) = remove_seen(conn, seen, m.request_mask, |_| Some(()))?;
+    Ok(Rmessage::Rmdirbehind(Rrmdirbehind { attr, dir }))
+}
+
+/// What a removal sent behind names: `name` in `dirfd`, the file (a directory if `is_dir`)
+/// whose `qid.path` the client saw, and the fid to bind to it first (`NOFID`: none).
+struct Seen<'a> {
+    dirfd: Fid,
+    name: &'a [u8],
+    path: u64,
+    newfid: Fid,
+    is_dir: bool,
+}
+
+/// Removes `seen` if `name` still leads to it, of its kind, and `as_seen` accepts its
+/// attributes (`ESTALE` otherwise; what it returns, a lock, is held until the removal is
+/// made), binding `newfid` to it first; returns its attributes through `newfid` (`valid`
+/// 0 without one) and the directory's after the removal. A `newfid` bound here is
+/// unbound again if the removal fails.
+fn remove_seen<Step>(
+    conn: &Conn,
+    seen: Seen<'_>,
+    request_mask: u64,
+    as_seen: impl FnOnce(&rustix::fs::Statx) -> Option<Step>,
+) -> OpResult<(Rgetattr, Rgetattr)> {
+    let state = conn.fids.get(seen.dirfd)?;
     let dir = state.file()?;
-    let name = crossfs_export::names::component(&m.name)?;
+    let name = crossfs_export::names::component(seen.name)?;
     let st = sys::stat_at(dir.fd()?.as_fd(), &name)?;
     let is_dir = u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR;
-    if is_dir || conn.server.qid(&st).path != m.path {
+    if is_dir != seen.is_dir || conn.server.qid(&st).path != seen.path {
         return Err(Errno::STALE.into());
     }
-    let _step = lock(&own.stripes[(m.path % STRIPES as u64) as usize]);
-    if !matches!(own.verdict(m.path, &m.base, &stamp(&st)), Verdict::Onto) {
+    let Some(_step) = as_seen(&st) else {
         return Err(Errno::STALE.into());
-    }
-    let bound = m.newfid != crossfs_wire::NOFID;
+    };
+    let bound = seen.newfid != crossfs_wire::NOFID;
     // Bound already to the file: a reconnecting client bound its fids again before
     // sending this again.
     let bound_to_it = || {
         conn.fids
-            .get(m.newfid)
-            .is_ok_and(|s| s.file().is_ok_and(|f| f.qid.path == m.path))
+            .get(seen.newfid)
+            .is_ok_and(|s| s.file().is_ok_and(|f| f.qid.path == seen.path))
     };
-    if bound && !bound_to_it() {
-        if m.newfid == m.dirfd || conn.fids.contains(m.newfid) {
+    let binds_here = bound && !bound_to_it();
+    if binds_here {
+        if seen.newfid == seen.dirfd || conn.fids.contains(seen.newfid) {
             return Err(Errno::BADF.into());
         }
-        let walked = bulk::walk_all(conn, m.dirfd, m.newfid, vec![m.name.clone()])?;
-        if walked.first().map(|q| q.path) != Some(m.path) {
-            bulk::unbind(conn, m.dirfd, m.newfid);
+        let walked = bulk::walk_all(conn, seen.dirfd, seen.newfid, vec![seen.name.to_vec()])?;
+        if walked.first().map(|q| q.path) != Some(seen.path) {
+            bulk::unbind(conn, seen.dirfd, seen.newfid);
             return Err(Errno::STALE.into());
         }
     }
-    conn.server
+    let removed = conn
+        .server
         .export
-        .unlink(conn.server.dir(dir), &m.name, false)?;
+        .unlink(conn.server.dir(dir), seen.name, seen.is_dir);
+    if let Err(e) = removed {
+        if binds_here {
+            bulk::unbind(conn, seen.dirfd, seen.newfid);
+        }
+        return Err(e.into());
+    }
     let attr = if bound {
-        bulk::attr_after_change(conn, m.newfid, m.request_mask)
+        bulk::attr_after_change(conn, seen.newfid, request_mask)
     } else {
         Rgetattr::default()
     };
-    let dir = bulk::attr_after_change(conn, m.dirfd, m.request_mask);
-    Ok(Rmessage::Unlinkbehind(Runlinkbehind { attr, dir }))
+    let dir = bulk::attr_after_change(conn, seen.dirfd, request_mask);
+    Ok((attr, dir))
 }
 
 /// Trenamebehind: renames `oldname` to `newname` in `dirfd` only if `oldname` is still the

@@ -134,6 +134,7 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
         | T::Setattrbehind(_)
         | T::Writebehind(_)
         | T::Unlinkbehind(_)
+        | T::Rmdirbehind(_)
         | T::Renamebehind(_) => true,
         T::Lopen(m) => match conn.fids.get(m.fid) {
             Ok(state) => match &*state {
@@ -304,6 +305,7 @@ fn dispatch(conn: &Conn, msg: Tmessage) -> OpResult<Rmessage> {
         T::Setattrbehind(m) => behind::setattrbehind(conn, m),
         T::Writebehind(m) => behind::writebehind(conn, m),
         T::Unlinkbehind(m) => behind::unlinkbehind(conn, m),
+        T::Rmdirbehind(m) => behind::rmdirbehind(conn, m),
         T::Renamebehind(m) => behind::renamebehind(conn, m),
         T::Renameatattr(m) => bulk::renameatattr(conn, m),
         T::Features(crossfs_wire::Tfeatures {}) => {
@@ -313,7 +315,8 @@ fn dispatch(conn: &Conn, msg: Tmessage) -> OpResult<Rmessage> {
                     | crossfs_wire::features::MARKED_CREATE
                     | crossfs_wire::features::MKDIR_ATTR
                     | crossfs_wire::features::UNLINK_BEHIND
-                    | crossfs_wire::features::RENAME_BEHIND,
+                    | crossfs_wire::features::RENAME_BEHIND
+                    | crossfs_wire::features::RMDIR_BEHIND,
             }))
         }
         // Handled by the session before dispatch; never queued.
