@@ -4,7 +4,7 @@
 # fills the directory replicas, as rm's own listing would), then removed through it.
 # Alternates the default (exact) mount with `--changes behind`, ROUNDS times, and prints
 # each removal's time (`rm -rf` and the `crossfs sync` after it), the FUSE requests the
-# mount got for it, the removals it sent behind, and the CPU stolen by other guests
+# mount got for it, the removals it sent behind (files, directories), and the CPU stolen by other guests
 # meanwhile. The crossfs binary: $CROSSFS, else this repository's release build.
 #
 #   sudo scripts/rm-steps.sh [ROUNDS]
@@ -54,9 +54,10 @@ for round in $(seq "$rounds"); do
         t1=$(date +%s.%N)
         s2=$(steal)
         fuse=$(($(stat_of "sum(v['count'] for v in d['fuse'].values())") - fuse_before))
-        sent=$(stat_of "d.get('behind', {}).get('to_host', {}).get('Tunlinkbehind', {}).get('count', 0)")
-        printf '%d %-6s %.3f s  FUSE requests %d, Tunlinkbehind %d, steal %d ticks\n' \
-            "$round" "$mode" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$fuse" "$sent" $((s2 - s1))
+        sent_behind() { stat_of "d.get('behind', {}).get('to_host', {}).get('$1', {}).get('count', 0)"; }
+        printf '%d %-6s %.3f s  FUSE requests %d, Tunlinkbehind %d, Trmdirbehind %d, steal %d ticks\n' \
+            "$round" "$mode" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$fuse" \
+            "$(sent_behind Tunlinkbehind)" "$(sent_behind Trmdirbehind)" $((s2 - s1))
         umount "$tmp/mnt"
         wait "$mount_pid" || true
     done

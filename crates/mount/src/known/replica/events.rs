@@ -66,7 +66,7 @@ impl DirReplicas {
                     let as_left = own(dir, name) && inner.as_left(dir, ev.dir.as_ref());
                     removed(&mut inner, dir, name, as_left);
                 }
-                inner.touch_container(&ev.path);
+                inner.touch_container(&ev.path, recent);
             }
             EventKind::Created | EventKind::Modified | EventKind::Attrib => {
                 if let Some(dir) = parent_of(&inner, &ev.path) {
@@ -76,7 +76,7 @@ impl DirReplicas {
                     inner.changed((dir, name), ev.attrs.as_ref(), as_left, c);
                 }
                 if matches!(ev.kind, EventKind::Created) {
-                    inner.touch_container(&ev.path);
+                    inner.touch_container(&ev.path, recent);
                 }
             }
             EventKind::Renamed { from } => {
@@ -92,8 +92,8 @@ impl DirReplicas {
                     let as_left = own(dir, name) && inner.as_left(dir, ev.dir.as_ref());
                     inner.changed((dir, name), None, as_left, c);
                 }
-                inner.touch_container(from);
-                inner.touch_container(&ev.path);
+                inner.touch_container(from, recent);
+                inner.touch_container(&ev.path, recent);
             }
         }
         if let Some(q) = ev.qid {

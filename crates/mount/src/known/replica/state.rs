@@ -159,13 +159,20 @@ impl Inner {
 
     /// The entry of the directory holding `path`, in its own parent's replica: an entry
     /// was added or removed in it, so its times, size and link count changed. Found by
-    /// path, so it holds whether the directory itself is anchored or not.
-    pub(super) fn touch_container(&mut self, path: &RelPath) {
+    /// path, so it holds whether the directory itself is anchored or not. Not where the
+    /// replica shows no such directory and it was removed through the mount lately
+    /// (`recent`): the event is older than that removal (one made in a directory a host
+    /// program made again under the name follows the event of its creation, which the
+    /// replica shows), and would only make a name the replica knows gone "ask the server".
+    pub(super) fn touch_container(&mut self, path: &RelPath, recent: &dyn Fn(u64, &[u8]) -> bool) {
         let Some(dir) = path.parent().filter(|d| !d.is_root()) else {
             return;
         };
         let grandparent = dir.parent().and_then(|g| self.tree.resolve(g.components()));
         if let Some(g) = grandparent {
+            if !self.shows(g, dir.file_name()) && recent(g, dir.file_name()) {
+                return;
+            }
             self.touch(g, dir.file_name(), None);
             self.bump_entry(g);
             // An event about a name in a directory made a moment ago, before the mount

@@ -343,3 +343,48 @@ fn a_directory_made_through_the_mount_is_known_empty_unless_an_event_came_from_i
     r.apply(&created("d/y"), false, &|_, _| false);
     assert_ne!(r.lookup(300, b"y"), Answer::Missing);
 }
+
+#[test]
+fn a_late_event_from_inside_a_directory_the_mount_removed_leaves_it_missing() {
+    let dir = Rgetattr {
+        mode: libc::S_IFDIR | 0o755,
+        qid: crossfs_wire::Qid {
+            path: 30,
+            ..Default::default()
+        },
+        ..Rgetattr::default()
+    };
+    let event = |kind: EventKind, name: &str| Event {
+        epoch: 1,
+        seq: 1,
+        kind,
+        path: RelPath::new(name).unwrap(),
+        qid: None,
+        attrs: None,
+        dir: None,
+        from_dir: None,
+    };
+    let removed_d = || {
+        let r = root_listing_one_file();
+        let before = r.ticket(ROOT).unwrap();
+        r.own_created(ROOT, b"d", &dir, None);
+        r.own_made_dir((ROOT, b"d"), 300, before, now());
+        r.own_removed(ROOT, b"d", None, None);
+        r
+    };
+    // `rm -r`: the echo of a removal in "d" comes after the mount removed "d" too.
+    let r = removed_d();
+    let recent = |d: u64, name: &[u8]| d == ROOT && name == b"d";
+    r.apply(&event(EventKind::Removed, "d/x"), true, &recent);
+    assert_eq!(r.lookup(ROOT, b"d"), Answer::Missing);
+    assert_eq!(r.entries(ROOT), Some(1), "only a");
+    // Not removed through the mount lately: the name is asked of the server.
+    let r = removed_d();
+    r.apply(&event(EventKind::Removed, "d/x"), true, &|_, _| false);
+    assert_eq!(r.lookup(ROOT, b"d"), Answer::Ask);
+    // A host program made it again, then a file in it: its events say so, in order.
+    let r = removed_d();
+    r.apply(&event(EventKind::Created, "d"), false, &recent);
+    r.apply(&event(EventKind::Created, "d/y"), false, &recent);
+    assert_ne!(r.lookup(ROOT, b"d"), Answer::Missing);
+}
