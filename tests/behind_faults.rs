@@ -1,8 +1,8 @@
-//! Changes sent behind under faults, as a property: any sequence of file changes through a
-//! `--changes behind` mount, with the server stopped for a while or killed and started
-//! again between any two of them, leaves on the host exactly what the same sequence leaves
-//! in a local directory, once `crossfs sync` returns; and the mount then shows exactly what
-//! the host has (attributes to the nanosecond).
+//! Changes sent behind under faults, as a property: any sequence of file (and empty
+//! directory) changes through a `--changes behind` mount, with the server stopped for a
+//! while or killed and started again between any two of them, leaves on the host exactly
+//! what the same sequence leaves in a local directory, once `crossfs sync` returns; and the
+//! mount then shows exactly what the host has (attributes to the nanosecond).
 //!
 //! Each case runs against a real `crossfs serve` and a real FUSE mount, and compares with
 //! the same calls made on a local directory (the model). Runs as root. Nothing asserts how
@@ -58,6 +58,14 @@ enum Step {
     Fsync {
         name: usize,
     },
+    /// An empty directory under the name (rmdir goes behind; mkdir waits). The steps
+    /// above then fail on it as on any directory.
+    Mkdir {
+        name: usize,
+    },
+    Rmdir {
+        name: usize,
+    },
     /// Faults: the server stops reading for a while (what is sent waits in the socket,
     /// what waits for an answer waits), or dies and another takes its place.
     StopServer {
@@ -78,7 +86,9 @@ fn step() -> impl Strategy<Value = Step> {
         2 => name.clone().prop_map(|name| Step::Create { name }),
         1 => name.clone().prop_map(|name| Step::Remove { name }),
         1 => (name.clone(), name.clone()).prop_map(|(from, to)| Step::Rename { from, to }),
-        1 => name.prop_map(|name| Step::Fsync { name }),
+        1 => name.clone().prop_map(|name| Step::Fsync { name }),
+        1 => name.clone().prop_map(|name| Step::Mkdir { name }),
+        1 => name.prop_map(|name| Step::Rmdir { name }),
         1 => (20..300u64).prop_map(|ms| Step::StopServer { ms }),
         1 => Just(Step::KillServer),
     ]
@@ -130,12 +140,15 @@ fn apply(dir: &Path, step: &Step) -> Result<(), i32> {
         Step::Fsync { name } => fs::File::open(path(name))
             .and_then(|f| f.sync_all())
             .map_err(errno),
+        Step::Mkdir { name } => fs::create_dir(path(name)).map_err(errno),
+        Step::Rmdir { name } => fs::remove_dir(path(name)).map_err(errno),
         Step::StopServer { .. } | Step::KillServer => Ok(()),
     }
 }
 
-/// A file's content as runs of one byte, its permission bits, its modification time.
-type Kept = (Vec<(u8, usize)>, u32, Option<i64>);
+/// A file's type, its content as runs of one byte (none for a directory), its permission
+/// bits, its modification time.
+type Kept = (u32, Vec<(u8, usize)>, u32, Option<i64>);
 
 /// What the host and the model must agree on: each name's content (as runs of one byte:
 /// what the steps write), permission bits, and modification time where the sequence set
@@ -147,8 +160,14 @@ fn state(dir: &Path, steps: &[Step]) -> Vec<Option<Kept>> {
             let m = fs::metadata(&p).ok()?;
             let times_set =
                 last_change(steps, i).is_some_and(|s| matches!(s, Step::SetTimes { .. }));
+            let content = if m.is_dir() {
+                Vec::new()
+            } else {
+                runs(&fs::read(&p).unwrap())
+            };
             Some((
-                runs(&fs::read(&p).unwrap()),
+                m.mode() & libc::S_IFMT,
+                content,
                 m.mode() & 0o7777,
                 times_set.then(|| m.mtime()),
             ))
@@ -174,7 +193,10 @@ fn last_change(steps: &[Step], i: usize) -> Option<&Step> {
         Step::Write { name, .. } | Step::SetTimes { name, .. } | Step::Truncate { name, .. } => {
             name == i
         }
-        Step::Create { name } | Step::Remove { name } => name == i,
+        Step::Create { name }
+        | Step::Remove { name }
+        | Step::Mkdir { name }
+        | Step::Rmdir { name } => name == i,
         Step::Rename { from, to } => from == i || to == i,
         _ => false,
     })
