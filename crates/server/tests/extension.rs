@@ -1448,3 +1448,103 @@ fn seen_as(path: &std::path::Path) -> (BehindBase, u64) {
     };
     (BehindBase::seen(&a), m.ino())
 }
+
+#[test]
+fn mkdirbehind_makes_the_directory_marked_beside_a_taken_name_and_finds_its_own_earlier_try() {
+    use std::os::unix::fs::MetadataExt;
+    let o = Outside::new();
+    let h = &o.h;
+    std::fs::create_dir(h.path("d")).unwrap();
+    std::fs::write(h.path("d/taken"), b"the host's").unwrap();
+    std::fs::create_dir(h.path("d/hostdir")).unwrap();
+    let mut c = extended(h);
+    let Rmessage::Features(f) = c.ok(Tfeatures {}) else {
+        panic!("no Rfeatures")
+    };
+    assert_ne!(f.features & features::MKDIR_BEHIND, 0, "offered");
+    c.walk(ROOT, Fid(1), &["d"]).unwrap();
+    let mkdir = |name: &str, newfid: Fid, atime_nsec: u64| Tmkdirbehind {
+        atime_sec: 1_000_000,
+        atime_nsec,
+        mkdir: Tmkdirattr {
+            dfid: Fid(1),
+            newfid,
+            name: name.as_bytes().to_vec(),
+            mode: 0o750,
+            gid: 0,
+            request_mask: getattr::ALL,
+        },
+    };
+    let made = |r: Rmessage| match r {
+        Rmessage::Mkdirbehind(m) => m,
+        other => panic!("{other:?}"),
+    };
+    let nlink = |p: &str| std::fs::metadata(h.path(p)).unwrap().nlink();
+    let before = nlink("d");
+    // A free name: made there, marked with the access time asked for, bound to newfid.
+    let r = made(c.ok(mkdir("new", Fid(2), 7)));
+    assert_eq!(r.name, b"new");
+    let m = std::fs::metadata(h.path("d/new")).unwrap();
+    assert!(m.is_dir());
+    assert_eq!((m.atime(), m.atime_nsec()), (1_000_000, 7));
+    assert_eq!(m.mode() & 0o7777, 0o750);
+    assert_eq!((r.attr.qid.path, r.attr.atime_nsec), (m.ino(), 7));
+    assert_eq!((r.dir.nlink, nlink("d")), (before + 1, before + 1));
+    // What the client sends into it next, through newfid, lands in it.
+    c.walk(Fid(2), Fid(3), &[]).unwrap();
+    c.ok(Tlcreate {
+        fid: Fid(3),
+        name: b"f".to_vec(),
+        flags: 0o1 | 0o100,
+        mode: 0o644,
+        gid: 0,
+    });
+    assert!(h.path("d/new/f").is_file());
+
+    // Sent again after a lost connection: the earlier try's directory, bound and
+    // answered as made, with what was made in it.
+    let mut again = extended(h);
+    again.walk(ROOT, Fid(1), &["d"]).unwrap();
+    let r = made(again.ok(mkdir("new", Fid(2), 7)));
+    assert_eq!((r.name.as_slice(), r.attr.qid.path), (&b"new"[..], m.ino()));
+    assert_eq!(again.getattr(Fid(2)).map(|a| a.qid.path), Ok(m.ino()));
+    assert!(h.path("d/new/f").is_file());
+    assert!(!h.path("d/new.crossfs-conflict-1").exists());
+
+    // A name a host program took first, by a file or by a directory with another access
+    // time: never used; the guest's directory is made beside it, and newfid binds that.
+    for (taken, fid) in [("taken", Fid(4)), ("hostdir", Fid(5))] {
+        let r = made(c.ok(mkdir(taken, fid, 9)));
+        let beside = format!("{taken}.crossfs-conflict-1");
+        assert_eq!(r.name, beside.as_bytes());
+        let m = std::fs::metadata(h.path(&format!("d/{beside}"))).unwrap();
+        assert!(m.is_dir());
+        assert_eq!(c.getattr(fid).map(|a| a.qid.path), Ok(m.ino()));
+    }
+    assert_eq!(std::fs::read(h.path("d/taken")).unwrap(), b"the host's");
+    assert_eq!(std::fs::read_dir(h.path("d/hostdir")).unwrap().count(), 0);
+    // A second conflict takes the next name.
+    let r = made(c.ok(mkdir("taken", Fid(6), 11)));
+    assert_eq!(r.name, b"taken.crossfs-conflict-2");
+
+    // A newfid in use, a bad time, names that leave the directory: refused, nothing made.
+    assert_eq!(c.err(mkdir("x", Fid(2), 1)), libc::EBADF);
+    assert_eq!(c.err(mkdir("y", Fid(7), 1_000_000_000)), libc::EINVAL);
+    for bad in ["..", ".", "a/b", ""] {
+        assert_ne!(c.err(mkdir(bad, Fid(8), 1)), 0, "{bad:?}");
+    }
+    assert!(!h.path("d/x").exists() && !h.path("d/y").exists());
+    assert!(o.dir.exists(), "the outside is left alone");
+    // Read-only holds.
+    let ro = Harness::with(|c| c.read_only = true);
+    let mut c = extended(&ro);
+    let r = c.err(Tmkdirbehind {
+        mkdir: Tmkdirattr {
+            dfid: ROOT,
+            ..mkdir("e", Fid(2), 1).mkdir
+        },
+        ..mkdir("e", Fid(2), 1)
+    });
+    assert_eq!(r, libc::EROFS);
+    assert!(!ro.path("e").exists());
+}

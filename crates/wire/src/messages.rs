@@ -320,6 +320,19 @@ messages! { Tmessage, "request" {
     Rmdirbehind(Trmdirbehind = 194) {
         path: u64, dirfd: Fid, name: Vec<u8>, newfid: Fid, request_mask: u64,
     }
+    /// Tmkdirattr of a mkdir the client answered before sending (changes sent behind),
+    /// run before the connection's next request is read: the directory is made with the
+    /// access time `atime_sec`.`atime_nsec` (the client's choice, as it predicted it) and
+    /// `newfid` bound to it, so that the changes the client sends behind into it next find
+    /// it made. Never onto a name the client did not see missing: when `name` is taken,
+    /// the directory is made beside it as `NAME.crossfs-conflict-N` (the lowest N from 1
+    /// that is free), unless the name holds a directory with that access time: the same
+    /// mkdir sent again after a lost connection, which an earlier try made; that one is
+    /// bound and answered as made. Only to a server whose Rfeatures has
+    /// [`crate::features::MKDIR_BEHIND`].
+    Mkdirbehind(Tmkdirbehind = 196) {
+        atime_sec: u64, atime_nsec: u64, mkdir: Tmkdirattr,
+    }
 }}
 
 messages! { Rmessage, "reply" {
@@ -453,6 +466,10 @@ messages! { Rmessage, "reply" {
     /// The removed directory's attributes through `newfid` (`valid` 0 without one), then
     /// the parent's after the removal (`valid` 0 where they could not be taken).
     Rmdirbehind(Rrmdirbehind = 195) { attr: Rgetattr, dir: Rgetattr }
+    /// The name the directory was made under (the one asked for, or the conflict name
+    /// beside it), its attributes through `newfid`, then its parent's after the mkdir
+    /// (`valid` 0 where they could not be taken).
+    Mkdirbehind(Rmkdirbehind = 197) { name: Vec<u8>, attr: Rgetattr, dir: Rgetattr }
 }}
 
 impl Tsetattr {

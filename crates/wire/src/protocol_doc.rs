@@ -44,7 +44,7 @@ message for.
   then: `CONDITIONAL_BEHIND` (2, "Changes sent behind" below), `MARKED_CREATE` (4,
   `Tcreatebehindmarked`), `MKDIR_ATTR` (8, `Tmkdirattr`), `UNLINK_BEHIND` (16,
   `Tunlinkbehind`), `RENAME_BEHIND` (32, `Trenamebehind`), `RMDIR_BEHIND` (64,
-  `Trmdirbehind`).
+  `Trmdirbehind`), `MKDIR_BEHIND` (128, `Tmkdirbehind`).
 
 ## Layouts
 Every message is `size[4] type[1] tag[2]` followed by its fields in the order shown,
@@ -88,8 +88,8 @@ one order, which `crossfs mount --changes behind` relies on to send changes with
 waiting for their answers: it runs a `Tsetattr` or `Tsetattrget` that changes no size, and a
 `Twrite` or `Twriteattr` of at most 65,536 bytes (`INLINE_WRITE_MAX`) through a file
 opened without `O_DIRECT`, `O_SYNC` or `O_DSYNC`, and every `Tcreatebehind`,
-`Tcreatebehindmarked`, `Tsetattrbehind`, `Twritebehind`, `Tunlinkbehind`, `Trmdirbehind` and
-`Trenamebehind`, before it reads the connection's next request, and
+`Tcreatebehindmarked`, `Tmkdirbehind`, `Tsetattrbehind`, `Twritebehind`, `Tunlinkbehind`,
+`Trmdirbehind` and `Trenamebehind`, before it reads the connection's next request, and
 answers them in the order they came. Every later request on the connection,
 whatever it is, finds them done. A client must not assume this of any other server, or
 for any other request (creates, reads and fsync may run on worker threads, in parallel).
@@ -130,6 +130,17 @@ another under the name, first. It never removes a directory (`ESTALE`).
 empty (otherwise `ENOTEMPTY`: a host program put something in it first). It binds
 `newfid` first, as Tunlinkbehind does, and unbinds it if the removal fails.
 
+`Tmkdirbehind` (to a server whose `Rfeatures` has `MKDIR_BEHIND`) makes the directory as
+Tmkdirattr does, binds `newfid` to it (the client sends what it makes in the directory next
+through that fid, without waiting), and gives it the access time `atime_sec`.`atime_nsec`,
+the client's choice. It never uses a name a host program took: where `name` is taken, the
+directory is made beside it as `NAME.crossfs-conflict-N` (the lowest free `N` from 1), so
+that what the client sends into it next is kept there, and the reply's `name` says which
+name it got. The exception is a taken name that holds a directory with that access time:
+the same mkdir sent again after a lost connection, which an earlier try made; it is bound
+and answered as made. (A listing of the directory on the host may move its access time
+before the try is sent again: the directory is then made beside it as for a host's name.)
+
 `Trenamebehind` (to a server whose `Rfeatures` has `RENAME_BEHIND`) renames `oldname` to
 `newname` within the directory `dirfd` only while `oldname` is the file whose `qid.path`
 is `path` (otherwise `ESTALE`; a host program's change of the file's data or mode does
@@ -163,7 +174,12 @@ Twriteattr do, and as making the copy fails (`ENOSPC`, `ENAMETOOLONG`; a copy th
 is removed). `Tunlinkbehind` fails like Tunlinkat (`ENOENT`, `EROFS`, ...), with `EBADF`
 for a `newfid` in use, and with `ESTALE` as above; once the name is gone it succeeds, and
 attributes it could not read come with `valid` 0. `Trmdirbehind` fails as Tunlinkbehind
-does, and with `ENOTEMPTY` as above. `Trenamebehind` fails like Trenameat
+does, and with `ENOTEMPTY` as above. `Tmkdirbehind` fails like Tmkdirattr (`EACCES`,
+`ENOSPC`, `EROFS`, ...; `EBADF` for a `newfid` in use, `EINVAL` for `atime_nsec` of a
+second or more, `ENAMETOOLONG` where a conflict name is too long), with `ENOENT` for a
+directory a host program removed before it was bound, and never with `EEXIST` for a
+taken name; once made and bound it succeeds, unmarked if the access time could not be
+set. `Trenamebehind` fails like Trenameat
 (`ENOENT`, `EROFS`, ...), with `ESTALE` and `EEXIST` as above; once renamed it succeeds,
 and a directory whose attributes could not be read comes with `valid` 0.
 `Tunlinkatattr`, `Trenameatattr` and `Tcreateattrdir` fail like Tunlinkat, Trenameat and

@@ -157,6 +157,8 @@ pub mod features {
     pub const RENAME_BEHIND: u64 = 0x20;
     /// The server takes Trmdirbehind.
     pub const RMDIR_BEHIND: u64 = 0x40;
+    /// The server takes Tmkdirbehind.
+    pub const MKDIR_BEHIND: u64 = 0x80;
 }
 
 /// What a change sent behind (Tsetattrbehind, Twritebehind) was predicted from: the file

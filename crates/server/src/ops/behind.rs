@@ -20,6 +20,9 @@
 //! - **Tunlinkbehind** removes a name only while it is the file the client saw, as its base
 //!   says or as this connection left it: a file a host program changed or put there first
 //!   stays, and the removal fails with `ESTALE`.
+//! - **Tmkdirbehind** never makes a directory under a name a host program took: it is made
+//!   beside it as `NAME.crossfs-conflict-N`, with the access time the client chose, and a
+//!   directory with that access time under a taken name is taken as its own (sent again).
 //! - **Trmdirbehind** removes a directory only while it is the one the client saw, and
 //!   empty: one a host program put something in first stays (`ENOTEMPTY`).
 //! - **Trenamebehind** renames a name within its directory only while it leads to the file
@@ -37,10 +40,10 @@ use std::sync::{Arc, Mutex};
 use crossfs_export::handles::PathHandle;
 use crossfs_export::sys;
 use crossfs_wire::{
-    BehindBase, Fid, Rcreatebehind, Rcreatebehindmarked, Rgetattr, Rmessage, Rrenamebehind,
-    Rrmdirbehind, Rsetattrbehind, Runlinkbehind, Rwritebehind, Tcreateattr, Tcreatebehind,
-    Tcreatebehindmarked, Trenamebehind, Trmdirbehind, Tsetattrbehind, Tsetattrget, Tunlinkbehind,
-    Twrite, Twritebehind,
+    BehindBase, Fid, Rcreatebehind, Rcreatebehindmarked, Rgetattr, Rmessage, Rmkdirbehind,
+    Rrenamebehind, Rrmdirbehind, Rsetattrbehind, Runlinkbehind, Rwritebehind, Tcreateattr,
+    Tcreatebehind, Tcreatebehindmarked, Tmkdirattr, Tmkdirbehind, Trenamebehind, Trmdirbehind,
+    Tsetattr, Tsetattrbehind, Tsetattrget, Tunlinkbehind, Twrite, Twritebehind,
 };
 use rustix::io::Errno;
 
@@ -303,6 +306,72 @@ fn create_behind(
             .record(created.attr.qid.path, BehindBase::seen(&created.attr), None);
         let dir = bulk::attr_after_change(conn, create.dfid, create.request_mask);
         return Ok(Rcreatebehind { name, created, dir });
+    }
+    Err(Errno::EXIST.into())
+}
+
+/// Tmkdirbehind: Tmkdirattr of a mkdir the client already answered, under the first name
+/// of `NAME`, `NAME.crossfs-conflict-N`, ... that is free, or that holds the directory an
+/// earlier try made (the access time the client chose): a name a host program took is
+/// never used, so the guest's directory and what the client sends into it through
+/// `newfid` are kept beside the host's.
+pub(crate) fn mkdirbehind(conn: &Conn, m: Tmkdirbehind) -> OpResult<Rmessage> {
+    use crossfs_wire::setattr as valid;
+    let mark = (m.atime_sec, m.atime_nsec);
+    if m.atime_nsec >= 1_000_000_000 {
+        return Err(Errno::INVAL.into());
+    }
+    let mkdir = m.mkdir;
+    if mkdir.newfid == mkdir.dfid || conn.fids.contains(mkdir.newfid) {
+        return Err(Errno::BADF.into());
+    }
+    let (dfid, newfid, request_mask) = (mkdir.dfid, mkdir.newfid, mkdir.request_mask);
+    let bound = |conn: &Conn| bulk::getattr(conn, newfid, request_mask);
+    let mut name = mkdir.name.clone();
+    for n in 1..=CONFLICT_NAMES_MAX {
+        let attempt = Tmkdirattr {
+            name: name.clone(),
+            ..mkdir.clone()
+        };
+        let attr = match bulk::mkdirattr(conn, attempt) {
+            Ok(Rmessage::Mkdirattr(made)) if made.attr.valid != 0 => {
+                let set = Tsetattr {
+                    valid: valid::ATIME | valid::ATIME_SET,
+                    atime_sec: mark.0,
+                    atime_nsec: mark.1,
+                    ..Tsetattr::unchanged(newfid)
+                };
+                // Made and bound: it stands even unmarked (a later try keeps it beside).
+                match attr::setattr(conn, set) {
+                    Ok(_) => bound(conn).unwrap_or(made.attr),
+                    Err(_) => made.attr,
+                }
+            }
+            // Made, and gone before it was walked (a host program removed it at once).
+            Ok(Rmessage::Mkdirattr(_)) => return Err(Errno::NOENT.into()),
+            Ok(_) => return Err(OpError::Invalid("Tmkdirattr answered something else")),
+            Err(OpError::Os(Errno::EXIST)) => {
+                match bulk::walk_all(conn, dfid, newfid, vec![name.clone()]) {
+                    // Removed since: made again under the same name.
+                    Err(OpError::Os(Errno::NOENT)) => continue,
+                    Err(e) => return Err(e),
+                    Ok(_) => {}
+                }
+                let is_dir = |a: &Rgetattr| a.mode & libc::S_IFMT == libc::S_IFDIR;
+                match bound(conn) {
+                    Ok(a) if is_dir(&a) && (a.atime_sec, a.atime_nsec) == mark => a,
+                    found => {
+                        bulk::unbind(conn, dfid, newfid);
+                        found?;
+                        name = next_conflict_name(&mkdir.name, n)?;
+                        continue;
+                    }
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        let dir = bulk::attr_after_change(conn, dfid, request_mask);
+        return Ok(Rmessage::Mkdirbehind(Rmkdirbehind { name, attr, dir }));
     }
     Err(Errno::EXIST.into())
 }

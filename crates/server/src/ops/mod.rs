@@ -135,6 +135,7 @@ pub(crate) fn runs_inline(conn: &Conn, msg: &Result<Tmessage, DecodeError>) -> b
         | T::Writebehind(_)
         | T::Unlinkbehind(_)
         | T::Rmdirbehind(_)
+        | T::Mkdirbehind(_)
         | T::Renamebehind(_) => true,
         T::Lopen(m) => match conn.fids.get(m.fid) {
             Ok(state) => match &*state {
@@ -306,6 +307,7 @@ fn dispatch(conn: &Conn, msg: Tmessage) -> OpResult<Rmessage> {
         T::Writebehind(m) => behind::writebehind(conn, m),
         T::Unlinkbehind(m) => behind::unlinkbehind(conn, m),
         T::Rmdirbehind(m) => behind::rmdirbehind(conn, m),
+        T::Mkdirbehind(m) => behind::mkdirbehind(conn, m),
         T::Renamebehind(m) => behind::renamebehind(conn, m),
         T::Renameatattr(m) => bulk::renameatattr(conn, m),
         T::Features(crossfs_wire::Tfeatures {}) => {
@@ -316,7 +318,8 @@ fn dispatch(conn: &Conn, msg: Tmessage) -> OpResult<Rmessage> {
                     | crossfs_wire::features::MKDIR_ATTR
                     | crossfs_wire::features::UNLINK_BEHIND
                     | crossfs_wire::features::RENAME_BEHIND
-                    | crossfs_wire::features::RMDIR_BEHIND,
+                    | crossfs_wire::features::RMDIR_BEHIND
+                    | crossfs_wire::features::MKDIR_BEHIND,
             }))
         }
         // Handled by the session before dispatch; never queued.
