@@ -537,11 +537,12 @@ pub struct MountArgs {
     /// a write of up to 64 KiB, the create of a regular file whose name the directory's
     /// replica shows missing, the removal of a file of up to 1 MiB the replica shows, or
     /// the rename of a file the mount made or opened within its directory onto a free
-    /// name, or the removal of a directory the replica shows empty, whose outcome the
-    /// mount can tell from what it holds, is answered at once and sent to the server
-    /// after, in order (other renames, mkdir and truncations still wait; a name a host
-    /// program took first keeps the host's file, a created file of the guest's going
-    /// beside it as NAME.crossfs-conflict-N, a removal or rename refused). A change the server then refuses
+    /// name, the removal of a directory the replica shows empty, or a mkdir whose name
+    /// the replica shows missing, whose outcome the mount can tell from what it holds, is
+    /// answered at once and sent to the server after, in order (other renames, links and
+    /// truncations still wait; a name a host program took first keeps the host's file, a
+    /// created file or directory of the guest's going beside it as
+    /// NAME.crossfs-conflict-N, a removal or rename refused). A change the server then refuses
     /// fails the file's next fsync (with --send-opens, or its next close by the process
     /// that made it), and the next `crossfs sync`; fsync, `crossfs
     /// sync` and unmount wait until what was sent behind is on the host. Needs change

@@ -58,8 +58,8 @@ enum Step {
     Fsync {
         name: usize,
     },
-    /// An empty directory under the name (rmdir goes behind; mkdir waits). The steps
-    /// above then fail on it as on any directory.
+    /// An empty directory under the name (both go behind once the first create came). The
+    /// steps above then fail on it as on any directory.
     Mkdir {
         name: usize,
     },

@@ -686,6 +686,77 @@ fn files_created_behind_reach_the_host_and_a_name_a_host_program_took_keeps_both
     assert_eq!(fs::read_dir(mnt.join("d")).unwrap().count(), 22);
 }
 
+#[test]
+fn directories_made_behind_reach_the_host_and_a_name_a_host_program_took_keeps_both() {
+    let s = setup(None, &[]);
+    let (mnt, export) = (s.mount.mountpoint.clone(), s.export.clone());
+    fs::create_dir(mnt.join("d")).unwrap();
+    first_create(&mnt);
+
+    // The server stopped: mkdirs answered by the mount. (A path walked through one of
+    // them waits for its mkdir: the kernel's GETATTR of a directory as it walks through
+    // it cannot be told from a stat's, which shows the host's times.)
+    let m = mnt.clone();
+    while_stopped(&s, move || {
+        for dir in ["t", "u", "taken"] {
+            fs::create_dir(m.join("d").join(dir)).unwrap();
+        }
+    });
+    // A host program makes "taken" before the server reads the guest's mkdir.
+    fs::create_dir(export.join("d/taken")).unwrap();
+    fs::write(export.join("d/taken/host"), b"the host's").unwrap();
+    resume(&s.serve);
+    // Trees made in the new directories as untar and npm make them: what is made in a
+    // directory made behind goes behind too (its replica is complete from the start).
+    for dir in ["d/t/a", "d/t/a/b", "d/t/c", "d/u/e"] {
+        fs::create_dir(mnt.join(dir)).unwrap();
+    }
+    let filled = ["d/t", "d/t/a", "d/t/a/b", "d/t/c", "d/u", "d/u/e"];
+    for dir in filled {
+        for i in 0..3 {
+            fs::write(mnt.join(dir).join(format!("f{i}")), format!("{dir} {i}")).unwrap();
+        }
+    }
+    let out = s.mount.sync();
+    assert!(out.status.success(), "crossfs sync: {out:?}");
+
+    let stats = s.mount.stats()["behind"].clone();
+    assert_eq!(stats["to_host"]["Tmkdirbehind"]["count"], 7, "{stats}");
+    assert_eq!(
+        stats["to_host"]["Tcreatebehindmarked"]["count"], 18,
+        "{stats}"
+    );
+    assert_eq!(behind(&s.mount, "refused"), 0, "{stats}");
+    assert_eq!(behind(&s.mount, "conflicts"), 1, "{stats}");
+    // Host data is never overwritten: the guest's directory is beside the host's.
+    let names = |v: &[&str]| v.iter().map(std::ffi::OsString::from).collect::<Vec<_>>();
+    assert_eq!(listed(&export.join("d/taken")), names(&["host"]));
+    let beside = "d/taken.crossfs-conflict-1";
+    assert!(listed(&export.join(beside)).is_empty());
+    for dir in filled {
+        for i in 0..3 {
+            let file = export.join(dir).join(format!("f{i}"));
+            assert_eq!(fs::read(file).unwrap(), format!("{dir} {i}").as_bytes());
+        }
+    }
+    assert_eq!(
+        listed(&export.join("d/t")),
+        names(&["a", "c", "f0", "f1", "f2"])
+    );
+    // After the sync the mount shows exactly what the host has, times included.
+    for dir in [
+        "d", "d/t", "d/t/a", "d/t/a/b", "d/t/c", "d/u", "d/taken", beside,
+    ] {
+        assert_eq!(shown(&mnt.join(dir)), shown(&export.join(dir)), "{dir}");
+        assert_eq!(listed(&mnt.join(dir)), listed(&export.join(dir)), "{dir}");
+    }
+    assert_eq!(fs::read(mnt.join("d/taken/host")).unwrap(), b"the host's");
+    // A directory made behind is removed like any other.
+    fs::remove_dir_all(mnt.join("d/t")).unwrap();
+    assert!(s.mount.sync().status.success());
+    assert!(!export.join("d/t").exists());
+}
+
 /// The names in `dir`, sorted.
 fn listed(dir: &Path) -> Vec<std::ffi::OsString> {
     let mut names: Vec<_> = fs::read_dir(dir)
@@ -985,11 +1056,17 @@ fn files_created_behind_and_lost_with_the_connection_are_made_on_the_next() {
     let mut s = setup(None, &[]);
     let mnt = s.mount.mountpoint.clone();
     first_create(&mnt);
+    // Two directories made behind too (after a first mkdir, which waits). What goes into
+    // them waits for their mkdirs: a path walked through a directory not made yet waits.
+    fs::create_dir(mnt.join("first.d")).unwrap();
+    let name = |i: usize| format!("f{i}");
     let m = mnt.clone();
     let files = while_stopped(&s, move || {
+        fs::create_dir(m.join("d")).unwrap();
+        fs::create_dir(m.join("e")).unwrap();
         (0..8)
             .map(|i| {
-                let mut f = File::create(m.join(format!("f{i}"))).unwrap();
+                let mut f = File::create(m.join(name(i))).unwrap();
                 f.write_all(&[b'0' + i as u8; 3000]).unwrap();
                 f
             })
@@ -1006,14 +1083,25 @@ fn files_created_behind_and_lost_with_the_connection_are_made_on_the_next() {
     for (i, mut f) in files.into_iter().enumerate() {
         f.write_all(b"after").unwrap();
         f.sync_all().unwrap();
-        let host = fs::read(s.export.join(format!("f{i}"))).unwrap();
+        let host = fs::read(s.export.join(name(i))).unwrap();
         assert_eq!(host.len(), 3005, "f{i}");
         assert!(host[..3000].iter().all(|&b| b == b'0' + i as u8), "f{i}");
     }
     assert!(s.mount.sync().status.success());
     assert_eq!(behind(&s.mount, "refused"), 0);
     assert_eq!(behind(&s.mount, "conflicts"), 0);
-    assert!(behind(&s.mount, "resent") >= 16);
+    assert!(behind(&s.mount, "resent") >= 18);
+    for dir in ["d", "e"] {
+        assert!(s.export.join(dir).is_dir(), "{dir}");
+        fs::write(mnt.join(dir).join("after"), dir).unwrap();
+    }
+    assert!(s.mount.sync().status.success());
+    for dir in ["d", "e"] {
+        assert_eq!(
+            fs::read(s.export.join(dir).join("after")).unwrap(),
+            dir.as_bytes()
+        );
+    }
     let _ = &s.dir;
 }
 

@@ -18,8 +18,8 @@
 //!   sent behind predicted them), the kernel has checked permissions against them
 //!   (`default_permissions`), and the change keeps set-user-ID and set-group-ID bits out of
 //!   it (which the host's kernel may strip) and ownership as it is (which the host's
-//!   kernel may refuse). A create goes behind where the directory's replica shows the
-//!   name missing (`crate::fs::create_behind`), a removal of a file where it shows the
+//!   kernel may refuse). A create or a mkdir goes behind where the directory's replica
+//!   shows the name missing (`crate::fs::create_behind`), a removal of a file where it shows the
 //!   file (`crate::fs::unlink_behind`). Everything else, and every other change
 //!   of names, waits for the server as in the exact mode.
 //! - **What the guest sees.** The attributes the change will leave, predicted, given to
@@ -39,8 +39,8 @@
 //!   more requests than the connection has tags); past it, a change waits for room.
 //! - **Faults.** A change whose connection was lost is sent again, in order, on the new
 //!   connection before anything else (setattrs and writes at an offset do the same thing
-//!   twice; a create is marked, `Tcreatebehindmarked`, so that sent again it finds the
-//!   file an earlier try made). One the mount cannot tell the fate of otherwise (lost
+//!   twice; a create is marked, `Tcreatebehindmarked`, and a mkdir too, so that sent
+//!   again it finds the file or directory an earlier try made). One the mount cannot tell the fate of otherwise (lost
 //!   again, or lost by a mount that does not reconnect) counts as refused with EIO.
 //!
 //! What this must not do: decide what the kernel is told (the FUSE side does), or send
@@ -98,10 +98,8 @@ struct Queue {
     bytes: usize,
     /// ino -> the attributes the newest unanswered change predicts, and its sequence.
     predicted: HashMap<u64, (u64, Rgetattr)>,
-    /// ino -> the sequence of its unanswered create (a node the server has not made yet),
-    /// and the thread that created it until its first GETATTR (see
-    /// [`ChangesBehind::wait_made`]).
-    creating: HashMap<u64, (u64, Option<u32>)>,
+    /// ino -> its unanswered create or mkdir (a node the server has not made yet).
+    creating: HashMap<u64, Making>,
     /// ino -> the errno of a refused change and the process that made it, until an
     /// fsync, or a close by that process, reports it.
     refused: HashMap<u64, (i32, u32)>,
@@ -114,6 +112,15 @@ struct Queue {
     holds: usize,
     /// The copies the server kept changes in (node, name), logged and counted once.
     kept: std::collections::HashSet<(u64, Vec<u8>)>,
+}
+
+/// A node created behind that the server has not made yet.
+struct Making {
+    /// The sequence of its create or mkdir.
+    seq: u64,
+    /// The thread that created a file, until its first GETATTR (see
+    /// [`ChangesBehind::wait_made`]).
+    opener: Option<u32>,
 }
 
 /// Counters for `crossfs stats`.
@@ -201,16 +208,17 @@ impl ChangesBehind {
         lock(&self.queue).creating.contains_key(&ino)
     }
 
-    /// Waits until node `ino`, if created behind, is made (its create answered, or
-    /// refused): its attributes are then the server's, change time included. Except for
-    /// the first GETATTR from thread `pid` that created it: the kernel's permission check
-    /// as it opens the file it just created, which the prediction answers (a stat
-    /// after it waits).
+    /// Waits until node `ino`, if created behind, is made (its create or mkdir answered,
+    /// or refused): its attributes are then the server's, change time included. Except for
+    /// the first GETATTR from thread `pid` that created a file: the kernel's permission
+    /// check as it opens the file it just created, which the prediction answers (a stat
+    /// after it waits). A directory has no such exception: the kernel's GETATTR as a path
+    /// is walked through it cannot be told from a stat's.
     pub(crate) fn wait_made(&self, ino: u64, pid: u32) -> Result<(), NotAnswered> {
         let mut q = lock(&self.queue);
-        if let Some((_, opener)) = q.creating.get_mut(&ino) {
-            if *opener == Some(pid) {
-                *opener = None;
+        if let Some(m) = q.creating.get_mut(&ino) {
+            if m.opener == Some(pid) {
+                m.opener = None;
                 return Ok(());
             }
         }
@@ -284,8 +292,9 @@ impl ChangesBehind {
             if let Some((other, a)) = &also {
                 q.predicted.insert(*other, (seq, a.clone()));
             }
-            if create_of(&msg).is_some() {
-                q.creating.insert(ino, (seq, Some(pid)));
+            if made_name(&msg).is_some() {
+                let opener = (!matches!(msg, Tmessage::Mkdirbehind(_))).then_some(pid);
+                q.creating.insert(ino, Making { seq, opener });
             }
             q.unanswered.insert(
                 seq,
@@ -367,13 +376,13 @@ impl ChangesBehind {
         match &attrs {
             Ok(a) => {
                 self.counters.answered.fetch_add(1, Relaxed);
-                if let (Some(made), Some(c)) = (&a.made_as, create_of(&change.msg)) {
-                    if *made != c.name {
+                if let (Some(made), Some(name)) = (&a.made_as, made_name(&change.msg)) {
+                    if made != name {
                         self.counters.conflicts.fetch_add(1, Relaxed);
                         tracing::warn!(
                             node = change.ino,
                             "a host program made '{}' first: the guest's file is kept beside it as '{}'",
-                            String::from_utf8_lossy(&c.name),
+                            String::from_utf8_lossy(name),
                             String::from_utf8_lossy(made)
                         );
                     }
@@ -397,7 +406,7 @@ impl ChangesBehind {
                 settled.push(node);
             }
         }
-        if q.creating.get(&ino).is_some_and(|(s, _)| *s == seq) {
+        if q.creating.get(&ino).is_some_and(|m| m.seq == seq) {
             q.creating.remove(&ino);
         }
         drop(q);
@@ -691,11 +700,12 @@ impl Drop for Hold {
 /// next fsync: the guest's view of the file was stale (a host program changed it first).
 pub(crate) const KEPT_BESIDE: i32 = libc::ESTALE;
 
-/// The create `msg` sends behind, if it is one.
-fn create_of(msg: &Tmessage) -> Option<&crossfs_wire::Tcreateattr> {
+/// The name of the file or directory `msg` makes behind, if it makes one.
+fn made_name(msg: &Tmessage) -> Option<&[u8]> {
     match msg {
-        Tmessage::Createbehind(c) => Some(&c.create),
-        Tmessage::Createbehindmarked(c) => Some(&c.create),
+        Tmessage::Createbehind(c) => Some(&c.create.name),
+        Tmessage::Createbehindmarked(c) => Some(&c.create.name),
+        Tmessage::Mkdirbehind(m) => Some(&m.mkdir.name),
         _ => None,
     }
 }
@@ -763,6 +773,11 @@ fn attrs_after(msg: &Tmessage, r: Result<Rmessage, ClientError>) -> Result<Answe
             attrs: c.created.attr,
             made_as: Some(c.name),
             dir: Some(c.dir),
+        }),
+        Ok(Rmessage::Mkdirbehind(m)) => Ok(Answered {
+            attrs: m.attr,
+            made_as: Some(m.name),
+            dir: Some(m.dir),
         }),
         Ok(
             Rmessage::Unlinkbehind(crossfs_wire::Runlinkbehind { attr, dir })

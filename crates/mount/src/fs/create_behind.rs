@@ -1,6 +1,6 @@
-//! CREATE sent behind (`--changes behind`, see `crate::behind`): a new regular file the
-//! mount answers itself, with a node, attributes and an open handle, and makes on the
-//! server after, with `Tcreatebehind`.
+//! CREATE and MKDIR sent behind (`--changes behind`, see `crate::behind`): a new regular
+//! file the mount answers itself, with a node, attributes and an open handle, and makes on
+//! the server after, with `Tcreatebehind`; a new directory likewise, with `Tmkdirbehind`.
 //!
 //! Only where the mount can tell the server will make the file as predicted: the
 //! directory's replica is complete and has no such name (the kernel checked the caller's
@@ -18,6 +18,19 @@
 //! `NAME.crossfs-conflict-N` and the node moves there; the host's file is left alone.
 //! A create refused (ENOSPC, EACCES, ...) leaves a node that answers ESTALE, and its
 //! errno is reported as any refused change's (`crate::behind`).
+//!
+//! A MKDIR goes behind the same way, as `Tmkdirbehind`, where the same holds, the
+//! directory is not set-group-ID (its new directory would inherit the bit), and the mount
+//! has seen what a new directory looks like on this export (its size, blocks and links
+//! differ between file systems: the first mkdir waits and shows it). The new
+//! directory's node gets an empty, complete replica at once (nothing can be in it but what
+//! the guest puts there, sent after it, and what a host program puts there once it is
+//! made, which events bring), and its fid, chosen by the mount and bound by the mkdir, is
+//! the one the creates sent into it use. Its GETATTRs wait for its mkdir's answer, as a
+//! new file's stats do (`ChangesBehind::wait_made`), the kernel's as it walks a path
+//! through it included. Where a host program took the name meanwhile, the server makes
+//! the directory beside it as `NAME.crossfs-conflict-N`, and what the guest sent into it
+//! goes there with it.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -25,17 +38,17 @@ use std::time::{Duration, SystemTime};
 use crate::session::INodeNo;
 use crossfs_wire::{
     features, open_flags, Qid, Rgetattr, Tcreateattr, Tcreatebehind, Tcreatebehindmarked, Tmessage,
-    QID_TYPE_FILE,
+    Tmkdirattr, Tmkdirbehind, QID_TYPE_DIR, QID_TYPE_FILE,
 };
 
 use super::behind::SET_ID;
-use super::reply::Created;
+use super::reply::{Created, Entry};
 use super::{wire_time, Caller, MountState};
 use crate::behind::{self, Answered, OnAnswer};
 use crate::fid::FidRef;
 use crate::known::listed_attrs::{ChangeInFlight, Fetched};
 use crate::known::replica::{Answer, Ticket};
-use crate::remote::support::NewFileOwner;
+use crate::remote::support::{NewDirShape, NewFileOwner};
 use crate::remote::ATTR_MASK;
 
 impl MountState {
@@ -92,13 +105,101 @@ impl MountState {
             FidRef::new(&self.client, nodefid),
             FidRef::new(&self.client, openfid),
         );
+        let made = (predicted, unmade);
+        let fa = self.send_made((parent, name), node, made, dir_after, (pid, msg));
+        let mut created = self.open_created(fa, fid, (flags, wire));
+        created.attr_ttl = Duration::ZERO;
+        Some(created)
+    }
+
+    /// MKDIR of `name` in `parent` from thread `pid` sent behind, if it may be (see the
+    /// module doc).
+    pub(super) fn mkdir_behind(
+        self: &Arc<Self>,
+        (parent, dir): (INodeNo, &Arc<FidRef>),
+        name: &[u8],
+        mode: u32,
+        (caller, pid): (Caller, u32),
+        change: &ChangeInFlight,
+    ) -> Option<Entry> {
+        if !self.sends_behind()
+            || self.client.negotiation().features & features::MKDIR_BEHIND == 0
+            || mode & SET_ID != 0
+            || self.known.inodes.setgid_group(parent.0).is_some()
+            || !self.replicas_usable()
+            || self.known.replicas.lookup(parent.0, name) != Answer::Missing
+        {
+            return None;
+        }
+        let owner = (*crate::sync::lock(&self.server.new_file_owner))
+            .filter(|o| o.asked == (caller.uid, caller.gid))?
+            .got;
+        // The first mkdir of a mount waits, and shows what a new directory looks like.
+        let shape = (*crate::sync::lock(&self.server.new_dir_shape))?;
+        let now = wire_time(SystemTime::now());
+        let unmade = self.known.inodes.unmade_path();
+        let mut predicted = predict_created(unmade, mode, owner, now);
+        predicted.mode = libc::S_IFDIR | (mode & 0o7777);
+        predicted.qid.ty = QID_TYPE_DIR;
+        (predicted.size, predicted.blocks) = (shape.size, shape.blocks);
+        (predicted.blksize, predicted.nlink) = (shape.blksize, shape.nlink);
+        let mut dir_after = self.dir_after_name_change(parent.0, change, now);
+        if let Some((_, d)) = &mut dir_after {
+            // Its `..`, where directories count their subdirectories (not on btrfs).
+            if shape.nlink >= 2 {
+                d.nlink += 1;
+            }
+        }
+        let newfid = self.client.alloc_fid();
+        let msg = Tmessage::Mkdirbehind(Tmkdirbehind {
+            atime_sec: predicted.atime_sec,
+            atime_nsec: predicted.atime_nsec,
+            mkdir: Tmkdirattr {
+                dfid: dir.fid(),
+                newfid,
+                name: name.to_vec(),
+                mode: mode & 0o7777,
+                gid: caller.gid,
+                request_mask: ATTR_MASK,
+            },
+        });
+        let node = FidRef::new(&self.client, newfid);
+        let made = (predicted, unmade);
+        let attr = self.send_made((parent, name), node, made, dir_after, (pid, msg));
+        Some(Entry {
+            attr,
+            // For no time, as a file created behind's: every GETATTR reaches the mount,
+            // and waits for the mkdir's answer.
+            attr_ttl: Duration::ZERO,
+            entry_ttl: self.entry_ttl_for(crate::session::FileType::Directory),
+        })
+    }
+
+    /// Shows the file or directory `name` in `parent` that `msg` from thread `pid` creates
+    /// behind, with the attributes predicted for it (`qid.path` `unmade`) and node fid
+    /// `node`, which the create binds, and sends `msg`; `dir_after`: the directory's
+    /// attributes predicted. A new directory is anchored with an empty, complete replica
+    /// first, so that events about it find it.
+    fn send_made(
+        self: &Arc<Self>,
+        (parent, name): (INodeNo, &[u8]),
+        node: Arc<FidRef>,
+        (predicted, unmade): (Rgetattr, u64),
+        dir_after: Option<(u64, Rgetattr)>,
+        (pid, msg): (u32, Tmessage),
+    ) -> crate::session::FileAttr {
         let asked = self.known.listed.before_fetch();
         self.known
             .replicas
             .own_created(parent.0, name, &predicted, None);
         let shown = self.ticket_for_left(parent.0);
-        let fa = self.remember((parent, name), node.clone(), &predicted, None);
-        let ino = fa.ino.0;
+        let attr = self.remember((parent, name), node.clone(), &predicted, None);
+        let ino = attr.ino.0;
+        if predicted.mode & libc::S_IFMT == libc::S_IFDIR {
+            self.known
+                .replicas
+                .own_made_dir_behind((parent.0, name), ino, asked);
+        }
         let on_answer = self.on_made((parent.0, name), (ino, unmade), node, (asked, shown));
         let sent = behind::Change {
             ino,
@@ -109,13 +210,11 @@ impl MountState {
             removes: None,
         };
         self.behind.send(&self.client, sent, on_answer);
-        let mut created = self.open_created(fa, fid, (flags, wire));
-        created.attr_ttl = Duration::ZERO;
-        Some(created)
+        attr
     }
 
-    /// What the mount learns from the answer to node `ino`'s create, sent behind as
-    /// `name` in `parent` with `qid.path` `unmade`; `asked`: when it was sent; `shown`:
+    /// What the mount learns from the answer to node `ino`'s create or mkdir, sent behind
+    /// as `name` in `parent` with `qid.path` `unmade`; `asked`: when it was sent; `shown`:
     /// the directory's ticket once the replica showed the name.
     fn on_made(
         self: &Arc<Self>,
@@ -137,6 +236,8 @@ impl MountState {
             };
             let Some((a, made_as, dir)) = made else {
                 shared.known.inodes.never_bound(ino);
+                // A directory's replica: what the guest made in it is not on the host.
+                shared.known.replicas.forget(ino);
                 shared.known.replicas.stale(parent, &name);
                 shared.forget_refused(ino);
                 shared.drop_kernel_entry(parent, &name);
@@ -152,13 +253,17 @@ impl MountState {
             let fetched = listed.made(Some(unmade), a, &asked);
             shared.known.inodes.made(ino, unmade, a);
             shared.known.inodes.observe(ino, a, fetched);
+            // A directory: empty as the server answered its mkdir, before what came next.
+            shared.note_new_dir(a);
             if *made_as == name {
                 shared.known.replicas.own_made(parent, &name, unmade, a);
                 if let Some(shown) = shown {
                     shared.known.replicas.own_left_behind(parent, shown, dir);
                 }
             } else {
-                // The name is the host's file: the guest's is found beside it.
+                // The name is the host's file: the guest's is found beside it. A
+                // directory's replica goes: host events under the name may have reached it.
+                shared.known.replicas.forget(ino);
                 shared.known.replicas.stale(parent, &name);
                 shared.known.replicas.own_created(parent, made_as, a, None);
                 shared.known.inodes.made_as(ino, parent, &name, made_as);
@@ -188,6 +293,10 @@ impl MountState {
             .or_else(|| self.exact_attrs(parent, Some(change)))
             .or_else(|| self.known.inodes.fetched_attrs(parent).map(|f| f.0))
             .filter(|d| d.mode & libc::S_IFMT == libc::S_IFDIR)?;
+        // A directory made behind and answered since: known by its file's `qid.path`.
+        if let Some(qid_path) = self.known.inodes.qid_path(parent) {
+            d.qid.path = qid_path;
+        }
         (d.mtime_sec, d.mtime_nsec) = now;
         (d.ctime_sec, d.ctime_nsec) = now;
         Some((parent, d))
@@ -213,6 +322,19 @@ impl MountState {
             });
         if let Err(e) = spawned {
             tracing::warn!("cannot drop the kernel's entry of a file created behind: {e}");
+        }
+    }
+
+    /// Notes what a directory the server has just made (empty) looks like, for mkdirs sent
+    /// behind to predict.
+    pub(super) fn note_new_dir(&self, a: &Rgetattr) {
+        if a.valid != 0 && a.mode & libc::S_IFMT == libc::S_IFDIR {
+            *crate::sync::lock(&self.server.new_dir_shape) = Some(NewDirShape {
+                size: a.size,
+                blocks: a.blocks,
+                blksize: a.blksize,
+                nlink: a.nlink,
+            });
         }
     }
 

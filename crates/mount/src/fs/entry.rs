@@ -193,9 +193,16 @@ impl MountState {
     /// file in it), which would otherwise each wait for a Twalkgetattr.
     fn changed_subdir_attrs(&self, dir: u64, name: &[u8]) -> Option<Rgetattr> {
         let child = self.known.replicas.subdir(dir, name)?;
-        self.behind
+        let mut a = self
+            .behind
             .predicted(child)
-            .or_else(|| self.known.replicas.left_attrs(child))
+            .or_else(|| self.known.replicas.left_attrs(child))?;
+        // A prediction made before the directory's own mkdir sent behind was answered
+        // names it by the mount's own `qid.path`: the node is found by its file's now.
+        if let Some(qid_path) = self.known.inodes.qid_path(child) {
+            a.qid.path = qid_path;
+        }
+        Some(a)
     }
 
     /// The entry of the directory `name` in `parent` with the attributes
@@ -332,6 +339,7 @@ impl MountState {
         let filled = self.known.listed.before_fetch();
         let (found, left) = match (self.client.call(make(&dir)), binds) {
             (Ok(Rmessage::Mkdirattr(m)), Some(fid)) if m.attr.valid != 0 => {
+                self.note_new_dir(&m.attr);
                 let left = before_left
                     .filter(|_| m.dir.valid != 0)
                     .map(|before| DirLeft {
@@ -392,13 +400,25 @@ impl MountState {
         })
     }
 
+    /// MKDIR: sent behind where it may be (`fs/create_behind.rs`), else as Tmkdirattr
+    /// (or Tmkdir to a server without it); `change` marks the directory and the name as
+    /// changing, `pid` is the caller's thread.
     pub(super) fn mkdir<'a>(
-        &'a self,
+        self: &'a Arc<Self>,
         parent: INodeNo,
         name: &'a [u8],
         mode: u32,
-        caller: Caller,
+        (caller, pid): (Caller, u32),
+        change: &ChangeInFlight,
     ) -> Result<Then<'a, Entry>, Errno> {
+        if self.sends_behind() {
+            self.writable()?;
+            let dir = self.node(parent)?;
+            let behind = (caller, pid);
+            if let Some(entry) = self.mkdir_behind((parent, &dir), name, mode, behind, change) {
+                return Ok(Then::alone(entry));
+            }
+        }
         let in_one = self.client.negotiation().features & features::MKDIR_ATTR != 0;
         let newfid = in_one.then(|| self.client.alloc_fid());
         self.create_entry(

@@ -48,14 +48,18 @@ impl CrossFs {
         parent: INodeNo,
         name: &'a [u8],
         reply: ReplyEntry,
-        make: impl FnOnce(&'a MountState, Caller) -> Result<Then<'a, Entry>, Errno>,
+        make: impl FnOnce(
+            &'a Arc<MountState>,
+            Caller,
+            &ChangeInFlight,
+        ) -> Result<Then<'a, Entry>, Errno>,
     ) {
-        let (s, _change) = self.s_changing(req, op, &[], &[(parent.0, name)]);
+        let (s, change) = self.s_changing(req, op, &[], &[(parent.0, name)]);
         if s.changes.is_replay(req.pid()) {
             return answer(reply, s.lookup_existing(parent, name));
         }
         s.changes.note_name(parent.0, name);
-        answer(reply, make(s, self.caller(req, parent)));
+        answer(reply, make(s, self.caller(req, parent), &change));
     }
 
     /// unlink or rmdir (`flags`): a replay only tells the inode table the name is gone.
@@ -291,9 +295,14 @@ impl Filesystem for CrossFs {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        self.make_name(req, Op::Mknod, parent, bytes(name), reply, |s, caller| {
-            s.mknod(parent, bytes(name), mode, rdev, caller)
-        });
+        self.make_name(
+            req,
+            Op::Mknod,
+            parent,
+            bytes(name),
+            reply,
+            |s, caller, _| s.mknod(parent, bytes(name), mode, rdev, caller),
+        );
     }
 
     fn mkdir(
@@ -305,9 +314,15 @@ impl Filesystem for CrossFs {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        self.make_name(req, Op::Mkdir, parent, bytes(name), reply, |s, caller| {
-            s.mkdir(parent, bytes(name), mode, caller)
-        });
+        let pid = req.pid();
+        self.make_name(
+            req,
+            Op::Mkdir,
+            parent,
+            bytes(name),
+            reply,
+            |s, caller, change| s.mkdir(parent, bytes(name), mode, (caller, pid), change),
+        );
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -333,7 +348,7 @@ impl Filesystem for CrossFs {
             parent,
             bytes(link_name),
             reply,
-            |s, caller| s.symlink(parent, bytes(link_name), bytes(target.as_os_str()), caller),
+            |s, caller, _| s.symlink(parent, bytes(link_name), bytes(target.as_os_str()), caller),
         );
     }
 

@@ -35,6 +35,19 @@ pub(crate) struct ServerSupport {
     /// the caller's it was made for: what a create sent behind for the same caller
     /// predicts (`MountState::create_behind`).
     pub new_file_owner: std::sync::Mutex<Option<NewFileOwner>>,
+    /// What the last directory made through the server looked like, empty: what a mkdir
+    /// sent behind predicts (`MountState::mkdir_behind`); file systems differ (ext4 gives
+    /// a new directory 4,096 bytes and 8 blocks, tmpfs 40 bytes, btrfs one link).
+    pub new_dir_shape: std::sync::Mutex<Option<NewDirShape>>,
+}
+
+/// The size, blocks, block size and links of a new, empty directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct NewDirShape {
+    pub size: u64,
+    pub blocks: u64,
+    pub blksize: u64,
+    pub nlink: u64,
 }
 
 /// A file created for a caller with (uid, gid) `asked` came out owned by (uid, gid) `got`.

@@ -150,22 +150,30 @@ impl DirReplicas {
         {
             return;
         }
-        inner.clock += 1;
-        let used = inner.clock;
-        inner.dirs.insert(
-            ino,
-            Replica {
-                slots: HashMap::new(),
-                unknown: 0,
-                complete: true,
-                used,
-                listing: None,
-                // No cookies of the server's: its listings are still asked for.
-                order: Vec::new(),
-                cookied: false,
-                filled,
-            },
-        );
+        inner.insert_empty(ino, filled);
+        self.counters.made_empty.fetch_add(1, Relaxed);
+    }
+
+    /// The directory `name` in `parent` (node `ino`), made behind (`fs/create_behind.rs`),
+    /// is anchored with an empty, complete replica (`filled`: taken before the mkdir was
+    /// sent): the server has not made it yet, so nothing can be in it but what the guest
+    /// puts there, sent after the mkdir, and what the host puts there once it is made,
+    /// which comes as events, applied to that replica. Only in an anchored `parent`,
+    /// whose replica the mkdir was checked against.
+    pub(crate) fn own_made_dir_behind(
+        &self,
+        (parent, name): (u64, &[u8]),
+        ino: u64,
+        filled: Fetched,
+    ) {
+        let mut inner = self.lock();
+        if !inner.tree.is_anchored(parent) || inner.dirs.contains_key(&ino) {
+            return;
+        }
+        let gone = inner.tree.anchor(parent, name, ino);
+        let n = inner.drop_dirs(&gone);
+        self.counters.dropped.fetch_add(n, Relaxed);
+        inner.insert_empty(ino, filled);
         self.counters.made_empty.fetch_add(1, Relaxed);
     }
 

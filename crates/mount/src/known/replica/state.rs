@@ -184,6 +184,26 @@ impl Inner {
         }
     }
 
+    /// An empty, complete replica for directory node `ino` (one the mount made).
+    pub(super) fn insert_empty(&mut self, ino: u64, filled: Fetched) {
+        self.clock += 1;
+        let used = self.clock;
+        self.dirs.insert(
+            ino,
+            Replica {
+                slots: HashMap::new(),
+                unknown: 0,
+                complete: true,
+                used,
+                listing: None,
+                // No cookies of the server's: its listings are still asked for.
+                order: Vec::new(),
+                cookied: false,
+                filled,
+            },
+        );
+    }
+
     /// Anchors directory node `ino` as `name` in `parent`, found under `ticket` (of
     /// `parent`), if no name of `parent` changed since; returns whether it did.
     pub(super) fn anchor_if(

@@ -388,3 +388,56 @@ fn a_late_event_from_inside_a_directory_the_mount_removed_leaves_it_missing() {
     r.apply(&event(EventKind::Created, "d/y"), false, &recent);
     assert_ne!(r.lookup(ROOT, b"d"), Answer::Missing);
 }
+
+#[test]
+fn a_directory_made_behind_is_empty_and_complete_whatever_its_parent_saw_meanwhile() {
+    let dir = |ino: u64| Rgetattr {
+        mode: libc::S_IFDIR | 0o755,
+        qid: crossfs_wire::Qid {
+            path: ino,
+            ..Default::default()
+        },
+        ..Rgetattr::default()
+    };
+    let created = |name: &str, is_dir: bool| Event {
+        epoch: 1,
+        seq: 1,
+        kind: EventKind::Created,
+        path: RelPath::new(name).unwrap(),
+        qid: Some(99),
+        attrs: Some(crossfs_events::Attrs {
+            ino: 99,
+            mode: if is_dir { libc::S_IFDIR } else { libc::S_IFREG } | 0o755,
+            size: 0,
+            mtime_ns: 1,
+            ctime_ns: 1,
+        }),
+        dir: None,
+        from_dir: None,
+    };
+    // Events about its parent's other subdirectories, which stop a directory made waiting
+    // from counting as empty, tell nothing of one the server has not made yet.
+    let r = root_listing_one_file();
+    r.apply(&created("e/x", false), false, &|_, _| false);
+    r.own_created(ROOT, b"d", &dir(30), None);
+    r.own_made_dir_behind((ROOT, b"d"), 300, now());
+    assert_eq!(r.lookup(300, b"x"), Answer::Missing);
+    assert_eq!(r.entries(300), Some(0));
+    assert_eq!(r.subdir(ROOT, b"d"), Some(300));
+    // The echo of its mkdir keeps it; what the host makes in it once made lands in it.
+    r.apply(&created("d", true), true, &|d, name| {
+        d == ROOT && name == b"d"
+    });
+    r.apply(&created("d/y", false), false, &|_, _| false);
+    assert_ne!(r.lookup(300, b"y"), Answer::Missing);
+    assert_eq!(r.lookup(300, b"x"), Answer::Missing);
+    // Forgotten (a host program took the name first): its names are asked of the server.
+    r.forget(300);
+    assert!(!r.has(300));
+    assert_eq!(r.subdir(ROOT, b"d"), None);
+    // Not in a directory without a replica of its own.
+    let r = DirReplicas::new(100);
+    r.set_following(true);
+    r.own_made_dir_behind((77, b"d"), 301, now());
+    assert!(!r.has(301));
+}
