@@ -91,11 +91,16 @@ fn files_belong_to_their_creator_as_on_a_local_directory() {
     let sock = dir.path().join("s.sock");
     let addr = format!("unix:{}", sock.display());
     let _serve = Serve::start(&export, &addr, &[]);
-    // Root's mount is shared by default; `--allow-other` says the same explicitly.
-    for (mode, shared) in [("auto", None), ("never", Some("--allow-other"))] {
-        let mut args = vec!["--cache", mode];
-        args.extend(shared);
-        let mut mount = Mount::start(&addr, &args);
+    // Root's mount is shared by default; `--allow-other` says the same explicitly. With
+    // changes sent behind, creates by a user the server does not make files as wait,
+    // so that the mount gives the file to its creator as the default mode does.
+    let configs: [(&str, &[&str]); 3] = [
+        ("auto", &["--cache", "auto"]),
+        ("never", &["--cache", "never", "--allow-other"]),
+        ("behind", &["--changes", "behind"]),
+    ];
+    for (mode, args) in configs {
+        let mut mount = Mount::start(&addr, args);
         let parent = mount.mountpoint.parent().unwrap();
         run_ok(Command::new("chmod").arg("755").arg(parent));
         let sub = mount.mountpoint.join(mode);
@@ -104,7 +109,7 @@ fn files_belong_to_their_creator_as_on_a_local_directory() {
         assert_same_output(
             "local directory",
             &expected.join("\n"),
-            &format!("crossfs mount --cache {mode}"),
+            &format!("crossfs mount {}", args.join(" ")),
             &actual.join("\n"),
         );
         // The host sees the same owners.

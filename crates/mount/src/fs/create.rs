@@ -155,8 +155,9 @@ impl MountState {
             FidRef::new(&self.client, openfid),
             FidRef::new(&self.client, nodefid),
         );
+        let made = (created.attr.uid, created.attr.gid);
         let a = self.give_to(caller, &node, created.attr)?;
-        self.note_new_file_owner(caller, &a);
+        self.note_new_file_owner(caller, made);
         Ok((fid, node, a, left, Some(asked)))
     }
 

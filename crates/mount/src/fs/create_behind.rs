@@ -70,9 +70,7 @@ impl MountState {
         {
             return None;
         }
-        let owner = (*crate::sync::lock(&self.server.new_file_owner))
-            .filter(|o| o.asked == (caller.uid, caller.gid))?
-            .got;
+        let owner = self.behind_owner(caller)?;
         let now = wire_time(SystemTime::now());
         let unmade = self.known.inodes.unmade_path();
         let predicted = predict_created(unmade, mode, owner, now);
@@ -131,9 +129,7 @@ impl MountState {
         {
             return None;
         }
-        let owner = (*crate::sync::lock(&self.server.new_file_owner))
-            .filter(|o| o.asked == (caller.uid, caller.gid))?
-            .got;
+        let owner = self.behind_owner(caller)?;
         // The first mkdir of a mount waits, and shows what a new directory looks like.
         let shape = (*crate::sync::lock(&self.server.new_dir_shape))?;
         let now = wire_time(SystemTime::now());
@@ -338,13 +334,26 @@ impl MountState {
         }
     }
 
-    /// Notes who the server made a new file for and the owner it came out with (after
-    /// the mount gave it to the caller), for creates sent behind to predict.
-    pub(super) fn note_new_file_owner(&self, caller: Caller, a: &Rgetattr) {
+    /// Notes who the server made a new file for and the owner (uid, gid) `made` it made
+    /// it with, before the mount gave it to the caller, for creates sent behind to predict.
+    pub(super) fn note_new_file_owner(&self, caller: Caller, made: (u32, u32)) {
         *crate::sync::lock(&self.server.new_file_owner) = Some(NewFileOwner {
             asked: (caller.uid, caller.gid),
-            got: (a.uid, a.gid),
+            got: made,
         });
+    }
+
+    /// The owner (uid, gid) a file or directory the server makes now for `caller` comes
+    /// out with and keeps, as the last create for the same caller showed, if a create
+    /// sent behind may predict it: the server makes it as the caller, or the mount may not
+    /// give it away (the server is not root), as in the exact mode. A file the mount
+    /// would give to its creator after (a root server makes every file as itself) waits,
+    /// and is given.
+    fn behind_owner(&self, caller: Caller) -> Option<(u32, u32)> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let o = (*crate::sync::lock(&self.server.new_file_owner))
+            .filter(|o| o.asked == (caller.uid, caller.gid))?;
+        (o.got.0 == caller.uid || self.server.chown_refused.load(Relaxed)).then_some(o.got)
     }
 }
 

@@ -31,9 +31,9 @@ pub(crate) struct ServerSupport {
     pub no_fallocate: AtomicBool,
     /// The server refused to give a new file to its creator (it is not root).
     pub chown_refused: AtomicBool,
-    /// The owner and group the last file created through the server came out with, and
-    /// the caller's it was made for: what a create sent behind for the same caller
-    /// predicts (`MountState::create_behind`).
+    /// The owner and group the server made the last file created through it with (before
+    /// the mount gave it to its creator), and the caller's it was made for: what a create
+    /// sent behind for the same caller predicts (`MountState::create_behind`).
     pub new_file_owner: std::sync::Mutex<Option<NewFileOwner>>,
     /// What the last directory made through the server looked like, empty: what a mkdir
     /// sent behind predicts (`MountState::mkdir_behind`); file systems differ (ext4 gives
