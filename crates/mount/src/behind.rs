@@ -19,9 +19,9 @@
 //!   (`default_permissions`), and the change keeps set-user-ID and set-group-ID bits out of
 //!   it (which the host's kernel may strip) and ownership as it is (which the host's
 //!   kernel may refuse). A create or a mkdir goes behind where the directory's replica
-//!   shows the name missing (`crate::fs::create_behind`), a removal of a file where it shows the
-//!   file (`crate::fs::unlink_behind`). Everything else, and every other change
-//!   of names, waits for the server as in the exact mode.
+//!   shows the name missing (`crate::fs::create_behind`), a removal of a file where it
+//!   shows the file (`crate::fs::unlink_behind`). Everything else, and every other
+//!   change of names, waits for the server as in the exact mode.
 //! - **What the guest sees.** The attributes the change will leave, predicted, given to
 //!   the kernel to keep until the server has answered, when the kernel is told to drop
 //!   them ([`ChangesBehind::tell_kernel`]); after, the server's own, so that after
@@ -40,8 +40,9 @@
 //! - **Faults.** A change whose connection was lost is sent again, in order, on the new
 //!   connection before anything else (setattrs and writes at an offset do the same thing
 //!   twice; a create is marked, `Tcreatebehindmarked`, and a mkdir too, so that sent
-//!   again it finds the file or directory an earlier try made). One the mount cannot tell the fate of otherwise (lost
-//!   again, or lost by a mount that does not reconnect) counts as refused with EIO.
+//!   again it finds the file or directory an earlier try made). One the mount cannot
+//!   tell the fate of otherwise (lost again, or lost by a mount that does not reconnect)
+//!   counts as refused with EIO.
 //!
 //! What this must not do: decide what the kernel is told (the FUSE side does), or send
 //! anything but the changes handed to it.
