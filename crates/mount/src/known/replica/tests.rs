@@ -11,6 +11,15 @@ fn file(ino: u64) -> Rgetattr {
     a
 }
 
+fn dir(ino: u64) -> Rgetattr {
+    let mut a = Rgetattr {
+        mode: libc::S_IFDIR | 0o755,
+        ..Rgetattr::default()
+    };
+    a.qid.path = ino;
+    a
+}
+
 fn names(listing: &[Listed]) -> Vec<&[u8]> {
     listing.iter().map(|l| &l.entry.name[..]).collect()
 }
@@ -282,14 +291,6 @@ fn a_removal_or_rename_through_the_mount_touches_the_files_other_names_even_if_u
 
 #[test]
 fn a_directory_made_through_the_mount_is_known_empty_unless_an_event_came_from_inside_it() {
-    let dir = |ino: u64| Rgetattr {
-        mode: libc::S_IFDIR | 0o755,
-        qid: crossfs_wire::Qid {
-            path: ino,
-            ..Default::default()
-        },
-        ..Rgetattr::default()
-    };
     let created = |name: &str| Event {
         epoch: 1,
         seq: 1,
@@ -391,14 +392,6 @@ fn a_late_event_from_inside_a_directory_the_mount_removed_leaves_it_missing() {
 
 #[test]
 fn a_directory_made_behind_is_empty_and_complete_whatever_its_parent_saw_meanwhile() {
-    let dir = |ino: u64| Rgetattr {
-        mode: libc::S_IFDIR | 0o755,
-        qid: crossfs_wire::Qid {
-            path: ino,
-            ..Default::default()
-        },
-        ..Rgetattr::default()
-    };
     let created = |name: &str, is_dir: bool| Event {
         epoch: 1,
         seq: 1,
