@@ -6,11 +6,16 @@
 #
 #   sudo scripts/untar-steps.sh [-- MOUNT-OPTIONS...]
 #   sudo scripts/untar-steps.sh -- --changes behind
+#   sudo UNTAR_AS=65534 scripts/untar-steps.sh -- --changes behind
 #
 # The tarball: 400 directories of 20 files of 100-800 bytes (8,421 entries), made once in
 # the work directory. Prints the CPU idle settings first: in a VM, waking an idle CPU is
 # most of what a FUSE request costs (docs/bench.md, "Why a FUSE request costs what it
 # does"). The crossfs binary: $CROSSFS, else this repository's release build.
+#
+# With UNTAR_AS=UID, both untars run as that user (and its group: `setpriv`, no other
+# groups) into a directory anyone may write in, as a guest's user does through a root
+# server, which makes every file as itself and gives it away after.
 #
 # With FUSE_TRACE=1, the kernel's fuse tracepoints (tracefs) time each FUSE request of the
 # crossfs untar, from the kernel queueing it to the mount's answer reaching the kernel, and
@@ -86,10 +91,19 @@ fuse_trace() {
         ;;
     esac
 }
-echo "native untar: $(seconds tar -C "$tmp/native" -xf "$tmp/tree.tar") s"
+into_native=$tmp/native into_mount=$tmp/mnt as=()
+if [[ -n ${UNTAR_AS:-} ]]; then
+    as=(setpriv --reuid "$UNTAR_AS" --regid "$UNTAR_AS" --clear-groups --)
+    chmod 755 "$tmp"
+    chmod 644 "$tmp/tree.tar"
+    into_native=$tmp/native/u into_mount=$tmp/mnt/u
+    mkdir "$into_native" "$into_mount"
+    chmod 1777 "$into_native" "$into_mount"
+fi
+echo "native untar: $(seconds "${as[@]}" tar -C "$into_native" -xf "$tmp/tree.tar") s"
 trap 'fuse_trace off; cleanup' EXIT
 fuse_trace on
-echo "crossfs untar: $(seconds tar -C "$tmp/mnt" -xf "$tmp/tree.tar") s"
+echo "crossfs untar: $(seconds "${as[@]}" tar -C "$into_mount" -xf "$tmp/tree.tar") s"
 fuse_trace off
 trap cleanup EXIT
 echo "then crossfs sync: $(seconds "$crossfs" sync "$tmp/mnt") s"

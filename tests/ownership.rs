@@ -60,9 +60,24 @@ fn scenario(dir: &Path, host: &Path) -> Vec<String> {
         assert!(as_nobody(&["mkdir", &p("dir")]));
         assert!(as_nobody(&["ln", "-s", "target", &p("link")]));
         assert!(as_nobody(&["mkfifo", &p("fifo")]));
+        // After a first create: what a mount sending changes behind may send behind.
+        let more = format!(
+            "touch {0}/file2 && mkdir {0}/dir2 && echo x > {0}/dir2/file3",
+            p("")
+        );
+        assert!(as_nobody(&["sh", "-c", &more]));
         std::fs::write(d.join("roots"), b"root's").unwrap();
         run_ok(Command::new("chmod").arg("644").arg(p("roots")));
-        for name in ["file", "dir", "link", "fifo", "roots"] {
+        for name in [
+            "file",
+            "dir",
+            "link",
+            "fifo",
+            "roots",
+            "file2",
+            "dir2",
+            "dir2/file3",
+        ] {
             let m = std::fs::symlink_metadata(d.join(name)).unwrap();
             let name = format!("{}/{name}", d.file_name().unwrap().to_str().unwrap());
             seen.push(format!("{name}: uid {} gid {}", m.uid(), m.gid()));
@@ -76,6 +91,18 @@ fn scenario(dir: &Path, host: &Path) -> Vec<String> {
         ));
     }
     seen
+}
+
+/// Who owns each file [`scenario`] made under `dir`.
+fn scenario_owners(dir: &Path) -> Vec<String> {
+    let mut owners = Vec::new();
+    for d in ["open", "sgid"] {
+        for name in ["file", "dir", "link", "fifo", "file2", "dir2", "dir2/file3"] {
+            let m = std::fs::symlink_metadata(dir.join(d).join(name)).unwrap();
+            owners.push(format!("{d}/{name}: uid {} gid {}", m.uid(), m.gid()));
+        }
+    }
+    owners
 }
 
 #[test]
@@ -92,8 +119,8 @@ fn files_belong_to_their_creator_as_on_a_local_directory() {
     let addr = format!("unix:{}", sock.display());
     let _serve = Serve::start(&export, &addr, &[]);
     // Root's mount is shared by default; `--allow-other` says the same explicitly. With
-    // changes sent behind, creates by a user the server does not make files as wait,
-    // so that the mount gives the file to its creator as the default mode does.
+    // changes sent behind, a user's creates after the first go behind, and so does the
+    // chown that gives each to its creator (the server, as root, makes files as itself).
     let configs: [(&str, &[&str]); 3] = [
         ("auto", &["--cache", "auto"]),
         ("never", &["--cache", "never", "--allow-other"]),
@@ -113,8 +140,22 @@ fn files_belong_to_their_creator_as_on_a_local_directory() {
             &actual.join("\n"),
         );
         // The host sees the same owners.
+        run_ok(Command::new(crossfs_bin()).arg("sync").arg(&sub));
+        let on_host = scenario_owners(&export.join(mode));
+        assert_eq!(on_host, scenario_owners(&sub), "{mode}: the host's owners");
         let m = std::fs::metadata(export.join(mode).join("sgid/file")).unwrap();
         assert_eq!((m.uid(), m.gid()), (NOBODY, 1234));
+        if mode == "behind" {
+            let stats = mount.stats();
+            let sent = |m: &str| stats["9p"][m]["count"].as_u64().unwrap_or(0);
+            // open/file2, open/dir2/file3; open/dir, open/dir2 (not in the set-group-ID
+            // directory, whose group the first create there shows).
+            assert!(
+                sent("Tcreatebehindmarked") >= 2 && sent("Tmkdirbehind") >= 2,
+                "nobody's creates and mkdirs after the first went behind: {}",
+                stats["9p"]
+            );
+        }
         assert!(mount.stop().success());
     }
 }
