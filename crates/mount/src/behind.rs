@@ -117,8 +117,7 @@ struct Queue {
 
 /// A node created behind that the server has not made yet.
 struct Making {
-    /// The sequence of its create or mkdir, or of the last change that is part of making
-    /// it ([`ChangesBehind::send_making`]).
+    /// The sequence of its create or mkdir.
     seq: u64,
     /// The thread that created a file, until its first GETATTR (see
     /// [`ChangesBehind::wait_made`]).
@@ -211,7 +210,7 @@ impl ChangesBehind {
     }
 
     /// Waits until node `ino`, if created behind, is made (its create or mkdir answered,
-    /// or refused, and the chown giving it to its creator if one was sent): its attributes are then the server's, change time included. Except for
+    /// or refused): its attributes are then the server's, change time included. Except for
     /// the first GETATTR from thread `pid` that created a file: the kernel's permission
     /// check as it opens the file it just created, which the prediction answers (a stat
     /// after it waits). A directory has no such exception: the kernel's GETATTR as a path
@@ -263,28 +262,6 @@ impl ChangesBehind {
         change: Change,
         on_answer: OnAnswer,
     ) {
-        self.enqueue(client, change, on_answer, false);
-    }
-
-    /// [`Self::send`] of a change that is part of making its node (the chown that gives a
-    /// file created behind to its creator): the node is made once it is answered too, so
-    /// that no stat sees its change time move ([`Self::wait_made`]).
-    pub(crate) fn send_making(
-        self: &std::sync::Arc<Self>,
-        client: &Client,
-        change: Change,
-        on_answer: OnAnswer,
-    ) {
-        self.enqueue(client, change, on_answer, true);
-    }
-
-    fn enqueue(
-        self: &std::sync::Arc<Self>,
-        client: &Client,
-        change: Change,
-        on_answer: OnAnswer,
-        making: bool,
-    ) {
         let Change {
             ino,
             pid,
@@ -319,8 +296,6 @@ impl ChangesBehind {
             if made_name(&msg).is_some() {
                 let opener = (!matches!(msg, Tmessage::Mkdirbehind(_))).then_some(pid);
                 q.creating.insert(ino, Making { seq, opener });
-            } else if let Some(m) = q.creating.get_mut(&ino).filter(|_| making) {
-                m.seq = seq;
             }
             q.unanswered.insert(
                 seq,

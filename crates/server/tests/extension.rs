@@ -1451,7 +1451,7 @@ fn seen_as(path: &std::path::Path) -> (BehindBase, u64) {
 
 #[test]
 fn mkdirbehind_makes_the_directory_marked_beside_a_taken_name_and_finds_its_own_earlier_try() {
-    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let o = Outside::new();
     let h = &o.h;
     std::fs::create_dir(h.path("d")).unwrap();
@@ -1510,6 +1510,15 @@ fn mkdirbehind_makes_the_directory_marked_beside_a_taken_name_and_finds_its_own_
     assert_eq!(again.getattr(Fid(2)).map(|a| a.qid.path), Ok(m.ino()));
     assert!(h.path("d/new/f").is_file());
     assert!(!h.path("d/new.crossfs-conflict-1").exists());
+    // An earlier try cut short before its mark (a server killed just after making it)
+    // left a directory of mode 0: taken as this mkdir's own, marked and given its mode.
+    std::fs::create_dir(h.path("d/cut")).unwrap();
+    std::fs::set_permissions(h.path("d/cut"), std::fs::Permissions::from_mode(0o000)).unwrap();
+    let r = made(again.ok(mkdir("cut", Fid(3), 8)));
+    assert_eq!(r.name, b"cut");
+    let m = std::fs::metadata(h.path("d/cut")).unwrap();
+    assert_eq!((m.mode() & 0o7777, m.atime_nsec()), (0o750, 8));
+    assert_eq!(r.attr.mode & 0o7777, 0o750);
 
     // A name a host program took first, by a file or by a directory with another access
     // time: never used; the guest's directory is made beside it, and newfid binds that.

@@ -327,7 +327,8 @@ messages! { Tmessage, "request" {
     /// it made. Never onto a name the client did not see missing: when `name` is taken,
     /// the directory is made beside it as `NAME.crossfs-conflict-N` (the lowest N from 1
     /// that is free), unless the name holds a directory with that access time: the same
-    /// mkdir sent again after a lost connection, which an earlier try made; that one is
+    /// mkdir sent again after a lost connection, which an earlier try made (or a
+    /// directory of mode 0: one an earlier try made and had not marked yet); that one is
     /// bound and answered as made. Only to a server whose Rfeatures has
     /// [`crate::features::MKDIR_BEHIND`].
     Mkdirbehind(Tmkdirbehind = 196) {

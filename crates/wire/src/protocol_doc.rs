@@ -138,8 +138,11 @@ directory is made beside it as `NAME.crossfs-conflict-N` (the lowest free `N` fr
 that what the client sends into it next is kept there, and the reply's `name` says which
 name it got. The exception is a taken name that holds a directory with that access time:
 the same mkdir sent again after a lost connection, which an earlier try made; it is bound
-and answered as made. (A listing of the directory on the host may move its access time
-before the try is sent again: the directory is then made beside it as for a host's name.)
+and answered as made. The directory is made with no permission bits, marked, then given
+its mode, so that one an earlier try made and did not mark (a server killed in between)
+has mode 0 under the name: it is taken as made too, marked and given its mode. (A listing
+of the directory on the host may move its access time before the try is sent again: the
+directory is then made beside it as for a host's name.)
 
 `Trenamebehind` (to a server whose `Rfeatures` has `RENAME_BEHIND`) renames `oldname` to
 `newname` within the directory `dirfd` only while `oldname` is the file whose `qid.path`

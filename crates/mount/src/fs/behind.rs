@@ -61,7 +61,7 @@ impl MountState {
     /// Whether changes of a file of attributes `a` sent behind are made only onto the
     /// file as the mount saw it (Tsetattrbehind, Twritebehind): regular files, where the
     /// server can keep the guest's version beside a host's, and a server that does so.
-    pub(super) fn conditional_behind(&self, a: &Rgetattr) -> bool {
+    fn conditional_behind(&self, a: &Rgetattr) -> bool {
         a.mode & libc::S_IFMT == libc::S_IFREG
             && self.client.negotiation().features & crossfs_wire::features::CONDITIONAL_BEHIND != 0
     }
@@ -206,7 +206,7 @@ impl MountState {
     /// What the mount learns from the answer to a change sent behind: the server's
     /// attributes, fetched as of the change's end. A refusal leaves nothing reusable (the
     /// change's end marks the file), so the server is asked again.
-    pub(super) fn on_behind_answer(
+    fn on_behind_answer(
         self: &Arc<Self>,
         ino: u64,
         fid: Arc<FidRef>,

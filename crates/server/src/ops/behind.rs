@@ -315,6 +315,10 @@ fn create_behind(
 /// earlier try made (the access time the client chose): a name a host program took is
 /// never used, so the guest's directory and what the client sends into it through
 /// `newfid` are kept beside the host's.
+///
+/// Made with no permission bits, then marked, then given its mode: a server killed before
+/// the mark leaves a directory of mode 0 that a try sent again takes as its own (a host
+/// program's directory of mode 0 under the same name in that moment would be taken too).
 pub(crate) fn mkdirbehind(conn: &Conn, m: Tmkdirbehind) -> OpResult<Rmessage> {
     use crossfs_wire::setattr as valid;
     let mark = (m.atime_sec, m.atime_nsec);
@@ -327,26 +331,30 @@ pub(crate) fn mkdirbehind(conn: &Conn, m: Tmkdirbehind) -> OpResult<Rmessage> {
     }
     let (dfid, newfid, request_mask) = (mkdir.dfid, mkdir.newfid, mkdir.request_mask);
     let bound = |conn: &Conn| bulk::getattr(conn, newfid, request_mask);
+    // The mark, then the mode; made and bound, the directory stands whatever fails here.
+    let finish = |conn: &Conn, found: Rgetattr| {
+        let set = |valid, mode| Tsetattr {
+            valid,
+            mode,
+            atime_sec: mark.0,
+            atime_nsec: mark.1,
+            ..Tsetattr::unchanged(newfid)
+        };
+        if (found.atime_sec, found.atime_nsec) != mark {
+            let _ = attr::setattr(conn, set(valid::ATIME | valid::ATIME_SET, 0));
+        }
+        let _ = attr::setattr(conn, set(valid::MODE, mkdir.mode & 0o7777));
+        bound(conn).unwrap_or(found)
+    };
     let mut name = mkdir.name.clone();
     for n in 1..=CONFLICT_NAMES_MAX {
         let attempt = Tmkdirattr {
             name: name.clone(),
+            mode: 0,
             ..mkdir.clone()
         };
         let attr = match bulk::mkdirattr(conn, attempt) {
-            Ok(Rmessage::Mkdirattr(made)) if made.attr.valid != 0 => {
-                let set = Tsetattr {
-                    valid: valid::ATIME | valid::ATIME_SET,
-                    atime_sec: mark.0,
-                    atime_nsec: mark.1,
-                    ..Tsetattr::unchanged(newfid)
-                };
-                // Made and bound: it stands even unmarked (a later try keeps it beside).
-                match attr::setattr(conn, set) {
-                    Ok(_) => bound(conn).unwrap_or(made.attr),
-                    Err(_) => made.attr,
-                }
-            }
+            Ok(Rmessage::Mkdirattr(made)) if made.attr.valid != 0 => finish(conn, made.attr),
             // Made, and gone before it was walked (a host program removed it at once).
             Ok(Rmessage::Mkdirattr(_)) => return Err(Errno::NOENT.into()),
             Ok(_) => return Err(OpError::Invalid("Tmkdirattr answered something else")),
@@ -358,8 +366,10 @@ pub(crate) fn mkdirbehind(conn: &Conn, m: Tmkdirbehind) -> OpResult<Rmessage> {
                     Ok(_) => {}
                 }
                 let is_dir = |a: &Rgetattr| a.mode & libc::S_IFMT == libc::S_IFDIR;
+                let own_try =
+                    |a: &Rgetattr| (a.atime_sec, a.atime_nsec) == mark || a.mode & 0o7777 == 0;
                 match bound(conn) {
-                    Ok(a) if is_dir(&a) && (a.atime_sec, a.atime_nsec) == mark => a,
+                    Ok(a) if is_dir(&a) && own_try(&a) => finish(conn, a),
                     found => {
                         bulk::unbind(conn, dfid, newfid);
                         found?;
