@@ -5,8 +5,10 @@
 //! mount then shows exactly what the host has (attributes to the nanosecond).
 //!
 //! Each case runs against a real `crossfs serve` and a real FUSE mount, and compares with
-//! the same calls made on a local directory (the model). Runs as root. Nothing asserts how
-//! fast anything is.
+//! the same calls made on a local directory (the model). Runs as root; the same property
+//! holds for the calls of another user (`nobody`, whose files the root server makes as
+//! itself and the mount gives away: its creates wait, its other changes go behind),
+//! owners included. Nothing asserts how fast anything is.
 
 mod common;
 
@@ -147,8 +149,33 @@ fn apply(dir: &Path, step: &Step) -> Result<(), i32> {
 }
 
 /// A file's type, its content as runs of one byte (none for a directory), its permission
-/// bits, its modification time.
-type Kept = (u32, Vec<(u8, usize)>, u32, Option<i64>);
+/// bits, its owner, its modification time.
+type Kept = (u32, Vec<(u8, usize)>, u32, (u32, u32), Option<i64>);
+
+/// `nobody`, the user [`run_case`] may make its calls as.
+const NOBODY: u32 = 65534;
+
+/// Runs `f` with this thread's file system ids set to `uid` (and group `uid`), as a
+/// process of that user would make its calls (FUSE and local permission checks both go by
+/// them), then root's again. `None`: as root.
+fn as_user<T>(uid: Option<u32>, f: impl FnOnce() -> T) -> T {
+    let Some(uid) = uid else {
+        return f();
+    };
+    // SAFETY: setfsuid and setfsgid change only this thread's file system ids; they take
+    // and return plain integers.
+    unsafe {
+        libc::setfsgid(uid);
+        libc::setfsuid(uid);
+    }
+    let out = f();
+    // SAFETY: as above.
+    unsafe {
+        libc::setfsuid(0);
+        libc::setfsgid(0);
+    }
+    out
+}
 
 /// What the host and the model must agree on: each name's content (as runs of one byte:
 /// what the steps write), permission bits, and modification time where the sequence set
@@ -169,6 +196,7 @@ fn state(dir: &Path, steps: &[Step]) -> Vec<Option<Kept>> {
                 m.mode() & libc::S_IFMT,
                 content,
                 m.mode() & 0o7777,
+                (m.uid(), m.gid()),
                 times_set.then(|| m.mtime()),
             ))
         })
@@ -202,16 +230,28 @@ fn last_change(steps: &[Step], i: usize) -> Option<&Step> {
     })
 }
 
-fn run_case(steps: &[Step]) -> Result<(), TestCaseError> {
+/// Runs `steps` through a mount and on the model, as root or as `user`, in a directory
+/// anyone may write in.
+fn run_case(steps: &[Step], user: Option<u32>) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().unwrap();
-    let (export, model) = (dir.path().join("export"), dir.path().join("model"));
-    fs::create_dir(&export).unwrap();
+    let (top, model) = (dir.path().join("export"), dir.path().join("model"));
+    fs::create_dir(&top).unwrap();
     fs::create_dir(&model).unwrap();
     let addr = format!("unix:{}", dir.path().join("s.sock").display());
-    let mut serve = Serve::start(&export, &addr, &[]);
+    let mut serve = Serve::start(&top, &addr, &[]);
     let mount = Mount::start(&addr, &["--changes", "behind"]);
     mount.wait_following();
-    let mnt = mount.mountpoint.clone();
+    // Reachable by the user, as a shared directory would be.
+    for d in [dir.path(), mount.mountpoint.parent().unwrap()] {
+        fs::set_permissions(d, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    fs::create_dir(mount.mountpoint.join("u")).unwrap();
+    fs::create_dir(model.join("u")).unwrap();
+    for d in [mount.mountpoint.join("u"), model.join("u")] {
+        fs::set_permissions(d, fs::Permissions::from_mode(0o1777)).unwrap();
+    }
+    let (export, model) = (top.join("u"), model.join("u"));
+    let mnt = mount.mountpoint.join("u");
     for (i, step) in steps.iter().enumerate() {
         match step {
             Step::StopServer { ms } => {
@@ -227,10 +267,10 @@ fn run_case(steps: &[Step]) -> Result<(), TestCaseError> {
             Step::KillServer => {
                 serve.child.kill().unwrap();
                 serve.child.wait().unwrap();
-                serve = Serve::start(&export, &addr, &[]);
+                serve = Serve::start(&top, &addr, &[]);
             }
             _ => {
-                let (got, want) = (apply(&mnt, step), apply(&model, step));
+                let (got, want) = as_user(user, || (apply(&mnt, step), apply(&model, step)));
                 prop_assert_eq!(got, want, "step {} {:?}", i, step);
             }
         }
@@ -259,6 +299,15 @@ fn run_case(steps: &[Step]) -> Result<(), TestCaseError> {
             name
         );
     }
+    if let Some(uid) = user {
+        // The user's calls were the user's (on the model too).
+        let files = state(&model, steps);
+        prop_assert!(
+            files.iter().flatten().all(|k| k.3 == (uid, uid)),
+            "{:?}",
+            files
+        );
+    }
     // Contents last: reading them moves the host's access times.
     prop_assert_eq!(state(&export, steps), state(&model, steps));
     Ok(())
@@ -277,7 +326,22 @@ proptest! {
             [Step::Create { name }, Step::Write { name, offset: 0, len: 5000, byte: b'x' }]
         }).collect::<Vec<_>>();
         all.extend(steps);
-        run_case(&all)?;
+        run_case(&all, None)?;
+    }
+}
+
+proptest! {
+    // The same, by `nobody` (fewer cases: what differs is who owns what).
+    #![proptest_config(ProptestConfig { cases: 8, max_shrink_iters: 100, ..ProptestConfig::default() })]
+    #[test]
+    fn another_users_changes_sent_behind_survive_stops_and_restarts_of_the_server(
+        steps in prop::collection::vec(step(), 10..60)
+    ) {
+        let mut all = NAMES.iter().enumerate().flat_map(|(name, _)| {
+            [Step::Create { name }, Step::Write { name, offset: 0, len: 5000, byte: b'x' }]
+        }).collect::<Vec<_>>();
+        all.extend(steps);
+        run_case(&all, Some(NOBODY))?;
     }
 }
 
@@ -310,5 +374,5 @@ fn a_chmod_and_a_removal_lost_with_the_connection_are_both_sent_again() {
             secs: 1404083259,
         },
     ]);
-    run_case(&steps).unwrap();
+    run_case(&steps, None).unwrap();
 }
