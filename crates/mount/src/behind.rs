@@ -316,7 +316,14 @@ impl ChangesBehind {
         self.counters.sent.fetch_add(1, Relaxed);
         let this = self.clone();
         let redials = client.reconnects_enabled();
+        // The change is the mount's now, not its caller's: a caller that gives up while
+        // the connection is being replaced must not take the change with it (it would be
+        // refused with EINTR, never sent); it waits for the new connection, as long as
+        // `--reconnect-wait` allows, as the changes sent before it do.
+        let caller = crossfs_client::give_up_now();
+        crossfs_client::give_up_when(None);
         client.call_async(msg, Box::new(move |r| this.answer(seq, r, redials)));
+        crossfs_client::give_up_when(caller);
         if let Some(change) = lock(&self.queue).unanswered.get_mut(&seq) {
             change.submitted = true;
         }
