@@ -7,8 +7,8 @@
 //! Each case runs against a real `crossfs serve` and a real FUSE mount, and compares with
 //! the same calls made on a local directory (the model). Runs as root; the same property
 //! holds for the calls of another user (`nobody`, whose files the root server makes as
-//! itself and the mount gives away: its creates wait, its other changes go behind),
-//! owners included. Nothing asserts how fast anything is.
+//! itself and the mount gives away, with a chown sent behind after each create), owners
+//! included. Nothing asserts how fast anything is.
 
 mod common;
 
@@ -300,13 +300,16 @@ fn run_case(steps: &[Step], user: Option<u32>) -> Result<(), TestCaseError> {
         );
     }
     if let Some(uid) = user {
-        // The user's calls were the user's (on the model too).
+        // The user's calls were the user's (on the model too), and its creates went
+        // behind, with the chowns that give them away.
         let files = state(&model, steps);
         prop_assert!(
             files.iter().flatten().all(|k| k.3 == (uid, uid)),
             "{:?}",
             files
         );
+        let sent = mount.stats()["9p"]["Tcreatebehindmarked"]["count"].as_u64();
+        prop_assert!(sent.unwrap_or(0) > 0, "no create went behind");
     }
     // Contents last: reading them moves the host's access times.
     prop_assert_eq!(state(&export, steps), state(&model, steps));
@@ -331,7 +334,8 @@ proptest! {
 }
 
 proptest! {
-    // The same, by `nobody` (fewer cases: what differs is who owns what).
+    // The same, by `nobody` (fewer cases: what differs is who owns what, and the chown
+    // a create sends after it).
     #![proptest_config(ProptestConfig { cases: 8, max_shrink_iters: 100, ..ProptestConfig::default() })]
     #[test]
     fn another_users_changes_sent_behind_survive_stops_and_restarts_of_the_server(

@@ -61,7 +61,7 @@ fn scenario(dir: &Path, host: &Path) -> Vec<String> {
         assert!(as_nobody(&["ln", "-s", "target", &p("link")]));
         assert!(as_nobody(&["mkfifo", &p("fifo")]));
         // After a first create, in a directory the mount knows whole (listed): what a
-        // mount sending changes behind would send behind, if the owner allowed it.
+        // mount sending changes behind sends behind.
         assert!(std::fs::read_dir(d).unwrap().count() >= 4);
         let more = format!(
             "touch {0}/file2 && mkdir {0}/dir2 && echo x > {0}/dir2/file3",
@@ -121,8 +121,8 @@ fn files_belong_to_their_creator_as_on_a_local_directory() {
     let addr = format!("unix:{}", sock.display());
     let _serve = Serve::start(&export, &addr, &[]);
     // Root's mount is shared by default; `--allow-other` says the same explicitly. With
-    // changes sent behind, creates by a user the server does not make files as wait,
-    // so that the mount gives the file to its creator as the default mode does.
+    // changes sent behind, a user's creates after the first go behind, and so does the
+    // chown that gives each to its creator (the server, as root, makes files as itself).
     let configs: [(&str, &[&str]); 3] = [
         ("auto", &["--cache", "auto"]),
         ("never", &["--cache", "never", "--allow-other"]),
@@ -149,6 +149,17 @@ fn files_belong_to_their_creator_as_on_a_local_directory() {
         assert_eq!(on_host, scenario_owners(&sub), "{mode}: the host's owners");
         let m = std::fs::metadata(export.join(mode).join("sgid/file")).unwrap();
         assert_eq!((m.uid(), m.gid()), (NOBODY, 1234));
+        if mode == "behind" {
+            let stats = mount.stats();
+            let sent = |m: &str| stats["9p"][m]["count"].as_u64().unwrap_or(0);
+            // open/file2, open/dir2/file3; open/dir, open/dir2 (not in the set-group-ID
+            // directory, whose group the first create there shows).
+            assert!(
+                sent("Tcreatebehindmarked") >= 2 && sent("Tmkdirbehind") >= 2,
+                "nobody's creates and mkdirs after the first went behind: {}",
+                stats["9p"]
+            );
+        }
         assert!(mount.stop().success());
     }
 }

@@ -119,6 +119,11 @@ struct Queue {
 struct Making {
     /// The sequence of its create or mkdir.
     seq: u64,
+    /// Whether that is answered (the server has the node; its fids are bound).
+    made: bool,
+    /// The sequence of the last change that is part of making it: the create, or the
+    /// chown that gives it away after ([`ChangesBehind::send_making`]).
+    until: u64,
     /// The thread that created a file, until its first GETATTR (see
     /// [`ChangesBehind::wait_made`]).
     opener: Option<u32>,
@@ -206,12 +211,23 @@ impl ChangesBehind {
     /// Whether node `ino` is a file created behind that the server has not made yet
     /// (as far as the mount knows: its create is unanswered).
     pub(crate) fn is_creating(&self, ino: u64) -> bool {
+        lock(&self.queue)
+            .creating
+            .get(&ino)
+            .is_some_and(|m| !m.made)
+    }
+
+    /// Whether node `ino` was created behind and its stats still wait
+    /// ([`Self::wait_made`]): its create, or a change that is part of making it, is
+    /// unanswered.
+    pub(crate) fn is_being_made(&self, ino: u64) -> bool {
         lock(&self.queue).creating.contains_key(&ino)
     }
 
     /// Waits until node `ino`, if created behind, is made (its create or mkdir answered,
-    /// or refused): its attributes are then the server's, change time included. Except for
-    /// the first GETATTR from thread `pid` that created a file: the kernel's permission
+    /// or refused, and the chown giving it to its creator if one was sent): its attributes
+    /// are then the server's, change time included. Except for the first GETATTR from
+    /// thread `pid` that created a file: the kernel's permission
     /// check as it opens the file it just created, which the prediction answers (a stat
     /// after it waits). A directory has no such exception: the kernel's GETATTR as a path
     /// is walked through it cannot be told from a stat's.
@@ -250,7 +266,9 @@ impl ChangesBehind {
 
     /// The nodes created behind that the server has not made yet.
     pub(crate) fn creating_nodes(&self) -> std::collections::HashSet<u64> {
-        lock(&self.queue).creating.keys().copied().collect()
+        let q = lock(&self.queue);
+        let unmade = q.creating.iter().filter(|(_, m)| !m.made);
+        unmade.map(|(&ino, _)| ino).collect()
     }
 
     /// Sends `change` (a Tsetattrbehind or Tsetattrget, a Twritebehind or Twriteattr of at
@@ -261,6 +279,28 @@ impl ChangesBehind {
         client: &Client,
         change: Change,
         on_answer: OnAnswer,
+    ) {
+        self.enqueue(client, change, on_answer, false);
+    }
+
+    /// [`Self::send`] of a change that is part of making its node (the chown that gives a
+    /// file created behind to its creator): the node is made once it is answered too, so
+    /// that no stat sees its change time move ([`Self::wait_made`]).
+    pub(crate) fn send_making(
+        self: &std::sync::Arc<Self>,
+        client: &Client,
+        change: Change,
+        on_answer: OnAnswer,
+    ) {
+        self.enqueue(client, change, on_answer, true);
+    }
+
+    fn enqueue(
+        self: &std::sync::Arc<Self>,
+        client: &Client,
+        change: Change,
+        on_answer: OnAnswer,
+        making: bool,
     ) {
         let Change {
             ino,
@@ -295,7 +335,18 @@ impl ChangesBehind {
             }
             if made_name(&msg).is_some() {
                 let opener = (!matches!(msg, Tmessage::Mkdirbehind(_))).then_some(pid);
-                q.creating.insert(ino, Making { seq, opener });
+                let (made, until) = (false, seq);
+                q.creating.insert(
+                    ino,
+                    Making {
+                        seq,
+                        made,
+                        until,
+                        opener,
+                    },
+                );
+            } else if let Some(m) = q.creating.get_mut(&ino).filter(|_| making) {
+                m.until = seq;
             }
             q.unanswered.insert(
                 seq,
@@ -414,8 +465,12 @@ impl ChangesBehind {
                 settled.push(node);
             }
         }
-        if q.creating.get(&ino).is_some_and(|m| m.seq == seq) {
-            q.creating.remove(&ino);
+        if let Some(m) = q.creating.get_mut(&ino) {
+            if m.until == seq {
+                q.creating.remove(&ino);
+            } else if m.seq == seq {
+                m.made = true;
+            }
         }
         drop(q);
         // Before anyone waiting (a sync) goes on: the kernel then shows the server's.

@@ -61,7 +61,7 @@ impl MountState {
     /// Whether changes of a file of attributes `a` sent behind are made only onto the
     /// file as the mount saw it (Tsetattrbehind, Twritebehind): regular files, where the
     /// server can keep the guest's version beside a host's, and a server that does so.
-    fn conditional_behind(&self, a: &Rgetattr) -> bool {
+    pub(super) fn conditional_behind(&self, a: &Rgetattr) -> bool {
         a.mode & libc::S_IFMT == libc::S_IFREG
             && self.client.negotiation().features & crossfs_wire::features::CONDITIONAL_BEHIND != 0
     }
@@ -192,7 +192,7 @@ impl MountState {
     /// created behind and not made yet are for no time: its stats wait for it to be made
     /// (`ChangesBehind::wait_made`), so that its times never move under a stat.
     pub(super) fn predicted_answer(&self, ino: u64, a: &Rgetattr) -> Attr {
-        let ttl = if self.behind.is_creating(ino) {
+        let ttl = if self.behind.is_being_made(ino) {
             Duration::ZERO
         } else {
             self.attr_ttl()
@@ -206,7 +206,7 @@ impl MountState {
     /// What the mount learns from the answer to a change sent behind: the server's
     /// attributes, fetched as of the change's end. A refusal leaves nothing reusable (the
     /// change's end marks the file), so the server is asked again.
-    fn on_behind_answer(
+    pub(super) fn on_behind_answer(
         self: &Arc<Self>,
         ino: u64,
         fid: Arc<FidRef>,

@@ -5,8 +5,10 @@
 //! Only where the mount can tell the server will make the file as predicted: the
 //! directory's replica is complete and has no such name (the kernel checked the caller's
 //! permission against the directory's attributes, which events keep), the mode has no
-//! set-ID bits, and the last file the server made for the same caller and group came out
-//! with the owner predicted. Everything else waits, as in the exact mode. A host change
+//! set-ID bits, and the last file the server made for the same caller and group showed
+//! the owner it gets (a root server makes files as itself: the chown that gives one to its
+//! creator, as the exact mode's `give_to`, goes behind right after it). Everything else
+//! waits, as in the exact mode. A host change
 //! the events have not brought yet (a directory made read-only a moment ago) makes the
 //! server refuse: reported as any refused change (`crate::behind`).
 //!
@@ -37,8 +39,9 @@ use std::time::{Duration, SystemTime};
 
 use crate::session::INodeNo;
 use crossfs_wire::{
-    features, open_flags, Qid, Rgetattr, Tcreateattr, Tcreatebehind, Tcreatebehindmarked, Tmessage,
-    Tmkdirattr, Tmkdirbehind, QID_TYPE_DIR, QID_TYPE_FILE,
+    features, open_flags, BehindBase, Qid, Rgetattr, Tcreateattr, Tcreatebehind,
+    Tcreatebehindmarked, Tmessage, Tmkdirattr, Tmkdirbehind, Tsetattr, Tsetattrbehind, Tsetattrget,
+    QID_TYPE_DIR, QID_TYPE_FILE,
 };
 
 use super::behind::SET_ID;
@@ -73,7 +76,7 @@ impl MountState {
         let owner = self.behind_owner(caller)?;
         let now = wire_time(SystemTime::now());
         let unmade = self.known.inodes.unmade_path();
-        let predicted = predict_created(unmade, mode, owner, now);
+        let predicted = predict_created(unmade, mode, owner.owner, now);
         let dir_after = self.dir_after_name_change(parent.0, change, now);
 
         let (nodefid, openfid) = (self.client.alloc_fid(), self.client.alloc_fid());
@@ -103,8 +106,11 @@ impl MountState {
             FidRef::new(&self.client, nodefid),
             FidRef::new(&self.client, openfid),
         );
-        let made = (predicted, unmade);
-        let fa = self.send_made((parent, name), node, made, dir_after, (pid, msg));
+        let made = (predicted.clone(), unmade);
+        let fa = self.send_made((parent, name), node.clone(), made, dir_after, (pid, msg));
+        if owner.give {
+            self.give_behind((fa.ino.0, pid), node, &predicted);
+        }
         let mut created = self.open_created(fa, fid, (flags, wire));
         created.attr_ttl = Duration::ZERO;
         Some(created)
@@ -134,7 +140,7 @@ impl MountState {
         let shape = (*crate::sync::lock(&self.server.new_dir_shape))?;
         let now = wire_time(SystemTime::now());
         let unmade = self.known.inodes.unmade_path();
-        let mut predicted = predict_created(unmade, mode, owner, now);
+        let mut predicted = predict_created(unmade, mode, owner.owner, now);
         predicted.mode = libc::S_IFDIR | (mode & 0o7777);
         predicted.qid.ty = QID_TYPE_DIR;
         (predicted.size, predicted.blocks) = (shape.size, shape.blocks);
@@ -160,8 +166,11 @@ impl MountState {
             },
         });
         let node = FidRef::new(&self.client, newfid);
-        let made = (predicted, unmade);
-        let attr = self.send_made((parent, name), node, made, dir_after, (pid, msg));
+        let made = (predicted.clone(), unmade);
+        let attr = self.send_made((parent, name), node.clone(), made, dir_after, (pid, msg));
+        if owner.give {
+            self.give_behind((attr.ino.0, pid), node, &predicted);
+        }
         Some(Entry {
             attr,
             // For no time, as a file created behind's: every GETATTR reaches the mount,
@@ -343,18 +352,80 @@ impl MountState {
         });
     }
 
-    /// The owner (uid, gid) a file or directory the server makes now for `caller` comes
-    /// out with and keeps, as the last create for the same caller showed, if a create
-    /// sent behind may predict it: the server makes it as the caller, or the mount may not
-    /// give it away (the server is not root), as in the exact mode. A file the mount
-    /// would give to its creator after (a root server makes every file as itself) waits,
-    /// and is given.
-    fn behind_owner(&self, caller: Caller) -> Option<(u32, u32)> {
+    /// The owner (uid, gid) a file or directory made now for `caller` ends up with, as
+    /// the last create that waited for the same caller and group showed, if a create sent
+    /// behind may predict it, and whether the mount gives it to the caller after making
+    /// it ([`BehindOwner::give`]), as the exact mode does (`give_to`).
+    fn behind_owner(&self, caller: Caller) -> Option<BehindOwner> {
         use std::sync::atomic::Ordering::Relaxed;
         let o = (*crate::sync::lock(&self.server.new_file_owner))
             .filter(|o| o.asked == (caller.uid, caller.gid))?;
-        (o.got.0 == caller.uid || self.server.chown_refused.load(Relaxed)).then_some(o.got)
+        if o.got.0 == caller.uid || self.server.chown_refused.load(Relaxed) {
+            return Some(BehindOwner {
+                owner: o.got,
+                give: false,
+            });
+        }
+        Some(BehindOwner {
+            owner: (caller.uid, o.got.1),
+            give: true,
+        })
     }
+
+    /// Sends behind, after the create or mkdir of node `ino` (fid `node`, attributes
+    /// `made` predicted, its owner the caller already), the chown that gives it to its
+    /// creator, as `give_to` does after a create that waits: a root server makes every
+    /// file as itself. Part of making the node: its stats wait for this too. Refused with
+    /// `EPERM` (the server may no longer give files away), the file stays the server's,
+    /// is reported as any refused change, and later creates are not given.
+    fn give_behind(self: &Arc<Self>, (ino, pid): (u64, u32), node: Arc<FidRef>, made: &Rgetattr) {
+        use crossfs_wire::setattr as valid;
+        let set = Tsetattr {
+            valid: valid::UID,
+            uid: made.uid,
+            ..Tsetattr::unchanged(node.fid())
+        };
+        let request_mask = ATTR_MASK;
+        let msg = if self.conditional_behind(made) {
+            Tmessage::Setattrbehind(Tsetattrbehind {
+                base: BehindBase::after_previous(),
+                set,
+                request_mask,
+            })
+        } else {
+            Tmessage::Setattrget(Tsetattrget { set, request_mask })
+        };
+        // A change of the file as any other sent behind after its create: its answer is
+        // what the server has then (tar's next change starts from it without asking).
+        let mut in_flight = self.known.listed.change(vec![made.qid.path]);
+        in_flight.sent_behind();
+        let on_answer = self.on_behind_answer(ino, node, Some(in_flight));
+        let shared = self.clone();
+        let on_answer: OnAnswer = Box::new(move |r: Result<&Answered, i32>| {
+            if r.is_err_and(|e| e == libc::EPERM) {
+                use std::sync::atomic::Ordering::Relaxed;
+                shared.server.chown_refused.store(true, Relaxed);
+            }
+            on_answer(r);
+        });
+        let change = behind::Change {
+            ino,
+            pid,
+            msg,
+            predicted: Some(made.clone()),
+            also: None,
+            removes: None,
+        };
+        self.behind.send_making(&self.client, change, on_answer);
+    }
+}
+
+/// Who a file created behind belongs to once made.
+struct BehindOwner {
+    /// (uid, gid).
+    owner: (u32, u32),
+    /// Whether the mount gives it to that uid after the server made it (as its own).
+    give: bool,
 }
 
 /// The attributes of a regular file the server will make at time `now`, with mode bits
